@@ -1,0 +1,264 @@
+"""Model architectures: public config.json numbers and the sizes derived from them.
+
+Every preset copies its Hugging Face ``config.json`` (cited in ``source``); the
+derived quantities (parameters, weight bytes, KV bytes and FLOPs per token) are
+computed here, never typed in, so one formula serves every model.
+
+Conventions:
+  * Parameters include the input embedding, every RMSNorm weight and, for an
+    untied model, the LM head. MoE router weights count; DeepSeek's per-expert
+    routing bias (256 floats a layer) and its MTP module (``num_nextn_predict_layers``)
+    do not.
+  * ``dtype_bytes`` is bytes per stored element: 2 for bf16, 1 for fp8, 0.5 for int4.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from dspark_sim.errors import InputError
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """A decoder-only transformer, dense or MoE, with GQA or MLA attention.
+
+    MoE: layers ``first_dense_layers..num_layers-1`` replace the dense MLP
+    (``intermediate_size``) by ``num_experts`` routed experts of width
+    ``moe_intermediate_size``, ``experts_per_token`` of them active per token,
+    plus ``num_shared_experts`` always-on experts of the same width.
+    MLA (DeepSeek): ``kv_lora_rank > 0``; the cache holds one latent of
+    ``kv_lora_rank + rope_head_dim`` per token per layer; queries are
+    low-rank (``q_lora_rank``) with ``head_dim + rope_head_dim`` per head, and
+    values have ``head_dim`` per head.
+    """
+
+    name: str
+    hf_id: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    tie_embeddings: bool
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_intermediate_size: int = 0
+    num_shared_experts: int = 0
+    first_dense_layers: int = 0
+    kv_lora_rank: int = 0  # MLA (DeepSeek); 0 = standard GQA
+    rope_head_dim: int = 0
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 1e6
+    source: str = ""
+    q_lora_rank: int = 0  # MLA query compression; 0 = full-rank queries
+    qk_norm: bool = False  # Qwen3: an RMSNorm of head_dim on each of q and k
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type == "int" and (isinstance(value, bool) or not isinstance(value, int)):
+                self._fail(f.name, value, "expected an integer")
+        for name in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
+                     "intermediate_size", "vocab_size"):
+            if getattr(self, name) < 1:
+                self._fail(name, getattr(self, name), "must be >= 1")
+        for name in ("num_experts", "experts_per_token", "moe_intermediate_size",
+                     "num_shared_experts", "first_dense_layers", "kv_lora_rank",
+                     "rope_head_dim", "q_lora_rank"):
+            if getattr(self, name) < 0:
+                self._fail(name, getattr(self, name), "must be >= 0")
+        if self.num_heads % self.num_kv_heads:
+            self._fail("num_heads", self.num_heads, f"not divisible by num_kv_heads={self.num_kv_heads}")
+        if not (self.rms_norm_eps > 0 and self.rope_theta > 0):
+            self._fail("rms_norm_eps", (self.rms_norm_eps, self.rope_theta), "eps and rope_theta must be > 0")
+        self._check_moe()
+        if (self.kv_lora_rank > 0) != (self.rope_head_dim > 0):
+            self._fail("kv_lora_rank", self.kv_lora_rank, "MLA needs both kv_lora_rank and rope_head_dim")
+        if self.q_lora_rank and not self.kv_lora_rank:
+            self._fail("q_lora_rank", self.q_lora_rank, "q_lora_rank applies only to MLA models")
+
+    def _check_moe(self) -> None:
+        if self.num_experts == 0:
+            if self.experts_per_token or self.moe_intermediate_size or self.num_shared_experts \
+                    or self.first_dense_layers:
+                self._fail("num_experts", 0, "expert settings given for a dense model")
+            return
+        if not 1 <= self.experts_per_token <= self.num_experts:
+            self._fail("experts_per_token", self.experts_per_token, f"must lie in 1..{self.num_experts}")
+        if self.moe_intermediate_size < 1:
+            self._fail("moe_intermediate_size", self.moe_intermediate_size, "must be >= 1 for MoE")
+        if self.first_dense_layers >= self.num_layers:
+            self._fail("first_dense_layers", self.first_dense_layers, "leaves no MoE layer")
+
+    def _fail(self, key: str, value: object, why: str) -> None:
+        raise InputError(self.source or None, f"model {self.name}: {key}", value, why)
+
+    # -- shapes ---------------------------------------------------------------
+    @property
+    def is_moe(self) -> bool:
+        """True when some layers route tokens to experts."""
+        return self.num_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        """True for DeepSeek-style multi-head latent attention."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        """Layers whose MLP is a mixture of experts."""
+        return self.num_layers - self.first_dense_layers if self.is_moe else 0
+
+    def _attn_params(self) -> int:
+        """Matmul weights of one attention block (norm weights excluded)."""
+        h, hd, n = self.hidden_size, self.head_dim, self.num_heads
+        out = n * hd * h
+        if not self.is_mla:
+            return h * n * hd + 2 * h * self.num_kv_heads * hd + out
+        q_dim = n * (hd + self.rope_head_dim)
+        q = h * self.q_lora_rank + self.q_lora_rank * q_dim if self.q_lora_rank else h * q_dim
+        kv = h * (self.kv_lora_rank + self.rope_head_dim) + self.kv_lora_rank * n * 2 * hd
+        return q + kv + out
+
+    def _layer_norm_params(self) -> int:
+        """RMSNorm weights of one layer: two pre-norms plus attention-internal norms."""
+        extra = 2 * self.head_dim if self.qk_norm else 0
+        if self.is_mla:
+            extra = self.q_lora_rank + self.kv_lora_rank
+        return 2 * self.hidden_size + extra
+
+    def _expert_params(self) -> int:
+        """One gated (SwiGLU) expert: gate, up and down projections."""
+        return 3 * self.hidden_size * self.moe_intermediate_size
+
+    def _mlp_params(self, experts: int) -> tuple[int, int]:
+        """(dense-layer MLP, MoE-layer MLP) matmul weights with ``experts`` routed experts."""
+        dense = 3 * self.hidden_size * self.intermediate_size
+        if not self.is_moe:
+            return dense, 0
+        router = self.hidden_size * self.num_experts
+        return dense, router + (experts + self.num_shared_experts) * self._expert_params()
+
+    def _matmul_params(self, experts: int) -> int:
+        """Weights every token multiplies by, with ``experts`` routed experts per MoE layer."""
+        dense_mlp, moe_mlp = self._mlp_params(experts)
+        dense_layers = self.num_layers - self.num_moe_layers
+        layers = self.num_layers * self._attn_params() + dense_layers * dense_mlp \
+            + self.num_moe_layers * moe_mlp
+        return layers + self.vocab_size * self.hidden_size  # LM head (tied or not)
+
+    def _other_params(self) -> int:
+        """Embedding table (when untied from the head) and all norm weights."""
+        embed = 0 if self.tie_embeddings else self.vocab_size * self.hidden_size
+        return embed + self.num_layers * self._layer_norm_params() + self.hidden_size
+
+    # -- derived sizes ----------------------------------------------------------
+    @property
+    def param_count(self) -> int:
+        """All stored parameters (every expert counted)."""
+        return self._matmul_params(self.num_experts) + self._other_params()
+
+    @property
+    def active_param_count(self) -> int:
+        """Parameters one token touches: the ``experts_per_token`` routed experts only."""
+        return self._matmul_params(self.experts_per_token) + self._other_params()
+
+    def weight_bytes(self, dtype_bytes: float = 2) -> int:
+        """Bytes of all weights stored at ``dtype_bytes`` per parameter."""
+        return round(self.param_count * dtype_bytes)
+
+    def kv_bytes_per_token(self, dtype_bytes: float = 2) -> int:
+        """KV-cache bytes one token occupies across all layers.
+
+        GQA: K and V, ``2 * num_kv_heads * head_dim`` elements a layer.
+        MLA: the compressed latent plus the shared rope key,
+        ``kv_lora_rank + rope_head_dim`` elements a layer.
+        """
+        per_layer = self.kv_lora_rank + self.rope_head_dim if self.is_mla \
+            else 2 * self.num_kv_heads * self.head_dim
+        return round(self.num_layers * per_layer * dtype_bytes)
+
+    def linear_flops_per_token(self) -> int:
+        """FLOPs of the matmuls one token runs through: 2 x active matmul weights (LM head included)."""
+        return 2 * self._matmul_params(self.experts_per_token)
+
+    def attn_flops_per_token_per_ctx(self) -> int:
+        """Attention FLOPs one new token spends per context token (QK^T plus PV), all layers.
+
+        GQA: ``2 * num_heads * head_dim`` for each of QK^T and PV.
+        MLA in its decode (weight-absorbed) form, as engines run it: every head
+        attends over the latent, ``kv_lora_rank + rope_head_dim`` wide for QK^T
+        and ``kv_lora_rank`` wide for PV.
+        """
+        if self.is_mla:
+            width = 2 * self.kv_lora_rank + self.rope_head_dim
+        else:
+            width = 2 * self.head_dim
+        return 2 * self.num_layers * self.num_heads * width
+
+    def activated_weight_bytes(self, num_tokens: int, dtype_bytes: float = 2) -> int:
+        """Weight bytes a forward over ``num_tokens`` tokens reads from memory.
+
+        Dense: every weight (``weight_bytes``). MoE: routing is taken as uniform
+        and independent, so one expert is touched by at least one of ``n`` tokens
+        with probability ``1 - (1 - k/E)^n``; untouched routed experts are not read.
+        """
+        if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 0:
+            raise ValueError(f"num_tokens must be an integer >= 0, got {num_tokens!r}")
+        if not self.is_moe:
+            return self.weight_bytes(dtype_bytes)
+        routed = self.num_moe_layers * self.num_experts * self._expert_params()
+        touched = 1.0 - (1.0 - self.experts_per_token / self.num_experts) ** num_tokens
+        return round((self.param_count - routed + routed * touched) * dtype_bytes)
+
+
+def _hf(hf_id: str) -> str:
+    return f"huggingface.co/{hf_id}/config.json"
+
+
+def _qwen3(name: str, hf_id: str, layers: int, hidden: int, heads: int, kv_heads: int,
+           intermediate: int, tie: bool) -> ModelSpec:
+    """A dense Qwen3: head_dim 128, vocab 151936, QK-norm, eps 1e-6, rope_theta 1e6."""
+    return ModelSpec(name, hf_id, layers, hidden, heads, kv_heads, 128, intermediate, 151936, tie,
+                     qk_norm=True, source=_hf(hf_id))
+
+
+def _llama31(name: str, hf_id: str, layers: int, hidden: int, heads: int, intermediate: int) -> ModelSpec:
+    """A Llama 3.1: 8 KV heads of 128, vocab 128256, untied, eps 1e-5, rope_theta 5e5."""
+    return ModelSpec(name, hf_id, layers, hidden, heads, 8, 128, intermediate, 128256, False,
+                     rms_norm_eps=1e-5, rope_theta=500000.0, source=_hf(hf_id))
+
+
+_PRESETS = (
+    _qwen3("qwen3-4b", "Qwen/Qwen3-4B", 36, 2560, 32, 8, 9728, tie=True),
+    _qwen3("qwen3-8b", "Qwen/Qwen3-8B", 36, 4096, 32, 8, 12288, tie=False),
+    _qwen3("qwen3-14b", "Qwen/Qwen3-14B", 40, 5120, 40, 8, 17408, tie=False),
+    _qwen3("qwen3-32b", "Qwen/Qwen3-32B", 64, 5120, 64, 8, 25600, tie=False),
+    ModelSpec("qwen3-30b-a3b", "Qwen/Qwen3-30B-A3B", num_layers=48, hidden_size=2048, num_heads=32,
+              num_kv_heads=4, head_dim=128, intermediate_size=6144, vocab_size=151936,
+              tie_embeddings=False, num_experts=128, experts_per_token=8, moe_intermediate_size=768,
+              qk_norm=True, source=_hf("Qwen/Qwen3-30B-A3B")),
+    _llama31("llama-3.1-8b", "meta-llama/Llama-3.1-8B", 32, 4096, 32, 14336),
+    _llama31("llama-3.1-70b", "meta-llama/Llama-3.1-70B", 80, 8192, 64, 28672),
+    # num_key_value_heads=128 in config.json; MLA caches the latent, not per-head K/V.
+    ModelSpec("deepseek-v3", "deepseek-ai/DeepSeek-V3", num_layers=61, hidden_size=7168, num_heads=128,
+              num_kv_heads=128, head_dim=128, intermediate_size=18432, vocab_size=129280,
+              tie_embeddings=False, num_experts=256, experts_per_token=8, moe_intermediate_size=2048,
+              num_shared_experts=1, first_dense_layers=3, kv_lora_rank=512, rope_head_dim=64,
+              q_lora_rank=1536, rms_norm_eps=1e-6, rope_theta=10000.0,
+              source=_hf("deepseek-ai/DeepSeek-V3")),
+)
+
+MODELS: dict[str, ModelSpec] = {m.name: m for m in _PRESETS}
+
+
+def get_model(name: str, *, file=None, key: str = "model") -> ModelSpec:
+    """The preset called ``name`` (a key of MODELS or a Hugging Face id), case-insensitive."""
+    if isinstance(name, str):
+        wanted = name.strip().lower()
+        for spec in _PRESETS:
+            if wanted in (spec.name, spec.hf_id.lower()):
+                return spec
+    raise InputError(file, key, name, f"unknown model; known: {', '.join(MODELS)}")

@@ -1,0 +1,42 @@
+"""Reading and writing the JSON files of the cost package, with errors that name the file."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from dspark_sim.errors import InputError
+
+
+def read_json(path: str | Path) -> object:
+    """Decoded JSON of ``path``; :class:`InputError` when it cannot be read or parsed."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise InputError(path, None, None, f"cannot read: {err.strerror}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InputError(path, f"line {err.lineno}", None, f"not valid JSON: {err.msg}") from None
+
+
+def write_json_atomic(path: str | Path, data: object, *, indent: int | None = 1) -> None:
+    """Write ``data`` as JSON through a temporary file and a rename, so no reader sees half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=indent, allow_nan=False)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def with_file(err: InputError, file, prefix: str = "") -> InputError:
+    """``err`` re-addressed to ``file`` with ``prefix`` put before its key."""
+    key = f"{prefix}.{err.key}" if prefix and err.key else (prefix or err.key)
+    return InputError(file, key, err.value, err.why)

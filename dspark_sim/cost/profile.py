@@ -1,0 +1,174 @@
+"""Measured GPU profiles as cost models: evaluation, projection to other GPUs, lookup by name.
+
+``get_cost_model(gpu, model, tp)`` is what the simulator and the tuner call:
+the shipped profile ``profiles/<gpu>/<model>.json`` when there is one
+(measured, or projected from a measured GPU), else the roofline with a warning.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import replace
+from importlib import resources
+from pathlib import Path
+
+from dspark_sim.catalog import GpuSpec, get_gpu, get_model
+from dspark_sim.cost.base import CostModel, DraftWork, StepWork
+from dspark_sim.cost.fit import fit_profile
+from dspark_sim.cost.profile_format import (DRAFT_KINDS, FORMAT_VERSION, DraftFit, GpuRef, HeldOut,
+                                            Profile, Projection, TargetFit, check_grids,
+                                            load_profile, profile_from_json_dict)
+from dspark_sim.cost.roofline import RooflineCost
+from dspark_sim.cost.shapes import SCALAR
+from dspark_sim.errors import InputError
+
+PROFILES_PACKAGE = "dspark_sim.profiles"
+
+
+class ProfileCost:
+    """:class:`CostModel` evaluating a fitted :class:`Profile` (a few microseconds a step).
+
+    tp > 1 divides every memory- and compute-bound term by ``tp`` (weights,
+    KV and FLOPs are sharded), keeps the fixed terms, and adds an all-reduce
+    time ``comm_s[0] + comm_s[1] * tokens``. Drafter kinds the profile lacks
+    are costed by ``fallback`` (or raise ``ValueError`` without one).
+    """
+
+    def __init__(self, profile: Profile, *, tp: int = 1, comm_s: tuple[float, float] = (0.0, 0.0),
+                 fallback: CostModel | None = None):
+        if tp < 1:
+            raise ValueError(f"tp must be >= 1, got {tp}")
+        shard = {"memory": 1.0 / tp, "compute": 1.0 / tp}
+        self.profile, self.tp, self.fallback = profile, tp, fallback
+        self.name = f"profile:{profile.gpu}/{profile.model}/tp{tp}"
+        self.source = profile.source + (f"; scaled from tp=1 to tp={tp}" if tp > 1 else "")
+        self._target = profile.target.scaled(shard) if tp > 1 else profile.target
+        self._drafts = {k: (d.scaled(shard) if tp > 1 else d) for k, d in profile.draft.items()}
+        self._comm0, self._comm1 = comm_s
+
+    def step_s(self, work: StepWork) -> float:
+        """Seconds of one engine step (see :class:`StepWork`)."""
+        total = 0.0
+        tokens = work.verify_tokens + work.prefill_tokens
+        if tokens:
+            over, linear, per_req, attn = self._target.parts(
+                work.decode_reqs, work.verify_tokens, work.prefill_tokens, work.decode_context_tokens,
+                work.prefill_attn_tokens2, work.prefill_reqs, SCALAR)
+            total = over + linear + per_req + attn
+            if self._comm0 or self._comm1:
+                total += self._comm0 + self._comm1 * tokens
+        if work.draft is not None:
+            total += self.draft_s(work.draft)
+        return total
+
+    def breakdown(self, work: StepWork) -> dict[str, float]:
+        """Step seconds split into overhead, linear, per-request, attention, comms and draft."""
+        tokens = work.verify_tokens + work.prefill_tokens
+        parts = dict.fromkeys(("overhead_s", "linear_s", "per_req_s", "attn_s", "comm_s"), 0.0)
+        if tokens:
+            values = self._target.parts(work.decode_reqs, work.verify_tokens, work.prefill_tokens,
+                                        work.decode_context_tokens, work.prefill_attn_tokens2,
+                                        work.prefill_reqs, SCALAR)
+            parts.update(zip(("overhead_s", "linear_s", "per_req_s", "attn_s"), values))
+            parts["comm_s"] = self._comm0 + self._comm1 * tokens if (self._comm0 or self._comm1) else 0.0
+        parts["draft_s"] = self.draft_s(work.draft) if work.draft is not None else 0.0
+        return parts
+
+    def draft_s(self, draft: DraftWork) -> float:
+        """Seconds the drafter spends in one step."""
+        if draft.num_reqs == 0 or draft.block_size == 0:
+            return 0.0
+        fit = self._drafts.get(draft.kind)
+        if fit is not None:
+            return fit.seconds(draft.num_reqs, draft.block_size, draft.context_tokens, SCALAR)
+        if draft.kind not in DRAFT_KINDS:
+            raise ValueError(f"unknown draft kind {draft.kind!r}")
+        if self.fallback is None:
+            raise ValueError(f"{self.name} has no measured {draft.kind} drafter and no fallback")
+        return self.fallback.breakdown(StepWork(draft=draft))["draft_s"]
+
+
+def project_profile(profile: Profile, to_gpu: GpuSpec) -> Profile:
+    """``profile`` carried to ``to_gpu`` by spec-sheet ratios, keeping the measured efficiencies.
+
+    Memory-bound terms scale by HBM bandwidth, compute-bound ones by dense
+    bf16 FLOP/s, fixed (host/launch) terms and shapes stay; the result is
+    marked ``projected from <gpu>, measured <date>`` and carries no grids.
+    """
+    base = profile.projection.measured_gpu if profile.projection else profile.gpu_spec
+    cur = profile.gpu_spec
+    ratio = {"memory": cur.hbm_bytes_per_s / to_gpu.hbm_bytes_per_s,
+             "compute": cur.bf16_flops / to_gpu.bf16_flops}
+    method = profile.held_out_method
+    if profile.projection is None:
+        method += f" (measured on {base.name}; the projection to other GPUs is not validated)"
+    return replace(
+        profile, gpu=to_gpu.name,
+        source=f"projected from {base.name}, measured {profile.measured_date}",
+        gpu_spec=GpuRef(to_gpu.name, to_gpu.hbm_bytes_per_s, to_gpu.bf16_flops, to_gpu.source),
+        target=profile.target.scaled(ratio),
+        draft={k: d.scaled(ratio) for k, d in profile.draft.items()},
+        held_out_method=method, grids=None,
+        projection=Projection(base, profile.measured_date,
+                              memory_ratio=base.hbm_bytes_per_s / to_gpu.hbm_bytes_per_s,
+                              compute_ratio=base.bf16_flops / to_gpu.bf16_flops))
+
+
+def _canonical(name: str, lookup) -> str:
+    try:
+        return lookup(name).name
+    except InputError:
+        return name.strip().lower()
+
+
+def shipped_profile_path(gpu: str, model: str) -> Path | None:
+    """Path of the shipped ``profiles/<gpu>/<model>.json``, or None when there is none."""
+    gpu, model = _canonical(gpu, get_gpu), _canonical(model, get_model)
+    path = resources.files(PROFILES_PACKAGE).joinpath(gpu, f"{model}.json")
+    return Path(str(path)) if path.is_file() else None
+
+
+def get_cost_model(gpu: str, model: str, tp: int = 1, *, file=None, warn: bool = True,
+                   profile: str | Path | None = None) -> CostModel:
+    """The cost model for ``model`` on ``tp`` GPUs of kind ``gpu``.
+
+    The shipped ``profiles/<gpu>/<model>.json`` (or the ``profile`` file named,
+    whose gpu and model must match) when there is one, else
+    :class:`RooflineCost` with a warning saying so. ``file`` is the user file
+    that named gpu and model, blamed in errors (as in ``get_model``).
+    """
+    path = Path(profile) if profile is not None else shipped_profile_path(gpu, model)
+    if path is None:
+        if warn:
+            warnings.warn(f"no measured profile for {gpu}/{model}: using the roofline with assumed "
+                          f"efficiencies (profile it and run benchmarks/fit_profiles.py to replace it)",
+                          UserWarning, stacklevel=2)
+        return RooflineCost(get_model(model, file=file), get_gpu(gpu, file=file), tp)
+    loaded = load_profile(path)
+    for key, want, lookup in (("gpu", gpu, get_gpu), ("model", model, get_model)):
+        if getattr(loaded, key) != _canonical(want, lookup):
+            raise InputError(path, key, getattr(loaded, key), f"the profile is not for {key} {want!r}")
+    roofline = _roofline_or_none(gpu, model, tp)
+    missing = [k for k in DRAFT_KINDS if k not in loaded.draft]
+    if missing and warn:
+        warnings.warn(f"profile {path} has no measured {'/'.join(missing)} drafter: "
+                      f"{'costed by the roofline' if roofline else 'unavailable'}",
+                      UserWarning, stacklevel=2)
+    comm = (0.0, 0.0)
+    if tp > 1:
+        roofline = RooflineCost(get_model(model, file=file), get_gpu(gpu, file=file), tp)
+        one, two = (roofline.breakdown(StepWork(decode_reqs=1, verify_tokens=n))["comm_s"]
+                    for n in (1, 2))
+        comm = (2 * one - two, two - one)
+    return ProfileCost(loaded, tp=tp, comm_s=comm, fallback=roofline)
+
+
+def _roofline_or_none(gpu: str, model: str, tp: int) -> RooflineCost | None:
+    try:
+        return RooflineCost(get_model(model), get_gpu(gpu), tp)
+    except InputError:
+        return None
+
+
+__all__ = ["ProfileCost", "Profile", "TargetFit", "DraftFit", "HeldOut", "GpuRef", "Projection",
+           "FORMAT_VERSION", "load_profile", "profile_from_json_dict", "check_grids", "fit_profile",
+           "project_profile", "get_cost_model", "shipped_profile_path"]

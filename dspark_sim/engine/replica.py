@@ -1,0 +1,187 @@
+"""One serving replica: a waiting queue, a running batch, one simpy event per step.
+
+Each step follows vLLM/Sarathi continuous batching: admit waiting requests
+while the concurrency cap and the KV cache allow, give decoding requests their
+verify tokens first, fill the rest of the token budget with prefill chunks,
+preempt the newest requests (recompute) when the KV cache would overflow, cost
+the step, advance time, then draw acceptance and emit tokens.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+import simpy
+
+from dspark_sim.cost.base import DraftWork, StepWork
+from dspark_sim.engine.batch import Table
+
+
+class Replica:
+    """A model replica (``tp`` GPUs) serving requests one engine step at a time."""
+
+    def __init__(self, env: simpy.Environment, index: int, ctx, rng: np.random.Generator):
+        self.env, self.index, self.ctx, self.rng = env, index, ctx, rng
+        dep = ctx.scenario.deployment
+        self.max_running = dep.max_running_requests
+        self.max_tokens = dep.max_batched_tokens
+        self.prefill_cap = dep.chunked_prefill_tokens or dep.max_batched_tokens
+        self.kv_capacity = ctx.kv_capacity_tokens
+        self.policy = ctx.make_policy()
+        self.waiting: deque[dict] = deque()
+        self.running = Table()
+        self.kv_peak = 0
+        self._wake = env.event()
+        self.process = env.process(self._loop())
+
+    # -- queueing -------------------------------------------------------------
+    @property
+    def outstanding(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+    def submit(self, request: dict) -> None:
+        """Queue a new request (a row for :class:`Table`) and wake the loop if idle."""
+        if request["prefill_len"] + 1 > self.kv_capacity:
+            self.ctx.collector.on_reject(request, "prompt does not fit the KV cache")
+            return
+        self.waiting.append(request)
+        if not self._wake.triggered:
+            self._wake.succeed()
+
+    def _admit(self, kv_used: int) -> None:
+        run = self.running
+        pending = int((run["prefill_len"] - run["prefilled"]).sum())
+        while self.waiting and len(run) < self.max_running:
+            need = self.waiting[0]["prefill_len"]
+            if kv_used + pending + need > self.kv_capacity:
+                break
+            req = self.waiting.popleft()
+            if req["first_scheduled_s"] < 0:
+                req["first_scheduled_s"] = self.env.now
+            run.append(req)
+            pending += need
+
+    # -- the step loop --------------------------------------------------------
+    def _loop(self):
+        while True:
+            if not self.waiting and not len(self.running):
+                self._wake = self.env.event()
+                yield self._wake
+            step = self._plan()
+            if step is None:  # nothing schedulable (cannot happen with a sane KV size)
+                raise RuntimeError("replica stalled with requests waiting")
+            yield self.env.timeout(step["step_s"])
+            self._finish(step)
+
+    def _kv_tokens(self) -> np.ndarray:
+        """KV tokens each running request holds (prefilled plus decoded since)."""
+        c, n = self.running.cols, self.running.n
+        return c["prefilled"][:n] + c["generated"][:n] - c["kv_base"][:n]
+
+    def _plan(self) -> dict | None:
+        self._admit(int(self._kv_tokens().sum()))
+        while True:
+            step = self._schedule()
+            if step["kv_needed"] <= self.kv_capacity or len(self.running) <= 1:
+                break
+            self._preempt_newest()
+        if not step["tokens"]:
+            return None
+        self.kv_peak = max(self.kv_peak, min(step["kv_needed"], self.kv_capacity))
+        return step
+
+    def _schedule(self) -> dict:
+        """Decode requests first (their verify tokens), then prefill chunks in admission order."""
+        c, n, ctx = self.running.cols, self.running.n, self.ctx
+        kv = self._kv_tokens()
+        left = c["prefill_len"][:n] - c["prefilled"][:n]
+        decoding = left <= 0
+        # index arrays only when the batch mixes prefill and decode (slices are cheaper)
+        if decoding.all():
+            dec, pre = slice(0, n), None
+        else:
+            dec, pre = np.flatnonzero(decoding), np.flatnonzero(~decoding)
+        num_dec = n if pre is None else dec.size
+        p_true, verify_len, budget = None, None, 0
+        drafts = self.policy.drafts_for(num_dec) if num_dec else 0
+        verify_tokens = num_dec
+        if drafts:
+            p_true, conf = ctx.acceptance.step(c["difficulty"][:n][dec], c["domain"][:n][dec], drafts, self.rng)
+            verify_len, budget = self.policy.plan(conf, num_dec)
+            verify_tokens = int(verify_len.sum())
+        prefill_tokens, chunk, attn2, prefill_reqs = 0, None, 0.0, 0
+        if pre is not None:
+            rem = left[pre]
+            room = max(0, min(self.max_tokens - verify_tokens, self.prefill_cap))
+            chunk = np.clip(room - (np.cumsum(rem) - rem), 0, rem)
+            prefill_tokens = int(chunk.sum())
+            prefill_reqs = int(np.count_nonzero(chunk))
+            attn2 = float((chunk * (c["prefilled"][:n][pre] + chunk / 2.0)).sum())
+        dec_ctx = int(kv[dec].sum()) if num_dec else 0
+        draft = DraftWork(self.policy.draft_kind, num_dec, drafts, dec_ctx) if drafts else None
+        work = StepWork(num_dec, verify_tokens, dec_ctx, prefill_tokens, prefill_reqs, attn2, draft)
+        parts = ctx.cost.breakdown(work)
+        return {"dec": dec, "pre": pre, "num_dec": num_dec, "chunk": chunk, "verify_len": verify_len,
+                "p_true": p_true, "budget": budget, "tokens": verify_tokens + prefill_tokens,
+                "prefill_tokens": prefill_tokens, "kv_needed": int(kv.sum()) + verify_tokens + prefill_tokens,
+                "step_s": sum(parts.values()), "draft_s": parts.get("draft_s", 0.0), "start_s": self.env.now}
+
+    def _preempt_newest(self) -> None:
+        """Recompute preemption: the last admitted request goes back to the queue head."""
+        run = self.running
+        i = len(run) - 1
+        req = run.row(i)
+        mask = np.zeros(len(run), dtype=bool)
+        mask[i] = True
+        run.remove(mask)
+        req["num_preemptions"] += 1
+        req["prefill_len"] = req["prompt_tokens"] + req["generated"]
+        req["prefilled"] = 0
+        req["kv_base"] = req["generated"]
+        self.waiting.appendleft(req)
+
+    def _finish(self, step: dict) -> None:
+        c, n, now = self.running.cols, self.running.n, self.env.now
+        dec, pre = step["dec"], step["pre"]
+        emitted = 0
+        steps = c["num_steps"][:n]
+        if step["num_dec"]:
+            generated = c["generated"][:n]
+            new = np.ones(step["num_dec"], dtype=np.int64)
+            if step["p_true"] is not None:
+                drafts = step["verify_len"] - 1
+                accepted = self.ctx.acceptance.accept(step["p_true"], drafts, self.rng)
+                c["accepted_tokens"][:n][dec] += accepted
+                c["verified_drafts"][:n][dec] += drafts
+                new += accepted
+            np.minimum(new, c["output_tokens"][:n][dec] - generated[dec], out=new)
+            emitted = int(new.sum())
+            last = c["last_token_s"][:n]
+            self.ctx.collector.on_gaps(now - last[dec])
+            generated[dec] += new
+            last[dec] = now
+            steps[dec] += 1
+        first_tokens = self._advance_prefill(pre, step["chunk"], now) if pre is not None else 0
+        self.ctx.collector.on_step(self.index, step, n, emitted, first_tokens)
+        finished = c["generated"][:n] >= c["output_tokens"][:n]
+        if finished.any():
+            self.ctx.collector.on_finish(self.running.take(finished), now)
+            self.running.remove(finished)
+
+    def _advance_prefill(self, pre: np.ndarray, chunk: np.ndarray, now: float) -> int:
+        """Apply prefill chunks; a request whose prefill completes emits one token."""
+        c, n = self.running.cols, self.running.n
+        prefilled = c["prefilled"][:n]
+        prefilled[pre] += chunk
+        c["num_steps"][:n][pre[chunk > 0]] += 1
+        done = pre[prefilled[pre] >= c["prefill_len"][:n][pre]]
+        if not done.size:
+            return 0
+        generated, last = c["generated"][:n], c["last_token_s"][:n]
+        resumed = generated[done] > 0  # re-prefill after a preemption: an inter-token gap
+        if resumed.any():
+            self.ctx.collector.on_gaps(now - last[done[resumed]])
+        c["first_token_s"][:n][done[~resumed]] = now
+        generated[done] += 1
+        last[done] = now
+        return int(done.size)

@@ -1,0 +1,49 @@
+"""Atomic output: everything goes into a temporary sibling, renamed into place at the end."""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+
+@contextmanager
+def atomic_dir(path: str | Path):
+    """Yield a fresh temporary directory that becomes ``path`` only if the block succeeds.
+
+    On any exception (or Ctrl-C) the temporary directory is removed and an
+    existing ``path`` is left untouched, so no half-written output survives.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = None
+    if path.exists():
+        old = path.parent / f".{path.name}.old-{os.getpid()}"
+        path.rename(old)
+    tmp.rename(path)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write a file through a temporary sibling and ``os.replace``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,95 @@
+"""The decoder's configuration: one small frozen dataclass that checks itself."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dspark_sim.errors import InputError
+
+METHODS = ("none", "static", "dspark")
+SCHEDULERS = ("production", "algorithm1", "full")
+
+
+@dataclass(frozen=True, slots=True)
+class DecoderConfig:
+    """How the decoder drafts, verifies and batches.
+
+    ``method``: ``none`` (target only), ``static`` (a one-layer chain drafter run
+    ``block_size`` times left to right, MTP-k style, verifying every draft) or
+    ``dspark`` (the block drafter). ``scheduler`` (dspark only): ``production``
+    or ``algorithm1`` call ``schedule_verify``; ``full`` verifies the whole block.
+    ``synthetic``: accept decisions and confidences come from the simulator's
+    acceptance model (timing random-weight models); otherwise they are real.
+    ``kernels``: ``triton`` runs the fused kernels, ``torch`` their references.
+    """
+
+    method: str = "dspark"
+    block_size: int = 7
+    scheduler: str = "production"
+    lag_steps: int = 2
+    min_verify_len: int = 1
+    max_verify_len: int | None = None
+    survival_eps: float = 1e-6
+    sts_temperatures: tuple[float, ...] = ()
+    max_running_requests: int = 64
+    max_batched_tokens: int = 8192
+    page_size: int = 16
+    max_model_len: int = 16384
+    kv_tokens: int = 0  # KV capacity in tokens; 0 = fit the free device memory
+    draft_layers: int = 5
+    markov_rank: int = 256
+    synthetic: bool = False
+    kernels: str = "triton"
+    attention: str = "triton"
+    cuda_graphs: bool = True
+    dtype: str = "bfloat16"
+    device: str = "cuda"
+    seed: int = 0
+    source: str | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        self._require(self.method in METHODS, "method", self.method, f"expected one of {METHODS}")
+        self._require(self.scheduler in SCHEDULERS, "scheduler", self.scheduler,
+                      f"expected one of {SCHEDULERS}")
+        self._require(self.method == "none" or 1 <= self.block_size <= 16, "block_size",
+                      self.block_size, "must lie in 1..16 (the verify tile holds 16 tokens)")
+        top = self.block_size + 1
+        self._require(1 <= self.min_verify_len <= top, "min_verify_len", self.min_verify_len,
+                      f"must lie in 1..block_size+1={top}")
+        hi = self.max_verify_len
+        self._require(hi is None or self.min_verify_len <= hi <= top, "max_verify_len", hi,
+                      f"must lie in min_verify_len..{top}")
+        self._require(not self.sts_temperatures or len(self.sts_temperatures) == self.block_size,
+                      "sts", len(self.sts_temperatures), f"needs one temperature per position "
+                      f"({self.block_size})")
+        self._require(all(t > 0 for t in self.sts_temperatures), "sts", self.sts_temperatures,
+                      "temperatures must be > 0")
+        for key in ("max_running_requests", "max_batched_tokens", "page_size", "max_model_len",
+                    "draft_layers", "markov_rank", "lag_steps"):
+            self._require(getattr(self, key) >= (0 if key == "lag_steps" else 1), key,
+                          getattr(self, key), "out of range")
+        self._require(self.page_size & (self.page_size - 1) == 0, "page_size", self.page_size,
+                      "must be a power of two")
+        self._require(self.kernels in ("triton", "torch"), "kernels", self.kernels, "triton|torch")
+        self._require(self.attention in ("triton", "torch"), "attention", self.attention,
+                      "triton|torch")
+        self._require(self.dtype in ("bfloat16", "float16", "float32"), "dtype", self.dtype,
+                      "bfloat16|float16|float32")
+
+    def _require(self, ok: bool, key: str, value: object, why: str) -> None:
+        if not ok:
+            raise InputError(self.source, key, value, why)
+
+    @property
+    def gamma(self) -> int:
+        """Draft tokens proposed per request per step (0 without speculation)."""
+        return 0 if self.method == "none" else self.block_size
+
+    @property
+    def window(self) -> int:
+        """Most tokens one request puts into a verify step (anchor included)."""
+        return self.gamma + 1
+
+    @property
+    def temperatures(self) -> tuple[float, ...]:
+        """STS temperatures, one per draft position (ones when none were given)."""
+        return self.sts_temperatures or (1.0,) * max(self.gamma, 1)

@@ -1,0 +1,120 @@
+"""The serving loop: replay requests through the decoder, write the simulator's CSVs.
+
+Arrivals are honoured in real time (``realtime=True``: idle gaps are slept) or as
+fast as possible (idle gaps are skipped on a virtual clock, so busy periods keep
+their real durations). Times are seconds from the first arrival.
+"""
+from __future__ import annotations
+
+import csv
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dspark_sim.kernels.decoder.scheduler import Scheduler
+from dspark_sim.scenario import DOMAINS
+
+REQUEST_COLUMNS = ("request_id", "arrival_s", "prompt_tokens", "output_tokens", "domain",
+                   "first_scheduled_s", "first_token_s", "finish_s", "queue_delay_ms", "ttft_ms",
+                   "tpot_ms", "e2el_ms", "num_steps", "num_preemptions", "accepted_tokens",
+                   "verified_drafts")
+STEP_COLUMNS = ("step", "start_s", "step_s", "running_reqs", "decode_reqs", "prefill_tokens",
+                "verify_tokens", "budget_k", "accepted_tokens", "draft_s")
+
+
+class Clock:
+    """Seconds since start; ``skip`` moves it forward without waiting."""
+
+    def __init__(self, realtime: bool):
+        self.realtime = realtime
+        self.t0 = time.perf_counter()
+        self.skew = 0.0
+
+    def now(self) -> float:
+        return time.perf_counter() - self.t0 + self.skew
+
+    def wait_until(self, t: float) -> None:
+        gap = t - self.now()
+        if gap <= 0:
+            return
+        if self.realtime:
+            time.sleep(gap)
+        else:
+            self.skew += gap
+
+
+@dataclass
+class Run:
+    """Rows of one served trace."""
+
+    requests: list[dict] = field(default_factory=list)
+    steps: list[dict] = field(default_factory=list)
+    sequences: list = field(default_factory=list)
+
+
+def serve(decoder, seqs: list, realtime: bool = False, max_steps: int | None = None) -> Run:
+    """Serve ``seqs`` (sorted by ``arrival_s``) to completion; returns their rows."""
+    sched, clock, run = Scheduler(decoder), Clock(realtime), Run(sequences=seqs)
+    pending = list(reversed(seqs))
+    while pending or not sched.idle():
+        while pending and pending[-1].arrival_s <= clock.now():
+            sched.add(pending.pop())
+        plan = sched.next_step()
+        if plan is None:
+            clock.wait_until(pending[-1].arrival_s)
+            continue
+        kind, work = plan
+        start = clock.now()
+        for seq in (s for s, _ in work) if kind == "prefill" else work:
+            if seq.first_scheduled_s is None:
+                seq.first_scheduled_s = start
+        stats = decoder.prefill(work) if kind == "prefill" else decoder.decode(work)
+        decoder.sync()
+        end = clock.now()
+        run.steps.append(_step_row(len(run.steps), start, end, len(sched.running), stats))
+        for seq in list(sched.running):
+            if seq.outputs and seq.first_token_s is None:
+                seq.first_token_s = end
+            if seq.done:
+                seq.finish_s = end
+                sched.finish(seq)
+                run.requests.append(request_row(seq))
+        if max_steps is not None and len(run.steps) >= max_steps:
+            break
+    return run
+
+
+def _step_row(i: int, start: float, end: float, running: int, st) -> dict:
+    return {"step": i, "start_s": start, "step_s": end - start, "running_reqs": running,
+            "decode_reqs": st.decode_reqs, "prefill_tokens": st.prefill_tokens,
+            "verify_tokens": st.verify_tokens, "budget_k": st.budget_k,
+            "accepted_tokens": st.accepted_tokens, "draft_s": st.draft_s}
+
+
+def request_row(seq) -> dict:
+    """One ``requests.csv`` row of a finished sequence."""
+    out = len(seq.outputs)
+    ms = 1e3
+    tpot = (seq.finish_s - seq.first_token_s) * ms / (out - 1) if out > 1 else float("nan")
+    return {"request_id": seq.id, "arrival_s": seq.arrival_s, "prompt_tokens": seq.prompt_len,
+            "output_tokens": out, "domain": DOMAINS[seq.domain],
+            "first_scheduled_s": seq.first_scheduled_s, "first_token_s": seq.first_token_s,
+            "finish_s": seq.finish_s,
+            "queue_delay_ms": (seq.first_scheduled_s - seq.arrival_s) * ms,
+            "ttft_ms": (seq.first_token_s - seq.arrival_s) * ms, "tpot_ms": tpot,
+            "e2el_ms": (seq.finish_s - seq.arrival_s) * ms, "num_steps": seq.num_steps,
+            "num_preemptions": seq.num_preemptions, "accepted_tokens": seq.accepted,
+            "verified_drafts": seq.verified}
+
+
+def write_csvs(run: Run, out_dir: str | Path) -> None:
+    """Write ``requests.csv`` and ``steps.csv`` (the simulator's columns) into ``out_dir``."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, cols, rows in (("requests", REQUEST_COLUMNS, run.requests),
+                             ("steps", STEP_COLUMNS, run.steps)):
+        with open(out_dir / f"{name}.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=cols)
+            w.writeheader()
+            for row in rows:
+                w.writerow({k: (f"{v:.6f}" if isinstance(v, float) else v) for k, v in row.items()})

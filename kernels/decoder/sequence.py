@@ -1,0 +1,66 @@
+"""A request's state while it is served."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(eq=False)
+class Sequence:
+    """Tokens so far (prompt then output), cache bookkeeping and per-request stats.
+
+    The target's cache holds ``num_cached`` tokens. While decoding, that is all
+    tokens but the last one, the *anchor*, which the next step feeds.
+    """
+
+    id: int
+    tokens: list[int]
+    max_tokens: int
+    temperature: float = 0.0
+    domain: int = 0
+    eos: int | None = None
+    arrival_s: float = 0.0
+    prompt_len: int = field(init=False)
+    num_cached: int = 0
+    row: int | None = None
+    pages: list[int] = field(default_factory=list)
+    difficulty: float | None = None  # synthetic acceptance: drawn once per request
+    first_scheduled_s: float | None = None
+    first_token_s: float | None = None
+    finish_s: float | None = None
+    num_steps: int = 0
+    num_preemptions: int = 0
+    accepted: int = 0
+    verified: int = 0
+    done: bool = False
+
+    def __post_init__(self) -> None:
+        self.tokens = list(self.tokens)  # never alias the caller's prompt
+        self.prompt_len = len(self.tokens)
+
+    @property
+    def outputs(self) -> list[int]:
+        """Generated tokens."""
+        return self.tokens[self.prompt_len:]
+
+    @property
+    def prefill_target(self) -> int:
+        """Tokens the cache must hold before decoding: all but the anchor, or the
+        whole prompt when no token has been generated yet."""
+        return len(self.tokens) - 1 if self.outputs else len(self.tokens)
+
+    @property
+    def prefilling(self) -> bool:
+        """True until the cache holds :attr:`prefill_target` tokens."""
+        return self.num_cached < self.prefill_target
+
+    def extend(self, new: list[int]) -> int:
+        """Append generated tokens, stopping at ``max_tokens`` or EOS; returns how many."""
+        room = self.max_tokens - len(self.outputs)
+        new = new[:max(room, 0)]
+        if self.eos is not None and self.eos in new:
+            new = new[:new.index(self.eos) + 1]
+            self.done = True
+        self.tokens.extend(new)
+        if len(self.outputs) >= self.max_tokens:
+            self.done = True
+        return len(new)

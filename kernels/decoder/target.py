@@ -1,0 +1,68 @@
+"""The target: a Qwen3 decoder-only transformer (dense or MoE) over the paged cache."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dspark_sim.kernels.decoder.attention import Attn
+from dspark_sim.kernels.decoder.fused import add_rms_norm
+from dspark_sim.kernels.decoder.layers import Layer
+from dspark_sim.kernels.decoder.weights import (assign, check_hf_config, getter, load_layer,
+                                                 read_checkpoint)
+
+
+def feature_layers(num_layers: int, count: int = 5) -> tuple[int, ...]:
+    """Target layers whose outputs feed the drafter, spread evenly, never the last.
+
+    36 layers give (1, 9, 17, 25, 33), DeepSpec's choice for Qwen3-4B/8B.
+    """
+    if num_layers < 8:
+        return tuple(range(min(count, num_layers - 1))) or (0,)
+    step = (num_layers - 4) / (count - 1)
+    return tuple(sorted({round(1 + i * step) for i in range(count)}))
+
+
+class Target(nn.Module):
+    """Qwen3 target. ``forward`` returns final-normed hidden states and, when asked,
+    the concatenated outputs of ``features`` layers (the drafter's input)."""
+
+    def __init__(self, spec, dtype: torch.dtype, features: tuple[int, ...] = ()):
+        super().__init__()
+        self.spec = spec
+        self.features = tuple(features)
+        h, v = spec.hidden_size, spec.vocab_size
+        self.embed = nn.Parameter(torch.empty(v, h, dtype=dtype))
+        self.layers = nn.ModuleList(
+            Layer(spec, dtype, moe=spec.is_moe and i >= spec.first_dense_layers)
+            for i in range(spec.num_layers))
+        self.norm = nn.Parameter(torch.ones(h, dtype=dtype))
+        self.lm_head = self.embed if spec.tie_embeddings else nn.Parameter(torch.empty(v, h, dtype=dtype))
+
+    def forward(self, ids, batch, cache, rope, shape: Attn, impl: str, with_features: bool = True):
+        """Run tokens ``ids [T]`` laid out by ``batch``; returns ``(hidden [T, H],
+        features [T, len(features) * H] or None)``."""
+        slots = batch.slots()
+        x, res = F.embedding(ids, self.embed), None
+        taken = []
+        for i, layer in enumerate(self.layers):
+            x, res = layer(x, res, batch, slots, rope, cache.k[i], cache.v[i], shape, impl)
+            if with_features and i in self.features:
+                taken.append(x + res)
+        feats = torch.cat(taken, dim=-1) if taken else None
+        return add_rms_norm(x, res, self.norm, self.spec.rms_norm_eps, impl)[0], feats
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """fp32 logits ``[T, V]``."""
+        return F.linear(hidden, self.lm_head).float()
+
+    def load(self, directory) -> None:
+        """Load a Hugging Face Qwen3 checkpoint directory (safetensors)."""
+        check_hf_config(directory, self.spec)
+        get = getter(read_checkpoint(directory), directory)
+        assign(self.embed, get("embed_tokens.weight"), "embed_tokens.weight")
+        for i, layer in enumerate(self.layers):
+            load_layer(layer, get, f"layers.{i}.")
+        assign(self.norm, get("norm.weight"), "norm.weight")
+        if not self.spec.tie_embeddings:
+            assign(self.lm_head, get("lm_head.weight"), "lm_head.weight")

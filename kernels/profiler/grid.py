@@ -1,0 +1,36 @@
+"""The profiling grid: SGLang's probe sweep, and a coarse-first order of points.
+
+Points come coarse first (powers of two) so that a run cut short by
+``--max-seconds`` still spans the whole range; finer probes fill in after.
+"""
+from __future__ import annotations
+
+from dspark_sim.cost.sps import default_probes
+
+REQS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+CONTEXTS = (512, 2048, 8192)
+GAMMAS = (4, 5, 7, 8)
+CHUNKS = (256, 512, 1024, 2048, 4096, 8192)
+CACHED = (0, 4096)
+MAX_TOKENS = 2048
+MAX_WINDOW = 16  # verify tokens per request: gamma + 1 up to 15 drafts
+
+
+def verify_points(max_tokens: int = MAX_TOKENS) -> list[tuple[int, int, int]]:
+    """``(reqs, tokens, context)`` with ``reqs <= tokens <= 16 * reqs``, coarse first."""
+    probes = default_probes(max_tokens)
+    coarse, fine = [], []
+    for c in CONTEXTS:
+        for r in REQS:
+            for m in probes:
+                if r <= m <= MAX_WINDOW * r:
+                    (coarse if m & (m - 1) == 0 or m == r else fine).append((r, m, c))
+    return coarse + _spread(fine)
+
+
+def _spread(points: list) -> list:
+    """Every 4th point, then every 4th from offset 2, then the rest: even coverage early."""
+    order = []
+    for start, step in ((0, 4), (2, 4), (1, 2)):
+        order += points[start::step]
+    return order

@@ -1,0 +1,252 @@
+"""schedule_verify: DSpark's verify-length scheduler in one launch (DSPARK.md section 3).
+
+One program does everything, so the launch needs no host synchronisation:
+STS temperature scaling, prefix survival products, one bitonic sort of every
+admissible (request, position) survival across the batch (R x gamma up to 256 x 16),
+prefix sums, SPS table look-ups by binary search, the budget (argmax of Theta, or
+Algorithm 1's early stop), the per-request counts among the top-K, and the clamps.
+
+Semantics (the loop reference :func:`~dspark_sim.kernels.reference.schedule_verify_ref`
+is the definition):
+
+* c = sigmoid(logit(c_raw) / T_j) per position (SGLang's ``apply_sts`` on the logit),
+  a[r, j] = prod_{i <= j} c[r, i].
+* Candidates are (r, j) with a[r, j] >= survival_eps and j + 2 <= max_verify_len,
+  ranked by a descending, then lower j, then lower r (so prefix order holds).
+* Theta(k) = (R + sum of the k best candidates) * SPS(R + k); k + R above the table's
+  max_batch_tokens is inadmissible.
+* production: K = the first argmax of Theta over k >= 0, from ``lag_conf``'s ranking
+  when given (its R_lag may differ from R; R itself stays the current batch's).
+  algorithm1: admit candidates in rank order, stop at the first that does not raise Theta.
+* Each request gets verify_len = clamp(1 + its count among the K best *current*
+  candidates, min_verify_len, max_verify_len). min_verify_len can force tokens in
+  below survival_eps or past max_batch_tokens: it is a hard floor.
+* budget_k = sum(verify_len) - R; theta = Theta of the returned lengths, from the
+  current survivals: (R + sum_r sum_{j < verify_len_r - 1} a[r, j]) * SPS(sum(verify_len)).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from . import autotune
+from .checks import check_schedule_args
+from .sps_tensors import SpsTensors
+
+__all__ = ["schedule_verify"]
+
+MAX_SORT_ELEMS = 4096
+_NO_LIMIT = 2**30
+
+
+@triton.jit
+def _count_le(probes_ptr, n, x, LOG_P: tl.constexpr):
+    """bisect_right: how many of the n sorted probes are <= x (elementwise, x int32)."""
+    pos = x * 0
+    for i in tl.static_range(LOG_P):
+        cand = pos + (1 << (LOG_P - 1 - i))
+        probe = tl.load(probes_ptr + cand - 1, mask=cand <= n, other=0)
+        pos = tl.where((cand <= n) & (probe <= x), cand, pos)
+    return pos
+
+
+@triton.jit
+def _interp_clamped(xs_ptr, ys_ptr, n, x, LOG_P: tl.constexpr):
+    """Linear interpolation of (xs, ys) at integer x, clamped to the end values."""
+    hi = _count_le(xs_ptr, n, x, LOG_P)
+    lo = tl.minimum(tl.maximum(hi - 1, 0), n - 1)
+    hi = tl.minimum(hi, n - 1)
+    x0 = tl.load(xs_ptr + lo).to(tl.float32)
+    x1 = tl.load(xs_ptr + hi).to(tl.float32)
+    y0 = tl.load(ys_ptr + lo)
+    y1 = tl.load(ys_ptr + hi)
+    frac = tl.where(x1 > x0, (x.to(tl.float32) - x0) / tl.where(x1 > x0, x1 - x0, 1.0), 0.0)
+    return y0 + frac * (y1 - y0)
+
+
+@triton.jit
+def _steps_per_sec(b, R, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr, theta_ptr, n_m,
+                   ADDITIVE: tl.constexpr, LOG_P: tl.constexpr):
+    """SPS at b batch tokens (elementwise) for R requests."""
+    if ADDITIVE:
+        step_s = (bias_s + _interp_clamped(bs_ptr, alpha_ptr, n_bs, R, LOG_P)
+                  + _interp_clamped(m_ptr, theta_ptr, n_m, b, LOG_P))
+        sps = 1.0 / step_s
+    else:
+        idx = tl.maximum(_count_le(probes_ptr, n_p, b, LOG_P) - 1, 0)
+        sps = tl.load(sps_ptr + idx)
+    return sps
+
+
+@triton.jit
+def _survival(conf_ptr, stride_r, stride_g, temp_ptr, R, gamma, BLOCK_R: tl.constexpr, BLOCK_G: tl.constexpr):
+    """Calibrated prefix survival, position-major: a[j, r], fp32 [BLOCK_G, BLOCK_R], 0 outside."""
+    rr = tl.arange(0, BLOCK_R)
+    jj = tl.arange(0, BLOCK_G)[:, None]
+    run = tl.full([BLOCK_R], 1.0, tl.float32)
+    a = tl.zeros([BLOCK_G, BLOCK_R], tl.float32)
+    # A sequential product (not a scan) keeps a[j + 1] <= a[j] exact in fp32.
+    for j in tl.static_range(BLOCK_G):
+        c = tl.load(conf_ptr + rr * stride_r + j * stride_g, mask=rr < tl.where(j < gamma, R, 0), other=0.0)
+        inv_t = 1.0 / tl.load(temp_ptr + j, mask=j < gamma, other=1.0)
+        # sigmoid(logit(c) / T) = 1 / (1 + ((1 - c) / c) ** (1 / T)); exact at c = 0 and c = 1.
+        run = run * (1.0 / (1.0 + tl.exp2((tl.log2(1.0 - c) - tl.log2(c)) * inv_t)))
+        a = tl.where(jj == j, run[None, :], a)
+    return a
+
+
+@triton.jit
+def _ranked(a, R, gamma, max_len, eps, BLOCK_R: tl.constexpr, BLOCK_G: tl.constexpr):
+    """(flat candidates in (j, r) order with -1 for inadmissible, the same sorted descending)."""
+    jj = tl.arange(0, BLOCK_G)[:, None]
+    rr = tl.arange(0, BLOCK_R)[None, :]
+    ok = (jj < gamma) & (jj + 2 <= max_len) & (rr < R) & (a >= eps)
+    flat = tl.reshape(tl.where(ok, a, -1.0), [BLOCK_G * BLOCK_R])
+    return flat, tl.sort(flat, descending=True)
+
+
+@triton.jit
+def _budget(ranked, R, max_bt, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr, theta_ptr, n_m,
+            SIZE: tl.constexpr, ALGORITHM1: tl.constexpr, ADDITIVE: tl.constexpr, LOG_P: tl.constexpr):
+    """K, the number of extra verify tokens, from survivals sorted descending (-1 = none)."""
+    kk = tl.arange(0, SIZE)
+    gain_a = tl.where(ranked >= 0, ranked, 0.0)
+    tau = R + tl.cumsum(gain_a, 0)  # tau after admitting kk + 1 candidates
+    b = R + kk + 1
+    ok = (ranked >= 0) & (b <= max_bt)
+    sps = _steps_per_sec(b, R, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr, theta_ptr, n_m,
+                         ADDITIVE, LOG_P)
+    if ALGORITHM1:
+        sps_prev = _steps_per_sec(b - 1, R, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr, theta_ptr, n_m,
+                                  ADDITIVE, LOG_P)
+        # Theta(k) - Theta(k-1), written so that a flat SPS step leaves only a_k * SPS (no cancellation).
+        gain = tau * (sps - sps_prev) + gain_a * sps_prev
+        k = tl.min(tl.where((gain <= 0) | (ok == 0), kk, SIZE), 0)
+    else:
+        theta0 = R * _steps_per_sec(R, R, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr, theta_ptr, n_m,
+                                    ADDITIVE, LOG_P)
+        theta = tl.where(ok, tau * sps, -1.0)
+        best = tl.max(theta, 0)
+        first = tl.min(tl.where(theta == best, kk + 1, SIZE + 1), 0)
+        k = tl.where(best > theta0, first, 0)
+    return k
+
+
+@triton.jit
+def _top_k_counts(flat, ranked, k, BLOCK_R: tl.constexpr, BLOCK_G: tl.constexpr):
+    """Per-request counts among the k best candidates, ties by (j, r) order: int32 [BLOCK_R]."""
+    kk = tl.arange(0, BLOCK_G * BLOCK_R)
+    k = tl.minimum(k, tl.sum((ranked >= 0).to(tl.int32), 0))
+    thr = tl.sum(tl.where(kk == k - 1, ranked, 0.0), 0)
+    above = (flat > thr) & (flat >= 0)
+    tie = (flat == thr) & (flat >= 0)
+    tie_rank = tl.cumsum(tie.to(tl.int32), 0) - 1  # flat is (j, r) ordered: lower j, then lower r first
+    need = k - tl.sum(above.to(tl.int32), 0)
+    chosen = (above | (tie & (tie_rank < need))) & (k > 0)
+    return tl.sum(tl.reshape(chosen.to(tl.int32), [BLOCK_G, BLOCK_R]), 0)
+
+
+# Shape-dependent integers are not specialised on (== 1, % 16): one binary per block shape.
+@triton.jit(do_not_specialize=["stride_cr", "stride_lr", "R", "R_lag", "gamma", "min_len", "max_len", "max_bt",
+                               "n_p", "n_bs", "n_m"])
+def _schedule_verify_kernel(
+    conf_ptr, stride_cr, stride_cg, lag_ptr, stride_lr, stride_lg, temp_ptr,
+    probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr, theta_ptr, n_m,
+    len_ptr, k_ptr, theta_out_ptr,
+    R, R_lag, gamma, min_len, max_len, max_bt, eps,
+    BLOCK_R: tl.constexpr, BLOCK_RL: tl.constexpr, BLOCK_G: tl.constexpr,
+    ALGORITHM1: tl.constexpr, HAS_LAG: tl.constexpr, ADDITIVE: tl.constexpr, LOG_P: tl.constexpr,
+):
+    a = _survival(conf_ptr, stride_cr, stride_cg, temp_ptr, R, gamma, BLOCK_R, BLOCK_G)
+    flat, ranked = _ranked(a, R, gamma, max_len, eps, BLOCK_R, BLOCK_G)
+    if HAS_LAG:
+        a_lag = _survival(lag_ptr, stride_lr, stride_lg, temp_ptr, R_lag, gamma, BLOCK_RL, BLOCK_G)
+        _, sizing = _ranked(a_lag, R_lag, gamma, max_len, eps, BLOCK_RL, BLOCK_G)
+        k = _budget(sizing, R, max_bt, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr, theta_ptr, n_m,
+                    BLOCK_G * BLOCK_RL, ALGORITHM1, ADDITIVE, LOG_P)
+    else:
+        k = _budget(ranked, R, max_bt, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr, theta_ptr, n_m,
+                    BLOCK_G * BLOCK_R, ALGORITHM1, ADDITIVE, LOG_P)
+    counts = _top_k_counts(flat, ranked, k, BLOCK_R, BLOCK_G)
+
+    rr = tl.arange(0, BLOCK_R)
+    lens = tl.minimum(tl.maximum(1 + counts, min_len), max_len)
+    lens = tl.where(rr < R, lens, 0)
+    tl.store(len_ptr + rr, lens, mask=rr < R)
+    b = tl.sum(lens, 0)
+    tl.store(k_ptr, b - R)
+    jj = tl.arange(0, BLOCK_G)[:, None]
+    tau = R + tl.sum(tl.sum(tl.where(jj < lens[None, :] - 1, a, 0.0), 1), 0)
+    sps = _steps_per_sec(b, R, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr, theta_ptr, n_m,
+                         ADDITIVE, LOG_P)
+    tl.store(theta_out_ptr, tau * sps)
+
+
+def _block_rows(n: int) -> int:
+    return max(16, triton.next_power_of_2(n))
+
+
+def _table_args(sps, device):
+    """Kernel arguments for either table form; the unused form gets dummies."""
+    if isinstance(sps, SpsTensors):
+        t = sps.to(device) if sps.probes.device != device else sps
+        n = t.probes.numel()
+        dummies = (1.0, t.probes, t.steps_per_sec, 1, t.probes, t.steps_per_sec, 1)
+        return (t.probes, t.steps_per_sec, n) + dummies, False, n, t.max_batch_tokens
+    t = sps.to(device) if sps.bs_probes.device != device else sps
+    n_bs, n_m = t.bs_probes.numel(), t.m_probes.numel()
+    max_bt = _NO_LIMIT if t.max_batch_tokens is None else t.max_batch_tokens
+    args = (t.m_probes, t.theta_s, 1, float(t.bias_s), t.bs_probes, t.alpha_s, n_bs, t.m_probes, t.theta_s, n_m)
+    return args, True, max(n_bs, n_m), max_bt
+
+
+def schedule_verify(
+    conf, temperatures, sps, *, min_verify_len=1, max_verify_len=None, survival_eps=1e-6, mode="production", lag_conf=None
+):
+    """Choose per-request verify lengths for one DSpark step, in one launch.
+
+    Args:
+        conf: fp32 [R, gamma], raw draft confidences of the current step, in [0, 1].
+        temperatures: fp32 [gamma], STS temperatures (> 0), one per position.
+        sps: :class:`SpsTensors` or :class:`AdditiveSpsTensors` (moved to conf's device if needed).
+        min_verify_len, max_verify_len: bounds on verify_len, counting the anchor (default 1, gamma + 1).
+        survival_eps: candidates with survival below it are never admitted.
+        mode: ``"production"`` (budget = argmax of Theta) or ``"algorithm1"`` (early stop).
+        lag_conf: fp32 [R_lag, gamma], the confidences that size the budget (production only).
+
+    Returns:
+        verify_len int32 [R] (1..gamma+1, anchor included), budget_k int32 [1] (sum - R),
+        theta fp32 [1] (predicted accepted tokens per second of the returned schedule).
+    """
+    return run_schedule(conf, temperatures, sps, None, min_verify_len, max_verify_len, survival_eps, mode, lag_conf)
+
+
+def run_schedule(conf, temperatures, sps, cfg, min_verify_len=1, max_verify_len=None, survival_eps=1e-6,
+                 mode="production", lag_conf=None):
+    """schedule_verify with an explicit launch config (None: the tuned profile's)."""
+    min_len, max_len = check_schedule_args(conf, temperatures, sps, min_verify_len, max_verify_len, survival_eps, mode,
+                                           lag_conf)
+    R, gamma = conf.shape
+    block_r, block_g = _block_rows(R), max(2, triton.next_power_of_2(gamma))
+    lag = conf if lag_conf is None else lag_conf
+    block_rl = _block_rows(lag.shape[0])
+    if max(block_r, block_rl) * block_g > MAX_SORT_ELEMS:
+        raise ValueError(f"schedule_verify sorts at most {MAX_SORT_ELEMS} survivals; got R={R}, gamma={gamma}")
+    table, additive, n_probes, max_bt = _table_args(sps, conf.device)
+    lens = torch.empty(R, dtype=torch.int32, device=conf.device)
+    budget_k = torch.empty(1, dtype=torch.int32, device=conf.device)
+    theta = torch.empty(1, dtype=torch.float32, device=conf.device)
+    cfg = cfg or autotune.lookup("schedule_verify", {"R": block_r, "G": block_g}, conf.device)
+    _schedule_verify_kernel[(1,)](
+        conf, conf.stride(0), conf.stride(1), lag, lag.stride(0), lag.stride(1), temperatures,
+        *table,
+        lens, budget_k, theta,
+        R, lag.shape[0], gamma, min_len, max_len, max_bt, float(survival_eps),
+        BLOCK_R=block_r, BLOCK_RL=block_rl, BLOCK_G=block_g,
+        ALGORITHM1=mode == "algorithm1", HAS_LAG=lag_conf is not None, ADDITIVE=additive,
+        LOG_P=max(4, (n_probes.bit_length() + 3) & ~3),  # rounded up: few variants compile
+        num_warps=cfg["num_warps"],
+    )
+    return lens, budget_k, theta

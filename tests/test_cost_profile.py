@@ -1,0 +1,239 @@
+"""Measured profiles: file format and its validation, the fit, projection, lookup by name."""
+from __future__ import annotations
+
+import copy
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+from dspark_sim.catalog import get_gpu, get_model
+from dspark_sim.cost import (ProfileCost, RooflineCost, StepWork, fit_profile, get_cost_model,
+                             load_profile, project_profile)
+from dspark_sim.cost.base import CostModel, DraftWork
+from dspark_sim.cost.fit import _TargetModel, _target_rows
+from dspark_sim.cost.profile import shipped_profile_path
+from dspark_sim.cost.profile_format import DraftFit, TargetFit
+from dspark_sim.cost.shapes import hat_matrix, interp_array, interp_clamped
+from dspark_sim.cost.synthetic import default_grid, synthetic_raw
+from dspark_sim.errors import InputError
+
+MODEL, GPU = get_model("qwen3-8b"), get_gpu("h200")
+KNOWN_TARGET = TargetFit(bias_s=4e-4, req_s=3e-6, prefill_req_s=2e-4, weights_s=4.5e-3,
+                         flop_s_per_token=2.8e-5, mem_s_per_token=3e-7, sharpness=6.0,
+                         kv_s_per_token=4e-8, attn_s_per_pair=1.5e-9)
+KNOWN_DRAFTS = {"block": DraftFit("block", 3e-5, 1.2e-5, 9e-4, 3.5e-6, 2e-7, 5.0, 1e-9),
+                "chain": DraftFit("chain", 2e-5, 1e-5, 4.5e-4, 4e-6, 1e-7, 4.0, 3e-10)}
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    """A profile fitted to roofline timings with 1.5 % noise and a 64-token GEMM staircase."""
+    raw = synthetic_raw(RooflineCost(MODEL, GPU), seed=1)
+    raw["provenance"]["date"] = "2026-07-01"
+    return fit_profile(raw, MODEL, GPU, folds=3)
+
+
+def _known_profile(fitted):
+    from dataclasses import replace
+    return replace(fitted, target=KNOWN_TARGET, draft=KNOWN_DRAFTS)
+
+
+def test_fit_recovers_known_parameters(fitted):
+    truth = ProfileCost(_known_profile(fitted))
+    raw = synthetic_raw(truth, noise=0.005, quantum=1, seed=2)
+    got = fit_profile(raw, MODEL, GPU, folds=2)
+    t = got.target
+    assert t.weights_s == pytest.approx(KNOWN_TARGET.weights_s, rel=0.05)
+    assert t.flop_s_per_token == pytest.approx(KNOWN_TARGET.flop_s_per_token, rel=0.05)
+    assert t.kv_s_per_token == pytest.approx(KNOWN_TARGET.kv_s_per_token, rel=0.10)
+    assert t.attn_s_per_pair == pytest.approx(KNOWN_TARGET.attn_s_per_pair, rel=0.15)
+    assert t.bias_s + t.weights_s == pytest.approx(KNOWN_TARGET.bias_s + KNOWN_TARGET.weights_s, rel=0.02)
+    for kind, known in KNOWN_DRAFTS.items():
+        d = got.draft[kind]
+        # a chain pays launch_s and weights_s once per draft token: only their sum is identified
+        got_w, known_w = ((d.weights_s, known.weights_s) if kind == "block"
+                          else (d.weights_s + d.launch_s, known.weights_s + known.launch_s))
+        assert got_w == pytest.approx(known_w, rel=0.05)
+        assert d.flop_s_per_token == pytest.approx(known.flop_s_per_token, rel=0.10)
+    assert got.held_out["all"].median_rel_err < 0.01
+    # and off the grid, where the physical shape has to carry it
+    fit = ProfileCost(got)
+    for work in (StepWork(decode_reqs=512, verify_tokens=4096, decode_context_tokens=512 * 4096),
+                 StepWork(decode_reqs=3, verify_tokens=21, decode_context_tokens=3 * 30000),
+                 StepWork(prefill_tokens=16384, prefill_reqs=1, prefill_attn_tokens2=16384 * 8192.0),
+                 StepWork(draft=DraftWork("block", 512, 7, 512 * 2048))):
+        assert fit.step_s(work) == pytest.approx(truth.step_s(work), rel=0.03)
+
+
+def test_held_out_error_meets_the_targets(fitted):
+    for section in ("verify", "prefill", "all"):
+        assert fitted.held_out[section].median_rel_err <= 0.03
+        assert fitted.held_out[section].p90_rel_err <= 0.08
+    assert fitted.held_out["all"].num_points == sum(len(v) for v in default_grid().values())
+
+
+def test_profile_cost_is_the_fitted_formula(fitted):
+    cost = ProfileCost(fitted)
+    assert isinstance(cost, CostModel)
+    rows = _target_rows(fitted.grids)
+    vec = _TargetModel(fitted.target).predict(rows)
+    scalar = [cost.step_s(StepWork(decode_reqs=r["reqs"], verify_tokens=r["tokens"],
+                                   decode_context_tokens=r["reqs"] * r["context"]))
+              for r in fitted.grids["verify"]]
+    np.testing.assert_allclose(scalar, vec[:len(scalar)], rtol=1e-12)
+    work = StepWork(decode_reqs=96, verify_tokens=400, decode_context_tokens=96 * 3000,
+                    prefill_tokens=512, prefill_reqs=1, prefill_attn_tokens2=512 * 1000.0,
+                    draft=DraftWork("block", 96, 7, 96 * 3000))
+    assert cost.step_s(work) == pytest.approx(sum(cost.breakdown(work).values()), rel=1e-12)
+    assert cost.step_s(StepWork()) == 0.0
+
+
+def test_interpolation_shapes_agree():
+    knots, values = [1.0, 4.0, 10.0, 64.0], np.array([0.1, -0.2, 0.05, 0.3])
+    x = np.array([0.0, 1.0, 2.5, 4.0, 9.0, 64.0, 1000.0])
+    expect = [interp_clamped(knots, values, v) for v in x]
+    np.testing.assert_allclose(interp_array(knots, values, x), expect)
+    np.testing.assert_allclose(hat_matrix(knots, x) @ values, expect)
+
+
+def test_profile_round_trips(fitted, tmp_path):
+    path = tmp_path / "p.json"
+    fitted.save(path)
+    assert load_profile(path) == fitted
+    assert json.loads(path.read_text())["format_version"] == 1
+
+
+def _broken(fitted, edit):
+    d = copy.deepcopy(fitted.to_json_dict())
+    edit(d)
+    return d
+
+
+MALFORMED = [
+    ("format_version", lambda d: d.pop("format_version"), "not a dspark-sim profile"),
+    ("format_version", lambda d: d.update(format_version=99), "supported"),
+    ("target.weights_s", lambda d: d["target"].pop("weights_s"), "missing"),
+    ("target.weights_s", lambda d: d["target"].update(weights_s=-1.0), ">= 0"),
+    ("target.weights_s", lambda d: d["target"].update(weights_s="fast"), "number"),
+    ("target.sharpness", lambda d: d["target"].update(sharpness=True), "number"),
+    ("target.m_knots", lambda d: d["target"].update(m_knots=d["target"]["m_knots"][::-1]),
+     "strictly increasing"),
+    ("target.m_ratio", lambda d: d["target"].update(m_ratio=[0.0]), "length"),
+    ("target.speed", lambda d: d["target"].update(speed=1.0), "unknown key"),
+    ("draft.block.kind", lambda d: d["draft"]["block"].update(kind="chain"), "must equal its key"),
+    ("draft.tree", lambda d: d["draft"].update(tree=d["draft"]["block"]), "unknown key"),
+    ("held_out.all.p90_rel_err", lambda d: d["held_out"]["all"].pop("p90_rel_err"), "missing"),
+    ("grids.verify[0].step_s", lambda d: d["grids"]["verify"][0].update(step_s=0.0), "> 0"),
+    ("grids.draft[0].kind", lambda d: d["grids"]["draft"][0].update(kind="tree"), "one of"),
+    ("tp", lambda d: d.update(tp=2), "tp=1"),
+]
+
+
+@pytest.mark.parametrize("key,edit,why", MALFORMED, ids=[k for k, _, _ in MALFORMED])
+def test_loader_rejects_malformed_profiles(fitted, tmp_path, key, edit, why):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(_broken(fitted, edit)))
+    with pytest.raises(InputError, match=why) as err:
+        load_profile(path)
+    assert err.value.file == str(path)
+    assert err.value.key == key
+    assert "\n" not in str(err.value)
+
+
+def test_loader_rejects_non_profiles(tmp_path):
+    for text, why in (("[]", "JSON object"), ("{", "not valid JSON")):
+        (tmp_path / "x.json").write_text(text)
+        with pytest.raises(InputError, match=why):
+            load_profile(tmp_path / "x.json")
+    with pytest.raises(InputError, match="cannot read"):
+        load_profile(tmp_path / "missing.json")
+
+
+def test_fit_rejects_malformed_raw():
+    raw = synthetic_raw(RooflineCost(MODEL, GPU), grid={"verify": [(1, 1, 0)], "draft": [], "prefill": []})
+    raw["verify"][0]["step_s"] = -1.0
+    with pytest.raises(InputError, match="verify\\[0\\].step_s") as err:
+        fit_profile(raw, MODEL, GPU, file="raw_qwen3-8b.json")
+    assert err.value.file == "raw_qwen3-8b.json"
+    with pytest.raises(InputError, match="at least one"):
+        fit_profile({"verify": []}, MODEL, GPU)
+
+
+def test_projection_scales_each_term_by_its_resource(fitted, tmp_path):
+    b300 = get_gpu("b300")
+    proj = project_profile(fitted, b300)
+    assert proj.source == "projected from h200, measured 2026-07-01"
+    assert proj.gpu == "b300" and proj.grids is None and proj.projection.measured_gpu.name == "h200"
+    mem, flops = GPU.hbm_bytes_per_s / b300.hbm_bytes_per_s, GPU.bf16_flops / b300.bf16_flops
+    assert proj.projection.memory_ratio == pytest.approx(mem)
+    assert proj.target.weights_s == pytest.approx(fitted.target.weights_s * mem)
+    assert proj.target.flop_s_per_token == pytest.approx(fitted.target.flop_s_per_token * flops)
+    assert proj.target.bias_s == fitted.target.bias_s  # host time does not follow the GPU
+    assert proj.target.m_ratio == fitted.target.m_ratio  # measured efficiencies kept
+    proj.save(tmp_path / "b300.json")
+    assert load_profile(tmp_path / "b300.json") == proj
+    again = project_profile(proj, get_gpu("h100"))  # re-projection stays anchored to the h200
+    assert again.source == proj.source and again.projection.measured_gpu.name == "h200"
+    direct = project_profile(fitted, get_gpu("h100"))
+    assert again.target.weights_s == pytest.approx(direct.target.weights_s)
+
+
+def test_get_cost_model_falls_back_to_the_roofline_with_a_warning():
+    assert shipped_profile_path("a100", "llama-3.1-70b") is None
+    with pytest.warns(UserWarning, match="no measured profile for a100/llama-3.1-70b"):
+        cost = get_cost_model("a100", "llama-3.1-70b", tp=4)
+    assert isinstance(cost, RooflineCost)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        get_cost_model("a100", "llama-3.1-70b", warn=False)
+    with pytest.raises(InputError, match="unknown model") as err:  # blames the user's file
+        get_cost_model("a100", "gpt-9", file="scenario.yaml", warn=False)
+    assert err.value.file == "scenario.yaml"
+
+
+def test_get_cost_model_reads_a_named_file_and_scales_tp(fitted, tmp_path):
+    path = tmp_path / "qwen3-8b.json"
+    fitted.save(path)
+    one = get_cost_model("h200", "Qwen/Qwen3-8B", profile=path)
+    two = get_cost_model("h200", "qwen3-8b", tp=2, profile=path)
+    assert isinstance(one, ProfileCost) and two.tp == 2
+    work = StepWork(decode_reqs=64, verify_tokens=256, decode_context_tokens=64 * 2048)
+    parts1, parts2 = one.breakdown(work), two.breakdown(work)
+    assert parts2["linear_s"] == pytest.approx(parts1["linear_s"] / 2)
+    assert parts2["overhead_s"] == parts1["overhead_s"] and parts2["comm_s"] > 0
+    roof_comm = RooflineCost(MODEL, GPU, 2).breakdown(work)["comm_s"]
+    assert parts2["comm_s"] == pytest.approx(roof_comm)
+    with pytest.raises(InputError, match="not for model"):
+        get_cost_model("h200", "qwen3-4b", profile=path)
+
+
+def test_shipped_profiles_load_and_need_no_roofline():
+    for gpu in ("h200", "b300", "b200", "h100"):
+        for model in ("qwen3-4b", "qwen3-8b", "qwen3-14b", "qwen3-32b", "qwen3-30b-a3b"):
+            path = shipped_profile_path(gpu, model)
+            if path is None:
+                continue
+            profile = load_profile(path)
+            assert not profile.provenance.get("synthetic"), f"{path} was fitted to synthetic data"
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                assert isinstance(get_cost_model(gpu, model, warn=True), ProfileCost)
+            assert (path.parent / f"{model}.sps.json").is_file()
+            assert (path.parent / f"{model}.sps_additive.json").is_file()
+
+
+def test_fit_reads_the_profilers_spellings():
+    raw = synthetic_raw(RooflineCost(MODEL, GPU), grid={
+        "verify": [(r, r * t, 2048) for r in (1, 8, 64) for t in (1, 4)],
+        "draft": [(r, g, "block", 2048) for r in (1, 8, 64) for g in (4, 8)],
+        "prefill": [(n, c) for n in (256, 2048) for c in (0, 4096)]})
+    for row in raw["draft"]:
+        row["gamma"] = row.pop("block_size")
+        del row["kind"]
+    for row in raw["prefill"]:
+        row["context"] = row.pop("cached")
+    profile = fit_profile(raw, MODEL, GPU, folds=2)
+    assert set(profile.draft) == {"block"}
+    assert profile.grids["draft"][0]["block_size"] == 4 and profile.grids["prefill"][1]["cached"] == 4096

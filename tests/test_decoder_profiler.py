@@ -1,0 +1,57 @@
+"""The profiler's grid and step timers (tiny model on the CPU), and the bench table."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from dspark_sim.kernels.profiler.grid import MAX_WINDOW, verify_points  # noqa: E402
+from dspark_sim.kernels.profiler.steps import Stepper, run_part  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_verify_grid_is_coarse_first_and_bounded():
+    pts = verify_points()
+    assert len(set(pts)) == len(pts)
+    assert all(r <= m <= MAX_WINDOW * r and m <= 2048 for r, m, _ in pts)
+    first = pts[: len(pts) // 3]
+    assert {c for _, _, c in first} == {512, 2048, 8192}  # every context early
+    assert {r for r, _, _ in first} == {1, 2, 4, 8, 16, 32, 64, 128, 256}
+
+
+def test_stepper_times_each_part_and_skips_what_does_not_fit():
+    from dspark_sim.kernels.decoder.tiny import tiny_decoder
+
+    dec = tiny_decoder("dspark", block_size=8, kv_tokens=1024, max_model_len=256)
+    dec.randomize_cache()
+    free = len(dec.pages.free)
+    st = Stepper(dec, reps=2)
+    rows, skipped = run_part([(2, 6, 16), (4, 4, 8), (8, 8, 4096)], st.verify, float("inf"),
+                             lambda *a: None)
+    assert [p for p, _ in rows] == [(2, 6, 16), (4, 4, 8)] and skipped == [(8, 8, 4096)]
+    assert all(s > 0 for _, s in rows)
+    assert st.draft(3, 5, context=16) > 0 and dec.drafter.gamma == 8
+    assert st.prefill(16, 8) > 0
+    assert len(dec.pages.free) == free  # every point gave its pages back
+
+
+def test_bench_table_reports_checks_and_misses(tmp_path):
+    data = {"provenance": {"gpu": "X"}, "rows": [
+        {"method": "none", "reqs": 1, "tok_per_s_per_user": 100.0, "tok_per_s": 100.0,
+         "tokens_per_step_per_user": 1.0, "step_ms": 10.0},
+        {"method": "dspark", "reqs": 1, "tok_per_s_per_user": 250.0, "tok_per_s": 250.0,
+         "tokens_per_step_per_user": 4.0, "step_ms": 16.0},
+        {"method": "dspark", "reqs": 8, "error": "boom"}]}
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps(data))
+    doc = tmp_path / "decoder.md"
+    doc.write_text("# Decoder\n")
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_decoder.py"), "--json",
+                          str(path), "--doc", str(doc)], capture_output=True, text=True, check=True)
+    assert "2.50x no speculation (target >= 3x): MISSED" in out.stdout
+    assert "error: dspark R=8: boom" in out.stdout
+    assert doc.read_text().startswith("# Decoder") and "bench_decoder:begin" in doc.read_text()

@@ -1,0 +1,105 @@
+"""Serving loop: chunked prefill, admission cap, preemption, the simulator's CSV columns;
+the dspark.yaml reader; synthetic acceptance."""
+import csv
+
+import pytest
+import yaml
+
+torch = pytest.importorskip("torch")
+
+from dspark_sim.errors import InputError  # noqa: E402
+from dspark_sim.kernels.decoder.engine import REQUEST_COLUMNS, STEP_COLUMNS, serve, write_csvs  # noqa: E402
+from dspark_sim.kernels.decoder.sequence import Sequence  # noqa: E402
+from dspark_sim.kernels.decoder.settings import load_settings  # noqa: E402
+from dspark_sim.kernels.decoder.tiny import greedy_reference, tiny_decoder  # noqa: E402
+
+
+def _seqs(n, prompt_len=9, out=6, gap_s=0.0):
+    return [Sequence(i, [(i * 7 + j) % 31 for j in range(prompt_len + i)], out, arrival_s=i * gap_s)
+            for i in range(n)]
+
+
+def test_chunked_prefill_cap_and_csvs(tmp_path):
+    dec = tiny_decoder("dspark", max_running_requests=2, max_batched_tokens=5)
+    seqs = _seqs(4, gap_s=0.01)
+    run = serve(dec, seqs)
+    assert all(s.done and len(s.outputs) == 6 for s in seqs)
+    assert max(r["running_reqs"] for r in run.steps) <= 2
+    assert max(r["prefill_tokens"] for r in run.steps) <= 5
+    assert any(0 < r["prefill_tokens"] < 9 for r in run.steps)  # prompts were chunked
+    ref = greedy_reference(tiny_decoder("none"), seqs[1].tokens[:seqs[1].prompt_len], 6)
+    assert seqs[1].outputs == ref
+    write_csvs(run, tmp_path)
+    with open(tmp_path / "requests.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert tuple(rows[0]) == REQUEST_COLUMNS and len(rows) == 4
+    assert all(float(r["ttft_ms"]) >= float(r["queue_delay_ms"]) >= 0 for r in rows)
+    with open(tmp_path / "steps.csv") as f:
+        assert tuple(next(csv.reader(f))) == STEP_COLUMNS
+
+
+def test_preemption_recomputes_and_keeps_outputs():
+    dec = tiny_decoder("dspark", kv_tokens=64, max_running_requests=3)  # 16 pages of 4 tokens
+    seqs = _seqs(3, prompt_len=10, out=12)
+    serve(dec, seqs)
+    assert sum(s.num_preemptions for s in seqs) > 0
+    for s in seqs:
+        assert s.outputs == greedy_reference(tiny_decoder("none"), s.tokens[:s.prompt_len], 12)
+
+
+def test_synthetic_acceptance_runs_the_loop():
+    dec = tiny_decoder("dspark", synthetic=True)
+    seqs = [Sequence(i, [1, 2, 3, 4], 20, temperature=1.0) for i in range(3)]
+    serve(dec, seqs)
+    assert all(len(s.outputs) == 20 for s in seqs)
+    assert sum(s.accepted for s in seqs) > 20  # the preset accepts most drafts
+
+
+def _write(tmp_path, **over):
+    (tmp_path / "sps.json").write_text('{"sample_batch_tokens": [1, 64], "sample_steps_per_sec": '
+                                       '[100, 50], "max_batch_tokens": 4096}')
+    (tmp_path / "sts.json").write_text('{"temperatures": [1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7]}')
+    data = {"model": "qwen3-8b", "gpu": "h200",
+            "deployment": {"max_running_requests": 32, "max_batched_tokens": 4096},
+            "speculation": {"method": "dspark", "block_size": 7, "sps_table": "sps.json",
+                            "sts": "sts.json", "acceptance": {"drafter": "dspark"}},
+            "workload": {"trace": "t.csv", "domain": "math"}}
+    for key, value in over.items():
+        section, _, name = key.partition("__")
+        if name:
+            data[section][name] = value
+        else:
+            data[section] = value
+    path = tmp_path / "dspark.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_settings_read_the_tuner_export(tmp_path):
+    st = load_settings(_write(tmp_path), "qwen3-8b", device="cpu")
+    assert st.decoder.block_size == 7 and st.decoder.max_running_requests == 32
+    assert st.decoder.sts_temperatures[0] == 1.1 and st.sps["max_batch_tokens"] == 4096
+    assert st.domains == (("math", 1.0),)
+
+
+@pytest.mark.parametrize("over,key", [
+    ({}, "model"),  # --model differs from the file
+    ({"deployment__tp": 2}, "deployment.tp"),
+    ({"speculation__method": "threshold"}, "speculation.method"),
+    ({"speculation__block_size": 5}, "sts"),  # 7 STS temperatures for a block of 5
+    ({"speculation__max_verify_len": 12}, "max_verify_len"),
+    ({"speculation__color": 1}, "speculation.color"),
+])
+def test_settings_reject_what_does_not_fit(tmp_path, over, key):
+    model = "qwen3-4b" if key == "model" else "qwen3-8b"
+    with pytest.raises(InputError) as err:
+        load_settings(_write(tmp_path, **over), model, device="cpu")
+    assert key in str(err.value) and "\n" not in str(err.value)
+
+
+def test_cli_prints_one_line_and_exits_2(tmp_path, capsys):
+    from dspark_sim.kernels.decoder.cli import main
+
+    code = main(["--config", str(_write(tmp_path, deployment__tp=4)), "--device", "cpu"])
+    assert code == 2
+    assert capsys.readouterr().err.count("\n") == 1

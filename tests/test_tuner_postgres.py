@@ -1,0 +1,57 @@
+"""Two `dspark-tune` processes work one study on a real PostgreSQL server.
+
+.ci/postgres starts the server and exports DSPARK_TEST_POSTGRES_URL. The test
+skips only outside CI when the variable is unset; in CI (CI=true) it must run.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections import Counter
+
+import optuna
+import pytest
+from test_tuner_fixtures import tune_args
+
+from dspark_sim.tuner.storage import open_storage
+
+URL = os.environ.get("DSPARK_TEST_POSTGRES_URL")
+
+if URL is None and os.environ.get("CI", "").lower() != "true":
+    pytest.skip("DSPARK_TEST_POSTGRES_URL is unset (source .ci/postgres to run this test)",
+                allow_module_level=True)
+
+
+def test_two_processes_share_one_study(tmp_path):
+    assert URL, "CI=true but DSPARK_TEST_POSTGRES_URL is unset: .ci/postgres did not run"
+    study = f"pg-{uuid.uuid4().hex[:12]}"
+    n_trials = 16
+    procs = []
+    for k in range(2):  # as if on two machines: separate processes, separate outputs
+        (tmp_path / str(k)).mkdir()
+        args = tune_args(tmp_path / str(k), study, trials=n_trials)
+        args[args.index("--storage") + 1] = URL
+        procs.append(subprocess.Popen([sys.executable, "-m", "dspark_sim.tuner.cli", *args],
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    logs = [p.communicate(timeout=120)[0] for p in procs]
+    storage = open_storage(URL)
+    try:
+        assert [p.returncode for p in procs] == [0, 0], logs
+        trials = optuna.load_study(study_name=study, storage=storage).get_trials(deepcopy=False)
+        states = Counter(t.state for t in trials)
+        complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+        # nothing lost: every trial either finished or was never started past the budget
+        assert states[optuna.trial.TrialState.RUNNING] == 0 and states[optuna.trial.TrialState.FAIL] == 0
+        assert n_trials <= len(complete) <= n_trials + 1  # the two may each finish one past the count
+        # both processes contributed, and no trial is stored twice
+        workers = Counter(t.user_attrs["worker"] for t in complete)
+        assert len(workers) == 2 and min(workers.values()) >= 2
+        assert len({t.number for t in complete}) == len(complete)
+        assert len({tuple(sorted(t.params.items())) for t in complete}) == len(complete)
+        assert all(t.user_attrs.get("per_seed") and t.values for t in complete)
+    finally:
+        for summary in optuna.get_all_study_summaries(storage):
+            if summary.study_name.startswith(study):
+                optuna.delete_study(study_name=summary.study_name, storage=storage)

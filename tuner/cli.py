@@ -1,0 +1,194 @@
+"""`dspark-tune`: tune DSpark (and its baselines) for a GPU, a model and a trace.
+
+    dspark-tune --gpu b300                       # the shipped scenario, into runs/
+    dspark-tune --gpu b300 --scenario trace.yaml --slo-tok-per-s-user 60 --workers 2
+    dspark-tune --study NAME                     # resume (SQLite in runs/ by default)
+    dspark-tune export --study NAME --format sglang [--trial N]
+
+Bad input ends in one line on stderr and exit code 2.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+from dspark_sim.errors import InputError
+
+DEFAULT_SCENARIO = Path("examples") / "tune_default.yaml"
+
+
+def tune_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dspark-tune", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--gpu", help="GPU to tune for (catalog name, e.g. b300); default: the scenario's")
+    p.add_argument("--scenario", help=f"scenario YAML (default {DEFAULT_SCENARIO})")
+    p.add_argument("--model", help="target model (default: the scenario's)")
+    p.add_argument("--trials", type=int, help="complete DSpark trials the study should hold (default 200)")
+    p.add_argument("--objective", choices=("throughput", "goodput", "pareto"),
+                   help="maximise output tok/s per GPU (default), good requests/s per GPU, or the "
+                        "Pareto front of tok/s per GPU against tok/s per user")
+    slo = p.add_mutually_exclusive_group()
+    slo.add_argument("--slo-tpot-ms", type=float, help="SLO: p99 TPOT at most this")
+    slo.add_argument("--slo-tok-per-s-user", type=float, help="SLO: mean tok/s per user at least this")
+    p.add_argument("--slo-ttft-ms", type=float, help="SLO: p99 TTFT at most this")
+    p.add_argument("--storage", help="Optuna RDB URL (default sqlite:///runs/dspark-tune.db); "
+                                     "postgresql://... shares a study across machines")
+    p.add_argument("--study", help="study name; an existing study resumes with its stored settings")
+    p.add_argument("--workers", type=int, default=1, help="local worker processes (default 1)")
+    p.add_argument("--timeout", type=float, help="stop searching after this many seconds")
+    p.add_argument("--out", help="output directory (default runs/<study>)")
+    p.add_argument("--seed", type=int, help="sampler seed (default: the scenario's seed)")
+    p.add_argument("--seeds", type=int, help="simulation seeds per trial (default 2)")
+    p.add_argument("--baseline-trials", type=int, help="trials per baseline study (default 40)")
+    p.add_argument("--baselines", help="comma list of none,static,schedule,threshold (default all; '' for none)")
+    p.add_argument("--space", help="YAML overriding the search space (docs/tuning.md)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p
+
+
+def export_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dspark-tune export", description="write a trial's configuration")
+    p.add_argument("--study", required=True, help="study name (the DSpark study or NAME.<baseline>)")
+    p.add_argument("--trial", type=int, help="trial number (default: the confirmed winner)")
+    p.add_argument("--format", required=True, choices=("sglang", "vllm", "trtllm", "dspark"))
+    p.add_argument("--storage", help="Optuna RDB URL (default sqlite:///runs/dspark-tune.db)")
+    p.add_argument("--out", help="output directory (default runs/<study>/trial-<N>)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    from dspark_sim.tuner.runner import quiet
+
+    quiet()
+    try:
+        if argv[:1] == ["export"]:
+            return run_export(export_parser().parse_args(argv[1:]))
+        return run_tune(tune_parser().parse_args(argv))
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted; completed trials are in the study (resume with --study)", file=sys.stderr)
+        return 130
+
+
+def _positive(value, flag: str, minimum: float = 1) -> None:
+    if value is not None and value < minimum:
+        raise InputError(None, flag, value, f"must be >= {minimum}")
+
+
+def default_scenario() -> Path:
+    """``examples/tune_default.yaml`` here, else in the source tree this package came from."""
+    for root in (Path.cwd(), Path(__file__).resolve().parents[1]):
+        if (root / DEFAULT_SCENARIO).is_file():
+            return root / DEFAULT_SCENARIO
+    raise InputError(None, "--scenario", None, f"{DEFAULT_SCENARIO} not found: give --scenario")
+
+
+def study_name(base: dict, objective: str) -> str:
+    raw = f"{base.get('name', 'scenario')}-{base['model']}-{base['gpu']}-{objective}"
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", raw).lower()
+
+
+def new_settings(args):
+    """Settings for a new study from the flags (defaults filled in)."""
+    from dspark_sim.tuner.objective import Target
+    from dspark_sim.tuner.scenarios import load_base
+    from dspark_sim.tuner.space import load_space
+    from dspark_sim.tuner.tune import BASELINES, Settings
+
+    target = Target(args.objective or "throughput", args.slo_tpot_ms, args.slo_tok_per_s_user, args.slo_ttft_ms)
+    base = load_base(args.scenario or default_scenario(), gpu=args.gpu, model=args.model,
+                     slo=target.scenario_slo())
+    if not target.scenario_slo():  # no SLO flag: the scenario's own SLO is the constraint
+        slo = base.get("slo") or {}
+        target = Target(target.objective, slo.get("tpot_ms"), None, slo.get("ttft_ms"))
+    baselines = BASELINES if args.baselines is None else tuple(b for b in args.baselines.split(",") if b)
+    for b in baselines:
+        if b not in BASELINES:
+            raise InputError(None, "--baselines", b, f"expected some of {','.join(BASELINES)}")
+    seed = base.get("seed", 0) if args.seed is None else args.seed
+    n_seeds = args.seeds or 2
+    return Settings(base, target, load_space(args.space), trials=args.trials or 200,
+                    baseline_trials=40 if args.baseline_trials is None else args.baseline_trials,
+                    baselines=baselines, seeds=tuple(seed + i for i in range(n_seeds)),
+                    confirm_seeds=tuple(seed + n_seeds + i for i in range(3)), sampler_seed=seed)
+
+
+DEFINING = ("gpu", "scenario", "model", "objective", "slo_tpot_ms", "slo_tok_per_s_user", "slo_ttft_ms",
+            "seed", "seeds", "baselines", "space")
+
+
+def settings_for(args, url: str):
+    """(study name, settings): the flags' settings, or a stored study's when it exists.
+
+    Resuming needs only ``--study``. Flags given along with an existing study
+    must define the same study (another machine joining it runs the same
+    command); only the budgets may change, and file paths may differ.
+    """
+    from dataclasses import replace
+
+    from dspark_sim.tuner.tune import stored_settings
+
+    given = [k for k in DEFINING if getattr(args, k) is not None]
+    fresh = new_settings(args) if given or not args.study else None
+    name = args.study or study_name(fresh.base, fresh.target.objective)
+    stored = stored_settings(url, name)
+    if stored is None:
+        if fresh is None:
+            raise InputError(None, "--study", name, f"no such study in {url}: give --scenario (or --gpu) to start it")
+        return name, fresh
+    if fresh is not None and fresh.identity() != stored.identity():
+        raise InputError(None, "--study", name, "exists with other settings (scenario, SLO, space or seeds); "
+                         "pick another --study, or drop the flags to resume it")
+    settings = fresh or stored
+    print(f"resuming study {name} from {url}", file=sys.stderr)
+    return name, replace(settings, trials=args.trials or stored.trials,
+                         baseline_trials=stored.baseline_trials if args.baseline_trials is None
+                         else args.baseline_trials)
+
+
+def run_tune(args) -> int:
+    from dspark_sim.tuner import storage
+    from dspark_sim.tuner.tune import tune
+
+    for flag in ("trials", "workers", "seeds"):
+        _positive(getattr(args, flag), f"--{flag}")
+    _positive(args.baseline_trials, "--baseline-trials", 0)
+    _positive(args.timeout, "--timeout", 1e-9)
+    url = storage.check_url(args.storage) if args.storage else storage.default_url()
+    name, settings = settings_for(args, url)
+    out = Path(args.out) if args.out else Path("runs") / name
+    winners = tune(settings, url, name, out, workers=args.workers, timeout_s=args.timeout,
+                   show_progress=not args.quiet)
+    print((out / "report.md").read_text().split("\n## ")[0].strip())
+    if not winners:
+        print(f"error: no trial completed (the warnings above say why); study {name} in {url}", file=sys.stderr)
+        return 1
+    print(f"wrote {out}/ (dspark.yaml, sglang.yaml, vllm.yaml, trtllm.yaml, report.md); study {name} in {url}")
+    return 0
+
+
+def run_export(args) -> int:
+    from dspark_sim.metrics.outdir import atomic_dir
+    from dspark_sim.tuner import storage
+    from dspark_sim.tuner.tune import record_of, stored_settings, write_exports
+
+    url = storage.check_url(args.storage) if args.storage else storage.default_url()
+    main_name = args.study.rpartition(".")[0]
+    settings = stored_settings(url, args.study) or (stored_settings(url, main_name) if main_name else None)
+    if settings is None:
+        raise InputError(None, "--study", args.study, f"no dspark-tune study of that name in {url}")
+    record = record_of(url, args.study, args.trial, list(settings.seeds))
+    out = Path(args.out) if args.out else Path("runs") / args.study / f"trial-{record['trial']}"
+    with atomic_dir(out) as tmp:
+        files = write_exports(settings.base, record, args.study, tmp, [args.format], out)
+    print(f"wrote {', '.join(str(out / f) for f in files)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""Choosing each study's winner without the winner's curse.
+
+The best of hundreds of noisy trials is partly luck. So the ``FINALISTS``
+best trials of each study are simulated again on ``confirm_seeds`` fresh
+seeds, their metrics pooled with the search seeds (mean for objectives, worst
+seed for SLOs), and the winner is the best finalist that still meets the SLO
+on every seed; when none does, the next ``FINALISTS`` are confirmed (up to
+``ROUNDS`` rounds), and if none ever does the least-violating one is reported
+as missing the SLO. For a Pareto study the finalists come from its front and
+the winner is the front's knee: the largest throughput/GPU x tok/s/user.
+"""
+from __future__ import annotations
+
+import multiprocessing
+
+import optuna
+from optuna.trial import TrialState
+
+from dspark_sim.tuner.objective import (THROUGHPUT, USER_SPEED, aggregate, feasible, pareto_front, simulate,
+                                        violation)
+from dspark_sim.tuner.runner import Job, quiet
+from dspark_sim.tuner.scenarios import configure
+
+FINALISTS = 3
+ROUNDS = 3
+
+
+def knee(metrics: dict) -> float:
+    """Where a Pareto study's winner sits: the largest throughput/GPU x tok/s/user."""
+    return (metrics.get(THROUGHPUT) or 0.0) * (metrics.get(USER_SPEED) or 0.0)
+
+
+def candidates(study: optuna.Study, job: Job) -> list[optuna.trial.FrozenTrial]:
+    """Trials worth confirming, in the order to confirm them: feasible ones first, best first."""
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    ok = [t for t in done if feasible(t.constraints)]
+    if job.target.objective == "pareto":
+        return sorted(pareto_front(ok or done), key=lambda t: knee(t.user_attrs["metrics"]), reverse=True)
+    if ok:
+        return sorted(ok, key=lambda t: t.values[0], reverse=True)
+    return sorted(done, key=lambda t: violation(t.constraints))
+
+
+def _resimulate(task: tuple) -> list[dict]:
+    base, config, seeds = task
+    return simulate(configure(base, config), seeds)
+
+
+def _map(tasks: list[tuple], workers: int) -> list[list[dict]]:
+    if workers > 1 and len(tasks) > 1:
+        with multiprocessing.get_context("spawn").Pool(workers, initializer=quiet) as pool:
+            return pool.map(_resimulate, tasks)
+    return [_resimulate(task) for task in tasks]
+
+
+def confirm(jobs: list[Job], confirm_seeds: list[int], workers: int = 1) -> dict[str, dict]:
+    """Re-simulate each study's finalists; store and return ``{study: winner record}``.
+
+    Finalists go in rounds of ``FINALISTS`` (at most ``ROUNDS``): a study whose
+    round holds no trial that meets the SLO on every seed confirms its next ones.
+    """
+    queue = {job.study: candidates(job.open(), job) for job in jobs}
+    records: dict[str, list[dict]] = {job.study: [] for job in jobs}
+    for r in range(ROUNDS):
+        plan = [(job, t) for job in jobs if not any(x["feasible"] for x in records[job.study])
+                for t in queue[job.study][r * FINALISTS:(r + 1) * FINALISTS]]
+        if not plan:
+            break
+        runs = _map([(job.base, t.user_attrs["config"], list(confirm_seeds)) for job, t in plan], workers)
+        for (job, trial), extra in zip(plan, runs):
+            records[job.study].append(_record(job, trial, extra))
+    winners = {}
+    for job in jobs:
+        if records[job.study]:
+            winners[job.study] = _pick(records[job.study], job)
+            job.open().set_user_attr("winner", winners[job.study])
+    return winners
+
+
+def _record(job: Job, trial: optuna.trial.FrozenTrial, extra: list[dict]) -> dict:
+    """A finalist's metrics over search and confirmation seeds together (mean, and worst seed)."""
+    summaries = list(trial.user_attrs["per_seed"]) + extra
+    mean, worst = aggregate(summaries)
+    constraints = job.target.violations(worst)
+    return {"trial": trial.number, "method": job.method, "config": trial.user_attrs["config"],
+            "seeds": [s["seed"] for s in summaries], "mean": mean, "worst": worst,
+            "values": [mean[name] or 0.0 for name in job.target.value_names], "constraints": constraints,
+            "feasible": feasible(constraints), "search_values": list(trial.values)}
+
+
+def _pick(records: list[dict], job: Job) -> dict:
+    """The best confirmed finalist (feasible on every seed first; least violation otherwise)."""
+    ok = [r for r in records if r["feasible"]]
+    if not ok:
+        return min(records, key=lambda r: violation(r["constraints"]))
+    if job.target.objective == "pareto":
+        return max(ok, key=lambda r: knee(r["mean"]))
+    return max(ok, key=lambda r: r["values"][0])

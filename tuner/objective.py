@@ -1,0 +1,151 @@
+"""What a trial scores: objectives, SLO constraints, and the noise rule.
+
+Noise rule (docs/tuning.md): every configuration is simulated at the same
+``seeds`` (common random numbers, so two trials differ by their knobs and not
+by their luck); the objective is the *mean* over those seeds and each SLO is
+checked on the *worst* seed. Winners are re-simulated on fresh seeds before
+they are reported (:mod:`dspark_sim.tuner.confirm`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import optuna
+
+from dspark_sim.tuner.scenarios import configure, to_scenario
+
+OBJECTIVES = ("throughput", "goodput", "pareto")
+THROUGHPUT = "output_throughput_per_gpu"
+USER_SPEED = "mean_tok_per_s_per_user"
+GOODPUT = "goodput_per_gpu"
+HIGHER_IS_BETTER = frozenset({THROUGHPUT, USER_SPEED, GOODPUT, "request_goodput", "slo_attainment",
+                              "mean_accept_length", "completed"})
+# Metrics kept per trial (mean over seeds), for reports and the dashboard.
+RECORDED = (THROUGHPUT, USER_SPEED, GOODPUT, "request_goodput", "slo_attainment", "p99_tpot_ms",
+            "median_tpot_ms", "p99_ttft_ms", "median_ttft_ms", "mean_accept_length",
+            "mean_verify_tokens_per_request", "mean_batch_size", "num_preemptions", "completed")
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """The objective and the SLO a configuration must meet.
+
+    SLO checks (each on the worst seed): ``p99_tpot_ms <= tpot_ms``,
+    ``mean_tok_per_s_per_user >= tok_per_s_user``, ``p99_ttft_ms <= ttft_ms``.
+    """
+
+    objective: str = "throughput"
+    tpot_ms: float | None = None
+    tok_per_s_user: float | None = None
+    ttft_ms: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {OBJECTIVES}")
+        if self.tpot_ms is not None and self.tok_per_s_user is not None:
+            raise ValueError("give at most one of tpot_ms and tok_per_s_user")
+
+    @property
+    def directions(self) -> list[str]:
+        return ["maximize", "maximize"] if self.objective == "pareto" else ["maximize"]
+
+    @property
+    def value_names(self) -> list[str]:
+        if self.objective == "pareto":
+            return [THROUGHPUT, USER_SPEED]
+        return [GOODPUT if self.objective == "goodput" else THROUGHPUT]
+
+    def scenario_slo(self) -> dict:
+        """The per-request SLO the simulator's goodput counts against."""
+        slo = {}
+        if self.tpot_ms is not None:
+            slo["tpot_ms"] = self.tpot_ms
+        if self.tok_per_s_user is not None:
+            slo["tpot_ms"] = 1e3 / self.tok_per_s_user
+        if self.ttft_ms is not None:
+            slo["ttft_ms"] = self.ttft_ms
+        return slo
+
+    def violations(self, worst: dict) -> dict[str, float]:
+        """Optuna constraint values by name (<= 0 means met), relative to each bound so they compare."""
+        out = {}
+        if self.tpot_ms is not None:
+            out["p99_tpot"] = _latency(worst["p99_tpot_ms"]) / self.tpot_ms - 1.0
+        if self.tok_per_s_user is not None:
+            out["tok_per_s_user"] = 1.0 - (worst[USER_SPEED] or 0.0) / self.tok_per_s_user
+        if self.ttft_ms is not None:
+            out["p99_ttft"] = _latency(worst["p99_ttft_ms"]) / self.ttft_ms - 1.0
+        return out
+
+    def describe(self) -> str:
+        parts = []
+        if self.tpot_ms is not None:
+            parts.append(f"p99 TPOT <= {self.tpot_ms:g} ms")
+        if self.tok_per_s_user is not None:
+            parts.append(f"mean tok/s/user >= {self.tok_per_s_user:g}")
+        if self.ttft_ms is not None:
+            parts.append(f"p99 TTFT <= {self.ttft_ms:g} ms")
+        return ", ".join(parts) or "none"
+
+
+def _latency(value: float | None) -> float:
+    """A latency no request produced counts as hopeless (finite: Optuna sums violations)."""
+    return 1e12 if value is None or not np.isfinite(value) else value
+
+
+def simulate(raw: dict, seeds: list[int]) -> list[dict]:
+    """Summaries of the scenario mapping ``raw`` simulated once per seed."""
+    from dspark_sim.run import run_scenario
+
+    scenario = to_scenario(raw)
+    out = []
+    for seed in seeds:
+        summary, _ = run_scenario(scenario.with_seed(seed), None, plots=False, show_progress=False)
+        summary[GOODPUT] = (summary.get("request_goodput") or 0.0) / summary["num_gpus"]
+        out.append(summary)
+    return out
+
+
+def aggregate(summaries: list[dict]) -> tuple[dict, dict]:
+    """(mean, worst) of the recorded metrics over seeds; worst is per metric's bad direction."""
+    mean, worst = {}, {}
+    for key in RECORDED:
+        values = np.array([np.nan if s.get(key) is None else float(s[key]) for s in summaries])
+        if np.all(np.isnan(values)):
+            mean[key] = worst[key] = None
+            continue
+        mean[key] = float(np.nanmean(values))
+        worst[key] = float(np.nanmin(values) if key in HIGHER_IS_BETTER else np.nanmax(values))
+    return mean, worst
+
+
+def score(base: dict, config: dict, target: Target, seeds: list[int]) -> dict:
+    """Simulate ``config`` on ``base`` at ``seeds``: objective values, constraints and metrics."""
+    summaries = simulate(configure(base, config), seeds)
+    mean, worst = aggregate(summaries)
+    values = [mean[name] or 0.0 for name in target.value_names]
+    per_seed = [{key: s.get(key) for key in ("seed", *RECORDED)} for s in summaries]
+    return {"values": values, "constraints": target.violations(worst), "mean": mean, "worst": worst,
+            "per_seed": per_seed}
+
+
+def feasible(constraints: dict[str, float]) -> bool:
+    """Every SLO met (constraint values <= 0)."""
+    return all(c <= 0 for c in constraints.values())
+
+
+def violation(constraints: dict[str, float]) -> float:
+    """How far from meeting the SLO: the sum of the positive constraint values."""
+    return sum(max(c, 0.0) for c in constraints.values())
+
+
+def pareto_front(trials: list[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
+    """Trials no other trial beats on both throughput/GPU and tok/s/user."""
+    points = [(t.user_attrs["metrics"][THROUGHPUT] or 0.0, t.user_attrs["metrics"][USER_SPEED] or 0.0)
+              for t in trials]
+    front = []
+    for i, (x, y) in enumerate(points):
+        if not any((a >= x and b >= y) and (a > x or b > y) for a, b in points):
+            front.append(trials[i])
+    return front

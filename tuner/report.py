@@ -1,0 +1,184 @@
+"""``report.md``: the winner, the baselines beside it with DSpark's gains, the Pareto plot
+of throughput per GPU against tok/s/user (the paper's Fig. 7) and parameter importances."""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+from dspark_sim.tuner.objective import THROUGHPUT, USER_SPEED, feasible, pareto_front
+from dspark_sim.tuner.runner import Job
+
+LABELS = {"dspark": "DSpark (tuned)", "none": "no speculation", "static": "static MTP-k",
+          "schedule": "per-batch-size k schedule", "threshold": "static confidence threshold"}
+COLORS = {"dspark": "tab:red", "none": "tab:gray", "static": "tab:blue", "schedule": "tab:green",
+          "threshold": "tab:purple"}
+UNITS = {"throughput": "tok/s/GPU", "goodput": "good req/s/GPU", "pareto": "tok/s/GPU"}
+
+
+def knobs(config: dict) -> str:
+    """A one-line summary of a trial's configuration."""
+    spec, dep = config.get("speculation", {}), config.get("deployment", {})
+    parts = [f"R<={dep.get('max_running_requests')}", f"chunk={dep.get('chunked_prefill_tokens')}"]
+    method = spec.get("method")
+    if method in ("dspark", "threshold"):
+        parts += [f"gamma={spec['block_size']}", f"verify={spec.get('min_verify_len', 1)}..{spec['max_verify_len']}"]
+    if method == "dspark":
+        parts += [spec["scheduler"], f"lag={spec.get('lag_steps', '-')}", f"eps={spec['survival_eps']:.0e}",
+                  f"tiers={spec.get('graph_tiers', 'none')}"]
+    if method == "threshold":
+        parts.append(f"t={spec['threshold']:.2f}")
+    if method == "static":
+        parts.append(f"k={spec['block_size']}")
+    if method == "schedule":
+        parts.append("k=" + "/".join(f"{r['num_draft_tokens']}@{r['max_batch_size'] or 'inf'}"
+                                     for r in spec["schedule"]))
+    return " ".join(parts)
+
+
+def _trials(job: Job) -> list[optuna.trial.FrozenTrial]:
+    return job.open().get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+
+
+def matched_throughput(job: Job, speed: float) -> float | None:
+    """A Pareto baseline's best throughput/GPU at a tok/s/user of at least ``speed`` (search seeds)."""
+    ok = [t.user_attrs["metrics"] for t in _trials(job) if feasible(t.constraints)]
+    return max((m[THROUGHPUT] for m in ok if (m[USER_SPEED] or 0.0) >= speed), default=None)
+
+
+def rows(winners: dict[str, dict], jobs: list[Job]) -> list[dict]:
+    """One row per study, DSpark first: its value and DSpark's gain over it.
+
+    The value is the confirmed objective; for a Pareto study a baseline's value
+    is its best throughput/GPU at DSpark's tok/s/user, so the gain is at matched speed.
+    """
+    main = jobs[0]
+    ours = winners.get(main.study)
+    out = []
+    for job in jobs:
+        w = winners.get(job.study)
+        if w is None:
+            continue
+        value = w["values"][0]
+        if job is not main and ours is not None and main.target.objective == "pareto":
+            value = matched_throughput(job, ours["mean"][USER_SPEED] or 0.0)
+        comparable = job is not main and ours is not None and w["feasible"] and value
+        out.append({"job": job, "winner": w, "value": value,
+                    "gain": ours["values"][0] / value - 1.0 if comparable else None})
+    return out
+
+
+def best_baseline(table: list[dict]) -> dict | None:
+    """The strongest baseline that meets the SLO."""
+    ok = [r for r in table if r["job"].method != "dspark" and r["gain"] is not None]
+    return max(ok, key=lambda r: r["value"]) if ok else None
+
+
+def pareto_plot(jobs: list[Job], winners: dict[str, dict], path: Path, min_speed: float | None) -> None:
+    """Throughput per GPU against mean tok/s/user for every trial, each study's front joined."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    for job in jobs:
+        trials = [t for t in _trials(job) if t.user_attrs["metrics"].get(USER_SPEED) is not None]
+        if not trials:
+            continue
+        color, metrics = COLORS.get(job.method, "black"), [t.user_attrs["metrics"] for t in trials]
+        ax.scatter([m[USER_SPEED] for m in metrics], [m[THROUGHPUT] for m in metrics], s=8, alpha=0.35,
+                   color=color)
+        front = sorted((t.user_attrs["metrics"] for t in pareto_front(trials)), key=lambda m: m[USER_SPEED])
+        ax.plot([m[USER_SPEED] for m in front], [m[THROUGHPUT] for m in front], "-o", ms=3, color=color,
+                label=LABELS.get(job.method, job.method))
+        if job.study in winners:
+            m = winners[job.study]["mean"]
+            ax.scatter([m[USER_SPEED]], [m[THROUGHPUT]], marker="*", s=160, color=color, edgecolor="black",
+                       zorder=5)
+    if min_speed is not None:
+        ax.axvline(min_speed, color="black", ls="--", lw=1, label=f"SLO {min_speed:g} tok/s/user")
+    ax.set(xlabel="mean tok/s per user", ylabel="output tok/s per GPU",
+           title="Every trial; lines: each method's Pareto front; stars: confirmed winners")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def importances(job: Job) -> dict[str, float]:
+    """PED-ANOVA importances (Optuna's; scipy only, unlike fANOVA) of the knobs every complete trial has."""
+    study = job.open()
+    if len(_trials(job)) < 4:
+        return {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return optuna.importance.get_param_importances(
+                study, evaluator=optuna.importance.PedAnovaImportanceEvaluator(), target=lambda t: t.values[0])
+        except (RuntimeError, ValueError):  # too few distinct values
+            return {}
+
+
+def _headline(table: list[dict], unit: str) -> str:
+    ours = next((r for r in table if r["job"].method == "dspark"), None)
+    if ours is None:
+        return "No DSpark trial completed."
+    met = "meets" if ours["winner"]["feasible"] else "does NOT meet"
+    text = f"**Tuned DSpark: {ours['value']:,.1f} {unit}** ({met} the SLO)."
+    base = best_baseline(table)
+    if base is None:
+        return text + " No baseline meets the SLO."
+    return (text + f" Best baseline: {LABELS.get(base['job'].method)} at {base['value']:,.1f} {unit}; "
+            f"DSpark gains **{base['gain']:+.1%}**.")
+
+
+def _table(table: list[dict], unit: str, pareto: bool) -> list[str]:
+    value_head = f"{unit} at DSpark's tok/s/user" if pareto else unit
+    lines = [f"| method | trial | knobs | {value_head} | tok/s/user | p99 TPOT ms | p99 TTFT ms | SLO met | "
+             "DSpark gain |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in table:
+        w, m = r["winner"], r["winner"]["mean"]
+        gain = "-" if r["job"].method == "dspark" else ("misses SLO" if not w["feasible"] else
+                                                        "n/a" if r["gain"] is None else f"{r['gain']:+.1%}")
+        value = "-" if r["value"] is None else f"{r['value']:,.1f}"
+        speed, tpot, ttft = (m.get(k) for k in (USER_SPEED, "p99_tpot_ms", "p99_ttft_ms"))
+        lines.append(f"| {LABELS.get(r['job'].method, r['job'].method)} | {w['trial']} | {knobs(w['config'])} | "
+                     f"{value} | {speed or 0:.1f} | {tpot or 0:.1f} | {ttft or 0:,.0f} | "
+                     f"{'yes' if w['feasible'] else 'no'} | {gain} |")
+    return lines
+
+
+def write(out: Path, jobs: list[Job], winners: dict[str, dict], info: dict) -> str:
+    """Write ``report.md`` and ``pareto.png`` into ``out``; returns the report text."""
+    main = jobs[0]
+    table = rows(winners, jobs)
+    unit = UNITS[main.target.objective]
+    pareto_plot(jobs, winners, out / "pareto.png", main.target.tok_per_s_user)
+    imp = importances(main)
+    lines = [f"# dspark-tune report: {main.study}", "",
+             f"- scenario: `{info['scenario']}` ({info['model']} on {info['num_gpus']} x {info['gpu']})",
+             f"- objective: {main.target.objective}; SLO: {main.target.describe()}",
+             f"- trials: {info['trials']} (DSpark) + baselines; seeds per trial: {list(main.seeds)}; "
+             f"finalists re-run on seeds {info['confirm_seeds']}",
+             f"- storage: `{info['storage']}`; sampler: TPE seed {main.sampler_seed}; "
+             f"wall time {info['wall_s']:.0f} s on {info['workers']} worker(s)", "",
+             _headline(table, unit), "",
+             "## Winner and baselines (same trace, same SLO, confirmed on fresh seeds)", "",
+             *_table(table, unit, main.target.objective == "pareto"), "",
+             "![Pareto front](pareto.png)", "",
+             "## Parameter importances (DSpark study; PED-ANOVA over the knobs every trial has)", "",
+             *(["| knob | importance |", "|---|---|", *(f"| {k} | {v:.3f} |" for k, v in imp.items())]
+               if imp else ["(not enough complete trials)"]), "",
+             "## Files", "",
+             "- `dspark.yaml`: the winner as a scenario: `dspark-sim run dspark.yaml` replays it",
+             "- `sglang.yaml` (+ `sps_table.json`, `sts.json`), `vllm.yaml`, `trtllm.yaml`: engine configs",
+             f"- the study: `optuna-dashboard {info['storage']}`; other trials: "
+             f"`dspark-tune export --study {main.study} --trial N --format sglang`", ""]
+    text = "\n".join(lines)
+    (out / "report.md").write_text(text)
+    return text

@@ -1,0 +1,156 @@
+"""Running studies: the trial function, local worker processes and the progress bar.
+
+One :class:`Job` per study (the DSpark study and one per baseline). Every
+worker runs the jobs in order; a study stops once it holds ``n_trials``
+complete trials, counted in the storage, so workers on other machines pulling
+the same study share that count. ``--timeout`` is a wall-clock deadline over
+all jobs.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import socket
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+
+import optuna
+from optuna.trial import TrialState
+
+from dspark_sim.tuner import storage
+from dspark_sim.tuner.objective import Target, score
+from dspark_sim.tuner.progress import Progress
+from dspark_sim.tuner.space import SearchSpace, suggest
+
+
+@dataclass(frozen=True)
+class Job:
+    """Everything a worker needs to run trials of one study; picklable."""
+
+    url: str
+    study: str
+    method: str
+    base: dict
+    space: SearchSpace
+    target: Target
+    seeds: tuple[int, ...]
+    sampler_seed: int
+    n_trials: int
+
+    def open(self) -> optuna.Study:
+        return storage.open_study(self.url, self.study, self.target.directions, storage.sampler(self.sampler_seed))
+
+
+class TrialFunction:
+    """The Optuna objective of a job: sample, simulate at every seed, store what the report needs."""
+
+    def __init__(self, job: Job):
+        self.job = job
+
+    def __call__(self, trial: optuna.Trial):
+        job = self.job
+        config = suggest(trial, job.method, job.space)
+        trial.set_user_attr("method", job.method)
+        trial.set_user_attr("config", config)
+        try:
+            result = score(job.base, config, job.target, list(job.seeds))
+        except Exception as err:
+            trial.set_user_attr("error", f"{type(err).__name__}: {err}")
+            raise
+        for name, value in result["constraints"].items():
+            trial.set_constraint(name, value)
+        trial.set_user_attr("metrics", result["mean"])
+        trial.set_user_attr("worst", result["worst"])
+        trial.set_user_attr("per_seed", result["per_seed"])
+        trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
+        values = result["values"]
+        return tuple(values) if len(values) > 1 else values[0]
+
+
+def complete_count(study: optuna.Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+
+
+_SEEN: set[str] = set()
+
+
+def warn_once(message, category, filename, lineno, file=None, line=None) -> None:
+    """``warnings.showwarning`` printing each distinct message once, on one line.
+
+    Trials re-run the same scenario hundreds of times; its warnings need saying once.
+    """
+    if str(message) not in _SEEN:
+        _SEEN.add(str(message))
+        print(f"warning: {message}", file=sys.stderr)
+
+
+def quiet() -> None:
+    """Warnings once each, on one line; no Optuna INFO lines or experimental-feature notices."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.showwarning = warn_once
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+
+def work(jobs: list[Job], deadline: float | None, callback=None) -> None:
+    """Run every job's trials until its study holds ``n_trials`` complete ones (or the deadline)."""
+    quiet()
+    for job in jobs:
+        study = job.open()
+        if complete_count(study) >= job.n_trials:
+            continue
+        left_s = None if deadline is None else deadline - time.monotonic()
+        if left_s is not None and left_s <= 0:
+            return
+        callbacks = [optuna.study.MaxTrialsCallback(job.n_trials, states=(TrialState.COMPLETE,)),
+                     FailureGuard()]
+        if callback is not None:
+            callbacks.append(callback)
+        # a configuration the simulator rejects fails its trial, not the study
+        study.optimize(TrialFunction(job), timeout=left_s, callbacks=callbacks, catch=(Exception,))
+
+
+class FailureGuard:
+    """Stop a study whose trials keep failing (a broken scenario, not an unlucky configuration)."""
+
+    def __init__(self, limit: int = 10):
+        self.limit = limit
+        self.in_a_row = 0
+
+    def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        self.in_a_row = self.in_a_row + 1 if trial.state == TrialState.FAIL else 0
+        if self.in_a_row >= self.limit:
+            warnings.warn(f"study {study.study_name}: {self.limit} trials failed in a row; stopping it "
+                          f"(last error: {trial.user_attrs.get('error', 'see the log')})")
+            study.stop()
+
+
+def run(jobs: list[Job], workers: int, timeout_s: float | None, show_progress: bool = True) -> None:
+    """Run all jobs on ``workers`` local processes (in this process when 1), with a progress bar."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    bar = Progress(jobs, show_progress)
+    try:
+        if workers == 1:
+            work(jobs, deadline, callback=bar.on_trial)
+            return
+        ctx = multiprocessing.get_context("spawn")
+        procs = [ctx.Process(target=work, args=(jobs, deadline), daemon=True) for _ in range(workers)]
+        for p in procs:
+            p.start()
+        try:
+            while any(p.is_alive() for p in procs):
+                bar.poll()
+                time.sleep(1.0)
+        finally:
+            for p in procs:
+                if p.is_alive():
+                    p.terminate()
+                p.join()
+        bar.poll()
+        crashed = [p.exitcode for p in procs if p.exitcode]
+        if crashed:
+            warnings.warn(f"{len(crashed)} of {workers} workers exited with codes {crashed}; "
+                          "their finished trials are kept")
+    finally:
+        bar.close()

@@ -1,0 +1,226 @@
+"""The search space: which knobs each speculation method tunes, and their ranges.
+
+One study tunes one method. Every method shares the deployment knobs; each adds
+its own (docs/tuning.md lists them all). Spaces are define-by-run: a knob that
+only matters under another choice is only sampled under it (``lag_steps`` only
+for the production scheduler, a graph-tier ladder only where padding happens),
+and ranges may depend on earlier draws (``max_verify_len`` <= gamma + 1).
+
+A space file (``--space FILE``) overrides any knob: a scalar fixes it, a list
+makes it categorical, ``{low, high, log}`` makes it a range::
+
+    deployment: {max_running_requests: {low: 32, high: 256, log: true}}
+    dspark: {block_size: 7, scheduler: [production]}
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dspark_sim.config import Section, check_number, load_yaml
+from dspark_sim.errors import InputError
+
+METHODS = ("dspark", "none", "static", "schedule", "threshold")
+MAX_DRAFTS = 16  # scenario.py caps block_size at 16
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    """A numeric range, inclusive; integer when both ends are integers."""
+
+    low: float
+    high: float
+    log: bool = False
+
+    @property
+    def is_int(self) -> bool:
+        return isinstance(self.low, int) and isinstance(self.high, int)
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """A categorical knob (one value = fixed)."""
+
+    values: tuple
+
+
+Knob = Range | Choice
+
+# Graph-tier ladders (verify tokens a captured CUDA graph covers), by name.
+TIER_LADDERS = ("none", "pow2", "step16", "step64")
+
+DEFAULT_SPACE: dict[str, dict[str, Knob]] = {
+    "deployment": {
+        "max_running_requests": Range(4, 512, log=True),
+        "chunked_prefill_tokens": Range(512, 8192, log=True),
+    },
+    "dspark": {
+        "block_size": Range(3, 8),
+        "scheduler": Choice(("production", "algorithm1")),
+        "lag_steps": Range(1, 4),  # SGLang clamps the relay lag to >= 1
+        "min_verify_len": Range(1, 3),
+        "max_verify_len": Range(2, 9),
+        "survival_eps": Range(1e-8, 1e-2, log=True),
+        "graph_tiers": Choice(TIER_LADDERS),
+    },
+    "threshold": {
+        "block_size": Range(3, 8),
+        "threshold": Range(0.05, 0.95),
+        "max_verify_len": Range(2, 9),
+    },
+    "static": {"num_draft_tokens": Range(1, 4)},
+    "schedule": {"num_draft_tokens": Range(0, 4), "bounds": Choice(((8, 32, 128),))},
+    "none": {},
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SearchSpace:
+    """Knobs by section (``deployment`` and one per method); see :data:`DEFAULT_SPACE`."""
+
+    sections: dict[str, dict[str, Knob]] = field(default_factory=lambda: DEFAULT_SPACE)
+
+    def knob(self, section: str, name: str) -> Knob:
+        return self.sections[section][name]
+
+
+def load_space(path: str | Path | None) -> SearchSpace:
+    """The default space, with the overrides of the YAML file ``path`` (if any) applied."""
+    sections = {name: dict(knobs) for name, knobs in DEFAULT_SPACE.items()}
+    if path is None:
+        return SearchSpace(sections)
+    top = Section(load_yaml(path), path, "")
+    for name in sections:
+        sub = top.section(name)
+        for key in list(sub.data):
+            if key not in sections[name]:
+                raise InputError(path, sub.path(key), sub.data[key], "unknown knob for " + name)
+            sections[name][key] = _knob(sub.raw(key), path, sub.path(key), sections[name][key])
+        sub.done()
+    top.done()
+    return SearchSpace(sections)
+
+
+def _knob(value: Any, file, key: str, default: Knob) -> Knob:
+    """Parse one override: scalar (fixed), list (categorical) or {low, high, log} (range)."""
+    if isinstance(value, dict):
+        s = Section(value, file, key)
+        low, high = s.raw("low"), s.raw("high")
+        log = s.boolean("log", False)
+        s.done()
+        for end, v in (("low", low), ("high", high)):
+            check_number(v, file, f"{key}.{end}")
+        if isinstance(default, Range) and default.is_int and not (isinstance(low, int) and isinstance(high, int)):
+            raise InputError(file, key, value, "this knob is an integer: give integer low and high")
+        if high < low or (log and low <= 0):
+            raise InputError(file, key, value, "need low <= high (and low > 0 for log)")
+        return Range(low, high, log)
+    values = tuple(tuple(v) if isinstance(v, list) else v for v in (value if isinstance(value, list) else [value]))
+    if not values:
+        raise InputError(file, key, value, "give at least one value")
+    return Choice(values)
+
+
+# -- sampling -----------------------------------------------------------------
+def draw(trial, name: str, knob: Knob, low: float | None = None, high: float | None = None):
+    """Sample ``knob`` as parameter ``name``; ``low``/``high`` narrow a range (define-by-run)."""
+    if isinstance(knob, Choice):
+        if len(knob.values) == 1:
+            return knob.values[0]
+        if all(v is None or isinstance(v, (str, int, float, bool)) for v in knob.values):
+            return trial.suggest_categorical(name, list(knob.values))
+        # Optuna stores only scalars: tuples (schedule bounds) are drawn by index
+        return knob.values[trial.suggest_categorical(name, list(range(len(knob.values))))]
+    lo = knob.low if low is None else max(knob.low, low)
+    hi = knob.high if high is None else min(knob.high, high)
+    if hi <= lo:
+        return type(knob.low)(lo) if knob.is_int else lo
+    if knob.is_int:
+        return trial.suggest_int(name, int(lo), int(hi), log=knob.log)
+    return trial.suggest_float(name, float(lo), float(hi), log=knob.log)
+
+
+def suggest(trial, method: str, space: SearchSpace) -> dict:
+    """One configuration for ``method``, sampled define-by-run.
+
+    Returns ``{"deployment": {...}, "speculation": {...}}``: scenario keys and
+    values (``dspark_sim.scenario``), ready for :func:`dspark_sim.tuner.scenarios.configure`.
+    """
+    dep = space.sections["deployment"]
+    deployment = {name: draw(trial, name, knob) for name, knob in dep.items()}
+    speculation = _SPECULATION[method](trial, space.sections[method])
+    return {"deployment": deployment, "speculation": speculation}
+
+
+def _dspark(trial, knobs: dict[str, Knob]) -> dict:
+    gamma = draw(trial, "block_size", knobs["block_size"], high=MAX_DRAFTS)
+    scheduler = draw(trial, "scheduler", knobs["scheduler"])
+    spec = {"method": "dspark", "drafter": "dspark", "block_size": gamma, "scheduler": scheduler}
+    spec.update(_verify_lens(trial, knobs, gamma))
+    spec["survival_eps"] = draw(trial, "survival_eps", knobs["survival_eps"])
+    if scheduler == "production":  # Algorithm 1 has no lag and never pads
+        spec["lag_steps"] = draw(trial, "lag_steps", knobs["lag_steps"])
+        ladder = draw(trial, "graph_tiers", knobs["graph_tiers"])
+        if ladder != "none":
+            spec["graph_tiers"] = ladder
+            spec["pad_to_graph_tier"] = True
+    return spec
+
+
+def _verify_lens(trial, knobs: dict[str, Knob], gamma: int) -> dict:
+    """Min and max verify length (anchor counted), each within [1, gamma + 1], min <= max."""
+    out = {}
+    lo = 1
+    if "min_verify_len" in knobs:
+        lo = draw(trial, "min_verify_len", knobs["min_verify_len"], high=gamma + 1)
+        out["min_verify_len"] = lo
+    out["max_verify_len"] = draw(trial, "max_verify_len", knobs["max_verify_len"], low=lo, high=gamma + 1)
+    return out
+
+
+def _threshold(trial, knobs: dict[str, Knob]) -> dict:
+    gamma = draw(trial, "block_size", knobs["block_size"], high=MAX_DRAFTS)
+    spec = {"method": "threshold", "drafter": "dspark", "block_size": gamma,
+            "threshold": draw(trial, "threshold", knobs["threshold"])}
+    spec.update(_verify_lens(trial, knobs, gamma))
+    return spec
+
+
+def _static(trial, knobs: dict[str, Knob]) -> dict:
+    k = draw(trial, "num_draft_tokens", knobs["num_draft_tokens"], low=1, high=MAX_DRAFTS)
+    return {"method": "static", "drafter": "mtp", "block_size": k}
+
+
+def _schedule(trial, knobs: dict[str, Knob]) -> dict:
+    """k per batch-size bucket; drafts never grow with the batch (cumulative minimum)."""
+    bounds = draw(trial, "bounds", knobs["bounds"])
+    ks, cap = [], MAX_DRAFTS
+    for i in range(len(bounds) + 1):
+        k = draw(trial, f"num_draft_tokens_{i}", knobs["num_draft_tokens"], low=0, high=MAX_DRAFTS)
+        cap = min(cap, k)
+        ks.append(cap)
+    if ks[0] == 0:  # a schedule that never drafts is the no-speculation baseline
+        ks[0] = 1
+    rules = [{"max_batch_size": b, "num_draft_tokens": k} for b, k in zip((*bounds, None), ks)]
+    return {"method": "schedule", "drafter": "mtp", "block_size": max(ks), "schedule": rules}
+
+
+def _none(trial, knobs: dict[str, Knob]) -> dict:
+    return {"method": "none"}
+
+
+_SPECULATION = {"dspark": _dspark, "threshold": _threshold, "static": _static,
+                "schedule": _schedule, "none": _none}
+
+
+def tier_ladder(name: str, max_tokens: int) -> list[int]:
+    """Captured verify-token tiers of a named ladder, up to ``max_tokens``."""
+    if name == "pow2":
+        tiers = [1 << i for i in range(max_tokens.bit_length()) if 1 << i <= max_tokens]
+    elif name in ("step16", "step64"):
+        step = int(name[4:])
+        tiers = [1, 2, 4, 8, *range(step, max_tokens + 1, step)]
+    else:
+        raise ValueError(f"unknown graph-tier ladder {name!r}")
+    return sorted(set(t for t in tiers if t <= max_tokens))

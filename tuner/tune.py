@@ -1,0 +1,169 @@
+"""One tuning run: settings, the studies, confirmation, and the output directory.
+
+A run's settings (base scenario, objective, SLO, space, seeds, budgets) are
+stored on the DSpark study, so ``--study NAME`` resumes with exactly the
+settings the study was created with, from any machine that reaches the storage.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+from dspark_sim.errors import InputError
+from dspark_sim.metrics.outdir import atomic_dir
+from dspark_sim.tuner import engines, exports, report
+from dspark_sim.tuner.confirm import confirm
+from dspark_sim.tuner.objective import Target, feasible
+from dspark_sim.tuner.runner import Job, run
+from dspark_sim.tuner.storage import open_storage, open_study
+from dspark_sim.tuner.scenarios import configure, rebase_paths, to_scenario
+from dspark_sim.tuner.space import Choice, Range, SearchSpace
+
+BASELINES = ("none", "static", "schedule", "threshold")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What defines a study: stored on it, compared on resume."""
+
+    base: dict
+    target: Target
+    space: SearchSpace
+    trials: int = 200
+    baseline_trials: int = 40
+    baselines: tuple[str, ...] = BASELINES
+    seeds: tuple[int, ...] = (0, 1)
+    confirm_seeds: tuple[int, ...] = (2, 3, 4)
+    sampler_seed: int = 0
+
+    def jobs(self, url: str, name: str) -> list[Job]:
+        """The DSpark study ``name`` first, then one study ``name.<method>`` per baseline."""
+        out = [Job(url, name, "dspark", self.base, self.space, self.target, self.seeds,
+                   self.sampler_seed, self.trials)]
+        for method in self.baselines:
+            n = self.baseline_trials
+            if method == "none":  # two knobs only: a third of the budget covers them
+                n = min(n, max(4, n // 3))
+            out.append(Job(url, f"{name}.{method}", method, self.base, self.space, self.target,
+                           self.seeds, self.sampler_seed, n))
+        return out
+
+    def to_json(self) -> dict:
+        return {"base": self.base, "target": asdict(self.target), "space": space_json(self.space),
+                "trials": self.trials, "baseline_trials": self.baseline_trials,
+                "baselines": list(self.baselines), "seeds": list(self.seeds),
+                "confirm_seeds": list(self.confirm_seeds), "sampler_seed": self.sampler_seed}
+
+    def identity(self) -> dict:
+        """What makes two settings the same study: all but the budgets, with file paths as names."""
+        d = self.to_json()
+        d["base"] = rebase_paths(d["base"], Path("/"), None, names_only=True)
+        return {k: v for k, v in d.items() if k not in ("trials", "baseline_trials")}
+
+    @classmethod
+    def from_json(cls, d: dict) -> Settings:
+        return cls(d["base"], Target(**d["target"]), space_from_json(d["space"]), d["trials"],
+                   d["baseline_trials"], tuple(d["baselines"]), tuple(d["seeds"]),
+                   tuple(d["confirm_seeds"]), d["sampler_seed"])
+
+
+def space_json(space: SearchSpace) -> dict:
+    return {sec: {name: ({"low": k.low, "high": k.high, "log": k.log} if isinstance(k, Range)
+                         else {"values": [list(v) if isinstance(v, tuple) else v for v in k.values]})
+                  for name, k in knobs.items()} for sec, knobs in space.sections.items()}
+
+
+def space_from_json(d: dict) -> SearchSpace:
+    def knob(v: dict):
+        if "values" in v:
+            return Choice(tuple(tuple(x) if isinstance(x, list) else x for x in v["values"]))
+        return Range(v["low"], v["high"], v["log"])
+
+    return SearchSpace({sec: {name: knob(v) for name, v in knobs.items()} for sec, knobs in d.items()})
+
+
+def stored_settings(url: str, name: str) -> Settings | None:
+    """The settings saved on study ``name``, or None when there is no such study yet."""
+    try:
+        study = optuna.load_study(study_name=name, storage=open_storage(url))
+    except KeyError:
+        return None
+    d = study.user_attrs.get("settings")
+    return None if d is None else Settings.from_json(d)
+
+
+def tune(settings: Settings, url: str, name: str, out: Path, *, workers: int = 1,
+         timeout_s: float | None = None, show_progress: bool = True) -> dict:
+    """Run (or resume) the studies, confirm winners, write ``out``; returns the winners by study."""
+    started = time.monotonic()
+    jobs = settings.jobs(url, name)
+    main = jobs[0].open()
+    main.set_user_attr("settings", settings.to_json())
+    run(jobs, workers, timeout_s, show_progress)
+    winners = confirm(jobs, list(settings.confirm_seeds), workers)
+    scenario = to_scenario(settings.base)
+    info = {"scenario": settings.base.get("name"), "model": scenario.model, "gpu": scenario.gpu,
+            "num_gpus": scenario.deployment.num_gpus, "trials": settings.trials,
+            "confirm_seeds": list(settings.confirm_seeds), "storage": url, "workers": workers,
+            "wall_s": time.monotonic() - started}
+    with atomic_dir(out) as tmp:
+        if jobs[0].study in winners:
+            write_exports(settings.base, winners[jobs[0].study], name, tmp, engines.FORMATS, out)
+        report.write(tmp, jobs, winners, info)
+    return winners
+
+
+def header(study: str, record: dict) -> list[str]:
+    """Comment lines every exported file starts with: where it came from and what it scored."""
+    mean = record.get("mean", {})
+    scored = ", ".join(f"{k}={mean[k]:,.2f}" for k in ("output_throughput_per_gpu", "mean_tok_per_s_per_user",
+                                                       "p99_tpot_ms") if mean.get(k) is not None)
+    return [f"dspark-tune: study {study}, trial {record['trial']} ({record['method']})",
+            f"seeds {record.get('seeds')}: {scored}"]
+
+
+def write_exports(base: dict, record: dict, study: str, out: Path, formats,
+                  final: Path | None = None) -> list[str]:
+    """Write the chosen trial in each of ``formats`` into ``out``; returns the file names.
+
+    A DSpark trial always gets its tables (``sps_table.json``, ``sts.json``).
+    ``final`` is where ``out`` ends up (outputs are built in a temporary
+    sibling): engine configs name the tables by absolute path under ``final``.
+    """
+    out = Path(out)
+    lines = header(study, record)
+    scenario = to_scenario(configure(base, record["config"]))
+    files = exports.write_tables(scenario, out)
+    writers = {"sglang": engines.sglang, "vllm": engines.vllm, "trtllm": engines.trtllm}
+    for fmt in formats:
+        if fmt == "dspark":
+            files.append(exports.write_dspark_yaml(base, record["config"], out, lines))
+        else:
+            files.append(writers[fmt](scenario, out, lines, Path(final or out)))
+    return files
+
+
+def record_of(url: str, name: str, trial: int | None, seeds: list[int]) -> dict:
+    """What to export from study ``name``: trial ``trial``, else the confirmed winner, else the best.
+
+    ``seeds`` are the study's search seeds (a trial's metrics are means over them).
+    """
+    study = open_study(url, name, [], create=False)
+    if trial is None and study.user_attrs.get("winner"):
+        return study.user_attrs["winner"]
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if trial is not None:
+        chosen = next((t for t in done if t.number == trial), None)
+        if chosen is None:
+            raise InputError(None, "--trial", trial, f"no complete trial {trial} in study {name}")
+    elif not done:
+        raise InputError(None, "--study", name, "has no complete trial yet")
+    else:
+        ok = [t for t in done if feasible(t.constraints)] or done
+        chosen = max(ok, key=lambda t: t.values[0])
+    return {"trial": chosen.number, "method": chosen.user_attrs["method"], "config": chosen.user_attrs["config"],
+            "mean": chosen.user_attrs["metrics"], "seeds": list(seeds)}
