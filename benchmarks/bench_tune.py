@@ -27,13 +27,13 @@ LIMIT_S = 600  # the brief: 200 trials on the shipped trace in 10 minutes on 2 c
 
 
 def bench(slo: float, trials: int, workers: int, root: Path, scenario: str | None = None,
-          baseline_trials: int | None = None) -> dict:
+          baseline_trials: int | None = None, gpu: str = "b300") -> dict:
     """One `dspark-tune` run; figures from its study."""
     from dspark_sim.tuner.storage import open_storage
 
     url = f"sqlite:///{root / 'bench.db'}"
     study = f"bench-slo{slo:g}"
-    cmd = [sys.executable, "-m", "dspark_sim.tuner.cli", "--gpu", "b300", "--trials", str(trials),
+    cmd = [sys.executable, "-m", "dspark_sim.tuner.cli", "--gpu", gpu, "--trials", str(trials),
            "--workers", str(workers), "--slo-tok-per-s-user", f"{slo:g}", "--storage", url,
            "--study", study, "--out", str(root / study), "--quiet"]
     if scenario:
@@ -74,6 +74,7 @@ def main() -> int:
     p.add_argument("--slo", type=float, nargs="+", default=[100.0], help="tok/s/user SLOs to run")
     p.add_argument("--trials", type=int, default=200)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--gpu", default="b300")
     p.add_argument("--scenario", help="scenario YAML (default: the shipped examples/tune_default.yaml)")
     p.add_argument("--baseline-trials", type=int, help="trials per baseline study (default: the CLI's)")
     p.add_argument("--json", help="also write the figures here")
@@ -81,7 +82,7 @@ def main() -> int:
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-tune-") as tmp:
         for slo in args.slo:
-            r = bench(slo, args.trials, args.workers, Path(tmp), args.scenario, args.baseline_trials)
+            r = bench(slo, args.trials, args.workers, Path(tmp), args.scenario, args.baseline_trials, args.gpu)
             results.append(r)
             d = r["studies"]["dspark"]
             print(f"SLO {slo:g} tok/s/user: {d['trials']} DSpark trials + baselines in {r['wall_s']:.0f} s "

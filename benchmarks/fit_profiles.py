@@ -48,8 +48,9 @@ def write_profile(profile: Profile, out_dir: Path) -> list[Path]:
     A projection never replaces a measured profile: it is skipped (returns []).
     """
     base = out_dir / profile.gpu / profile.model
+    # read the key alone: a profile of an older format_version is still a measured one
     if profile.projection is not None and base.with_suffix(".json").is_file() \
-            and load_profile(base.with_suffix(".json")).projection is None:
+            and read_json(base.with_suffix(".json")).get("projection") is None:
         print(f"kept measured {base}.json (not replaced by a projection)")
         return []
     cost = ProfileCost(profile)

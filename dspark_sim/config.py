@@ -49,8 +49,10 @@ class Section:
         return f"{self.key}.{name}" if self.key else name
 
     def raw(self, name: str, default: Any = None) -> Any:
+        """The value at ``name``; an absent key or an explicit null gives ``default``."""
         self._seen.add(name)
-        return self.data.get(name, default)
+        value = self.data.get(name)
+        return default if value is None else value
 
     def has(self, name: str) -> bool:
         return self.data.get(name) is not None

@@ -142,7 +142,7 @@ def load_scenario(path: str | Path) -> Scenario:
     slo = Slo(slo_s.number("ttft_ms", minimum=0, strict_min=True),
               slo_s.number("tpot_ms", minimum=0, strict_min=True))
     slo_s.done()
-    seed = top.integer("seed", 0, minimum=0)
+    seed = top.integer("seed", 0, minimum=0, maximum=2**63 - 1)
     top.done()
     return Scenario(name, workload, model.lower(), gpu.lower(), deployment, speculation, slo, seed, path)
 
@@ -196,11 +196,11 @@ def _domain_mix(value: Any, file, key: str) -> tuple[tuple[str, float], ...]:
 
 def _deployment(s: Section) -> Deployment:
     d = Deployment(
-        replicas=s.integer("replicas", 1, minimum=1),
+        replicas=s.integer("replicas", 1, minimum=1, maximum=4096),
         tp=s.integer("tp", 1, minimum=1, maximum=64),
-        max_running_requests=s.integer("max_running_requests", 256, minimum=1),
-        max_batched_tokens=s.integer("max_batched_tokens", 8192, minimum=1),
-        chunked_prefill_tokens=s.integer("chunked_prefill_tokens", None, minimum=1),
+        max_running_requests=s.integer("max_running_requests", 256, minimum=1, maximum=1 << 16),
+        max_batched_tokens=s.integer("max_batched_tokens", 8192, minimum=1, maximum=1 << 20),
+        chunked_prefill_tokens=s.integer("chunked_prefill_tokens", None, minimum=1, maximum=1 << 20),
         router=s.string("router", "round_robin", choices=ROUTERS),
         gpu_memory_fraction=s.number("gpu_memory_fraction", 0.90, minimum=0.05, maximum=1.0),
         kv_block_tokens=s.integer("kv_block_tokens", 16, minimum=1),
@@ -219,7 +219,10 @@ def _speculation(s: Section, base: Path) -> Speculation:
     if block_size is not None and k is not None and block_size != k:
         raise InputError(s.file, s.path("num_draft_tokens"), k, "conflicts with block_size; give one")
     gamma = block_size or k or (7 if method in ("dspark", "threshold") else 3)
-    acceptance_raw = dict(s.raw("acceptance") or {})
+    acceptance_raw = s.raw("acceptance", {})
+    if not isinstance(acceptance_raw, dict):
+        raise InputError(s.file, s.path("acceptance"), acceptance_raw, "expected a mapping")
+    acceptance_raw = dict(acceptance_raw)
     default_drafter = "dspark" if method in ("dspark", "threshold") else "mtp"
     drafter = drafter or acceptance_raw.get("drafter") or default_drafter
     acceptance_raw.setdefault("drafter", drafter)

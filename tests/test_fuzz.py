@@ -419,20 +419,9 @@ def _put(data: dict, section: str, key: str, value) -> dict:
     return data
 
 
-def known_issue(where: tuple[str, str], value) -> bool:
-    """Inputs already reported to the engine's owner (each pinned by a strict xfail below); drop when fixed."""
-    if value is None:
-        return True  # an explicit null skips the key's default and its check
-    if where in (("deployment", "replicas"), ("deployment", "max_batched_tokens"),
-                 ("synthetic", "num_requests")) and value == 10**30:
-        return True  # OverflowError in numpy; num_requests = 1e30 simply never ends
-    return where == ("speculation", "acceptance") and not isinstance(value, dict)
-
-
 @fuzz(500)
 @given(base=valid_scenario(), where=st.sampled_from(SCENARIO_KEYS), value=ANY_VALUE)
 def test_any_value_at_any_key_completes_or_fails_in_one_line(base, where, value):
-    assume(not known_issue(where, value))
     data = _put(base, *where, value)
     code, lines, listing = run_case({"s.yaml": yaml.safe_dump(data)})
     event(f"exit {code}")
@@ -442,8 +431,8 @@ def test_any_value_at_any_key_completes_or_fails_in_one_line(base, where, value)
         assert_one_line_error(code, lines, listing, "s.yaml")
 
 
-# -- crashes found by the fuzzer, reported to the engine's owner: strict xfails flip to failures once fixed --
-KNOWN_CRASHES = [
+# -- crashes the fuzzer once found, kept as regression cases --
+FOUND_CRASHES = [
     (("", "seed"), None),  # "<input>: seed: must be ..." (no file); with a trace workload the run is unseeded
     (("deployment", "replicas"), None),  # TypeError in engine/simulator.py
     (("deployment", "router"), None),  # KeyError in engine/router.py
@@ -456,9 +445,8 @@ KNOWN_CRASHES = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="reported to the lead: traceback or a message without the file")
-@pytest.mark.parametrize("where,value", KNOWN_CRASHES)
-def test_known_crash(where, value):
+@pytest.mark.parametrize("where,value", FOUND_CRASHES)
+def test_found_crash_is_fixed(where, value):
     base = {"name": "known", "workload": {"synthetic": {
         "num_requests": 2, "rate_per_s": 1.0, "prompt_tokens": {"dist": "constant", "mean": 20},
         "output_tokens": {"dist": "constant", "mean": 5}}}, "model": "qwen3-8b", "gpu": "h200",

@@ -109,6 +109,8 @@ def test_baselines_and_report(tmp_path):
     (["--baselines", "static,mtp"], "--baselines"),
 ])
 def test_bad_flags_one_line_exit_2(tmp_path, capsys, args, needle):
+    if "--storage" not in args:
+        args = args + ["--storage", sqlite_url(tmp_path)]
     assert tune_main(args + ["--quiet"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and needle in err and "\n" not in err

@@ -27,7 +27,8 @@ FORMATS = ("dspark", "sglang", "vllm", "trtllm")
 
 
 def _yaml(data: dict) -> str:
-    return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)
+    """Block-style YAML, one flag a line, in the order given."""
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=100)
 
 
 def _comments(lines: list[str]) -> str:

@@ -27,8 +27,7 @@ SCHEMES = ("sqlite", "postgresql", "mysql")
 
 
 def default_url(db: Path = DEFAULT_DB) -> str:
-    """``sqlite:///runs/dspark-tune.db`` (the directory is created)."""
-    db.parent.mkdir(parents=True, exist_ok=True)
+    """``sqlite:///runs/dspark-tune.db`` (:func:`open_storage` creates the directory)."""
     return f"sqlite:///{db}"
 
 

@@ -118,8 +118,18 @@ class Ops:
 
     interp: Callable
     interp2: Callable
-    ceil: Callable
+    pow2: Callable
 
 
-SCALAR = Ops(interp_clamped, interp2_clamped, math.ceil)
-ARRAY = Ops(interp_array, interp2_array, np.ceil)
+def pow2_scalar(x: float) -> int:
+    """The smallest power of two >= x (1 for x <= 1)."""
+    return 1 << max(math.ceil(x) - 1, 0).bit_length()
+
+
+def pow2_array(x):
+    """:func:`pow2_scalar` for arrays."""
+    return 2.0 ** np.ceil(np.log2(np.maximum(np.ceil(x), 1.0)))
+
+
+SCALAR = Ops(interp_clamped, interp2_clamped, pow2_scalar)
+ARRAY = Ops(interp_array, interp2_array, pow2_array)

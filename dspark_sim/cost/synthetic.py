@@ -54,6 +54,7 @@ def synthetic_raw(cost: CostModel, *, noise: float = 0.015, quantum: int = 64, s
                 "step_s": noisy(cost.step_s(StepWork(prefill_tokens=tiled(n), prefill_reqs=1,
                                                      prefill_attn_tokens2=n * (c + n / 2))))}
                for n, c in grid["prefill"]]
+    # the only padding is the quantum staircase above, for the fit to interpolate, not model
     provenance = {"synthetic": True, "generator": cost.name, "noise": noise, "quantum": quantum,
-                  "seed": seed, "date": "synthetic"}
+                  "seed": seed, "date": "synthetic", "pad_limits": [], "pad_steps": []}
     return {"provenance": provenance, "verify": verify, "draft": draft, "prefill": prefill}

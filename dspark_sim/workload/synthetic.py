@@ -23,6 +23,7 @@ from dspark_sim.workload.readers import CSV_FORMATS, MOONCAKE_KEYS, read_trace
 LENGTH_DISTS = ("lognormal", "empirical", "constant", "uniform")
 ARRIVALS = ("poisson", "gamma", "constant")
 BLOCK_ROWS = 65536
+MAX_REQUESTS = 10**9
 _NO_CAP_TOKENS = 2**53  # largest count float64 holds exactly
 _COMMON_KEYS = ("dist", "min_tokens", "max_tokens")
 _DIST_KEYS = {"lognormal": ("mean", "sigma"), "constant": ("mean",), "uniform": (),
@@ -164,8 +165,8 @@ class SyntheticConfig:
     output_tokens: LengthDist
 
     def __post_init__(self) -> None:
-        if not _is_int(self.num_requests) or self.num_requests < 1:
-            _bad("num_requests", self.num_requests, "must be an integer >= 1")
+        if not _is_int(self.num_requests) or not 1 <= self.num_requests <= MAX_REQUESTS:
+            _bad("num_requests", self.num_requests, f"must be an integer in [1, {MAX_REQUESTS:,}]")
         if not _is_real(self.rate_per_s) or self.rate_per_s <= 0:
             _bad("rate_per_s", self.rate_per_s, "must be a finite number > 0")
         if self.arrival not in ARRIVALS:

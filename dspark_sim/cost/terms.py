@@ -1,0 +1,258 @@
+"""The fitted step formulas of a profile: the target forward and the drafters.
+
+:class:`TargetFit` and :class:`DraftFit` hold the fitted terms, check them on
+construction (errors name the key and value) and evaluate a step on Python
+floats (the engine, :data:`~dspark_sim.cost.shapes.SCALAR`) or on arrays (the
+fit, :data:`~dspark_sim.cost.shapes.ARRAY`). ``docs/profiles.md`` gives the
+formulas and what bounds each term.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from dspark_sim.cost.shapes import Ops, pad_tokens, roof, smax
+from dspark_sim.errors import InputError
+
+DRAFT_KINDS = ("block", "chain")
+
+# Which resource bounds each term: projection and tensor parallelism scale a
+# "memory" term by a bandwidth ratio and a "compute" term by a FLOP/s ratio;
+# "fixed" terms (host and launch time) and shapes stay as measured.
+TARGET_BOUNDS = {"bias_s": "fixed", "req_s": "memory", "weights_s": "memory",
+                 "flop_s_per_token": "compute", "logits_s_per_token": "compute",
+                 "kv_s_per_token": "memory", "kv_req_s_per_token": "memory",
+                 "attn_s_per_pair": "compute", "prefill_host_s": "fixed", "r_delta_s": "memory"}
+DRAFT_BOUNDS = {"bias_s": "fixed", "launch_s": "fixed", "weights_s": "memory",
+                "flop_s_per_token": "compute", "mem_s_per_token": "memory",
+                "kv_s_per_token": "memory"}
+
+
+def fail(key: str, value: object, why: str):
+    """Raise the :class:`InputError` of a bad value at ``key`` (the caller adds the file)."""
+    raise InputError(None, key, value, why)
+
+
+def _check_knots(knots_key: str, knots: tuple, values_key: str, values: tuple) -> None:
+    if len(knots) != len(values):
+        fail(values_key, len(values), f"must have the length of {knots_key} ({len(knots)})")
+    _check_increasing(knots_key, knots)
+
+
+def _check_increasing(key: str, values: tuple) -> None:
+    if any(b <= a for a, b in zip(values, values[1:])):
+        fail(key, list(values), "must be strictly increasing")
+
+
+def _check_terms(obj, names, shapes=("sharpness",)) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if not (math.isfinite(value) and value >= 0):
+            fail(name, value, "must be a finite number >= 0")
+    for name in shapes:
+        if not 1.0 <= getattr(obj, name) <= 64.0:
+            fail(name, getattr(obj, name), "must lie in [1, 64]")
+
+
+def check_pad(limits: tuple, steps: tuple) -> None:
+    """Check graph token tiers: increasing limits, one more whole-number step than limits."""
+    if steps and len(steps) != len(limits) + 1:
+        fail("pad_steps", list(steps), f"must have one more entry than pad_limits ({len(limits)})")
+    if not steps and limits:
+        fail("pad_limits", list(limits), "needs pad_steps")
+    if any(s < 1 or s != int(s) for s in steps):
+        fail("pad_steps", list(steps), "steps must be whole numbers >= 1")
+    _check_increasing("pad_limits", limits)
+
+
+def _check_table(fit) -> None:
+    """kv_ratio: one row per kv_r_knots, each a factor - 1 at every width_knots; or empty."""
+    _check_increasing("kv_r_knots", fit.kv_r_knots)
+    if len(fit.kv_ratio) != len(fit.kv_r_knots):
+        fail("kv_ratio", len(fit.kv_ratio), f"must have one row per kv_r_knots ({len(fit.kv_r_knots)})")
+    for i, row in enumerate(fit.kv_ratio):
+        if len(row) != len(fit.width_knots):
+            fail(f"kv_ratio[{i}]", len(row), f"must have the length of width_knots ({len(fit.width_knots)})")
+        if any(v <= -1 for v in row):
+            fail(f"kv_ratio[{i}]", list(row), "ratios must be > -1 (a positive factor)")
+
+
+def _scaled(obj, bounds: dict, ratio: dict):
+    """``obj`` with every term multiplied by ``ratio[bound]`` (bound per ``bounds``)."""
+    changes = {}
+    for name, bound in bounds.items():
+        value = getattr(obj, name)
+        k = ratio.get(bound, 1.0)
+        changes[name] = tuple(v * k for v in value) if isinstance(value, tuple) else value * k
+    return replace(obj, **changes)
+
+
+@dataclass(frozen=True)
+class TargetFit:
+    """Fitted target forward: seconds of one step (see ``docs/profiles.md``, "Target step").
+
+    A step without prefill replays a CUDA graph over T = pad(M) tokens (tiers
+    ``pad_limits``/``pad_steps``); a step with prefill runs eagerly over T = M
+    tokens while the host launches its kernels, so it lasts the smooth maximum
+    of the host's launch time and the GPU's::
+
+        gpu  = bias_s + req_s*R + r_delta(R) + lin + dec_attn + attn_s_per_pair*A2
+        lin  = [roof(weights_s*moe(T), flop_s_per_token, T, sharpness) + logits_s_per_token*L]
+               * (1 + m_ratio(T))
+        dec_attn = smax(kv_s_per_token*S*(1 + kv_width_ratio(W)),
+                        kv_req_s_per_token*(S/R)*(1 + lat_width_ratio(W)), kv_sharpness)
+                   * (1 + kv_ratio(R, W))
+        step = gpu                                        (graph: no prefill)
+             = smax(prefill_host_s, gpu, host_sharpness)  (eager: prefill chunks)
+
+    R decoding requests, V their verify tokens, M = V + prefill tokens, L the
+    tokens given logits (T on the graph path, V on the eager one: a prefill
+    chunk needs no logits), S the summed decode context, A2 the prefill
+    attention pairs, W = the power of two >= ceil(V/R) (the query tile of the
+    widest window). The decode attention streams the KV over the whole GPU,
+    but one request's keys are streamed by a few programs only, a latency
+    floor per request (S/R); both depend on the query tile. m_ratio, r_delta,
+    the width ratios and the kv_ratio table interpolate their knots, clamped.
+    """
+
+    bias_s: float
+    req_s: float
+    weights_s: float
+    flop_s_per_token: float
+    logits_s_per_token: float
+    sharpness: float
+    kv_s_per_token: float
+    kv_req_s_per_token: float
+    kv_sharpness: float
+    attn_s_per_pair: float
+    prefill_host_s: float
+    host_sharpness: float
+    pad_limits: tuple[float, ...] = ()
+    pad_steps: tuple[float, ...] = ()
+    moe_tokens: tuple[float, ...] = ()
+    moe_fraction: tuple[float, ...] = ()
+    m_knots: tuple[float, ...] = ()
+    m_ratio: tuple[float, ...] = ()
+    r_knots: tuple[float, ...] = ()
+    r_delta_s: tuple[float, ...] = ()
+    width_knots: tuple[float, ...] = ()
+    kv_width_ratio: tuple[float, ...] = ()
+    lat_width_ratio: tuple[float, ...] = ()
+    kv_r_knots: tuple[float, ...] = ()
+    kv_ratio: tuple[tuple[float, ...], ...] = ()
+
+    def __post_init__(self) -> None:
+        _check_terms(self, [n for n in TARGET_BOUNDS if n != "r_delta_s"],
+                     ("sharpness", "kv_sharpness", "host_sharpness"))
+        _check_knots("moe_tokens", self.moe_tokens, "moe_fraction", self.moe_fraction)
+        _check_knots("m_knots", self.m_knots, "m_ratio", self.m_ratio)
+        _check_knots("r_knots", self.r_knots, "r_delta_s", self.r_delta_s)
+        _check_knots("width_knots", self.width_knots, "kv_width_ratio", self.kv_width_ratio)
+        _check_knots("width_knots", self.width_knots, "lat_width_ratio", self.lat_width_ratio)
+        check_pad(self.pad_limits, self.pad_steps)
+        _check_table(self)
+        if any(not 0 < f <= 1 for f in self.moe_fraction):
+            fail("moe_fraction", list(self.moe_fraction), "fractions must lie in (0, 1]")
+        for name in ("m_ratio", "kv_width_ratio", "lat_width_ratio"):
+            if any(r <= -1 for r in getattr(self, name)):
+                fail(name, list(getattr(self, name)), "ratios must be > -1 (a positive factor)")
+
+    def parts(self, reqs, verify_tokens, prefill_tokens, ctx, pairs, prefill_reqs, ops: Ops):
+        """(overhead_s, linear_s, per_req_s, attn_s); floats or arrays, ``ops`` to match.
+
+        ``prefill_reqs`` > 0 marks the eager path (see the class docstring);
+        overhead_s holds ``bias_s`` and, there, the time the GPU waits for the host.
+        """
+        eager = prefill_reqs > 0
+        tokens = verify_tokens + prefill_tokens
+        if self.pad_steps:  # a graph step (no prefill tokens) runs its padded token count
+            padded = pad_tokens(self.pad_limits, self.pad_steps, tokens)
+            tokens = padded + eager * (tokens - padded)
+        logits = tokens - prefill_tokens  # prefill computes no logits but the last token's
+        weights = self.weights_s
+        if self.moe_tokens:
+            weights = weights * ops.interp(self.moe_tokens, self.moe_fraction, tokens)
+        linear = roof(weights, self.flop_s_per_token, tokens, self.sharpness) \
+            + self.logits_s_per_token * logits
+        if self.m_knots:
+            linear = linear * (1.0 + ops.interp(self.m_knots, self.m_ratio, tokens))
+        per_req = self.req_s * reqs
+        if self.r_knots:
+            per_req = per_req + (reqs > 0) * ops.interp(self.r_knots, self.r_delta_s, reqs)
+        attn = self.attn_s_per_pair * pairs + self.decode_attn(reqs, verify_tokens, ctx, ops)
+        over = self.bias_s
+        if self.prefill_host_s and eager is not False:  # False: a float step on the graph path
+            gpu = over + linear + per_req + attn
+            over = over + eager * (smax(self.prefill_host_s, gpu, self.host_sharpness) - gpu)
+        return over, linear, per_req, attn
+
+    def decode_attn(self, reqs, verify_tokens, ctx, ops: Ops):
+        """Decode (verify) attention seconds: the KV stream, floored per request, times the tile."""
+        if not isinstance(reqs, np.ndarray):
+            if reqs <= 0:
+                return 0.0
+            r = reqs
+        else:
+            r = np.maximum(reqs, 1)
+        stream, latency = self.kv_s_per_token * ctx, self.kv_req_s_per_token * ctx / r
+        width = ops.pow2(verify_tokens / r)
+        if self.width_knots:
+            stream = stream * (1.0 + ops.interp(self.width_knots, self.kv_width_ratio, width))
+            latency = latency * (1.0 + ops.interp(self.width_knots, self.lat_width_ratio, width))
+        out = smax(stream, latency, self.kv_sharpness)
+        if self.kv_ratio:
+            out = out * (1.0 + ops.interp2(self.kv_r_knots, self.width_knots, self.kv_ratio, r, width))
+        return out * (reqs > 0)
+
+    def scaled(self, ratio: dict) -> TargetFit:
+        """Terms scaled by ``ratio`` = {"memory": x, "compute": y} (missing bounds stay)."""
+        return _scaled(self, TARGET_BOUNDS, ratio)
+
+
+@dataclass(frozen=True)
+class DraftFit:
+    """Fitted drafter step over R requests and block size g (summed context S).
+
+    block: bias_s + launch_s*g + lin(R*g) + kv_s_per_token*S
+    chain: bias_s + g*(launch_s + lin(R) + kv_s_per_token*S)
+    lin(u) = (roof(weights_s, flop_s_per_token, u, sharpness) + mem_s_per_token*u)*(1 + ratio(u))
+    """
+
+    kind: str
+    bias_s: float
+    launch_s: float
+    weights_s: float
+    flop_s_per_token: float
+    mem_s_per_token: float
+    sharpness: float
+    kv_s_per_token: float
+    knots: tuple[float, ...] = ()
+    ratio: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.kind not in DRAFT_KINDS:
+            fail("kind", self.kind, f"must be one of {DRAFT_KINDS}")
+        _check_terms(self, DRAFT_BOUNDS)
+        _check_knots("knots", self.knots, "ratio", self.ratio)
+        if any(r <= -1 for r in self.ratio):
+            fail("ratio", list(self.ratio), "ratios must be > -1 (a positive factor)")
+
+    def seconds(self, reqs, block_size, ctx, ops: Ops):
+        """Draft seconds; floats or arrays, ``ops`` to match."""
+        units = reqs * block_size if self.kind == "block" else reqs
+        lin = roof(self.weights_s, self.flop_s_per_token, units, self.sharpness) \
+            + self.mem_s_per_token * units
+        if self.knots:
+            lin = lin * (1.0 + ops.interp(self.knots, self.ratio, units))
+        if self.kind == "block":
+            return self.bias_s + self.launch_s * block_size + lin + self.kv_s_per_token * ctx
+        return self.bias_s + block_size * (self.launch_s + lin + self.kv_s_per_token * ctx)
+
+    def scaled(self, ratio: dict) -> DraftFit:
+        """Terms scaled by ``ratio`` = {"memory": x, "compute": y}."""
+        return _scaled(self, DRAFT_BOUNDS, ratio)
+
+
+__all__ = ["DRAFT_KINDS", "TARGET_BOUNDS", "DRAFT_BOUNDS", "TargetFit", "DraftFit"]

@@ -1,0 +1,144 @@
+"""The planner notebooks: stored without outputs, public API only, and each runs top to bottom.
+
+Policy (docs/notebooks.md): notebooks are committed with outputs stripped, so a
+diff shows code, never numbers that went stale. Each notebook is executed
+headless with nbclient, exactly as shipped, in a temporary copy of
+``notebooks/`` and ``examples/``, so a run writes nothing into the repository.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = REPO / "notebooks"
+SHIPPED = ("01_capacity_planning", "02_policy_frontier", "03_tuning", "04_acceptance_calibration")
+KERNEL = "dspark-sim-test"
+# What each run must leave behind: lines its explanations print, and files under runs/notebooks/<name>/.
+KEY_OUTPUT = {
+    "01_capacity_planning": (["Recommendation (", "H100: ", "H200: ", "B200: ", "B300: ", "per M output tokens"],
+                             ["capacity.json", "capacity.png"]),
+    "02_policy_frontier": (["math: at ", "code: at ", "chat: at ", "DSpark verifies", "Speculation pays most on"],
+                           ["frontier.json", "frontier.png"]),
+    "03_tuning": (["DSpark's Pareto front:", "Deploy trial", "Best none baseline", "--- sglang.yaml ---",
+                   "Along DSpark's front"],
+                  ["study.db", "tune/report.md", "tune/pareto.png", "tune/sglang.yaml", "tune/vllm.yaml",
+                   "tune/trtllm.yaml", "tune/dspark.yaml"]),
+    "04_acceptance_calibration": (["request-steps", "ECE raw", "Your drafter's raw confidence", "Plan with your numbers"],
+                                  ["demo_log.csv", "sts.json", "preset.json", "reliability.png"]),
+}
+
+
+def _read(name: str):
+    return nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+
+
+def _code(nb) -> list[str]:
+    return [c.source for c in nb.cells if c.cell_type == "code"]
+
+
+def test_the_shipped_notebooks_are_there():
+    assert sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb")) == list(SHIPPED)
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_stored_without_outputs(name):
+    nb = _read(name)
+    nbformat.validate(nb)
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, (
+                f"{name}.ipynb cell {i} has outputs: strip them (docs/notebooks.md)")
+    assert nb.metadata.kernelspec.name == "python3"
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_starts_with_the_cells_to_change(name):
+    nb = _read(name)
+    heading = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and "## Change these" in c.source)
+    first_code = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
+    assert heading < first_code
+    tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 2 and nb.cells.index(tagged[0]) == first_code
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_public_api_only(name):
+    """No module, name or attribute starting with an underscore (dunders aside)."""
+    def private(text: str) -> bool:
+        return any(part.startswith("_") and not part.startswith("__") for part in text.split("."))
+
+    for source in _code(_read(name)):
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ImportFrom):
+                assert not private(node.module or ""), node.module
+                assert not [a.name for a in node.names if private(a.name)], ast.unparse(node)
+            elif isinstance(node, ast.Import):
+                assert not [a.name for a in node.names if private(a.name)], ast.unparse(node)
+            elif isinstance(node, ast.Attribute):
+                assert not private(node.attr), ast.unparse(node)
+
+
+@pytest.fixture
+def kernel_name(tmp_path, monkeypatch):
+    """A kernel spec for this very interpreter, so the notebooks run in the test's environment."""
+    spec = tmp_path / "jupyter" / "kernels" / KERNEL
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "dspark-sim tests", "language": "python"}))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    return KERNEL
+
+
+def _texts(nb) -> str:
+    parts = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if out.output_type == "stream":
+                parts.append(out.text)
+            elif "text/plain" in out.get("data", {}):
+                parts.append(out.data["text/plain"])
+    return "".join(parts)
+
+
+def _pngs(nb) -> int:
+    return sum("image/png" in out.get("data", {}) for c in nb.cells for out in c.get("outputs", []))
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_runs_top_to_bottom(name, tmp_path, kernel_name):
+    work = tmp_path / "repo"
+    shutil.copytree(REPO / "examples", work / "examples")
+    (work / "notebooks").mkdir()
+    shutil.copy(NOTEBOOKS / f"{name}.ipynb", work / "notebooks")
+    nb = nbformat.read(work / "notebooks" / f"{name}.ipynb", as_version=4)
+
+    started = time.perf_counter()
+    nbclient.NotebookClient(nb, kernel_name=kernel_name, timeout=600,
+                            resources={"metadata": {"path": str(work / "notebooks")}}).execute()
+    wall_s = time.perf_counter() - started
+    print(f"{name}: {wall_s:.0f} s")
+
+    errors = [o for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"]
+    assert not errors
+    text = _texts(nb)
+    lines, files = KEY_OUTPUT[name]
+    for line in lines:
+        assert line in text, f"{name}: no output line with {line!r}"
+    assert _pngs(nb) >= 1, f"{name}: no figure displayed"
+    runs = work / "runs" / "notebooks" / name
+    for f in files:
+        assert (runs / f).is_file() and (runs / f).stat().st_size > 0, f"{name}: {f} not written"
+    assert not re.search(r"\bnan\b", text, re.IGNORECASE), f"{name}: a computed figure is NaN"
