@@ -71,18 +71,30 @@ def one(path: str) -> None:
                       "peak_mib": peak_mib}))
 
 
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cases", default="default", choices=sorted(CASES))
     p.add_argument("--json", help="also write the rows here")
+    p.add_argument("--markdown", help="also write the table, machine and command into this Markdown file")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
         return one(args.child)
     rows = []
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-          f"python {platform.python_version()}; one core per case")
-    print(f"{'case':<42}{'wall s':>9}{'req/s':>10}{'out tok/s':>12}{'steps':>10}{'peak MiB':>10}")
+    lines = [f"machine: {_cpu_name()}, {os.cpu_count()} cores, python {platform.python_version()}; "
+             f"one core per case; load average before: {os.getloadavg()[0]:.1f}",
+             f"{'case':<42}{'wall s':>9}{'req/s':>10}{'out tok/s':>12}{'steps':>10}{'peak MiB':>10}"]
+    print("\n".join(lines), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         for label, data in CASES[args.cases]:
             path = Path(tmp) / "s.yaml"
@@ -91,8 +103,13 @@ def main() -> None:
                                  capture_output=True, text=True).stdout.strip().splitlines()[-1]
             r = json.loads(out) | {"case": label}
             rows.append(r)
-            print(f"{label:<42}{r['wall_s']:>9.2f}{r['completed'] / r['wall_s']:>10.0f}"
-                  f"{r['output_tokens'] / r['wall_s']:>12.0f}{r['steps']:>10}{r['peak_mib']:>10.0f}", flush=True)
+            lines.append(f"{label:<42}{r['wall_s']:>9.2f}{r['completed'] / r['wall_s']:>10.0f}"
+                         f"{r['output_tokens'] / r['wall_s']:>12.0f}{r['steps']:>10}{r['peak_mib']:>10.0f}")
+            print(lines[-1], flush=True)
+    if args.markdown:
+        command = "python benchmarks/bench_sim.py" + (f" --cases {args.cases}" if args.cases != "default" else "")
+        Path(args.markdown).write_text(f"Made by `{command}` on {time.strftime('%Y-%m-%d')}:\n\n```\n"
+                                       + "\n".join(lines) + "\n```\n")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
 

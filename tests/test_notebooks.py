@@ -28,10 +28,11 @@ KERNEL = "dspark-sim-test"
 KEY_OUTPUT = {
     "01_capacity_planning": (["Recommendation (", "H100: ", "H200: ", "B200: ", "B300: ", "per M output tokens"],
                              ["capacity.json", "capacity.png"]),
-    "02_policy_frontier": (["math: at ", "code: at ", "chat: at ", "DSpark verifies", "Speculation pays most on"],
+    "02_policy_frontier": (["math: at ", "code: at ", "chat: at ", "traffic sold at", "DSpark verifies",
+                            "DSpark's gain over"],
                            ["frontier.json", "frontier.png"]),
-    "03_tuning": (["DSpark's Pareto front:", "Deploy trial", "Best none baseline", "--- sglang.yaml ---",
-                   "Along DSpark's front"],
+    "03_tuning": (["DSpark's Pareto front:", "The tuner's pick", ", deploy trial", "Best none baseline",
+                   "--- sglang.yaml ---", "Along DSpark's front"],
                   ["study.db", "tune/report.md", "tune/pareto.png", "tune/sglang.yaml", "tune/vllm.yaml",
                    "tune/trtllm.yaml", "tune/dspark.yaml"]),
     "04_acceptance_calibration": (["request-steps", "ECE raw", "Your drafter's raw confidence", "Plan with your numbers"],
@@ -57,19 +58,21 @@ def test_stored_without_outputs(name):
     nbformat.validate(nb)
     for i, cell in enumerate(nb.cells):
         if cell.cell_type == "code":
-            assert cell.outputs == [] and cell.execution_count is None, (
-                f"{name}.ipynb cell {i} has outputs: strip them (docs/notebooks.md)")
+            assert cell.outputs == [] and cell.execution_count is None and set(cell.metadata) <= {"tags"}, (
+                f"{name}.ipynb cell {i} holds outputs or run metadata: strip it (docs/notebooks.md)")
     assert nb.metadata.kernelspec.name == "python3"
 
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_starts_with_the_cells_to_change(name):
+    """A "Change these" heading, then the first two code cells (markdown notes between them)."""
     nb = _read(name)
     heading = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and "## Change these" in c.source)
-    first_code = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
-    assert heading < first_code
-    tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
-    assert len(tagged) == 2 and nb.cells.index(tagged[0]) == first_code
+    code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    assert heading < code[0] < code[1]
+    assert [c.cell_type for c in nb.cells[heading + 1:code[1]]].count("code") == 1
+    # papermill injects its values after the first cell tagged "parameters": the second of the two
+    assert [i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", [])] == [code[1]]
 
 
 @pytest.mark.parametrize("name", SHIPPED)
@@ -98,6 +101,8 @@ def kernel_name(tmp_path, monkeypatch):
         "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         "display_name": "dspark-sim tests", "language": "python"}))
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "jupyter" / "runtime"))
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
     monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     return KERNEL
 

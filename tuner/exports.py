@@ -21,12 +21,11 @@ STS_FILE = "sts.json"
 
 def scheduler_table(scenario: Scenario):
     """The SPS table the simulator's DSpark scheduler derives for ``scenario`` (engine/simulator.py)."""
-    from dspark_sim.cost import get_cost_model, sps_from_cost_model
+    from dspark_sim.cost import get_cost_model
+    from dspark_sim.engine.simulator import scheduler_table as engine_table
 
-    dep, spec = scenario.deployment, scenario.speculation
-    cost = get_cost_model(scenario.gpu, scenario.model, dep.tp, warn=False)
-    return sps_from_cost_model(cost, max_batch_tokens=dep.max_batched_tokens, additive=True,
-                               draft_kind=spec.draft_kind, block_size=spec.block_size)
+    cost = get_cost_model(scenario.gpu, scenario.model, scenario.deployment.tp, warn=False)
+    return engine_table(scenario, cost)
 
 
 def sts_calibration(scenario: Scenario) -> dict:
@@ -68,6 +67,9 @@ def write_dspark_yaml(base: dict, config: dict, out: Path, header: list[str]) ->
     raw = configure(base, config)
     if raw["speculation"].get("method") == "dspark":
         raw["speculation"]["sps_table"] = SPS_FILE
+        domain = raw.get("workload", {}).get("domain", "chat")
+        if isinstance(domain, str) or len(domain) == 1:  # sts.json holds the dominant domain's temperatures
+            raw["speculation"]["sts"] = STS_FILE
     raw = rebase_paths(raw, out, out.resolve())
     atomic_write_text(out / "dspark.yaml", "".join(f"# {line}\n" for line in header) + dump(raw))
     return "dspark.yaml"

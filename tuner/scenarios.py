@@ -20,7 +20,7 @@ from dspark_sim.tuner.space import tier_ladder
 
 # Keys whose values are file paths (relative to the scenario file), as dotted paths.
 PATH_KEYS = ("workload.trace", "workload.synthetic.prompt_tokens.file",
-             "workload.synthetic.output_tokens.file", "speculation.sps_table",
+             "workload.synthetic.output_tokens.file", "speculation.sps_table", "speculation.sts",
              "speculation.acceptance.preset_file")
 
 

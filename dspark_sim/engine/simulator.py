@@ -72,17 +72,21 @@ def build_context(scenario: Scenario, collector: Collector) -> SimContext:
     return ctx
 
 
-def scheduler_sps(scenario: Scenario, cost):
-    """The SPS lookup the DSpark scheduler uses: a named SGLang table, or one derived from the cost model."""
+def scheduler_table(scenario: Scenario, cost):
+    """The SGLang SPS table the DSpark scheduler reads: the scenario's file, or one derived
+    from the cost model (additive form, the drafter's cost in alpha)."""
     from dspark_sim.cost.sps import load_sps_table, sps_from_cost_model
 
     spec, dep = scenario.speculation, scenario.deployment
     if spec.sps_table is not None:
-        table = load_sps_table(spec.sps_table)
-    else:
-        table = sps_from_cost_model(cost, max_batch_tokens=dep.max_batched_tokens, additive=True,
-                                    draft_kind=spec.draft_kind, block_size=spec.block_size)
-    return table.steps_per_sec_array
+        return load_sps_table(spec.sps_table)
+    return sps_from_cost_model(cost, max_batch_tokens=dep.max_batched_tokens, additive=True,
+                               draft_kind=spec.draft_kind, block_size=spec.block_size)
+
+
+def scheduler_sps(scenario: Scenario, cost):
+    """The vectorised SPS lookup of :func:`scheduler_table`."""
+    return scheduler_table(scenario, cost).steps_per_sec_array
 
 
 def simulate(scenario: Scenario, out_dir: Path | None = None, progress=None) -> RunResult:
