@@ -43,8 +43,8 @@ def trace(method: str) -> dict:
 
 
 CASES = {
-    "default": [("azure code trace (8,818 req), none", trace("none")),
-                ("azure code trace (8,818 req), dspark", trace("dspark")),
+    "default": [("azure code trace (8,819 req), none", trace("none")),
+                ("azure code trace (8,819 req), dspark", trace("dspark")),
                 ("synthetic 100k req, none", synthetic(100_000, 30.0, "none")),
                 ("synthetic 100k req, dspark", synthetic(100_000, 30.0, "dspark"))],
     "million": [("synthetic 1M req, dspark", synthetic(1_000_000, 30.0, "dspark"))],
