@@ -15,15 +15,16 @@ import sys
 import time
 from pathlib import Path
 
+import nbclient
+import nbformat
 import pytest
-
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
 SHIPPED = ("01_capacity_planning", "02_policy_frontier", "03_tuning", "04_acceptance_calibration")
 KERNEL = "dspark-sim-test"
+# A notebook must run in 2 minutes on a laptop; the test allows twice that for a loaded CI box.
+MAX_WALL_S = 240
 # What each run must leave behind: lines its explanations print, and files under runs/notebooks/<name>/.
 KEY_OUTPUT = {
     "01_capacity_planning": (["Recommendation (", "H100: ", "H200: ", "B200: ", "B300: ", "per M output tokens"],
@@ -134,10 +135,9 @@ def test_runs_top_to_bottom(name, tmp_path, kernel_name):
     nbclient.NotebookClient(nb, kernel_name=kernel_name, timeout=600,
                             resources={"metadata": {"path": str(work / "notebooks")}}).execute()
     wall_s = time.perf_counter() - started
-    print(f"{name}: {wall_s:.0f} s")
+    print(f"{name}: {wall_s:.0f} s")  # a failing cell has already raised CellExecutionError
 
-    errors = [o for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"]
-    assert not errors
+    assert wall_s < MAX_WALL_S, f"{name} took {wall_s:.0f} s"
     text = _texts(nb)
     lines, files = KEY_OUTPUT[name]
     for line in lines:

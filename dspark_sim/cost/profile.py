@@ -34,7 +34,7 @@ class ProfileCost:
     """
 
     def __init__(self, profile: Profile, *, tp: int = 1, comm_s: tuple[float, float] = (0.0, 0.0),
-                 fallback: CostModel | None = None):
+                 fallback: CostModel | None = None, warn: bool = True):
         if tp < 1:
             raise ValueError(f"tp must be >= 1, got {tp}")
         shard = {"memory": 1.0 / tp, "compute": 1.0 / tp}
@@ -44,6 +44,7 @@ class ProfileCost:
         self._target = profile.target.scaled(shard) if tp > 1 else profile.target
         self._drafts = {k: (d.scaled(shard) if tp > 1 else d) for k, d in profile.draft.items()}
         self._comm0, self._comm1 = comm_s
+        self._warn_fallback = warn
 
     def step_s(self, work: StepWork) -> float:
         """Seconds of one engine step (see :class:`StepWork`)."""
@@ -84,6 +85,10 @@ class ProfileCost:
             raise ValueError(f"unknown draft kind {draft.kind!r}")
         if self.fallback is None:
             raise ValueError(f"{self.name} has no measured {draft.kind} drafter and no fallback")
+        if self._warn_fallback:  # once, and only when a run actually uses the unmeasured drafter
+            self._warn_fallback = False
+            warnings.warn(f"profile {self.profile.gpu}/{self.profile.model} has no measured {draft.kind} "
+                          f"drafter: its draft cost comes from the roofline", UserWarning, stacklevel=2)
         return self.fallback.breakdown(StepWork(draft=draft))["draft_s"]
 
 
@@ -148,18 +153,13 @@ def get_cost_model(gpu: str, model: str, tp: int = 1, *, file=None, warn: bool =
         if getattr(loaded, key) != _canonical(want, lookup):
             raise InputError(path, key, getattr(loaded, key), f"the profile is not for {key} {want!r}")
     roofline = _roofline_or_none(gpu, model, tp)
-    missing = [k for k in DRAFT_KINDS if k not in loaded.draft]
-    if missing and warn:
-        warnings.warn(f"profile {path} has no measured {'/'.join(missing)} drafter: "
-                      f"{'costed by the roofline' if roofline else 'unavailable'}",
-                      UserWarning, stacklevel=2)
     comm = (0.0, 0.0)
     if tp > 1:
         roofline = RooflineCost(get_model(model, file=file), get_gpu(gpu, file=file), tp)
         one, two = (roofline.breakdown(StepWork(decode_reqs=1, verify_tokens=n))["comm_s"]
                     for n in (1, 2))
         comm = (2 * one - two, two - one)
-    return ProfileCost(loaded, tp=tp, comm_s=comm, fallback=roofline)
+    return ProfileCost(loaded, tp=tp, comm_s=comm, fallback=roofline, warn=warn)
 
 
 def _roofline_or_none(gpu: str, model: str, tp: int) -> RooflineCost | None:
