@@ -5,7 +5,7 @@ import argparse
 import sys
 import warnings
 
-from dspark_sim.errors import InputError
+from dspark_sim.errors import run_reporting_errors
 
 
 def _add_run(sub) -> None:
@@ -43,14 +43,7 @@ def _warning_line(message, category, filename, lineno, file=None, line=None):
 def main(argv: list[str] | None = None) -> int:
     warnings.showwarning = _warning_line
     args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted; nothing written", file=sys.stderr)
-        return 130
+    return run_reporting_errors(args.func, args)
 
 
 if __name__ == "__main__":

@@ -30,3 +30,17 @@ class InputError(Exception):
 def _short(value: object, limit: int = 80) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def run_reporting_errors(fn, *args, interrupted: str = "interrupted; nothing written") -> int:
+    """Call a command; bad input becomes one ``error:`` line on stderr and exit code 2."""
+    import sys
+
+    try:
+        return fn(*args)
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(interrupted, file=sys.stderr)
+        return 130

@@ -12,6 +12,8 @@ import math
 
 import torch
 
+from dspark_sim.cost.shapes import interp_clamped
+
 from .checks import check_accept_args, check_schedule_args, resolve_max_window
 from .sps_tensors import SpsTensors
 
@@ -35,16 +37,6 @@ def calibrated_survival_ref(conf: torch.Tensor, temperatures: torch.Tensor) -> t
     return a
 
 
-def _interp_clamped(xs: list, ys: list, x: float) -> float:
-    if x <= xs[0]:
-        return ys[0]
-    if x >= xs[-1]:
-        return ys[-1]
-    hi = bisect.bisect_right(xs, x)
-    lo = hi - 1
-    return ys[lo] + (x - xs[lo]) / (xs[hi] - xs[lo]) * (ys[hi] - ys[lo])
-
-
 def steps_per_sec_ref(sps, num_reqs: int, batch_tokens: int) -> float:
     """SPS at B = batch_tokens verify tokens for num_reqs requests (float64)."""
     if isinstance(sps, SpsTensors):
@@ -53,8 +45,8 @@ def steps_per_sec_ref(sps, num_reqs: int, batch_tokens: int) -> float:
         return float(sps.steps_per_sec[idx])
     step_s = (
         sps.bias_s
-        + _interp_clamped(sps.bs_probes.tolist(), sps.alpha_s.double().tolist(), float(num_reqs))
-        + _interp_clamped(sps.m_probes.tolist(), sps.theta_s.double().tolist(), float(batch_tokens))
+        + interp_clamped(sps.bs_probes.tolist(), sps.alpha_s.double().tolist(), float(num_reqs))
+        + interp_clamped(sps.m_probes.tolist(), sps.theta_s.double().tolist(), float(batch_tokens))
     )
     return 1.0 / step_s
 

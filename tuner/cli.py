@@ -14,7 +14,7 @@ import re
 import sys
 from pathlib import Path
 
-from dspark_sim.errors import InputError
+from dspark_sim.errors import InputError, run_reporting_errors
 
 DEFAULT_SCENARIO = Path("examples") / "tune_default.yaml"
 
@@ -63,16 +63,11 @@ def main(argv: list[str] | None = None) -> int:
     from dspark_sim.tuner.runner import quiet
 
     quiet()
-    try:
-        if argv[:1] == ["export"]:
-            return run_export(export_parser().parse_args(argv[1:]))
-        return run_tune(tune_parser().parse_args(argv))
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted; completed trials are in the study (resume with --study)", file=sys.stderr)
-        return 130
+    interrupted = "interrupted; completed trials are in the study (resume with --study)"
+    if argv[:1] == ["export"]:
+        return run_reporting_errors(lambda: run_export(export_parser().parse_args(argv[1:])),
+                                    interrupted=interrupted)
+    return run_reporting_errors(lambda: run_tune(tune_parser().parse_args(argv)), interrupted=interrupted)
 
 
 def _positive(value, flag: str, minimum: float = 1) -> None:
