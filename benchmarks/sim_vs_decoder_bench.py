@@ -87,6 +87,17 @@ bf16 weights, synthetic DSpark acceptance on math, R requests decoding at 1,024 
 tokens. Simulated: the same R, prompt and domain, closed loop, steps where all R decode,
 with the shipped measured profile. err = (sim - real) / real.
 
+Reading it: tokens per step per user (the acceptance model) agree closely; step time is
+under-predicted at small batches. The profile times the target's verify forward (a
+CUDA-graph replay) and the block drafter, but a decoder step also samples, runs the
+accept kernel, schedules and synchronises on the host, and that work is in no profile
+term yet; the MTP rows also take the chain drafter's cost from the roofline, since the
+profiler measured no chain drafter. The DSpark rows differ in policy as well: the real
+decoder sized its budget from a verify-only SPS table, the simulator from one that
+includes the drafter. Closing these is the open work of the fidelity issue: profile the
+whole decoder step (and the chain drafter), then re-run this script and `dspark-sim
+validate` on trace slices.
+
 """
 
 
