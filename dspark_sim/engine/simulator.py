@@ -1,7 +1,6 @@
 """Wire a scenario into a simpy run: workload -> router -> replicas -> collector."""
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -43,7 +42,6 @@ class RunResult:
     collector: Collector
     num_arrived: int
     sim_end_s: float
-    wall_s: float
     kv_capacity_tokens: int
     kv_peak_tokens: int
     num_preemptions: int
@@ -93,7 +91,6 @@ def simulate(scenario: Scenario, out_dir: Path | None = None, progress=None) -> 
     """Run the scenario to completion; per-request/step CSVs go to ``out_dir`` if given."""
     from dspark_sim.workload import read_trace, synthetic_requests
 
-    started = time.perf_counter()
     collector = Collector(out_dir)
     ctx = build_context(scenario, collector)
     seeds = np.random.SeedSequence(scenario.seed).spawn(scenario.deployment.replicas + 1)
@@ -111,7 +108,7 @@ def simulate(scenario: Scenario, out_dir: Path | None = None, progress=None) -> 
         env.run()
     finally:
         collector.close()
-    return RunResult(scenario, collector, counter["arrived"], env.now, time.perf_counter() - started,
+    return RunResult(scenario, collector, counter["arrived"], env.now,
                      ctx.kv_capacity_tokens, max(r.kv_peak for r in replicas),
                      int(collector.requests["num_preemptions"].sum()))
 

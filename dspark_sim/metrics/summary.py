@@ -80,7 +80,7 @@ def summarize(result) -> dict:
         good = good_mask(req, scen.slo)
         s["request_goodput"] = rate(int(good.sum()))
         s["slo_attainment"] = float(good.mean()) if done else 0.0
-    s.update(_speculation_stats(req, steps, slice(None)))
+    s.update(_speculation_stats(req, steps))
     s["num_steps"] = steps.n
     s["mean_batch_size"] = float(steps["running"].mean()) if steps.n else 0.0
     s["mean_decode_batch_size"] = float(steps["decode_reqs"].mean()) if steps.n else 0.0
@@ -92,7 +92,7 @@ def summarize(result) -> dict:
     return s
 
 
-def _speculation_stats(req, steps, sel) -> dict:
+def _speculation_stats(req, steps) -> dict:
     decode_steps = int(steps["decode_reqs"].sum())
     accepted = int(req["accepted_tokens"].sum())
     verified = int(req["verified_drafts"].sum())
@@ -106,7 +106,7 @@ def _speculation_stats(req, steps, sel) -> dict:
         "verified_drafts": verified,
         "wasted_verify_tokens": verified - accepted,
         "wasted_verify_fraction": (verified - accepted) / verified if verified else None,
-        "mean_verify_tokens_per_step": float(verify[dec > 0].mean()) if budget.size else None,
+        "mean_verify_tokens_per_step": float(verify[dec > 0].mean()) if (dec > 0).any() else None,
         "mean_verify_tokens_per_request": float(verify.sum() / dec.sum()) if dec.sum() else None,
         "budget_k": {"mean": float(budget.mean()), "p10": float(np.percentile(budget, 10)),
                      "median": float(np.percentile(budget, 50)), "p90": float(np.percentile(budget, 90)),

@@ -18,8 +18,6 @@ from dspark_sim.spec.dspark import SpsFn, VerifyLimits
 class Policy:
     """Base: no speculation. Subclasses override :meth:`plan`."""
 
-    needs_confidence = False
-
     def __init__(self, spec: Speculation):
         self.spec = spec
         self.draft_kind = spec.draft_kind
@@ -59,8 +57,6 @@ class SchedulePolicy(Policy):
 class ThresholdPolicy(Policy):
     """Verify while prefix survival >= threshold, within min/max verify length."""
 
-    needs_confidence = True
-
     def plan(self, conf, num_reqs):
         spec = self.spec
         drafts = (dspark.survival_of(conf) >= spec.threshold).sum(axis=1)
@@ -70,8 +66,6 @@ class ThresholdPolicy(Policy):
 
 class DSparkPolicy(Policy):
     """DSpark's confidence scheduler: Algorithm 1 or the production variant."""
-
-    needs_confidence = True
 
     def __init__(self, spec: Speculation, sps: SpsFn, max_batch_tokens: int):
         super().__init__(spec)
