@@ -6,8 +6,10 @@
 ``--run``: a Qwen3 shape with random bf16 weights and synthetic acceptance
 (the simulator's DSpark or MTP preset for that model, ``--domain``); R requests
 with ``--context`` cached tokens decode at temperature 1 through the decoder's
-own step loop. Before the DSpark rows, the verify step is profiled at that R
-(floor-probe SPS table, as SGLang's cost table). Steps that capture a new CUDA
+own step loop. The DSpark rows schedule from an SPS table: ``--sps profile``
+(default) the additive table the simulator and tuner derive from the shipped
+profile, drafter included; ``--sps probe`` a floor-probe table of the verify
+step alone, profiled at that R before the row. Steps that capture a new CUDA
 graph are excluded from the timing.
 """
 from __future__ import annotations
@@ -48,39 +50,35 @@ def sps_table(decoder, reqs: int, context: int, window: int):
     return SpsTensors.from_json_dict(table, decoder.device), table
 
 
+def profile_table(model: str, decoder, context: int, conf):
+    """The additive SPS table the simulator derives from the shipped H200 profile (drafter in)."""
+    from dspark_sim.cost import get_cost_model, sps_from_cost_model
+    from dspark_sim.kernels.sps_tensors import sps_from_json_dict
+
+    table = sps_from_cost_model(get_cost_model("h200", model, warn=False), additive=True,
+                                context_tokens_per_req=context, draft_kind="block",
+                                block_size=conf.block_size).to_json_dict()
+    return sps_from_json_dict(table, decoder.device), table
+
+
 def measure(decoder, reqs: int, context: int, steps: int, domain: int, seed: int) -> dict:
     """Decode ``steps`` timed steps of ``reqs`` requests; tokens and seconds."""
     import numpy as np
 
-    from dspark_sim.kernels.decoder import Sequence
+    from dspark_sim.kernels.profiler.steps import decoding_requests, timed_decode
 
-    rng = np.random.default_rng(seed)
-    vocab = decoder.spec.vocab_size
-    seqs = []
-    for i in range(reqs):
-        s = Sequence(i, rng.integers(0, vocab, context).tolist(), 1 << 30, 1.0, domain)
-        s.tokens.append(int(rng.integers(0, vocab)))
-        if not decoder.fake_prefill(s):
-            raise RuntimeError(f"out of KV pages at {reqs} requests")
-        seqs.append(s)
+    seqs = decoding_requests(decoder, reqs, context, np.random.default_rng(seed), domain)
+    if seqs is None:
+        raise RuntimeError(f"out of KV pages at {reqs} requests")
     times, emitted, verify, draft = [], 0, [], []
-
-    def step() -> tuple[bool, float, object]:
-        for s in seqs:
-            decoder.pages.reserve(s, len(s.tokens) + decoder.conf.gamma)
-        graphs = len(decoder.graphs.entries)
-        t0 = time.perf_counter()
-        st = decoder.decode(seqs)
-        decoder.sync()
-        return len(decoder.graphs.entries) != graphs, time.perf_counter() - t0, st
 
     try:
         calm = warm = 0
         while calm < 3 and warm < 40:  # warm: no new graph in three steps running
-            fresh, _, _ = step()
+            fresh, _, _ = timed_decode(decoder, seqs)
             calm, warm = (0 if fresh else calm + 1), warm + 1
         for _ in range(3 * steps):
-            fresh, dt, st = step()
+            fresh, dt, st = timed_decode(decoder, seqs)
             if fresh:  # a capture inflates this step: leave it out
                 continue
             times.append(dt)
@@ -113,6 +111,8 @@ def run(args) -> dict:
     out = {"provenance": {**provenance(), "model": args.model, "weights": "random bf16",
                           "acceptance": f"synthetic ({args.domain}, simulator preset)",
                           "context_tokens": args.context, "temperature": 1.0,
+                          "sps_table": {"profile": "additive, from the shipped profile, drafter "
+                                        "included", "probe": "floor probe of the verify step at R"}[args.sps],
                           "sm_clocks_before": sm_clocks()}, "rows": []}
     kv = max(batches) * (args.context + (args.steps * 3 + 40) * 8 + 64)
     deadline = time.perf_counter() + args.max_seconds
@@ -137,8 +137,10 @@ def run(args) -> dict:
                 out["rows"].append(row)
                 continue
             try:
-                if sps0 is not None:
+                if sps0 is not None and args.sps == "probe":
                     dec.sps, row["sps_table"] = sps_table(dec, reqs, args.context, conf.window)
+                elif sps0 is not None:
+                    dec.sps, row["sps_table"] = profile_table(args.model, dec, args.context, conf)
                 dec.graphs.clear()
                 row.update(measure(dec, reqs, args.context, args.steps, domain, args.seed))
             except Exception as err:  # keep the other rows; the miss is reported
@@ -206,6 +208,8 @@ def main(argv=None) -> int:
     p.add_argument("--context", type=int, default=1024)
     p.add_argument("--steps", type=int, default=24)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--sps", choices=("profile", "probe"), default="profile",
+                   help="DSpark rows: the profile's table with the drafter, or a verify-only probe")
     p.add_argument("--max-seconds", type=float, default=300.0)
     p.add_argument("--device", default="cuda")
     p.add_argument("--dtype", default="bfloat16")

@@ -134,7 +134,7 @@ def _fitted_over_measured(cost: ProfileCost, grids: dict) -> tuple[list[float], 
 
 def held_out_table(profiles: list[Profile]) -> str:
     """Markdown table of held-out median / p90 relative error per section."""
-    sections = ["verify", "prefill", "draft_block", "draft_chain", "all"]
+    sections = ["verify", "prefill", "draft_block", "draft_chain", "step", "all"]
     lines = ["| model | gpu | " + " | ".join(f"{s} median / p90" for s in sections) + " | points |",
              "|---|---|" + "---|" * (len(sections) + 1)]
     for p in profiles:

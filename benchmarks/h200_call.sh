@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# One device call: GPU checks, the decoder table (issue 6) and profiles (issue 7).
-# Usage (on the device machine, repo root): bash benchmarks/h200_call.sh "qwen3-8b:150" [bench]
-# Each argument model:seconds profiles one model; "bench" also runs the decoder table first.
+# One device call: GPU checks, the decoder table (issue 6), profiles (issue 7), fidelity runs (8).
+# Usage (on the device machine, repo root):
+#   bash benchmarks/h200_call.sh check bench "qwen3-32b:260" "qwen3-8b:80:chain,prefill,step:resume:prefill" fidelity
+# model:seconds[:parts[:resume[:replace]]] profiles one model (parts: the profiler's --part;
+# "resume" keeps the points of profiles/h200/raw/raw_<model>.json, times the missing ones and
+# whole steps without graphs too; replace: parts re-timed from scratch);
+# "bench" runs the decoder table, "bench-dspark" its DSpark rows only (SPS table from the
+# profile), "fidelity" the decoder on trace slices (benchmarks/fidelity.py).
 set -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
@@ -15,9 +20,14 @@ for arg in "$@"; do
   case "$arg" in
     check) python3 benchmarks/gpu_check.py --out "$OUT/gpu_check.json" 2>&1 | tee "$OUT/check.log" ;;
     bench) python3 benchmarks/bench_decoder.py --run --out "$OUT/decoder_bench.json" --max-seconds "${BENCH_S:-240}" 2>&1 | tee "$OUT/bench.log" | grep -v '^{' ;;
-    *:*) m=${arg%%:*}; s=${arg##*:}
-         python3 -m dspark_sim.kernels.profiler --gpu h200 --model "$m" --out "$OUT" --max-seconds "$s" > "$OUT/profile_$m.log" 2>&1
-         tail -3 "$OUT/profile_$m.log" ;;
+    fidelity) python3 benchmarks/fidelity.py run --out /tmp/fidelity --archive "$OUT/fidelity.tgz" --max-seconds "${FIDELITY_S:-300}" ${FIDELITY_ARGS:-} 2>&1 | tee "$OUT/fidelity.log" | tail -30 ;;
+    bench-dspark) python3 benchmarks/bench_decoder.py --run --methods dspark-full dspark --out "$OUT/decoder_bench_dspark.json" --max-seconds "${BENCH_S:-120}" 2>&1 | tee "$OUT/bench.log" | grep -v '^{' ;;
+    *:*) IFS=: read -r m s parts resume replace <<< "$arg"
+         extra=(--part "${parts:-all}")
+         [ "$resume" = resume ] && extra+=(--resume "profiles/h200/raw/raw_$m.json" --eager-steps)
+         [ -n "$replace" ] && extra+=(--replace "$replace")
+         python3 -m dspark_sim.kernels.profiler --gpu h200 --model "$m" --out "$OUT" --max-seconds "$s" "${extra[@]}" >> "$OUT/profile.log" 2>&1
+         tail -3 "$OUT/profile.log" ;;
   esac
 done
 python3 benchmarks/bench_decoder.py --json "$OUT/decoder_bench.json" 2>/dev/null | tail -40 || true

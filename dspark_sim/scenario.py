@@ -47,6 +47,7 @@ class Deployment:
     router: str = "round_robin"
     gpu_memory_fraction: float = 0.90
     kv_block_tokens: int = 16
+    batching: str = "mixed"  # or "prefill_first": prefill-only steps while any prompt is pending
 
     @property
     def num_gpus(self) -> int:
@@ -194,6 +195,9 @@ def _domain_mix(value: Any, file, key: str) -> tuple[tuple[str, float], ...]:
     return tuple((n, w / total) for n, w in mix)
 
 
+BATCHING = ("mixed", "prefill_first")
+
+
 def _deployment(s: Section) -> Deployment:
     d = Deployment(
         replicas=s.integer("replicas", 1, minimum=1, maximum=4096),
@@ -204,6 +208,7 @@ def _deployment(s: Section) -> Deployment:
         router=s.string("router", "round_robin", choices=ROUTERS),
         gpu_memory_fraction=s.number("gpu_memory_fraction", 0.90, minimum=0.05, maximum=1.0),
         kv_block_tokens=s.integer("kv_block_tokens", 16, minimum=1),
+        batching=s.string("batching", "mixed", choices=BATCHING),
     )
     s.done()
     return d

@@ -15,7 +15,8 @@ from dspark_sim.cost import (ProfileCost, RooflineCost, StepWork, fit_profile, g
 from dspark_sim.cost.base import CostModel, DraftWork
 from dspark_sim.cost.fit import _TargetModel, _target_rows
 from dspark_sim.cost.profile import shipped_profile_path
-from dspark_sim.cost.profile_format import DraftFit, GpuRef, Profile, TargetFit
+from dspark_sim.cost.profile_format import (DraftFit, GpuRef, HostFit, Profile, TargetFit,
+                                            profile_from_json_dict)
 from dspark_sim.cost.shapes import (hat_matrix, interp2_array, interp2_clamped, interp_array,
                                     interp_clamped, pad_tokens, pow2_array, pow2_scalar)
 from dspark_sim.cost.synthetic import default_grid, synthetic_raw
@@ -301,3 +302,67 @@ def test_fit_reads_the_profilers_spellings():
     profile = fit_profile(raw, MODEL, GPU, folds=2)
     assert set(profile.draft) == {"block"}
     assert profile.grids["draft"][0]["block_size"] == 4 and profile.grids["prefill"][1]["cached"] == 4096
+
+
+KNOWN_HOST = {"none": HostFit("none", 2e-3, 1e-5), "block": HostFit("block", 3e-3, 2e-5)}
+
+
+def test_fit_recovers_the_host_term(fitted):
+    """Whole decode steps = graphs (target + drafter) + bias + per-request host time: the fit
+    recovers the host terms from what the graph fits leave, and adds them to decode steps only."""
+    graphs = ProfileCost(_known_profile(fitted))  # the grids time graph replays: no host term
+    whole = ProfileCost(replace(_known_profile(fitted), host=KNOWN_HOST))
+    raw = synthetic_raw(graphs, noise=0.003, quantum=1, seed=3)
+    raw["step"] = []
+    for kind, g in (("none", 0), ("block", 7)):
+        for r in (1, 2, 4, 8, 16, 32, 64, 128, 256):
+            draft = DraftWork("block", r, g, r * 1024) if g else None
+            seconds = whole.step_s(StepWork(r, r * (g + 1), r * 1024, draft=draft))
+            raw["step"].append({"kind": kind, "reqs": r, "context": 1024, "graphs": True,
+                                "steps": [[r * (g + 1), seconds, 0.0]], "step_s": seconds})
+    raw["step"].append({"kind": "none", "reqs": 4, "context": 1024, "graphs": False,
+                        "steps": [[4, 1.0, 0.0]], "step_s": 1.0})  # eager: never fitted
+    got = fit_profile(raw, MODEL, GPU, folds=2)
+    for kind, want in KNOWN_HOST.items():
+        assert got.host[kind].bias_s == pytest.approx(want.bias_s, rel=0.15)
+        assert got.host[kind].req_s == pytest.approx(want.req_s, rel=0.25)
+    assert got.held_out["step"].num_points == 18 and got.held_out["step"].median_rel_err < 0.02
+    cost = ProfileCost(got)
+    assert cost.breakdown(StepWork(prefill_tokens=100, prefill_reqs=1))["host_s"] == 0.0
+    assert cost.breakdown(StepWork(4, 4, 4096))["host_s"] == pytest.approx(got.host["none"].seconds(4))
+    block = StepWork(4, 32, 4096, draft=DraftWork("block", 4, 7, 4096))
+    assert cost.breakdown(block)["host_s"] == pytest.approx(got.host["block"].seconds(4))
+    # a kind with no measured host term (chain here) adds nothing
+    assert cost.breakdown(StepWork(4, 16, 4096, draft=DraftWork("chain", 4, 3, 4096)))["host_s"] == 0.0
+
+
+def test_host_term_from_graphs_timed_in_the_same_steps(fitted):
+    """When the profiler timed the graphs inside each whole step, the host term is what is
+    left of those very steps: a GPU running 20 % slower in that call does not leak into it."""
+    graphs = ProfileCost(_known_profile(fitted))
+    raw = synthetic_raw(graphs, noise=0.003, quantum=1, seed=4)
+    raw["step"] = []
+    for r in (1, 4, 16, 64, 256):
+        gpu = 1.2 * graphs.step_s(StepWork(r, r, r * 1024))
+        wall = gpu + KNOWN_HOST["none"].seconds(r)
+        raw["step"].append({"kind": "none", "reqs": r, "context": 1024, "graphs": True,
+                            "steps": [[r, wall, 0.0, gpu]] * 3, "step_s": wall})
+    got = fit_profile(raw, MODEL, GPU, folds=2)
+    assert got.host["none"].bias_s == pytest.approx(KNOWN_HOST["none"].bias_s, rel=1e-6)
+    assert got.host["none"].req_s == pytest.approx(KNOWN_HOST["none"].req_s, rel=1e-6)
+
+
+def test_host_terms_round_trip_and_are_validated():
+    prof = replace(_known_profile_bare(), host=KNOWN_HOST)
+    d = json.loads(json.dumps(prof.to_json_dict()))
+    assert profile_from_json_dict(d).host == KNOWN_HOST
+    old = {k: v for k, v in d.items() if k != "host"}  # files written before host terms
+    assert profile_from_json_dict(old).host == {}
+    bad = copy.deepcopy(d)
+    bad["host"]["warp"] = {"kind": "warp", "bias_s": 1e-3, "req_s": 0.0}
+    with pytest.raises(InputError, match="host.warp"):
+        profile_from_json_dict(bad)
+    bad = copy.deepcopy(d)
+    bad["host"]["none"]["bias_s"] = -1.0
+    with pytest.raises(InputError, match="bias_s"):
+        profile_from_json_dict(bad)

@@ -36,7 +36,47 @@ def test_stepper_times_each_part_and_skips_what_does_not_fit():
     assert all(s > 0 for _, s in rows)
     assert st.draft(3, 5, context=16) > 0 and dec.drafter.gamma == 8
     assert st.prefill(16, 8) > 0
+    assert st.chain(2, 3, context=16) > 0 and dec.drafter.gamma == 8
+    for kind in ("none", "chain", "block"):
+        res = st.decode_step(kind, 2, 16, graphs=False, steps=2)
+        assert len(res["steps"]) == 2 and res["step_s"] > 0
+        n = {r[0] for r in res["steps"]}
+        assert n == {2} if kind == "none" else (n == {8} if kind == "chain" else max(n) <= 16)
     assert len(dec.pages.free) == free  # every point gave its pages back
+
+
+def test_profiler_resumes_a_raw_file_and_replaces_a_part(tmp_path):
+    """A second run keeps the first run's points, times only the missing ones, and
+    --replace re-times a part from scratch (the split-and-merge of a large grid)."""
+    env = {"PYTHONHASHSEED": "0", "PATH": "/usr/bin:/bin"}
+    import os
+    env.update({k: v for k, v in os.environ.items() if k.startswith(("PYTHON", "VIRTUAL", "HOME"))})
+    raw = tmp_path / "a" / "raw_tiny.json"
+    old = {"provenance": {"date": "2026-01-01"},
+           "verify": [{"reqs": 1, "tokens": 1, "context": 512, "step_s": 1.0}],
+           "draft": [{"reqs": 1, "gamma": 4, "context": 1024, "step_s": 2.0}],
+           "prefill": [{"chunk": 64, "context": 0, "step_s": 3.0}]}
+    raw.parent.mkdir()
+    raw.write_text(json.dumps(old))
+    from dspark_sim.kernels.profiler.__main__ import main
+    import dspark_sim.kernels.profiler.__main__ as prof
+    from dspark_sim.kernels.decoder.tiny import tiny_decoder
+
+    prof_build = prof.build
+    prof.build = lambda args: tiny_decoder("dspark", block_size=8, kv_tokens=4096, max_model_len=512)
+    try:
+        assert main(["--gpu", "cpu", "--model", "tiny", "--out", str(tmp_path / "b"),
+                     "--part", "draft,prefill", "--resume", str(raw), "--replace", "prefill",
+                     "--max-seconds", "0", "--device", "cpu"]) == 0
+    finally:
+        prof.build = prof_build
+    new = json.loads((tmp_path / "b" / "raw_tiny.json").read_text())
+    assert new["verify"] == old["verify"]  # untouched part kept
+    assert {"kind": "block", **old["draft"][0]} in new["draft"]  # kept, not re-timed
+    assert new["prefill"] == []  # replaced; no time left to re-time it
+    assert new["provenance"]["merged_from"] == [old["provenance"]]
+    assert new["provenance"]["pad_limits"] == [8, 64, 256]
+    assert len(new["provenance"]["skipped"]["draft"]) == 35  # 36 points, one already measured
 
 
 def test_bench_table_reports_checks_and_misses(tmp_path):

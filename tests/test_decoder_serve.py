@@ -89,6 +89,7 @@ def test_settings_read_the_tuner_export(tmp_path):
     ({"speculation__block_size": 5}, "sts"),  # 7 STS temperatures for a block of 5
     ({"speculation__max_verify_len": 12}, "max_verify_len"),
     ({"speculation__color": 1}, "speculation.color"),
+    ({"deployment__batching": "mixed"}, "deployment.batching"),  # the decoder batches prefill_first
 ])
 def test_settings_reject_what_does_not_fit(tmp_path, over, key):
     model = "qwen3-4b" if key == "model" else "qwen3-8b"

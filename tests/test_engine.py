@@ -103,3 +103,26 @@ def test_replicas_split_load(write_scenario, tmp_path):
         replicas = np.loadtxt(tmp_path / router / "steps.csv", delimiter=",", skiprows=1, usecols=10)
         assert set(np.unique(replicas).astype(int)) == {0, 1, 2, 3}
         json.loads((tmp_path / router / "summary.json").read_text())
+
+
+def test_prefill_first_holds_decoding_while_prompts_are_pending(write_scenario, tmp_path):
+    """batching: prefill_first (SGLang's default, the decoder's policy) never mixes a prefill
+    chunk and decode tokens in one step; mixed (vLLM) does, and decodes faster meanwhile."""
+    over = {"max_batched_tokens": 2048}
+    mixed = synthetic_scenario(num_requests=30, rate_per_s=20.0, prompt=3000, output=100, deployment=over)
+    first = synthetic_scenario(num_requests=30, rate_per_s=20.0, prompt=3000, output=100,
+                               deployment={**over, "batching": "prefill_first"})
+    sm, rm = _run(write_scenario, tmp_path, mixed, "m")
+    sf, rf = _run(write_scenario, tmp_path, first, "f")
+    both = lambda steps: (steps["prefill_tokens"] > 0) & (steps["decode_reqs"] > 0)  # noqa: E731
+    assert both(rm.collector.steps).any()
+    assert not both(rf.collector.steps).any()
+    assert sf["completed"] == sm["completed"] == 30
+    assert sf["mean_tpot_ms"] > sm["mean_tpot_ms"]
+
+
+def test_unknown_batching_policy_is_rejected(write_scenario):
+    from dspark_sim.errors import InputError
+
+    with pytest.raises(InputError, match="batching"):
+        load_scenario(write_scenario(synthetic_scenario(deployment={"batching": "sometimes"})))

@@ -27,10 +27,10 @@ import numpy as np
 from dspark_sim.catalog import GpuSpec, ModelSpec
 from dspark_sim.cost.base import DraftWork
 from dspark_sim.cost.jsonio import with_file
-from dspark_sim.cost.profile_format import (DraftFit, GpuRef, HeldOut, Profile, TargetFit,
+from dspark_sim.cost.profile_format import (DraftFit, GpuRef, HeldOut, HostFit, Profile, TargetFit,
                                             check_grids)
 from dspark_sim.cost.roofline import RooflineCost
-from dspark_sim.cost.shapes import ARRAY, hat_matrix, pad_tokens, pow2_array
+from dspark_sim.cost.shapes import ARRAY, SCALAR, hat_matrix, pad_tokens, pow2_array
 from dspark_sim.cost.stages import Param, Rows, fit_knots, fit_terms, knots_of, ridge, sharpness_param
 from dspark_sim.cost.terms import check_pad
 from dspark_sim.errors import InputError
@@ -265,6 +265,20 @@ def _held_out(rows: Rows, fit_fn, predict_fn, folds: int, seed: int) -> np.ndarr
     return np.abs(pred / rows.step_s - 1.0)
 
 
+def _held_out_steps(rows: list[dict], target: TargetFit, drafts: dict, folds: int,
+                    seed: int) -> np.ndarray:
+    """k-fold relative errors of whole decode steps, the host term refitted without the fold
+    (the target and drafter fits come from their own grids)."""
+    n = len(rows)
+    order = np.random.default_rng(seed).permutation(n)
+    pred = np.empty(n)
+    for fold in range(min(folds, n)):
+        test = order[fold::min(folds, n)]
+        host = fit_host([rows[i] for i in np.setdiff1d(order, test)], target, drafts)
+        pred[test] = predict_steps([rows[i] for i in test], target, drafts, host)
+    return np.abs(pred / np.array([r["step_s"] for r in rows]) - 1.0)
+
+
 def _summary(err: np.ndarray) -> HeldOut:
     if err.size == 0:
         return HeldOut(0.0, 0.0, 0.0, 0)
@@ -272,22 +286,89 @@ def _summary(err: np.ndarray) -> HeldOut:
 
 
 # The profiler's spellings (kernels/profiler) of the canonical columns; a draft row
-# without a kind is the DSpark block drafter, the only one it times.
+# without a kind is the DSpark block drafter (older raw files time no other).
 RAW_ALIASES = {"draft": {"gamma": "block_size"}, "prefill": {"context": "cached"}}
+# Whole decode steps the profiler times (kernels/profiler/steps.py, decode_step): the
+# drafter's block size per kind, when a raw step row does not state it.
+STEP_BLOCK = {"none": 0, "chain": 3, "block": 7}
+
+
+def _step_row(r: dict) -> dict | None:
+    """A raw whole-step row (``steps: [[verify_tokens, wall_s, draft_s], ...]``) as a grid
+    row; steps run without CUDA graphs are left out (the engine replays graphs)."""
+    if not r.get("graphs", True):
+        return None
+    steps = r.get("steps")
+    row = {k: r[k] for k in ("kind", "reqs", "context", "step_s") if k in r}
+    row["block_size"] = r.get("block_size", STEP_BLOCK.get(r.get("kind"), 0))
+    ok = isinstance(steps, list) and steps and all(isinstance(x, list) and x for x in steps)
+    if "verify_tokens" in r:
+        row["verify_tokens"] = r["verify_tokens"]
+    elif ok:
+        row["verify_tokens"] = float(np.mean([x[0] for x in steps]))
+    if ok and all(len(x) >= 4 for x in steps):  # graph times of the same steps: host = the rest
+        row["host_s"] = float(np.median([x[1] - x[2] - x[3] for x in steps]))
+    return row
 
 
 def _canonical_rows(raw: dict) -> dict:
     """The raw sections with aliased columns renamed and a missing draft kind set to block."""
     out = {}
-    for section in ("verify", "draft", "prefill"):
+    for section in ("verify", "draft", "prefill", "step"):
         rows, aliases = raw.get(section, []), RAW_ALIASES.get(section, {})
         if isinstance(rows, list):
             rows = [{aliases.get(k, k): v for k, v in r.items()} if isinstance(r, dict) else r
                     for r in rows]
             if section == "draft":
                 rows = [{"kind": "block", **r} if isinstance(r, dict) else r for r in rows]
+            if section == "step":
+                rows = [x for x in (_step_row(r) if isinstance(r, dict) else r for r in rows)
+                        if x is not None]
         out[section] = rows
     return out
+
+
+# -- the engine's host time per decode step ----------------------------------------------------
+def _graph_part(rows: list[dict], target: TargetFit, drafts: dict) -> np.ndarray:
+    """What the target and drafter fits predict for whole decode steps ``rows``."""
+    col = lambda k: np.array([r[k] for r in rows], dtype=np.float64)  # noqa: E731
+    reqs, vtok, ctx = col("reqs"), col("verify_tokens"), col("reqs") * col("context")
+    zero = np.zeros(len(rows))
+    pred = sum(target.parts(reqs, vtok, zero, ctx, zero, zero, ARRAY))
+    for i, r in enumerate(rows):
+        fit = drafts.get(r["kind"])
+        if fit is not None and r["block_size"]:
+            pred[i] += fit.seconds(float(r["reqs"]), float(r["block_size"]), ctx[i], SCALAR)
+    return pred
+
+
+def fit_host(rows: list[dict], target: TargetFit, drafts: dict) -> dict[str, HostFit]:
+    """``bias_s + req_s * R`` per step kind: non-negative least squares on what the graph
+    fits leave of each measured whole step."""
+    from scipy.optimize import nnls
+
+    out = {}
+    # measured in the same steps where the profiler timed the graphs; else what the fits leave
+    resid = np.array([r["step_s"] for r in rows]) - _graph_part(rows, target, drafts) if rows else []
+    resid = [r.get("host_s", x) for r, x in zip(rows, resid)]
+    for kind in sorted({r["kind"] for r in rows}):
+        idx = [i for i, r in enumerate(rows) if r["kind"] == kind]
+        reqs = np.array([rows[i]["reqs"] for i in idx], dtype=np.float64)
+        y = np.array([resid[i] for i in idx])
+        # relative weights: every step size counts the same
+        w = 1.0 / np.array([rows[i]["step_s"] for i in idx])
+        (bias, per_req), _ = nnls(np.stack([np.ones_like(reqs), reqs], 1) * w[:, None], y * w)
+        out[kind] = HostFit(kind, float(bias), float(per_req))
+    return out
+
+
+def predict_steps(rows: list[dict], target: TargetFit, drafts: dict, host: dict) -> np.ndarray:
+    """Whole decode step seconds: graphs (target + drafter) plus the host term."""
+    pred = _graph_part(rows, target, drafts)
+    for i, r in enumerate(rows):
+        if r["kind"] in host:
+            pred[i] += host[r["kind"]].seconds(r["reqs"])
+    return pred
 
 
 def fit_profile(raw: dict, model: ModelSpec, gpu: GpuSpec, *, folds: int = 10, seed: int = 0,
@@ -318,6 +399,11 @@ def fit_profile(raw: dict, model: ModelSpec, gpu: GpuSpec, *, folds: int = 10, s
         errors[kind] = _held_out(rows, lambda r, k=kind: fit_draft(r, k, model, gpu),
                                  lambda f, r: _DraftModel(f).predict(r), folds, seed)
         sections.append(rows.section)
+    host = fit_host(grids.get("step", []), target, drafts)
+    if grids.get("step"):
+        steps = grids["step"]
+        errors["step"] = _held_out_steps(steps, target, drafts, folds, seed)
+        sections.append(np.array(["step"] * len(steps)))
     err = np.concatenate(list(errors.values()))
     section = np.concatenate(sections)
     held = {str(s): _summary(err[section == s]) for s in dict.fromkeys(section)}
@@ -329,7 +415,7 @@ def fit_profile(raw: dict, model: ModelSpec, gpu: GpuSpec, *, folds: int = 10, s
         gpu=gpu.name, model=model.name, measured_date=date,
         source=f"measured on {gpu.name}, {date}",
         gpu_spec=GpuRef(gpu.name, gpu.hbm_bytes_per_s, gpu.bf16_flops, gpu.source),
-        target=target, draft=drafts, held_out=held,
+        target=target, draft=drafts, host=host, held_out=held,
         held_out_method=f"{folds}-fold cross-validation over grid points (seed {seed}), both fit "
                         "stages refitted without the held-out fold",
         provenance=provenance, grids=grids)

@@ -44,6 +44,7 @@ class ProfileCost:
         self._target = profile.target.scaled(shard) if tp > 1 else profile.target
         self._drafts = {k: (d.scaled(shard) if tp > 1 else d) for k, d in profile.draft.items()}
         self._comm0, self._comm1 = comm_s
+        self._host = profile.host  # host time: fixed under tp and projection
         self._warn_fallback = warn
 
     def step_s(self, work: StepWork) -> float:
@@ -59,10 +60,18 @@ class ProfileCost:
                 total += self._comm0 + self._comm1 * tokens
         if work.draft is not None:
             total += self.draft_s(work.draft)
+        if work.decode_reqs:
+            total += self.host_s(work)
         return total
 
+    def host_s(self, work: StepWork) -> float:
+        """The engine's host time of a step with decoding requests (0 when not measured)."""
+        fit = self._host.get(work.draft.kind if work.draft is not None and work.draft.block_size
+                             else "none")
+        return fit.seconds(work.decode_reqs) if fit is not None else 0.0
+
     def breakdown(self, work: StepWork) -> dict[str, float]:
-        """Step seconds split into overhead, linear, per-request, attention, comms and draft."""
+        """Step seconds split into overhead, linear, per-request, attention, comms, draft and host."""
         tokens = work.verify_tokens + work.prefill_tokens
         parts = dict.fromkeys(("overhead_s", "linear_s", "per_req_s", "attn_s", "comm_s"), 0.0)
         if tokens:
@@ -72,6 +81,7 @@ class ProfileCost:
             parts.update(zip(("overhead_s", "linear_s", "per_req_s", "attn_s"), values))
             parts["comm_s"] = self._comm0 + self._comm1 * tokens if (self._comm0 or self._comm1) else 0.0
         parts["draft_s"] = self.draft_s(work.draft) if work.draft is not None else 0.0
+        parts["host_s"] = self.host_s(work) if work.decode_reqs else 0.0
         return parts
 
     def draft_s(self, draft: DraftWork) -> float:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from dspark_sim.cost.jsonio import read_json, with_file, write_json_atomic
-from dspark_sim.cost.terms import DRAFT_KINDS, DraftFit, TargetFit, fail
+from dspark_sim.cost.terms import DRAFT_KINDS, STEP_KINDS, DraftFit, HostFit, TargetFit, fail
 from dspark_sim.errors import InputError
 
 FORMAT_VERSION = 2
@@ -27,7 +27,12 @@ ROW_COLUMNS = {
     "draft": {"reqs": (int, 1), "block_size": (int, 1), "kind": (str, None), "context": (int, 0),
               "step_s": (float, 0.0)},
     "prefill": {"chunk": (int, 1), "cached": (int, 0), "step_s": (float, 0.0)},
+    "step": {"kind": (str, None), "reqs": (int, 1), "verify_tokens": (float, 0.0),
+             "block_size": (int, 0), "context": (int, 0), "step_s": (float, 0.0)},
 }
+ROW_KINDS = {"draft": DRAFT_KINDS, "step": STEP_KINDS}
+# Columns a row may carry: host_s, the host part of whole steps whose graphs were timed too.
+ROW_OPTIONAL = {"step": {"host_s": (float, None)}}
 
 
 @dataclass(frozen=True)
@@ -94,6 +99,7 @@ class Profile:
     provenance: dict
     projection: Projection | None = None
     grids: dict | None = None
+    host: dict[str, HostFit] = dataclasses.field(default_factory=dict)
     tp: int = 1
     format_version: int = FORMAT_VERSION
 
@@ -105,9 +111,10 @@ class Profile:
         for name in ("gpu", "model", "source"):
             if not getattr(self, name):
                 fail(name, getattr(self, name), "must be a non-empty string")
-        for kind, fit in self.draft.items():
-            if kind != fit.kind:
-                fail(f"draft.{kind}.kind", fit.kind, f"must equal its key {kind!r}")
+        for section in ("draft", "host"):
+            for kind, fit in getattr(self, section).items():
+                if kind != fit.kind:
+                    fail(f"{section}.{kind}.kind", fit.kind, f"must equal its key {kind!r}")
         if self.grids is not None:
             object.__setattr__(self, "grids", check_grids(self.grids, prefix="grids"))
 
@@ -116,8 +123,9 @@ class Profile:
         return {"format_version": self.format_version, **{
             f.name: dataclasses.asdict(getattr(self, f.name)) if dataclasses.is_dataclass(
                 getattr(self, f.name)) else getattr(self, f.name)
-            for f in fields(self) if f.name not in ("format_version", "draft", "held_out")},
+            for f in fields(self) if f.name not in ("format_version", "draft", "held_out", "host")},
             "draft": {k: dataclasses.asdict(v) for k, v in self.draft.items()},
+            "host": {k: dataclasses.asdict(v) for k, v in self.host.items()},
             "held_out": {k: dataclasses.asdict(v) for k, v in self.held_out.items()}}
 
     def save(self, path: str | Path) -> None:
@@ -165,7 +173,7 @@ def _build(cls, d: object, key: str, nested: dict | None = None):
     for name, f in known.items():
         sub = f"{key}.{name}" if key else name
         if name not in d:
-            if f.default is dataclasses.MISSING:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 fail(sub, None, "missing")
             continue
         kwargs[name] = nested[name](d[name], sub) if name in nested else _convert(d[name], f.type, sub)
@@ -200,6 +208,7 @@ def profile_from_json_dict(d: object, *, file=None) -> Profile:
         return _build(Profile, d, "", {
             "gpu_spec": gpu_ref, "target": lambda v, k: _build(TargetFit, v, k),
             "draft": _mapping(DraftFit, DRAFT_KINDS), "held_out": _mapping(HeldOut),
+            "host": _mapping(HostFit, STEP_KINDS),
             "projection": _optional(Projection, {"measured_gpu": gpu_ref}),
             "grids": lambda v, k: None if v is None else _convert(v, "dict", k)})
     except InputError as err:
@@ -212,7 +221,7 @@ def load_profile(path: str | Path) -> Profile:
 
 
 def check_grids(grids: object, *, prefix: str = "") -> dict:
-    """Validate measured rows (the profiler's raw ``verify``/``draft``/``prefill`` lists).
+    """Validate measured rows (the profiler's raw ``verify``/``draft``/``prefill``/``step`` lists).
 
     Returns ``{section: [row, ...]}`` with ints and floats normalised; sections
     may be absent or empty except ``verify``.
@@ -226,27 +235,32 @@ def check_grids(grids: object, *, prefix: str = "") -> dict:
         rows = grids.get(section, [])
         if not isinstance(rows, list):
             fail(key(section), type(rows).__name__, "must be a JSON list of rows")
-        out[section] = [_check_row(row, columns, key(f"{section}[{i}]")) for i, row in enumerate(rows)]
+        out[section] = [_check_row(row, columns, key(f"{section}[{i}]"), ROW_KINDS.get(section, ()),
+                                   ROW_OPTIONAL.get(section, {})) for i, row in enumerate(rows)]
     if not out["verify"]:
         fail(key("verify"), [], "needs at least one measured row")
     return out
 
 
-def _check_row(row: object, columns: dict, key: str) -> dict:
+def _check_row(row: object, columns: dict, key: str, kinds: tuple = (),
+               optional: dict | None = None) -> dict:
+    optional = optional or {}
     if not isinstance(row, dict):
         fail(key, row, "must be a JSON object")
     out = {}
-    for name, (kind, low) in columns.items():
+    for name, (kind, low) in {**columns, **optional}.items():
         if name not in row:
+            if name in optional:
+                continue
             fail(f"{key}.{name}", None, "missing")
         value = _convert(row[name], kind.__name__, f"{key}.{name}")
-        if kind is str and value not in DRAFT_KINDS:
-            fail(f"{key}.{name}", value, f"must be one of {DRAFT_KINDS}")
+        if kind is str and value not in kinds:
+            fail(f"{key}.{name}", value, f"must be one of {kinds}")
         if low is not None and (value < low or (kind is float and value <= low)):
             fail(f"{key}.{name}", value, f"must be {'>' if kind is float else '>='} {low}")
         out[name] = value
     return out
 
 
-__all__ = ["FORMAT_VERSION", "Profile", "TargetFit", "DraftFit", "HeldOut", "GpuRef", "Projection",
+__all__ = ["FORMAT_VERSION", "Profile", "TargetFit", "DraftFit", "HostFit", "HeldOut", "GpuRef", "Projection",
            "load_profile", "profile_from_json_dict", "check_grids"]

@@ -17,6 +17,7 @@ from dspark_sim.cost.shapes import Ops, pad_tokens, roof, smax
 from dspark_sim.errors import InputError
 
 DRAFT_KINDS = ("block", "chain")
+STEP_KINDS = ("none",) + DRAFT_KINDS  # a decode step: no drafter, or which one
 
 # Which resource bounds each term: projection and tensor parallelism scale a
 # "memory" term by a bandwidth ratio and a "compute" term by a FLOP/s ratio;
@@ -255,4 +256,26 @@ class DraftFit:
         return _scaled(self, DRAFT_BOUNDS, ratio)
 
 
-__all__ = ["DRAFT_KINDS", "TARGET_BOUNDS", "DRAFT_BOUNDS", "TargetFit", "DraftFit"]
+@dataclass(frozen=True)
+class HostFit:
+    """The engine's time per decode step outside the graphs it replays, by drafter kind:
+    sampling, ``schedule_verify`` and ``accept`` launches, host syncs, the commit of
+    accepted tokens and page bookkeeping. ``seconds = bias_s + req_s * R``, fitted to
+    whole decode steps as served (the part the target and drafter fits do not explain).
+    Host time: "fixed" under projection and tensor parallelism."""
+
+    kind: str
+    bias_s: float
+    req_s: float
+
+    def __post_init__(self) -> None:
+        if self.kind not in STEP_KINDS:
+            fail("kind", self.kind, f"must be one of {STEP_KINDS}")
+        _check_terms(self, ("bias_s", "req_s"), ())
+
+    def seconds(self, reqs):
+        return self.bias_s + self.req_s * reqs
+
+
+__all__ = ["DRAFT_KINDS", "STEP_KINDS", "TARGET_BOUNDS", "DRAFT_BOUNDS", "TargetFit", "DraftFit",
+           "HostFit"]

@@ -2,8 +2,9 @@
 
 Each step follows vLLM/Sarathi continuous batching: admit waiting requests
 while the concurrency cap and the KV cache allow, give decoding requests their
-verify tokens first, fill the rest of the token budget with prefill chunks,
-preempt the newest requests (recompute) when the KV cache would overflow, cost
+verify tokens first, fill the rest of the token budget with prefill chunks
+(``batching: prefill_first``, SGLang without ``--enable-mixed-chunk``: a step
+with prompt work pending prefills only, and decoding requests wait), preempt the newest requests (recompute) when the KV cache would overflow, cost
 the step, advance time, then draw acceptance and emit tokens.
 """
 from __future__ import annotations
@@ -26,6 +27,7 @@ class Replica:
         self.max_running = dep.max_running_requests
         self.max_tokens = dep.max_batched_tokens
         self.prefill_cap = dep.chunked_prefill_tokens or dep.max_batched_tokens
+        self.prefill_first = dep.batching == "prefill_first"
         self.kv_capacity = ctx.kv_capacity_tokens
         self.policy = ctx.make_policy()
         self.waiting: deque[dict] = deque()
@@ -101,6 +103,8 @@ class Replica:
             dec, pre = slice(0, n), None
         else:
             dec, pre = np.flatnonzero(decoding), np.flatnonzero(~decoding)
+        if pre is not None and self.prefill_first:
+            dec = dec[:0]  # decoding requests wait while prompts are prefilled
         num_dec = n if pre is None else dec.size
         p_true, verify_len, budget = None, None, 0
         drafts = self.policy.drafts_for(num_dec) if num_dec else 0

@@ -43,14 +43,14 @@ def plan(max_q: int, num_reqs: int, kv_heads: int, group: int, num_sms: int = 13
 def _attn_kernel(q, k_cache, v_cache, out, part_o, part_lse,
                  rows, q_start, q_len, kv_len, page_table,
                  stride_qt, stride_qh, stride_ks, stride_kh, stride_pt, num_tokens, num_heads, sm_scale,
-                 GROUP: tl.constexpr, GPAD: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
+                 chunks, GROUP: tl.constexpr, GPAD: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
                  BLOCK_T: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 CHUNKS: tl.constexpr, SPLITS: tl.constexpr, CAUSAL: tl.constexpr):
+                 SPLITS: tl.constexpr, CAUSAL: tl.constexpr):
     pid = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
-    r = pid // CHUNKS
-    chunk = pid % CHUNKS
+    r = pid // chunks  # a runtime value: a prefill's chunk count varies step to step
+    chunk = pid % chunks
     ql = tl.load(q_len + r)
     if chunk * BLOCK_T >= ql:
         return
@@ -152,9 +152,9 @@ def attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, met
     _attn_kernel[grid](qc, k_cache, v_cache, out, part_o, part_lse,
                        meta.rows, meta.q_start, meta.q_len, meta.kv_len, meta.page_table,
                        qc.stride(0), qc.stride(1), k_cache.stride(0), k_cache.stride(1),
-                       meta.page_table.stride(0), T, H, 1.0 / math.sqrt(D),
+                       meta.page_table.stride(0), T, H, 1.0 / math.sqrt(D), shape.chunks,
                        GROUP=group, GPAD=gpad, D=D, PAGE=meta.page_size, BLOCK_T=shape.block_t,
-                       BLOCK_M=block_m, BLOCK_N=64, CHUNKS=shape.chunks, SPLITS=shape.splits,
+                       BLOCK_M=block_m, BLOCK_N=64, SPLITS=shape.splits,
                        CAUSAL=shape.causal, num_warps=4, num_stages=2)
     if shape.splits > 1:
         _combine_kernel[(T, H)](out, part_o, part_lse, T, H, D=D, SPLITS=shape.splits)

@@ -39,6 +39,7 @@ class StepStats:
     budget_k: int = 0
     accepted_tokens: int = 0  # tokens emitted (accepted drafts + one per request), as the simulator
     draft_s: float = 0.0
+    verify_s: float = 0.0  # the target's verify forward (device time; host time on the CPU)
 
 
 class Decoder:
@@ -50,6 +51,13 @@ class Decoder:
         self.device = torch.device(conf.device)
         self.target, self.drafter = build_models(spec, conf, checkpoint, draft_checkpoint, init_std)
         self.cache, self.draft_cache, self.pages, self.rope = build_caches(spec, conf, self.drafter)
+        self.num_sms = (torch.cuda.get_device_properties(self.device).multi_processor_count
+                        if self.device.type == "cuda" else 132)
+        self._setup(sps, acceptance)
+
+    def _setup(self, sps, acceptance) -> None:
+        """The per-method state: graphs, SPS table, lag, synthetic acceptance, kernels."""
+        conf, spec = self.conf, self.spec
         self.graphs = Graphs(conf.cuda_graphs and self.device.type == "cuda" and not spec.is_moe)
         self.sps = sps.to(self.device) if sps is not None else None
         if conf.method == "dspark" and conf.scheduler != "full" and sps is None:
@@ -63,9 +71,20 @@ class Decoder:
         if self.synthetic is not None and self.synthetic.calibrated:
             temps = (1.0,) * len(temps)
         self.temps = torch.tensor(temps, dtype=torch.float32, device=self.device)
-        self.num_sms = (torch.cuda.get_device_properties(self.device).multi_processor_count
-                        if self.device.type == "cuda" else 132)
         self._kernels()
+
+    def variant(self, conf, drafter, sps=None, acceptance=None) -> "Decoder":
+        """A decoder running ``conf``'s method with ``drafter`` (or None) over this one's
+        target, caches and pages (timing several methods on one copy of the weights).
+        The drafter's layers must fit the draft cache."""
+        if drafter is not None and len(drafter.layers) > len(self.draft_cache.k):
+            raise ValueError("the drafter has more layers than the draft cache")
+        other = object.__new__(Decoder)
+        for name in ("spec", "device", "target", "cache", "draft_cache", "pages", "rope", "num_sms"):
+            setattr(other, name, getattr(self, name))
+        other.conf, other.drafter = conf, drafter
+        other._setup(sps, acceptance)
+        return other
 
     def _kernels(self) -> None:
         if self.conf.kernels == "triton":
@@ -164,10 +183,13 @@ class Decoder:
         else:
             win, probs, conf_logit = anchors[:, None], None, None
         vlen, stats.budget_k, p_true = self._verify_lengths(seqs, conf_logit)
+        v0, tv = self._events(), time.perf_counter()
         logits, N = self._verify(win, vlen, pos[:R] + vlen, rows[:R], rp)
+        v1, tv = self._events(), time.perf_counter() - tv
         accepted, out = self._accept_step(logits, win, probs, vlen, temp[:R], g)
         win_host = win[:R].cpu().numpy() if self.synthetic is not None else None
-        accepted, out = accepted.cpu().numpy(), out.cpu().numpy()
+        accepted, out = accepted.cpu().numpy(), out.cpu().numpy()  # syncs: v1 has happened
+        stats.verify_s = v0.elapsed_time(v1) / 1e3 if v0 is not None else tv
         if self.synthetic is not None and g:
             real = accepted
             accepted = self.synthetic.accept(p_true, vlen - 1)

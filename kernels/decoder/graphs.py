@@ -12,12 +12,17 @@ import torch
 from dspark_sim.kernels.decoder.batch import Batch
 
 
+# Verify token tiers: (up to this many tokens, pad to a multiple of this), then one step above.
+TOKEN_TIERS = ((8, 1), (64, 8), (256, 32))
+TOKEN_STEP_ABOVE = 128
+
+
 def token_tier(n: int) -> int:
     """Padded token count for ``n`` tokens: exact to 8, then steps of 8, 32, 128."""
-    for limit, step in ((8, 1), (64, 8), (256, 32)):
+    for limit, step in TOKEN_TIERS:
         if n <= limit:
             return -(-n // step) * step
-    return -(-n // 128) * 128
+    return -(-n // TOKEN_STEP_ABOVE) * TOKEN_STEP_ABOVE
 
 
 def request_tier(n: int, cap: int) -> int:
@@ -65,7 +70,15 @@ class Graphs:
             return fn(*args)
         entry = self.entries.get(key)
         if entry is None:
-            entry = self.entries[key] = self._capture(fn, args)
+            try:
+                entry = self._capture(fn, args)
+            except torch.OutOfMemoryError:
+                # every graph keeps its outputs: when they fill the memory left beside the KV
+                # cache, drop them all (the working set is recaptured on use) and retry once
+                self.clear()
+                torch.cuda.empty_cache()
+                entry = self._capture(fn, args)
+            self.entries[key] = entry
         graph, static, out = self.last = entry
         _copy(static, args)
         graph.replay()

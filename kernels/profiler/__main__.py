@@ -1,13 +1,19 @@
-"""``python -m dspark_sim.kernels.profiler``: time a model's steps on this GPU.
+"""``dspark-profile`` (``python -m dspark_sim.kernels.profiler``): time a model's steps on this GPU.
 
-    python -m dspark_sim.kernels.profiler --gpu h200 --model qwen3-8b --out DIR \\
-        [--part verify|draft|prefill|all] [--max-seconds S]
+    dspark-profile --gpu h200 --model qwen3-8b --out DIR \\
+        [--part verify,draft,chain,prefill,step | all] [--max-seconds S] \\
+        [--resume RAW.json [--replace prefill,...]] [--eager-steps]
 
 Writes ``DIR/raw_<model>.json``: a provenance block and the timed points
-``verify: [{reqs, tokens, context, step_s}]``, ``draft: [{reqs, gamma, context,
-step_s}]``, ``prefill: [{chunk, context, step_s}]``. Random bf16 weights; the
-grid is cut to ``--max-seconds`` (coarse points first), and points that do not
-fit in memory are skipped; both are listed under ``provenance.skipped``.
+``verify: [{reqs, tokens, context, step_s}]``, ``draft: [{kind, reqs, gamma,
+context, step_s}]`` (kind ``block``: the DSpark drafter; ``chain``: an MTP-k
+chain), ``prefill: [{chunk, context, step_s}]`` and ``step: [{kind, reqs,
+context, graphs, step_s, steps}]`` (whole decode steps as served). Random bf16
+weights; the grid is cut to ``--max-seconds`` (coarse points first), and points
+that do not fit in memory are skipped; both are listed under
+``provenance.skipped``. ``--resume`` keeps the points of an earlier raw file
+and times only the missing ones (``--replace`` drops a part's old points
+first), so a grid too large for one run is split across runs and merged.
 """
 from __future__ import annotations
 
@@ -17,19 +23,32 @@ import sys
 import time
 from pathlib import Path
 
+PARTS = ("verify", "draft", "chain", "prefill", "step")
+SHARE = {"verify": 0.7, "draft": 0.05, "chain": 0.05, "prefill": 0.1, "step": 0.1}
+SECTION = {"verify": "verify", "draft": "draft", "chain": "draft", "prefill": "prefill", "step": "step"}
+
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m dspark_sim.kernels.profiler")
+    p = argparse.ArgumentParser(prog="dspark-profile")
     p.add_argument("--gpu", required=True, help="GPU name recorded in the file (e.g. h200)")
     p.add_argument("--model", required=True)
     p.add_argument("--out", required=True)
-    p.add_argument("--part", default="all", choices=("verify", "draft", "prefill", "all"))
+    p.add_argument("--part", default="all", help=f"comma list of {PARTS}, or all")
     p.add_argument("--max-seconds", type=float, default=540.0)
     p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--resume", help="earlier raw file: keep its points, time the missing ones")
+    p.add_argument("--replace", default="", help="with --resume: parts whose old points are dropped")
+    p.add_argument("--eager-steps", action="store_true", help="also time whole steps without CUDA graphs")
     p.add_argument("--device", default="cuda")
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--kv-tokens", type=int, default=0, help="KV capacity (0: fit free memory)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.parts = PARTS if args.part == "all" else tuple(x for x in args.part.split(",") if x)
+    args.replace = tuple(x for x in args.replace.split(",") if x)
+    for name in args.parts + args.replace:
+        if name not in PARTS:
+            p.error(f"unknown part {name!r}; expected {PARTS}")
+    return args
 
 
 def build(args):
@@ -47,51 +66,107 @@ def build(args):
     return dec
 
 
+def plan(stepper, part: str, eager: bool):
+    """``(points, fn, keys, extra)`` of one part: what to time and how rows are named."""
+    from dspark_sim.kernels.profiler import grid
+    from dspark_sim.kernels.profiler.steps import DRAFT_CONTEXT
+
+    if part == "verify":
+        return grid.verify_points(), stepper.verify, ("reqs", "tokens", "context"), {}
+    if part == "draft":
+        return ([(r, g) for g in grid.GAMMAS for r in grid.REQS], stepper.draft, ("reqs", "gamma"),
+                {"kind": "block", "context": DRAFT_CONTEXT})
+    if part == "chain":
+        return ([(r, k) for k in grid.CHAIN_KS for r in grid.REQS], stepper.chain, ("reqs", "gamma"),
+                {"kind": "chain", "context": DRAFT_CONTEXT})
+    if part == "prefill":
+        return ([(c, k) for k in grid.CACHED for c in grid.CHUNKS], stepper.prefill,
+                ("chunk", "context"), {})
+    modes = (True, False) if eager else (True,)
+    points = [(kind, r, grid.STEP_CONTEXT, g) for g in modes for kind in grid.STEP_KINDS
+              for r in grid.REQS]
+    return points, stepper.decode_step, ("kind", "reqs", "context", "graphs"), {}
+
+
+def _key(part: str, row: dict) -> tuple:
+    keys = {"verify": ("reqs", "tokens", "context"), "draft": ("kind", "reqs", "gamma"),
+            "chain": ("kind", "reqs", "gamma"), "prefill": ("chunk", "context"),
+            "step": ("kind", "reqs", "context", "graphs")}[part]
+    return tuple(row.get(k, "block" if k == "kind" else None) for k in keys)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from dspark_sim.kernels.profiler import grid
+    from dspark_sim.kernels.decoder.graphs import TOKEN_STEP_ABOVE, TOKEN_TIERS, request_tier
     from dspark_sim.kernels.profiler.provenance import provenance, sm_clocks
-    from dspark_sim.kernels.profiler.steps import DRAFT_CONTEXT, Stepper, run_part
+    from dspark_sim.kernels.profiler.steps import Stepper, run_part
 
     t0 = time.perf_counter()
+    print(f"profiling {args.model} on {args.gpu}: parts {','.join(args.parts)}", flush=True)
+    old = json.loads(Path(args.resume).read_text()) if args.resume else {}
+    out = {s: [] for s in ("verify", "draft", "prefill", "step")}
+    for section in out:
+        rows = old.get(section, [])
+        if section == "draft":
+            rows = [{"kind": "block", **r} for r in rows]
+        drop = {SECTION[p] for p in args.replace}
+        kinds = {"chain"} if "chain" in args.replace else set()
+        kinds |= {"block"} if "draft" in args.replace else set()
+        if section == "draft":
+            rows = [r for r in rows if r["kind"] not in kinds]
+        elif section in drop:
+            rows = []
+        out[section] = rows
     prov = {**provenance(), "gpu_label": args.gpu, "model": args.model, "dtype": args.dtype,
             "weights": "random", "sm_clocks_before": sm_clocks()}
     dec = build(args)
     stepper = Stepper(dec, reps=args.reps)
-    parts = ("verify", "draft", "prefill") if args.part == "all" else (args.part,)
-    share = {"verify": 0.75, "draft": 0.1, "prefill": 0.15}
-    total = sum(share[p] for p in parts)
-    out = {"verify": [], "draft": [], "prefill": []}
+    total = sum(SHARE[p] for p in args.parts)
     skipped = {}
-    for part in parts:
-        budget = (args.max_seconds - (time.perf_counter() - t0)) * share[part] / total
-        total -= share[part]
+    for part in args.parts:
+        budget = (args.max_seconds - (time.perf_counter() - t0)) * SHARE[part] / total
+        total -= SHARE[part]
         deadline = time.perf_counter() + max(budget, 0.0)
-        points, fn, keys = {
-            "verify": (grid.verify_points(), stepper.verify, ("reqs", "tokens", "context")),
-            "draft": ([(r, g) for g in grid.GAMMAS for r in grid.REQS], stepper.draft, ("reqs", "gamma")),
-            "prefill": ([(c, k) for k in grid.CACHED for c in grid.CHUNKS], stepper.prefill,
-                        ("chunk", "context")),
-        }[part]
-        rows, skip = run_part(points, fn, deadline, lambda p, s: print(part, p, f"{s * 1e3:.3f} ms",
-                                                                       flush=True))
-        for point, seconds in rows:
-            row = dict(zip(keys, point))
-            if part == "draft":
-                row["context"] = DRAFT_CONTEXT
-            out[part].append({**row, "step_s": seconds})
+        points, fn, keys, extra = plan(stepper, part, args.eager_steps)
+        section = SECTION[part]
+        done = {_key(part, r) for r in out[section]}
+        points = [p for p in points if _key(part, {**extra, **dict(zip(keys, p))}) not in done]
+        rows, skip = run_part(points, fn, deadline,
+                              lambda p, s: print(part, p, _show(s), flush=True))
+        for point, result in rows:
+            row = {**extra, **dict(zip(keys, point))}
+            row.update(result if isinstance(result, dict) else {"step_s": result})
+            out[section].append(row)
         skipped[part] = [list(p) for p in skip]
+    limits = [limit for limit, _ in TOKEN_TIERS]
+    steps = [step for _, step in TOKEN_TIERS] + [TOKEN_STEP_ABOVE]
     prov.update(sm_clocks_after=sm_clocks(), elapsed_s=round(time.perf_counter() - t0, 1),
-                skipped=skipped, kv_capacity_tokens=int(dec.cache.k.shape[1]),
-                reps=args.reps, note="verify = target forward over the windows + drafter "
-                "context keys + logits (one CUDA graph); draft = DSpark backbone (5 layers) + "
-                "Markov loop + confidence head (one CUDA graph); prefill = eager chunk forward")
+                skipped=skipped, kv_capacity_tokens=int(dec.cache.k.shape[1]), reps=args.reps,
+                pad_limits=limits, pad_steps=steps,
+                request_tiers=sorted({request_tier(r, 256) for r in range(1, 257)}),
+                note="verify = target forward over the windows + drafter context keys + logits "
+                "(one CUDA graph, token count padded to pad_limits/pad_steps tiers, requests to "
+                "request_tiers); draft block = DSpark backbone (5 layers) + Markov loop + "
+                "confidence head (one CUDA graph); draft chain = one layer run k times (one CUDA "
+                "graph); prefill = eager chunk forward, wall time with host, median of >= 5 "
+                "synchronised calls after 3 warm-ups, GC off; step = whole Decoder.decode as "
+                "served (temperature 1, synthetic acceptance), wall time per step")
+    if old:
+        prov["merged_from"] = [old.get("provenance", {})]
     Path(args.out).mkdir(parents=True, exist_ok=True)
     path = Path(args.out) / f"raw_{args.model}.json"
-    path.write_text(json.dumps({"provenance": prov, **out}, indent=1))
-    print(f"wrote {path}: {len(out['verify'])} verify, {len(out['draft'])} draft, "
-          f"{len(out['prefill'])} prefill points in {prov['elapsed_s']} s")
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({"provenance": prov, **out}, indent=1))
+    tmp.replace(path)
+    print(f"wrote {path}: " + ", ".join(f"{len(v)} {k}" for k, v in out.items())
+          + f" points in {prov['elapsed_s']} s")
     return 0
+
+
+def _show(result) -> str:
+    if isinstance(result, dict):
+        return f"{result['step_s'] * 1e3:.3f} ms ({len(result['steps'])} steps)"
+    return f"{result * 1e3:.3f} ms"
 
 
 if __name__ == "__main__":

@@ -10,7 +10,10 @@ from dspark_sim.cost.sps import default_probes
 REQS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 CONTEXTS = (512, 2048, 8192)
 GAMMAS = (4, 5, 7, 8)
-CHUNKS = (256, 512, 1024, 2048, 4096, 8192)
+CHAIN_KS = (1, 2, 3, 4)  # MTP-k chain lengths timed
+STEP_KINDS = ("none", "chain", "block")  # whole decode steps: which drafter
+STEP_CONTEXT = 1024
+CHUNKS = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
 CACHED = (0, 4096)
 MAX_TOKENS = 2048
 MAX_WINDOW = 16  # verify tokens per request: gamma + 1 up to 15 drafts

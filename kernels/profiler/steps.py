@@ -1,19 +1,29 @@
-"""Time the decoder's own step functions: verify, draft and prefill.
+"""Time the decoder's own step functions: verify, draft, prefill and whole decode steps.
 
 Each point sets up requests whose prompts are marked cached without running
 them (the cache holds random values), then times the decoder's step: the
 verify and draft steps through their CUDA graphs (median of replays, the
-window tokens rotating between two sets), prefill eagerly, as the decoder runs it.
+window tokens rotating between two sets), prefill eagerly, as the decoder runs
+it (wall time, host included). A whole decode step (``Stepper.decode_step``)
+runs ``Decoder.decode`` as the serving loop does: graph replays plus sampling,
+``schedule_verify``, ``accept``, host syncs and the commit; the fit takes what
+the graphs do not explain as the engine's per-step host time.
 """
 from __future__ import annotations
 
+import gc
+import statistics
 import time
+from contextlib import contextmanager
+from dataclasses import replace
 
 import numpy as np
 import torch
 
+from dspark_sim.kernels.decoder.drafter import Chain
 from dspark_sim.kernels.decoder.graphs import request_tier
 from dspark_sim.kernels.decoder.sequence import Sequence
+from dspark_sim.kernels.decoder.weights import init_random
 from dspark_sim.kernels.profiler.timing import median_seconds
 
 DRAFT_CONTEXT = 1024
@@ -27,6 +37,7 @@ class Stepper:
         self.reps = reps
         self.rng = np.random.default_rng(seed)
         self.vocab = decoder.spec.vocab_size
+        self._chain = None
 
     def _requests(self, reqs: int, context: int) -> list | None:
         """``reqs`` requests with ``context`` cached tokens and an anchor; None if short of pages."""
@@ -73,9 +84,10 @@ class Stepper:
             dec.graphs.clear()
             self._release(seqs)
 
-    def draft(self, reqs: int, gamma: int, context: int = DRAFT_CONTEXT) -> float | None:
+    def draft(self, reqs: int, gamma: int, context: int = DRAFT_CONTEXT,
+              decoder=None) -> float | None:
         """Seconds of one draft step (backbone + Markov loop + confidence) at block ``gamma``."""
-        dec = self.dec
+        dec = decoder or self.dec
         seqs = self._requests(reqs, context)
         if seqs is None:
             return None
@@ -98,7 +110,9 @@ class Stepper:
             self._release(seqs)
 
     def prefill(self, chunk: int, cached: int) -> float | None:
-        """Seconds of one prefill step: a ``chunk``-token piece after ``cached`` tokens."""
+        """Wall seconds of one prefill step (a ``chunk``-token piece after ``cached``
+        tokens), host included: the median of at least 5 synchronised calls after 3
+        warm-up calls, with the garbage collector off."""
         dec = self.dec
         s = Sequence(0, self.rng.integers(0, self.vocab, cached + chunk + 1).tolist(), 1)
         dec.admit(s)
@@ -106,12 +120,118 @@ class Stepper:
             if not dec.pages.reserve(s, cached + chunk):
                 return None
 
-            def step():
+            def step() -> float:
                 s.num_cached = cached
+                t0 = time.perf_counter()
                 dec.prefill([(s, chunk)])
-            return median_seconds(step, max(3, self.reps // 3), warmup=1)
+                dec.sync()
+                return time.perf_counter() - t0
+            with _no_gc():
+                first = [step() for _ in range(3)][-1]
+                reps = max(self.reps, 10) if first < 0.1 else 5
+                return statistics.median(step() for _ in range(reps))
         finally:
             dec.release(s)
+
+    def chain(self, reqs: int, k: int, context: int = DRAFT_CONTEXT) -> float | None:
+        """Seconds of one chain (MTP-k) draft step: one layer run ``k`` times (CUDA graph)."""
+        dec = self.dec
+        if self._chain is None:
+            with torch.device(dec.device):
+                self._chain = Chain(dec.spec, dec.target, k, dec.target.features,
+                                    dec.target.embed.dtype)
+            self._chain.requires_grad_(False)
+            init_random(self._chain, 0.02, dec.conf.seed + 2)
+        self._chain.gamma = k
+        chain = dec.variant(replace(dec.conf, method="static", block_size=k, scheduler="full"),
+                            self._chain)
+        return self.draft(reqs, k, context, decoder=chain)
+
+    def decode_step(self, kind: str, reqs: int, context: int, graphs: bool = True,
+                    steps: int = 12) -> dict | None:
+        """Whole ``Decoder.decode`` steps of ``reqs`` requests as served (temperature 1,
+        synthetic acceptance): ``kind`` none (target only), chain (MTP-3) or block (DSpark,
+        block 7, production scheduler). Returns ``{"steps": [[verify_tokens, wall_s,
+        draft_s, verify_s], ...], "step_s": median wall}`` (draft and verify: device time of
+        their graphs in the same step); steps that captured a graph are left out."""
+        dec = self._step_decoder(kind, graphs)
+        seqs = decoding_requests(dec, reqs, context, self.rng)
+        if seqs is None:
+            return None
+        rows = []
+        try:
+            with _no_gc():
+                calm = tries = 0
+                while len(rows) < steps and tries < 4 * steps + 40:
+                    fresh, wall, st = timed_decode(dec, seqs)
+                    tries += 1
+                    calm = 0 if fresh else calm + 1
+                    if calm >= 3:  # warmed up: no new graph three steps running
+                        rows.append([st.verify_tokens, wall, st.draft_s, st.verify_s])
+        finally:
+            dec.graphs.clear()
+            self._release(seqs)
+        if not rows:
+            return None
+        return {"steps": rows, "step_s": statistics.median(r[1] for r in rows)}
+
+    def _step_decoder(self, kind: str, graphs: bool):
+        from dspark_sim.kernels.sps_tensors import SpsTensors
+
+        dec = self.dec
+        conf = replace(dec.conf, synthetic=True, cuda_graphs=graphs)
+        if kind == "none":
+            return dec.variant(replace(conf, method="none"), None)
+        if kind == "chain":
+            self.chain(1, 3)  # builds the chain drafter
+            self._chain.gamma = 3
+            return dec.variant(replace(conf, method="static", block_size=3, scheduler="full"),
+                               self._chain, acceptance={"drafter": "mtp"})
+        dec.drafter.gamma = 7
+        flat = SpsTensors.from_json_dict({"sample_batch_tokens": [1], "sample_steps_per_sec": [1.0],
+                                          "max_batch_tokens": 1 << 20})
+        return dec.variant(replace(conf, method="dspark", block_size=7, scheduler="production"),
+                           dec.drafter, sps=flat, acceptance={"drafter": "dspark"})
+
+
+def decoding_requests(dec, reqs: int, context: int, rng, domain: int = 0) -> list | None:
+    """``reqs`` sequences at temperature 1 with ``context`` cached tokens (not run) and an
+    anchor, admitted to ``dec``; None (nothing left admitted) when the pages run out."""
+    vocab, seqs = dec.spec.vocab_size, []
+    for i in range(reqs):
+        s = Sequence(i, rng.integers(0, vocab, context).tolist(), 1 << 30, 1.0, domain)
+        s.tokens.append(int(rng.integers(0, vocab)))
+        seqs.append(s)
+        if not dec.fake_prefill(s):  # admits: a row, and a synthetic difficulty
+            for t in seqs:
+                if t.row is not None:
+                    dec.release(t)
+            return None
+    return seqs
+
+
+def timed_decode(dec, seqs) -> tuple[bool, float, object]:
+    """One ``Decoder.decode`` over ``seqs`` as served: ``(captured a new graph, wall
+    seconds, step stats)``; pages for the drafts are reserved outside the timing."""
+    for s in seqs:
+        dec.pages.reserve(s, len(s.tokens) + dec.conf.gamma)
+    before = len(dec.graphs.entries)
+    t0 = time.perf_counter()
+    st = dec.decode(seqs)
+    dec.sync()
+    return len(dec.graphs.entries) != before, time.perf_counter() - t0, st
+
+
+@contextmanager
+def _no_gc():
+    """Garbage collection off while timing (a collection is a host stall, not a step cost)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def run_part(points, fn, deadline: float, log) -> tuple[list, list]:
