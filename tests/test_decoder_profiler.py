@@ -37,6 +37,9 @@ def test_stepper_times_each_part_and_skips_what_does_not_fit():
     assert st.draft(3, 5, context=16) > 0 and dec.drafter.gamma == 8
     assert st.prefill(16, 8) > 0
     assert st.chain(2, 3, context=16) > 0 and dec.drafter.gamma == 8
+    assert st.kernel("schedule_verify", 4, 7) > 0 and st.kernel("accept", 2, 3) > 0
+    with pytest.raises(ValueError, match="unknown kernel"):
+        st.kernel("sort", 1, 1)
     for kind in ("none", "chain", "block"):
         res = st.decode_step(kind, 2, 16, graphs=False, steps=2)
         assert len(res["steps"]) == 2 and res["step_s"] > 0
@@ -77,6 +80,7 @@ def test_profiler_resumes_a_raw_file_and_replaces_a_part(tmp_path):
     assert new["provenance"]["merged_from"] == [old["provenance"]]
     assert new["provenance"]["pad_limits"] == [8, 64, 256]
     assert len(new["provenance"]["skipped"]["draft"]) == 35  # 36 points, one already measured
+    assert new["kernels"] == [] and new["step"] == []
 
 
 def test_bench_table_reports_checks_and_misses(tmp_path):

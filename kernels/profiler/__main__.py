@@ -1,14 +1,16 @@
 """``dspark-profile`` (``python -m dspark_sim.kernels.profiler``): time a model's steps on this GPU.
 
     dspark-profile --gpu h200 --model qwen3-8b --out DIR \\
-        [--part verify,draft,chain,prefill,step | all] [--max-seconds S] \\
+        [--part verify,draft,chain,prefill,step,kernels | all] [--max-seconds S] \\
         [--resume RAW.json [--replace prefill,...]] [--eager-steps]
 
 Writes ``DIR/raw_<model>.json``: a provenance block and the timed points
 ``verify: [{reqs, tokens, context, step_s}]``, ``draft: [{kind, reqs, gamma,
 context, step_s}]`` (kind ``block``: the DSpark drafter; ``chain``: an MTP-k
-chain), ``prefill: [{chunk, context, step_s}]`` and ``step: [{kind, reqs,
-context, graphs, step_s, steps}]`` (whole decode steps as served). Random bf16
+chain), ``prefill: [{chunk, context, step_s}]``, ``step: [{kind, reqs,
+context, graphs, step_s, steps}]`` (whole decode steps as served) and
+``kernels: [{kernel, reqs, gamma, vocab, step_s}]`` (one launch of the fused
+``schedule_verify`` or ``accept``). Random bf16
 weights; the grid is cut to ``--max-seconds`` (coarse points first), and points
 that do not fit in memory are skipped; both are listed under
 ``provenance.skipped``. ``--resume`` keeps the points of an earlier raw file
@@ -23,9 +25,10 @@ import sys
 import time
 from pathlib import Path
 
-PARTS = ("verify", "draft", "chain", "prefill", "step")
-SHARE = {"verify": 0.7, "draft": 0.05, "chain": 0.05, "prefill": 0.1, "step": 0.1}
-SECTION = {"verify": "verify", "draft": "draft", "chain": "draft", "prefill": "prefill", "step": "step"}
+PARTS = ("verify", "draft", "chain", "prefill", "step", "kernels")
+SHARE = {"verify": 0.68, "draft": 0.05, "chain": 0.05, "prefill": 0.1, "step": 0.1, "kernels": 0.02}
+SECTION = {"verify": "verify", "draft": "draft", "chain": "draft", "prefill": "prefill", "step": "step",
+           "kernels": "kernels"}
 
 
 def parse_args(argv=None):
@@ -82,6 +85,9 @@ def plan(stepper, part: str, eager: bool):
     if part == "prefill":
         return ([(c, k) for k in grid.CACHED for c in grid.CHUNKS], stepper.prefill,
                 ("chunk", "context"), {})
+    if part == "kernels":
+        return ([(k, r, grid.KERNEL_GAMMA) for k in grid.KERNELS for r in grid.REQS], stepper.kernel,
+                ("kernel", "reqs", "gamma"), {"vocab": stepper.vocab})
     modes = (True, False) if eager else (True,)
     points = [(kind, r, grid.STEP_CONTEXT, g) for g in modes for kind in grid.STEP_KINDS
               for r in grid.REQS]
@@ -91,7 +97,7 @@ def plan(stepper, part: str, eager: bool):
 def _key(part: str, row: dict) -> tuple:
     keys = {"verify": ("reqs", "tokens", "context"), "draft": ("kind", "reqs", "gamma"),
             "chain": ("kind", "reqs", "gamma"), "prefill": ("chunk", "context"),
-            "step": ("kind", "reqs", "context", "graphs")}[part]
+            "step": ("kind", "reqs", "context", "graphs"), "kernels": ("kernel", "reqs", "gamma")}[part]
     return tuple(row.get(k, "block" if k == "kind" else None) for k in keys)
 
 
@@ -104,7 +110,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     print(f"profiling {args.model} on {args.gpu}: parts {','.join(args.parts)}", flush=True)
     old = json.loads(Path(args.resume).read_text()) if args.resume else {}
-    out = {s: [] for s in ("verify", "draft", "prefill", "step")}
+    out = {s: [] for s in ("verify", "draft", "prefill", "step", "kernels")}
     for section in out:
         rows = old.get(section, [])
         if section == "draft":
@@ -150,7 +156,8 @@ def main(argv=None) -> int:
                 "confidence head (one CUDA graph); draft chain = one layer run k times (one CUDA "
                 "graph); prefill = eager chunk forward, wall time with host, median of >= 5 "
                 "synchronised calls after 3 warm-ups, GC off; step = whole Decoder.decode as "
-                "served (temperature 1, synthetic acceptance), wall time per step")
+                "served (temperature 1, synthetic acceptance), wall time per step; kernels = one launch "
+                "of schedule_verify (production) or accept, median of replays, inputs rotating")
     if old:
         prov["merged_from"] = [old.get("provenance", {})]
     Path(args.out).mkdir(parents=True, exist_ok=True)

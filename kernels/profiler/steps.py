@@ -175,6 +175,31 @@ class Stepper:
             return None
         return {"steps": rows, "step_s": statistics.median(r[1] for r in rows)}
 
+    def kernel(self, name: str, reqs: int, gamma: int) -> float | None:
+        """Seconds of one fused-kernel launch as the decoder calls it (``decoder.conf.kernels``):
+        ``schedule_verify`` (production mode) over ``reqs`` x ``gamma`` confidences, or
+        ``accept`` over ``reqs`` full windows of ``gamma + 1`` rows of the model's vocabulary;
+        the inputs rotate between two random sets."""
+        from dspark_sim.kernels.cases import accept_case, schedule_case, synthetic_sps_table
+
+        dec = self.dec
+        if name == "schedule_verify":
+            sps = synthetic_sps_table(device=dec.device)
+            sets = [schedule_case(reqs, gamma, dec.device, seed=i, lag=True, sps=sps) for i in range(2)]
+            call = lambda a: dec._schedule(a.pop("conf"), a.pop("temperatures"), a.pop("sps"),  # noqa: E731
+                                           mode="production", **a)
+        elif name == "accept":
+            sets = [accept_case(reqs, gamma, self.vocab, dec.device, seed=i)[0] for i in range(2)]
+            call = lambda a: dec._accept(**a, max_window=gamma + 1)  # noqa: E731
+        else:
+            raise ValueError(f"unknown kernel {name!r}")
+        current = {}
+
+        def rotate(i: int) -> None:
+            current.clear()
+            current.update(sets[i % 2])
+        return median_seconds(lambda: call(dict(current)), self.reps, warmup=3, between=rotate)
+
     def _step_decoder(self, kind: str, graphs: bool):
         from dspark_sim.kernels.sps_tensors import SpsTensors
 
