@@ -14,8 +14,8 @@ decoder and the simulator schedule from the same numbers. Each scenario is read
 unchanged by ``dspark-decode`` and by ``dspark-sim run``.
 
 ``run`` (on the GPU) builds the decoder once per method (random bf16 weights,
-synthetic acceptance from the same acceptance model), serves a warm-up trace so
-that CUDA graphs are captured before timing, then serves every case as fast as
+synthetic acceptance from the same acceptance model), compiles and captures every
+step shape (``Decoder.warmup``) before timing, then serves every case as fast as
 possible (idle gaps skipped, busy periods real) and writes ``DIR/<case>/``
 ``requests.csv``, ``steps.csv`` and ``meta.json`` (provenance, graphs captured
 during the case).
@@ -62,7 +62,7 @@ TRACES = {
 DOMAIN = {"azure": "code", "synthetic": "math"}
 DEPLOYMENT = {"max_running_requests": 256, "max_batched_tokens": 8192, "batching": "prefill_first"}
 MAX_MODEL_LEN = 10240
-WARM_REQUESTS = 300  # at once: every request tier from 256 down as they finish
+WARM_REQUESTS = 0  # a served warm-up trace on top of Decoder.warmup (300: every tier as they drain)
 EPOCH = dt.datetime(2026, 1, 1)
 
 
@@ -169,13 +169,15 @@ def run_cases(out: Path, max_seconds: float, only: list[str] | None, archive_to:
         t0 = time.perf_counter()
         decoder = _build(spec, st, args)
         decoder.randomize_cache()
-        # warm-up: every request tier and most token tiers, before anything is timed
+        shapes = decoder.warmup()  # every step shape compiled and captured before timing
+        # optionally also a served warm-up trace (every request tier as it drains)
         rng = np.random.default_rng(0)
         vocab = decoder.spec.vocab_size
         warm = [Sequence(i, rng.integers(0, vocab, 64).tolist(), 16 + (i % 32) * 2, 1.0, 0)
                 for i in range(warm_requests)]
-        serve(decoder, warm)
-        print(f"{method}: built and warmed in {time.perf_counter() - t0:.1f} s, "
+        if warm:
+            serve(decoder, warm)
+        print(f"{method}: built and warmed in {time.perf_counter() - t0:.1f} s ({shapes}), "
               f"{len(decoder.graphs.entries)} graphs", flush=True)
         for path in scenarios:
             case = path.stem
@@ -193,7 +195,7 @@ def run_cases(out: Path, max_seconds: float, only: list[str] | None, archive_to:
             write_csvs(result, out / case)
             tokens = sum(r["output_tokens"] for r in result.requests)
             meta = {"case": case, "wall_s": round(wall, 2), "requests": len(result.requests),
-                    "passes": passes, "warm_requests": warm_requests,
+                    "passes": passes, "warm_requests": warm_requests, "warmup": shapes,
                     "kv_capacity_tokens": int(decoder.cache.k.shape[1]),
                     "output_tokens": tokens, "steps": len(result.steps),
                     "graphs_captured_during_case": len(decoder.graphs.entries) - graphs,

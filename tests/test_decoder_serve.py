@@ -104,3 +104,38 @@ def test_cli_prints_one_line_and_exits_2(tmp_path, capsys):
     code = main(["--config", str(_write(tmp_path, deployment__tp=4)), "--device", "cpu"])
     assert code == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+@pytest.mark.parametrize("method", ["none", "static", "dspark", "dspark-production"])
+def test_warmup_meets_every_tier_and_leaves_the_decoder_as_it_was(method):
+    """The start-up warm-up runs every (token tier, request tier) verify shape, gives its
+    pages back, and serving afterwards gives the same tokens as without it."""
+    from dspark_sim.kernels.cases import synthetic_sps_table
+    from dspark_sim.kernels.decoder.warmup import verify_points
+
+    kw = dict(max_running_requests=4, max_batched_tokens=32, max_model_len=128, kv_tokens=2048)
+    if method == "dspark":
+        kw["scheduler"] = "full"
+    if method == "dspark-production":
+        method, kw["sps"] = "dspark", synthetic_sps_table()
+    warm, cold = tiny_decoder(method, **kw), tiny_decoder(method, **kw)
+    free = len(warm.pages.free)
+    stats = warm.warmup()
+    assert stats["verify_points"] == len(verify_points(4, warm.conf.window)) > 0
+    assert stats["prefill_steps"] > 0 and len(warm.pages.free) == free
+    runs = [serve(d, _seqs(3)).sequences for d in (warm, cold)]
+    assert [s.outputs for s in runs[0]] == [s.outputs for s in runs[1]]
+
+
+def test_verify_points_reach_every_graph_key():
+    """Each (token tier, request tier) a step of R <= 8 requests and windows of <= 4 tokens
+    can use appears once, with R and N inside the tier's bounds."""
+    from dspark_sim.kernels.decoder.graphs import request_tier, token_tier
+    from dspark_sim.kernels.decoder.warmup import verify_points
+
+    pts = verify_points(8, 4)
+    keys = {(token_tier(n), rp) for rp, r, n in pts}
+    assert len(keys) == len(pts)
+    want = {(token_tier(n), request_tier(r, 8)) for r in range(1, 9) for n in range(r, 4 * r + 1)}
+    assert keys == want
+    assert all(request_tier(r, 8) == rp and r <= n <= 4 * r for rp, r, n in pts)

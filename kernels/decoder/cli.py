@@ -40,6 +40,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
     p.add_argument("--kernels", default="triton", choices=("triton", "torch"))
     p.add_argument("--no-graphs", action="store_true", help="run eagerly (no CUDA graphs)")
+    p.add_argument("--warmup", choices=("auto", "on", "off"), default="auto",
+                   help="compile and capture every step shape before serving (auto: with CUDA graphs)")
     return p.parse_args(argv)
 
 
@@ -63,6 +65,10 @@ def run(args) -> int:
     spec = get_model(st.model)
     _check_draft_checkpoint(args.draft_checkpoint, st.decoder)
     decoder = _build(spec, st, args)
+    if args.warmup == "on" or (args.warmup == "auto" and decoder.graphs.enabled):
+        w = decoder.warmup()
+        print(f"warm-up: {w['verify_points']} verify shapes, {w['prefill_steps']} prefill shapes, "
+              f"{w['graphs']} CUDA graphs", flush=True)
     seqs = _requests(args, st, spec, decoder)
     from dspark_sim.kernels.decoder.engine import serve, write_csvs
 

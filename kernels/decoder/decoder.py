@@ -50,6 +50,7 @@ class Decoder:
         self.spec, self.conf = spec, conf
         self.device = torch.device(conf.device)
         self.target, self.drafter = build_models(spec, conf, checkpoint, draft_checkpoint, init_std)
+        self.logit_buffers = self._logit_buffers()  # before the KV cache takes the free memory
         self.cache, self.draft_cache, self.pages, self.rope = build_caches(spec, conf, self.drafter)
         self.num_sms = (torch.cuda.get_device_properties(self.device).multi_processor_count
                         if self.device.type == "cuda" else 132)
@@ -73,6 +74,21 @@ class Decoder:
         self.temps = torch.tensor(temps, dtype=torch.float32, device=self.device)
         self._kernels()
 
+    def _logit_buffers(self):
+        """``(half, full)`` logits buffers of the largest verify tier, shared by the verify
+        graphs; None without CUDA graphs (eager steps allocate their own)."""
+        if not self.conf.cuda_graphs:
+            return None
+        rows = token_tier(self.conf.max_running_requests * self.conf.window)
+        V, dtype = self.spec.vocab_size, self.target.embed.dtype
+        return (torch.empty(rows, V, dtype=dtype, device=self.device),
+                torch.empty(rows, V, dtype=torch.float32, device=self.device))
+
+    def warmup(self) -> dict:
+        """Compile and capture every step shape before serving (see :mod:`.warmup`)."""
+        from dspark_sim.kernels.decoder.warmup import warm_up
+        return warm_up(self)
+
     def variant(self, conf, drafter, sps=None, acceptance=None) -> "Decoder":
         """A decoder running ``conf``'s method with ``drafter`` (or None) over this one's
         target, caches and pages (timing several methods on one copy of the weights).
@@ -80,7 +96,8 @@ class Decoder:
         if drafter is not None and len(drafter.layers) > len(self.draft_cache.k):
             raise ValueError("the drafter has more layers than the draft cache")
         other = object.__new__(Decoder)
-        for name in ("spec", "device", "target", "cache", "draft_cache", "pages", "rope", "num_sms"):
+        for name in ("spec", "device", "target", "cache", "draft_cache", "pages", "rope", "num_sms",
+                     "logit_buffers"):
             setattr(other, name, getattr(self, name))
         other.conf, other.drafter = conf, drafter
         other._setup(sps, acceptance)
@@ -264,6 +281,9 @@ class Decoder:
             if self.drafter is not None:
                 self.drafter.append_context(feats, batch, batch.slots(), self.rope,
                                             self.draft_cache, self.conf.attention)
+            bufs = self.logit_buffers
+            if bufs is not None and hidden.shape[0] <= bufs[0].shape[0]:
+                return self.target.logits_into(hidden, *bufs)
             return self.target.logits(hidden)
         return self.graphs(("verify", tp, rp), fn, win, batch), N
 

@@ -10,7 +10,7 @@ from dspark_sim.kernels.decoder.target import Target, feature_layers
 from dspark_sim.kernels.decoder.weights import init_random
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-HEADROOM_BYTES = 8 << 30  # activations, logits and graph pools at the largest tier
+HEADROOM_BYTES = 8 << 30  # activations, graph pools and the drafts of every request tier
 
 
 def build_models(spec, conf, checkpoint=None, draft_checkpoint=None, init_std: float = 0.02):

@@ -56,6 +56,14 @@ class Target(nn.Module):
         """fp32 logits ``[T, V]``."""
         return F.linear(hidden, self.lm_head).float()
 
+    def logits_into(self, hidden: torch.Tensor, half: torch.Tensor, full: torch.Tensor) -> torch.Tensor:
+        """fp32 logits ``[T, V]`` written into ``full[:T]`` (``half[:T]``, in the weights'
+        dtype, takes the GEMM): buffers every captured verify graph shares, so no graph
+        keeps logits of its own. ``half``/``full``: ``[T_max, V]``."""
+        T = hidden.shape[0]
+        torch.matmul(hidden, self.lm_head.t(), out=half[:T])
+        return full[:T].copy_(half[:T])
+
     def load(self, directory) -> None:
         """Load a Hugging Face Qwen3 checkpoint directory (safetensors)."""
         check_hf_config(directory, self.spec)
