@@ -288,6 +288,36 @@ def summarise(rows: list[dict]) -> dict:
     return out
 
 
+def plot_errors(rows: list[dict], path: Path) -> None:
+    """Relative error of the headline metrics, one group of bars per case (a cross marks a
+    decoder run made before the prefill-attention fix)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = ("output_throughput", "p50_tpot_ms", "p99_tpot_ms", "mean_ttft_ms", "p99_ttft_ms")
+    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(rows)), 4.5))
+    width = 0.8 / len(keys)
+    for j, key in enumerate(keys):
+        err = [100 * r["metrics"][key]["rel_error"] if key in r["metrics"] else np.nan for r in rows]
+        ax.bar(np.arange(len(rows)) + (j - len(keys) / 2 + 0.5) * width, np.clip(err, -100, 200), width,
+               label=key)
+    for i, r in enumerate(rows):
+        if not r["current_decoder"]:
+            ax.plot(i, -95, "kx")
+    for y in (-10, -5, 5, 10):
+        ax.axhline(y, color="grey", lw=0.6, ls="--")
+    ax.set_xticks(np.arange(len(rows)), [r["case"] for r in rows], rotation=30, ha="right", fontsize=8)
+    ax.set(ylabel="(sim - real) / real, % (clipped to -100..200)",
+           title="simulator against the real decoder on the H200 (x: decoder before the prefill fix)")
+    ax.legend(fontsize=7, ncol=3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def summary_lines(summary: dict) -> list[str]:
     lines = ["| metric | median abs err | p90 | max | points | goal |", "|---|---|---|---|---|---|"]
     for key, s in summary.items():
@@ -345,7 +375,8 @@ def markdown(rows: list[dict], summary: dict, prov: dict, real: str = "DIR") -> 
         if path.is_file():
             n = json.loads(path.read_text())
             notes.append(f"- `{root}`: {n.get('decoder', '')}. {n.get('end', '')}".rstrip() + "")
-    return head + "\n".join(lines) + "\n\n## Each point\n\n" + "\n".join(table) \
+    return head + "![errors by case](img/validation_errors.png)\n\n" + "\n".join(lines) \
+        + "\n\n## Each point\n\n" + "\n".join(table) \
         + "\n\nDecoder runs (`profiles/h200/validation/real/`):\n\n" + "\n".join(notes) + "\n"
 
 
@@ -381,6 +412,7 @@ def main(argv=None) -> int:
         prov = json.loads(metas[0].read_text())["provenance"] if metas else {}
         (VALIDATION / "errors.json").write_text(json.dumps({"provenance": prov, "summary": summary,
                                                             "cases": rows}, indent=1) + "\n")
+        plot_errors(rows, REPO / "docs" / "img" / "validation_errors.png")
         text = markdown(rows, summary, prov, " ".join(
             str(Path(r).resolve().relative_to(REPO)) if Path(r).resolve().is_relative_to(REPO) else r
             for r in args.real))
