@@ -65,6 +65,35 @@ def bench(slo: float, trials: int, workers: int, root: Path, scenario: str | Non
             else None}
 
 
+def markdown(results: list[dict], args) -> str:
+    """The results as a Markdown block: command, machine and load, one table per SLO."""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    lines = [f"Made by `python benchmarks/bench_tune.py {' '.join(sys.argv[1:])}` on {machine()}, "
+             f"1-minute load average {load:.1f} at the end, {time.strftime('%Y-%m-%d')}."]
+    for r in results:
+        lines += ["", f"`{r['command']}`: {r['wall_s']:.0f} s wall ({'within' if r['within_limit'] else 'over'} "
+                  f"{LIMIT_S} s), {r['cpu_s']:.0f} CPU-s.", "",
+                  "| method | trials | tok/s/GPU (confirmed) | tok/s/user | SLO met | DSpark's gain |",
+                  "|---|---|---|---|---|---|"]
+        ours = r["studies"]["dspark"]["tok_s_gpu"]
+        for method, row in r["studies"].items():
+            gain = "" if method == "dspark" or not row["feasible"] or not row["tok_s_gpu"] or not ours \
+                else f"{ours / row['tok_s_gpu'] - 1:+.1%}"
+            lines.append(f"| {method} | {row['trials']} | {row['tok_s_gpu'] or 0:.1f} | {row['tok_s_user'] or 0:.1f} "
+                         f"| {'yes' if row['feasible'] else 'no'} | {gain} |")
+    return "\n".join(lines)
+
+
+def write_block(path: Path, tag: str, text: str) -> None:
+    """Replace the block between ``<!-- tag:begin -->`` and ``<!-- tag:end -->`` (or append it)."""
+    begin, end = f"<!-- {tag}:begin -->", f"<!-- {tag}:end -->"
+    doc = path.read_text()
+    block = f"{begin}\n{text}\n{end}"
+    doc = doc[:doc.index(begin)] + block + doc[doc.index(end) + len(end):] if begin in doc \
+        else doc.rstrip("\n") + "\n\n" + block + "\n"
+    path.write_text(doc)
+
+
 def machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, {platform.system()}"
 
@@ -78,6 +107,8 @@ def main() -> int:
     p.add_argument("--scenario", help="scenario YAML (default: the shipped examples/tune_default.yaml)")
     p.add_argument("--baseline-trials", type=int, help="trials per baseline study (default: the CLI's)")
     p.add_argument("--json", help="also write the figures here")
+    p.add_argument("--markdown", nargs=2, metavar=("FILE", "TAG"),
+                   help="write the results between <!-- TAG:begin/end --> markers in FILE")
     args = p.parse_args()
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-tune-") as tmp:
@@ -97,6 +128,8 @@ def main() -> int:
     print(f"machine: {machine()}")
     if args.json:
         Path(args.json).write_text(json.dumps({"machine": machine(), "results": results}, indent=2) + "\n")
+    if args.markdown:
+        write_block(Path(args.markdown[0]), args.markdown[1], markdown(results, args))
     return 0
 
 

@@ -70,6 +70,41 @@ def test_sigkill_then_resume_loses_no_completed_trial(tmp_path):
     assert (tmp_path / "resumed" / "dspark.yaml").is_file()
 
 
+def _workers(pid: int) -> list[int]:
+    """The multiprocessing workers ``pid`` started (its spawned children)."""
+    out = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            out += [int(c) for c in f.read().split()]
+    return [c for c in out if _alive(c) and b"spawn_main" in open(f"/proc/{c}/cmdline", "rb").read()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_stopping_the_tuner_stops_its_workers(tmp_path, sig):
+    """SIGTERM: the tuner stops its workers on the way out. SIGKILL (no way out): each
+    orphaned worker notices and stops after its current trial."""
+    url = sqlite_url(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", "dspark_sim.tuner.cli",
+                             *tune_args(tmp_path, "stop", trials=4000), "--workers", "2"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(lambda: _count(url, "stop") >= 2)
+        workers = _workers(proc.pid)
+        assert len(workers) == 2
+    finally:
+        os.kill(proc.pid, sig)
+        proc.wait()
+    _wait_for(lambda: not any(_alive(w) for w in workers), timeout_s=60.0)
+
+
 def test_timeout_stops_the_search_and_still_reports(tmp_path):
     started = time.monotonic()
     out = run_tiny(tmp_path, "late", "--timeout", "1", trials=10_000)

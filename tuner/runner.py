@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import socket
 import sys
 import time
@@ -93,10 +94,15 @@ def quiet() -> None:
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 
-def work(jobs: list[Job], deadline: float | None, callback=None) -> None:
-    """Run every job's trials until its study holds ``n_trials`` complete ones (or the deadline)."""
+def work(jobs: list[Job], deadline: float | None, callback=None, parent: int | None = None) -> None:
+    """Run every job's trials until its study holds ``n_trials`` complete ones (or the deadline).
+
+    ``parent``: the pid of the process that started this worker; when it is gone (killed
+    without a chance to stop its workers) the worker stops after its current trial."""
     quiet()
     for job in jobs:
+        if parent is not None and os.getppid() != parent:
+            return
         study = job.open()
         if complete_count(study) >= job.n_trials:
             continue
@@ -105,10 +111,28 @@ def work(jobs: list[Job], deadline: float | None, callback=None) -> None:
             return
         callbacks = [optuna.study.MaxTrialsCallback(job.n_trials, states=(TrialState.COMPLETE,)),
                      FailureGuard()]
+        if parent is not None:
+            callbacks.append(OrphanGuard(parent))
         if callback is not None:
             callbacks.append(callback)
         # a configuration the simulator rejects fails its trial, not the study
         study.optimize(TrialFunction(job), timeout=left_s, callbacks=callbacks, catch=(Exception,))
+
+
+class OrphanGuard:
+    """Stop the study in a worker whose parent has died (its trials so far are kept)."""
+
+    def __init__(self, parent: int):
+        self.parent = parent
+
+    def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        if os.getppid() != self.parent:
+            study.stop()
+
+
+def _terminate(signum, frame):
+    """SIGTERM as an exit, so that ``run`` stops its workers on the way out."""
+    raise SystemExit(128 + signum)
 
 
 class FailureGuard:
@@ -135,14 +159,17 @@ def run(jobs: list[Job], workers: int, timeout_s: float | None, show_progress: b
             work(jobs, deadline, callback=bar.on_trial)
             return
         ctx = multiprocessing.get_context("spawn")
-        procs = [ctx.Process(target=work, args=(jobs, deadline), daemon=True) for _ in range(workers)]
+        procs = [ctx.Process(target=work, args=(jobs, deadline, None, os.getpid()), daemon=True)
+                 for _ in range(workers)]
         for p in procs:
             p.start()
+        previous = signal.signal(signal.SIGTERM, _terminate)
         try:
             while any(p.is_alive() for p in procs):
                 bar.poll()
                 time.sleep(1.0)
         finally:
+            signal.signal(signal.SIGTERM, previous)
             for p in procs:
                 if p.is_alive():
                     p.terminate()
