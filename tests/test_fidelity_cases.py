@@ -33,3 +33,23 @@ def test_synthetic_cases_are_deterministic_and_fit_the_decoder():
     arrival, prompt, output = a
     assert arrival[0] == 0.0 and np.all(np.diff(arrival) >= 0)
     assert (prompt + output).max() <= fidelity.MAX_MODEL_LEN - 16 and output.min() >= 64
+
+
+def test_compare_simulates_the_requests_a_decoder_run_served(tmp_path):
+    """A committed H200 decoder run, compared again: the simulator replays exactly its
+    requests, both runs and the plot land under runs/<case>, and the errors are finite."""
+    import shutil
+
+    src = fidelity.VALIDATION / "real" / "visit4"
+    real = tmp_path / "real"
+    shutil.copytree(src / "syn-light__dspark", real / "syn-light__dspark")
+    shutil.copy(src / "sps_dspark.json", real / "sps_dspark.json")
+    [row] = fidelity.compare([real], tmp_path / "out")
+    case = tmp_path / "out" / "runs" / "syn-light__dspark"
+    assert row["case"] == "syn-light__dspark" and row["method"] == "dspark"
+    assert (case / "sim" / "requests.csv").is_file() and (case / "validate.png").is_file()
+    served = (real / "syn-light__dspark" / "requests.csv").read_text().count("\n")
+    assert (case / "sim" / "requests.csv").read_text().count("\n") == served
+    assert all(np.isfinite(m["rel_error"]) for m in row["metrics"].values())
+    summary = fidelity.summarise([row])
+    assert summary["output_throughput"]["cases"] == 1
