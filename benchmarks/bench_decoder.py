@@ -65,9 +65,9 @@ def measure(decoder, reqs: int, context: int, steps: int, domain: int, seed: int
     """Decode ``steps`` timed steps of ``reqs`` requests; tokens and seconds."""
     import numpy as np
 
-    from dspark_sim.kernels.profiler.steps import decoding_requests, timed_decode
+    from dspark_sim.kernels.profiler.steps import timed_decode
 
-    seqs = decoding_requests(decoder, reqs, context, np.random.default_rng(seed), domain)
+    seqs = decoder.fake_requests(reqs, context, np.random.default_rng(seed), domain=domain)
     if seqs is None:
         raise RuntimeError(f"out of KV pages at {reqs} requests")
     times, emitted, verify, draft = [], 0, [], []

@@ -253,15 +253,21 @@ def fit_draft(rows: Rows, kind: str, model: ModelSpec, gpu: GpuSpec) -> DraftFit
 
 
 # -- cross-validation and the whole profile -----------------------------------------------
-def _held_out(rows: Rows, fit_fn, predict_fn, folds: int, seed: int) -> np.ndarray:
-    """Relative errors of k-fold predictions, one per row."""
-    n = rows.step_s.size
+def _k_fold(n: int, folds: int, seed: int, predict) -> np.ndarray:
+    """Predictions of ``n`` rows, each made by ``predict(train, test)`` (index arrays) from a
+    fit without its fold."""
     order = np.random.default_rng(seed).permutation(n)
     pred = np.empty(n)
     for fold in range(min(folds, n)):
         test = order[fold::min(folds, n)]
-        train = np.setdiff1d(order, test)
-        pred[test] = predict_fn(fit_fn(rows.take(train)), rows.take(test))
+        pred[test] = predict(np.setdiff1d(order, test), test)
+    return pred
+
+
+def _held_out(rows: Rows, fit_fn, predict_fn, folds: int, seed: int) -> np.ndarray:
+    """Relative errors of k-fold predictions, one per row."""
+    pred = _k_fold(rows.step_s.size, folds, seed,
+                   lambda train, test: predict_fn(fit_fn(rows.take(train)), rows.take(test)))
     return np.abs(pred / rows.step_s - 1.0)
 
 
@@ -269,13 +275,10 @@ def _held_out_steps(rows: list[dict], target: TargetFit, drafts: dict, folds: in
                     seed: int) -> np.ndarray:
     """k-fold relative errors of whole decode steps, the host term refitted without the fold
     (the target and drafter fits come from their own grids)."""
-    n = len(rows)
-    order = np.random.default_rng(seed).permutation(n)
-    pred = np.empty(n)
-    for fold in range(min(folds, n)):
-        test = order[fold::min(folds, n)]
-        host = fit_host([rows[i] for i in np.setdiff1d(order, test)], target, drafts)
-        pred[test] = predict_steps([rows[i] for i in test], target, drafts, host)
+    def predict(train, test):
+        host = fit_host([rows[i] for i in train], target, drafts)
+        return predict_steps([rows[i] for i in test], target, drafts, host)
+    pred = _k_fold(len(rows), folds, seed, predict)
     return np.abs(pred / np.array([r["step_s"] for r in rows]) - 1.0)
 
 

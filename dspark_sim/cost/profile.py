@@ -60,12 +60,12 @@ class ProfileCost:
                 total += self._comm0 + self._comm1 * tokens
         if work.draft is not None:
             total += self.draft_s(work.draft)
-        if work.decode_reqs:
-            total += self.host_s(work)
-        return total
+        return total + self.host_s(work)
 
     def host_s(self, work: StepWork) -> float:
-        """The engine's host time of a step with decoding requests (0 when not measured)."""
+        """The engine's host time of a step: 0 without decoding requests or a measured term."""
+        if not work.decode_reqs:
+            return 0.0
         fit = self._host.get(work.draft.kind if work.draft is not None and work.draft.block_size
                              else "none")
         return fit.seconds(work.decode_reqs) if fit is not None else 0.0
@@ -81,7 +81,7 @@ class ProfileCost:
             parts.update(zip(("overhead_s", "linear_s", "per_req_s", "attn_s"), values))
             parts["comm_s"] = self._comm0 + self._comm1 * tokens if (self._comm0 or self._comm1) else 0.0
         parts["draft_s"] = self.draft_s(work.draft) if work.draft is not None else 0.0
-        parts["host_s"] = self.host_s(work) if work.decode_reqs else 0.0
+        parts["host_s"] = self.host_s(work)
         return parts
 
     def draft_s(self, draft: DraftWork) -> float:

@@ -340,6 +340,26 @@ class Decoder:
         seq.num_cached = len(seq.tokens) - 1 if seq.outputs else len(seq.tokens)
         return True
 
+    def fake_requests(self, count: int, context: int, rng, temperature: float = 1.0,
+                      domain: int = 0) -> list | None:
+        """``count`` decoding sequences (timing and warm-up): ``context`` random prompt tokens
+        marked cached (not run) and an anchor; None, with nothing left admitted, when pages
+        run out."""
+        from dspark_sim.kernels.decoder.sequence import Sequence
+
+        vocab, seqs = self.spec.vocab_size, []
+        for i in range(count):
+            s = Sequence(i, rng.integers(0, vocab, context).tolist(), 1 << 30, temperature, domain)
+            s.tokens.append(int(rng.integers(0, vocab)))
+            seqs.append(s)
+            if not self.fake_prefill(s):  # admits: a row, and a synthetic difficulty
+                for t in seqs:
+                    if t.row is not None:
+                        self.release(t)
+                return None
+        self.pages.flush()
+        return seqs
+
     def randomize_cache(self, seed: int = 0) -> None:
         """Fill both caches with N(0, 1) values, so timing never runs on zeros."""
         gen = torch.Generator(device=self.device).manual_seed(seed)

@@ -34,20 +34,6 @@ def verify_points(max_reqs: int, window: int) -> list[tuple[int, int, int]]:
     return out
 
 
-def _scratch(dec, count: int) -> list:
-    """``count`` sequences whose short prompts are marked cached (not run)."""
-    rng = np.random.default_rng(0)
-    seqs = []
-    for i in range(count):
-        s = Sequence(-1 - i, rng.integers(0, dec.spec.vocab_size, SCRATCH_TOKENS).tolist(), 1 << 30, 1.0)
-        s.tokens.append(0)
-        seqs.append(s)
-        if not dec.fake_prefill(s):
-            raise RuntimeError(f"warm-up: no KV pages for {count} scratch requests")
-    dec.pages.flush()
-    return seqs
-
-
 def _decode_tier(dec, seqs, rp: int, reqs: int, tokens: int, probs_by_tier: dict) -> None:
     """Draft (once per request tier), verify and accept at one (R, N) point."""
     conf, dev = dec.conf, dec.device
@@ -110,7 +96,9 @@ def warm_up(dec) -> dict:
     conf = dec.conf
     free = len(dec.pages.free)
     points = verify_points(conf.max_running_requests, conf.window)
-    seqs = _scratch(dec, conf.max_running_requests)
+    seqs = dec.fake_requests(conf.max_running_requests, SCRATCH_TOKENS, np.random.default_rng(0))
+    if seqs is None:
+        raise RuntimeError(f"warm-up: no KV pages for {conf.max_running_requests} scratch requests")
     probs_by_tier: dict = {}
     try:
         for rp, reqs, tokens in points:

@@ -27,6 +27,7 @@ from pathlib import Path
 
 PARTS = ("verify", "draft", "chain", "prefill", "step", "kernels")
 SHARE = {"verify": 0.68, "draft": 0.05, "chain": 0.05, "prefill": 0.1, "step": 0.1, "kernels": 0.02}
+DRAFT_KIND = {"draft": "block", "chain": "chain"}
 SECTION = {"verify": "verify", "draft": "draft", "chain": "draft", "prefill": "prefill", "step": "step",
            "kernels": "kernels"}
 
@@ -51,6 +52,14 @@ def parse_args(argv=None):
     for name in args.parts + args.replace:
         if name not in PARTS:
             p.error(f"unknown part {name!r}; expected {PARTS}")
+    args.old = {}
+    if args.resume:
+        try:
+            args.old = json.loads(Path(args.resume).read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            p.error(f"--resume {args.resume}: {err}")
+        if not isinstance(args.old, dict):
+            p.error(f"--resume {args.resume}: not a raw profile (a JSON object)")
     return args
 
 
@@ -102,27 +111,27 @@ def _key(part: str, row: dict) -> tuple:
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
+    from dspark_sim.errors import run_reporting_errors
+
+    return run_reporting_errors(profile, parse_args(argv))
+
+
+def profile(args) -> int:
+    """Time the parts of ``args`` and write the raw file (atomically)."""
     from dspark_sim.kernels.decoder.graphs import TOKEN_STEP_ABOVE, TOKEN_TIERS, request_tier
     from dspark_sim.kernels.profiler.provenance import provenance, sm_clocks
     from dspark_sim.kernels.profiler.steps import Stepper, run_part
 
     t0 = time.perf_counter()
     print(f"profiling {args.model} on {args.gpu}: parts {','.join(args.parts)}", flush=True)
-    old = json.loads(Path(args.resume).read_text()) if args.resume else {}
-    out = {s: [] for s in ("verify", "draft", "prefill", "step", "kernels")}
-    for section in out:
-        rows = old.get(section, [])
-        if section == "draft":
-            rows = [{"kind": "block", **r} for r in rows]
-        drop = {SECTION[p] for p in args.replace}
-        kinds = {"chain"} if "chain" in args.replace else set()
-        kinds |= {"block"} if "draft" in args.replace else set()
-        if section == "draft":
-            rows = [r for r in rows if r["kind"] not in kinds]
-        elif section in drop:
-            rows = []
-        out[section] = rows
+    old = args.old
+    # the earlier file's points, less those of the parts to re-time (draft and chain share
+    # the draft section, told apart by kind)
+    dropped = {DRAFT_KIND.get(p, SECTION[p]) for p in args.replace}
+    out = {s: [] if s in dropped else old.get(s, [])
+           for s in ("verify", "draft", "prefill", "step", "kernels")}
+    out["draft"] = [r for r in ({"kind": "block", **r} for r in out["draft"])
+                    if r["kind"] not in dropped]
     prov = {**provenance(), "gpu_label": args.gpu, "model": args.model, "dtype": args.dtype,
             "weights": "random", "sm_clocks_before": sm_clocks()}
     dec = build(args)

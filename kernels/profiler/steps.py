@@ -40,17 +40,7 @@ class Stepper:
         self._chain = None
 
     def _requests(self, reqs: int, context: int) -> list | None:
-        """``reqs`` requests with ``context`` cached tokens and an anchor; None if short of pages."""
-        seqs = []
-        for i in range(reqs):
-            s = Sequence(i, self.rng.integers(0, self.vocab, context).tolist(), max_tokens=1 << 30)
-            s.tokens.append(int(self.rng.integers(0, self.vocab)))
-            seqs.append(s)
-            if not self.dec.fake_prefill(s):
-                self._release(seqs)
-                return None
-        self.dec.pages.flush()
-        return seqs
+        return self.dec.fake_requests(reqs, context, self.rng)
 
     def _release(self, seqs) -> None:
         for s in seqs:
@@ -155,7 +145,7 @@ class Stepper:
         draft_s, verify_s], ...], "step_s": median wall}`` (draft and verify: device time of
         their graphs in the same step); steps that captured a graph are left out."""
         dec = self._step_decoder(kind, graphs)
-        seqs = decoding_requests(dec, reqs, context, self.rng)
+        seqs = dec.fake_requests(reqs, context, self.rng)
         if seqs is None:
             return None
         rows = []
@@ -217,22 +207,6 @@ class Stepper:
                                           "max_batch_tokens": 1 << 20})
         return dec.variant(replace(conf, method="dspark", block_size=7, scheduler="production"),
                            dec.drafter, sps=flat, acceptance={"drafter": "dspark"})
-
-
-def decoding_requests(dec, reqs: int, context: int, rng, domain: int = 0) -> list | None:
-    """``reqs`` sequences at temperature 1 with ``context`` cached tokens (not run) and an
-    anchor, admitted to ``dec``; None (nothing left admitted) when the pages run out."""
-    vocab, seqs = dec.spec.vocab_size, []
-    for i in range(reqs):
-        s = Sequence(i, rng.integers(0, vocab, context).tolist(), 1 << 30, 1.0, domain)
-        s.tokens.append(int(rng.integers(0, vocab)))
-        seqs.append(s)
-        if not dec.fake_prefill(s):  # admits: a row, and a synthetic difficulty
-            for t in seqs:
-                if t.row is not None:
-                    dec.release(t)
-            return None
-    return seqs
 
 
 def timed_decode(dec, seqs) -> tuple[bool, float, object]:
