@@ -4,7 +4,8 @@
 #   bash benchmarks/h200_call.sh check bench "qwen3-32b:260" "qwen3-8b:80:chain,prefill,step:resume:prefill" fidelity
 # model:seconds[:parts[:resume[:replace]]] profiles one model (parts: the profiler's --part;
 # "resume" keeps the points of profiles/h200/raw/raw_<model>.json, times the missing ones and
-# whole steps without graphs too; replace: parts re-timed from scratch);
+# whole steps without graphs too, "resume-graphs" the same without eager steps; replace:
+# parts re-timed from scratch);
 # "bench" runs the decoder table, "bench-dspark" its DSpark rows only (SPS table from the
 # profile), "fidelity" the decoder on trace slices (benchmarks/fidelity.py).
 set -o pipefail
@@ -25,6 +26,7 @@ for arg in "$@"; do
     *:*) IFS=: read -r m s parts resume replace <<< "$arg"
          extra=(--part "${parts:-all}")
          [ "$resume" = resume ] && extra+=(--resume "profiles/h200/raw/raw_$m.json" --eager-steps)
+         [ "$resume" = resume-graphs ] && extra+=(--resume "profiles/h200/raw/raw_$m.json")
          [ -n "$replace" ] && extra+=(--replace "$replace")
          python3 -m dspark_sim.kernels.profiler --gpu h200 --model "$m" --out "$OUT" --max-seconds "$s" "${extra[@]}" >> "$OUT/profile.log" 2>&1
          tail -3 "$OUT/profile.log" ;;

@@ -156,16 +156,16 @@ def _schedule_verify_kernel(
     probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr, theta_ptr, n_m,
     len_ptr, k_ptr, theta_out_ptr,
     R, R_lag, gamma, min_len, max_len, max_bt, eps,
-    BLOCK_R: tl.constexpr, BLOCK_RL: tl.constexpr, BLOCK_G: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_G: tl.constexpr,
     ALGORITHM1: tl.constexpr, HAS_LAG: tl.constexpr, ADDITIVE: tl.constexpr, LOG_P: tl.constexpr,
 ):
     a = _survival(conf_ptr, stride_cr, stride_cg, temp_ptr, R, gamma, BLOCK_R, BLOCK_G)
     flat, ranked = _ranked(a, R, gamma, max_len, eps, BLOCK_R, BLOCK_G)
     if HAS_LAG:
-        a_lag = _survival(lag_ptr, stride_lr, stride_lg, temp_ptr, R_lag, gamma, BLOCK_RL, BLOCK_G)
-        _, sizing = _ranked(a_lag, R_lag, gamma, max_len, eps, BLOCK_RL, BLOCK_G)
+        a_lag = _survival(lag_ptr, stride_lr, stride_lg, temp_ptr, R_lag, gamma, BLOCK_R, BLOCK_G)
+        _, sizing = _ranked(a_lag, R_lag, gamma, max_len, eps, BLOCK_R, BLOCK_G)
         k = _budget(sizing, R, max_bt, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr, theta_ptr, n_m,
-                    BLOCK_G * BLOCK_RL, ALGORITHM1, ADDITIVE, LOG_P)
+                    BLOCK_G * BLOCK_R, ALGORITHM1, ADDITIVE, LOG_P)
     else:
         k = _budget(ranked, R, max_bt, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr, theta_ptr, n_m,
                     BLOCK_G * BLOCK_R, ALGORITHM1, ADDITIVE, LOG_P)
@@ -229,10 +229,11 @@ def run_schedule(conf, temperatures, sps, cfg, min_verify_len=1, max_verify_len=
     min_len, max_len = check_schedule_args(conf, temperatures, sps, min_verify_len, max_verify_len, survival_eps, mode,
                                            lag_conf)
     R, gamma = conf.shape
-    block_r, block_g = _block_rows(R), max(2, triton.next_power_of_2(gamma))
     lag = conf if lag_conf is None else lag_conf
-    block_rl = _block_rows(lag.shape[0])
-    if max(block_r, block_rl) * block_g > MAX_SORT_ELEMS:
+    # one row block for both: each (block, lag block) pair would be another binary, and a
+    # sort over thousands of elements compiles for seconds in the middle of a serving step
+    block_r, block_g = _block_rows(max(R, lag.shape[0])), max(2, triton.next_power_of_2(gamma))
+    if block_r * block_g > MAX_SORT_ELEMS:
         raise ValueError(f"schedule_verify sorts at most {MAX_SORT_ELEMS} survivals; got R={R}, gamma={gamma}")
     table, additive, n_probes, max_bt = _table_args(sps, conf.device)
     lens = torch.empty(R, dtype=torch.int32, device=conf.device)
@@ -244,7 +245,7 @@ def run_schedule(conf, temperatures, sps, cfg, min_verify_len=1, max_verify_len=
         *table,
         lens, budget_k, theta,
         R, lag.shape[0], gamma, min_len, max_len, max_bt, float(survival_eps),
-        BLOCK_R=block_r, BLOCK_RL=block_rl, BLOCK_G=block_g,
+        BLOCK_R=block_r, BLOCK_G=block_g,
         ALGORITHM1=mode == "algorithm1", HAS_LAG=lag_conf is not None, ADDITIVE=additive,
         LOG_P=max(4, (n_probes.bit_length() + 3) & ~3),  # rounded up: few variants compile
         num_warps=cfg["num_warps"],

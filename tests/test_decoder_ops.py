@@ -41,6 +41,34 @@ def test_attention_matches_reference(heads, kvh, q_lens, ctx, causal):
     torch.testing.assert_close(out, attention_ref(q, k, v, batch, causal), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("q_lens,pad", [([3, 1, 5], None), ([7], None), ([2, 2, 1], (13, 7)), ([1] * 6, None)])
+def test_batch_parts_are_16_byte_aligned_and_hold_their_values(q_lens, pad):
+    # Triton specialises on pointer alignment: parts whose offsets vary with T and R would
+    # compile new kernels mid-serving
+    pages = Pages(64, 4, 8, 32, "cpu")
+    seqs = [_Seq() for _ in q_lens]
+    for s in seqs:
+        pages.attach(s)
+        assert pages.reserve(s, 20)
+    q_len = np.array(q_lens)
+    kv_len = q_len + 3
+    rows = np.array([s.row for s in seqs])
+    ids = np.arange(1, q_len.sum() + 1)
+    batch = make_batch(ids, q_len, kv_len, rows, pages, *(pad or ()))
+    for name in ("input_ids", "positions", "token_rows", "rows", "q_start", "q_len", "kv_len"):
+        assert getattr(batch, name).data_ptr() % 16 == 0, name
+    T, R = int(q_len.sum()), len(q_lens)
+    assert batch.input_ids[:T].tolist() == ids.tolist()
+    assert batch.q_len[:R].tolist() == q_lens and batch.kv_len[:R].tolist() == kv_len.tolist()
+    assert batch.rows[:R].tolist() == rows.tolist()
+    assert batch.q_start[:R].tolist() == [0, *np.cumsum(q_lens)[:-1].tolist()]
+    assert batch.positions[:T].tolist() == sum(([k + 3 - n + i for i in range(n)] for n, k in
+                                                zip(q_lens, q_len.tolist())), [])
+    if pad:
+        assert batch.num_tokens == pad[0] and batch.rows.shape[0] == pad[1]
+        assert batch.q_len[R:].tolist() == [0] * (pad[1] - R)
+
+
 def test_fused_elementwise_match_torch():
     torch.manual_seed(0)
     x, r, w = torch.randn(5, 48), torch.randn(5, 48), torch.randn(48)
@@ -58,3 +86,22 @@ def test_fused_elementwise_match_torch():
         norm_rope_(a[:, :6], 4, wq, wk, cos, sin, pos, 1e-6, "triton")
         norm_rope_(b[:, :6], 4, wq, wk, cos, sin, pos, 1e-6, "torch")
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("width", [1, 4, 8, 16])
+def test_the_profiles_key_splits_are_the_attention_plans(width):
+    """dspark_sim.cost models the decode attention's key splits without importing the
+    decoder: its constants must give the plan's split count at every request count."""
+    from dataclasses import replace
+
+    from dspark_sim.cost.fit import DECODER_MAX_SPLITS, DECODER_SPLIT_PROGRAMS_PER_SM
+    from dspark_sim.cost.shapes import SCALAR
+    from dspark_sim.kernels.decoder.graphs import request_tier
+    from test_cost_profile import KNOWN_TARGET
+
+    sms, kv_heads, group = 132, 8, 4
+    target = replace(KNOWN_TARGET, split_target=DECODER_SPLIT_PROGRAMS_PER_SM * sms / kv_heads,
+                     max_splits=DECODER_MAX_SPLITS)
+    for reqs in range(1, 257):
+        shape = plan(width, request_tier(reqs, 256), kv_heads, group, sms)
+        assert shape.chunks == 1 and shape.splits == target.splits(reqs, SCALAR), reqs

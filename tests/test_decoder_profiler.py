@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from dspark_sim.kernels.profiler.grid import MAX_WINDOW, verify_points  # noqa: E402
+from dspark_sim.kernels.profiler.grid import MAX_WINDOW, mixed_points, verify_points  # noqa: E402
 from dspark_sim.kernels.profiler.steps import Stepper, run_part  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -21,6 +21,13 @@ def test_verify_grid_is_coarse_first_and_bounded():
     first = pts[: len(pts) // 3]
     assert {c for _, _, c in first} == {512, 2048, 8192}  # every context early
     assert {r for r, _, _ in first} == {1, 2, 4, 8, 16, 32, 64, 128, 256}
+
+
+def test_mixed_points_put_one_long_request_among_short_ones_long_first():
+    pts = mixed_points()
+    assert len(set(pts)) == len(pts) and pts[0][3] == max(p[3] for p in pts)
+    assert all(r * 1 <= m <= r * 8 and short < long or short == long for r, m, short, long in pts)
+    assert {p[3] for p in pts} == {256, 2048, 8192}  # 256: all equal, the baseline
 
 
 def test_stepper_times_each_part_and_skips_what_does_not_fit():
@@ -45,6 +52,9 @@ def test_stepper_times_each_part_and_skips_what_does_not_fit():
         assert len(res["steps"]) == 2 and res["step_s"] > 0
         n = {r[0] for r in res["steps"]}
         assert n == {2} if kind == "none" else (n == {8} if kind == "chain" else max(n) <= 16)
+    mixed = st.verify_mixed(4, 12, 8, 40)
+    assert mixed["step_s"] > 0 and mixed["context"] == 16 and mixed["max_context"] == 40
+    assert st.verify_mixed(4, 4, 8, 4096) is None  # the long request does not fit
     assert len(dec.pages.free) == free  # every point gave its pages back
 
 

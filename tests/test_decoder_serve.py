@@ -139,3 +139,22 @@ def test_verify_points_reach_every_graph_key():
     want = {(token_tier(n), request_tier(r, 8)) for r in range(1, 9) for n in range(r, 4 * r + 1)}
     assert keys == want
     assert all(request_tier(r, 8) == rp and r <= n <= 4 * r for rp, r, n in pts)
+
+
+def test_on_step_sees_every_row_and_production_always_runs_the_lagged_kernel():
+    dec = tiny_decoder("dspark", synthetic=True, scheduler="production", lag_steps=2, kernels="triton")
+    calls, schedule = [], dec._schedule
+
+    def recording(conf, *args, lag_conf=None, **kw):
+        calls.append((conf.shape[0], None if lag_conf is None else lag_conf.shape[0]))
+        return schedule(conf, *args, lag_conf=lag_conf, **kw)
+    dec._schedule = recording
+    seen = []
+    seqs = [Sequence(i, [1, 2, 3, 4 + i], 10 + 3 * i, temperature=1.0) for i in range(3)]
+    run = serve(dec, seqs, on_step=seen.append)
+    assert seen == run.steps and len(seen) > 3
+    # every step hands the kernel a lag (the current confidences until two steps have
+    # passed), so serving meets one kernel binary per row block, as the warm-up compiled
+    assert calls and all(lag is not None for _, lag in calls)
+    assert calls[0][0] == calls[0][1] == 3
+    assert any(r != lag for r, lag in calls)  # requests finished: the lag is older and larger

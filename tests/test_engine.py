@@ -121,6 +121,24 @@ def test_prefill_first_holds_decoding_while_prompts_are_pending(write_scenario, 
     assert sf["mean_tpot_ms"] > sm["mean_tpot_ms"]
 
 
+def test_the_longest_decoding_request_reaches_the_cost_model(write_scenario, tmp_path):
+    """A decode step over a short and a long request costs what the profile says for their
+    summed context with the long one's as the floor, not for two of the mean length."""
+    trace = tmp_path / "trace.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                     "2026-01-01 00:00:00.000000,200,30\n2026-01-01 00:00:00.000000,7900,30\n")
+    data = synthetic_scenario(workload={"trace": str(trace), "format": "azure", "domain": "math"},
+                              deployment={"batching": "prefill_first"})
+    data["workload"].pop("synthetic")
+    summary, result = _run(write_scenario, tmp_path, data)
+    steps = result.collector.steps
+    first = int(np.flatnonzero(steps["decode_reqs"] == 2)[0])
+    cost = _cost(data)
+    with_max = cost.step_s(StepWork(2, 2, 201 + 7901, decode_max_context=7901))
+    assert steps["step_s"][first] == pytest.approx(with_max, rel=1e-9)
+    assert with_max > cost.step_s(StepWork(2, 2, 201 + 7901))
+
+
 def test_unknown_batching_policy_is_rejected(write_scenario):
     from dspark_sim.errors import InputError
 

@@ -53,3 +53,5 @@ def test_compare_simulates_the_requests_a_decoder_run_served(tmp_path):
     assert all(np.isfinite(m["rel_error"]) for m in row["metrics"].values())
     summary = fidelity.summarise([row])
     assert summary["output_throughput"]["cases"] == 1
+    text = fidelity.markdown([row], summary, {}, "x", ("elsewhere", [row]))
+    assert "## Replicate on another machine (`elsewhere`)" in text and text.count("| syn-light__dspark |") == 2

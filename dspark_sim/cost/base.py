@@ -39,6 +39,9 @@ class StepWork:
     prefill_attn_tokens2: attention work of the prefill chunks, the sum over
         chunks of ``chunk * (cached + chunk / 2)`` (token x context pairs).
     draft: drafting done in this step, if any.
+    decode_max_context: KV length of the longest decoding request (0: unknown, taken as
+        the mean). One request's keys are streamed by a few programs, so the longest
+        request sets a floor under the decode attention of a batch of mixed lengths.
     """
 
     decode_reqs: int = 0
@@ -48,6 +51,7 @@ class StepWork:
     prefill_reqs: int = 0
     prefill_attn_tokens2: float = 0.0
     draft: DraftWork | None = None
+    decode_max_context: int = 0
 
     @property
     def batch_tokens(self) -> int:

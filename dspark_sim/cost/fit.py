@@ -47,6 +47,12 @@ DECODER_PAD_STEPS = (1.0, 8.0, 32.0, 128.0)
 # larger of the two, up to the last kernels' latency (a sharp ridge, not fitted: one
 # floor point cannot tell a sharp ridge from an additive host time).
 HOST_SHARPNESS = 12.0
+# The decoder's attention streams one request's keys for one KV head with
+# min(16, pow2(2 * SMs / (request tier * KV heads))) programs (kernels/decoder/attention.py,
+# plan): a long request among many short ones is streamed by one program per head. A raw
+# file may state its own as provenance.attn_split_programs_per_sm / attn_max_splits.
+DECODER_SPLIT_PROGRAMS_PER_SM = 2.0
+DECODER_MAX_SPLITS = 16.0
 HOST_S_PER_LAYER = 12 * 30e-6
 NO_HOST = {"prefill_host_s": 0.0}
 
@@ -61,7 +67,8 @@ class _TargetModel:
 
     def parts(self, rows: Rows) -> tuple:
         c = rows.cols
-        return self.fit.parts(c["reqs"], c["vtok"], c["ptok"], c["ctx"], c["pairs"], c["pre"], ARRAY)
+        return self.fit.parts(c["reqs"], c["vtok"], c["ptok"], c["ctx"], c["pairs"], c["pre"], ARRAY,
+                              c["maxctx"])
 
 
 def _target_rows(grids: dict) -> Rows:
@@ -72,6 +79,8 @@ def _target_rows(grids: dict) -> Rows:
             "vtok": np.concatenate([col(v, "tokens"), none]),
             "ptok": np.concatenate([np.zeros(len(v)), chunk]),
             "ctx": np.concatenate([col(v, "reqs") * col(v, "context"), none]),
+            "maxctx": np.concatenate([np.array([r.get("max_context", r["context"]) for r in v],
+                                               dtype=np.float64), none]),
             "pairs": np.concatenate([np.zeros(len(v)), chunk * (cached + chunk / 2)]),
             "pre": np.concatenate([np.zeros(len(v)), np.ones(len(p))])}
     step = np.concatenate([col(v, "step_s"), col(p, "step_s")])
@@ -79,10 +88,12 @@ def _target_rows(grids: dict) -> Rows:
     return Rows(cols, step, section)
 
 
-def _target_params(model: ModelSpec, gpu: GpuSpec, has_prefill: bool) -> list[Param]:
+def _target_params(model: ModelSpec, gpu: GpuSpec, has_prefill: bool, sm_count: float = 0.0) -> list[Param]:
     bw, flops = gpu.hbm_bytes_per_s, gpu.bf16_flops
     weights = model.weight_bytes(DTYPE_BYTES) / bw
     kv = model.kv_bytes_per_token(DTYPE_BYTES) / (0.8 * bw)
+    # one program streams one KV head's keys at about one SM's share of the bandwidth
+    kv_one = kv * sm_count / model.num_kv_heads if sm_count else 3.0 * kv
     eff = lambda e_lo, e0, e_hi: (math.log(e0 / e_hi), math.log(e0 / e_lo))  # noqa: E731
     prefill_sigma = 1.0 if has_prefill else 0.05  # nothing measured: stay at the prior
     # an eager forward launches about a dozen kernels a layer at tens of microseconds of
@@ -99,7 +110,7 @@ def _target_params(model: ModelSpec, gpu: GpuSpec, has_prefill: bool) -> list[Pa
         sharpness_param("sharpness"),
         Param("kv_s_per_token", kv, 0.5, *eff(0.02, 0.8, 2.0)),
         # one request's keys streamed by few programs: a few times slower than the whole GPU
-        Param("kv_req_s_per_token", 3.0 * kv, 3.0),
+        Param("kv_req_s_per_token", kv_one, 3.0),
         sharpness_param("kv_sharpness", 3.0),
         Param("attn_s_per_pair", model.attn_flops_per_token_per_ctx() / (0.4 * flops),
                prefill_sigma, *eff(0.02, 0.4, 1.05)),
@@ -131,6 +142,22 @@ def _pad_of(provenance: dict) -> dict:
     return out
 
 
+def _splits_of(provenance: dict, model: ModelSpec) -> dict:
+    """The decode attention's key splits of the measured engine (see DECODER_*SPLIT*):
+    ``split_target`` = programs per SM x SMs / KV heads; none without ``sm_count``."""
+    out = {}
+    for key, default in (("sm_count", None), ("attn_split_programs_per_sm", DECODER_SPLIT_PROGRAMS_PER_SM),
+                         ("attn_max_splits", DECODER_MAX_SPLITS)):
+        value = provenance.get(key, default)
+        if value is None:
+            return {}
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise InputError(None, f"provenance.{key}", value, "must be a positive number")
+        out[key] = float(value)
+    return {"split_target": out["attn_split_programs_per_sm"] * out["sm_count"] / model.num_kv_heads,
+            "max_splits": max(1.0, out["attn_max_splits"])}
+
+
 WIDTH_TERMS = ("kv_width_ratio", "lat_width_ratio")
 
 
@@ -158,7 +185,8 @@ def fit_target(rows: Rows, model: ModelSpec, gpu: GpuSpec, pad: dict | None = No
              "host_sharpness": HOST_SHARPNESS}
     decode = (c["reqs"] > 0) & (c["ctx"] > 0)
     widths = knots_of(decode, pow2_array(c["vtok"] / np.maximum(c["reqs"], 1))) if np.any(decode) else ()
-    params = _target_params(model, gpu, has_prefill)
+    params = _target_params(model, gpu, has_prefill, fixed.get("split_target", 0.0)
+                            * model.num_kv_heads / DECODER_SPLIT_PROGRAMS_PER_SM)
     terms = fit_terms(params, lambda vals: _TargetModel(TargetFit(**vals, **fixed)), rows)
     if widths:  # then the window-width factors, from the physical fit
         terms = fit_terms(params + _width_params(widths), lambda vals: _TargetModel(
@@ -186,7 +214,7 @@ def _fit_target_knots(fit: TargetFit, rows: Rows) -> TargetFit:
     if np.any(has_reqs):
         r_knots = knots_of(has_reqs, c["reqs"])
         design.append(hat_matrix(r_knots, c["reqs"]) * (has_reqs * scale * slope)[:, None])
-    dec_attn = fit.decode_attn(c["reqs"], c["vtok"], c["ctx"], ARRAY)
+    dec_attn = fit.decode_attn(c["reqs"], c["vtok"], c["ctx"], ARRAY, c["maxctx"])
     if fit.width_knots:
         reqs = np.maximum(c["reqs"], 1.0)
         kv_r = knots_of(dec_attn, c["reqs"])
@@ -291,6 +319,9 @@ def _summary(err: np.ndarray) -> HeldOut:
 # The profiler's spellings (kernels/profiler) of the canonical columns; a draft row
 # without a kind is the DSpark block drafter (older raw files time no other).
 RAW_ALIASES = {"draft": {"gamma": "block_size"}, "prefill": {"context": "cached"}}
+# Mixed-context verify steps (one long request among short ones) are verify rows with a
+# max_context; their context is the mean.
+MIXED_COLUMNS = ("reqs", "tokens", "context", "max_context", "step_s")
 # Whole decode steps the profiler times (kernels/profiler/steps.py, decode_step): the
 # drafter's block size per kind, when a raw step row does not state it.
 STEP_BLOCK = {"none": 0, "chain": 3, "block": 7}
@@ -309,7 +340,7 @@ def _step_row(r: dict) -> dict | None:
         row["verify_tokens"] = r["verify_tokens"]
     elif ok:
         row["verify_tokens"] = float(np.mean([x[0] for x in steps]))
-    if ok and all(len(x) >= 4 for x in steps):  # graph times of the same steps: host = the rest
+    if ok and all(len(x) >= 4 for x in steps):  # host outside the draft and verify timers
         row["host_s"] = float(np.median([x[1] - x[2] - x[3] for x in steps]))
     return row
 
@@ -328,6 +359,10 @@ def _canonical_rows(raw: dict) -> dict:
                 rows = [x for x in (_step_row(r) if isinstance(r, dict) else r for r in rows)
                         if x is not None]
         out[section] = rows
+    mixed = raw.get("mixed", [])
+    if isinstance(mixed, list) and mixed and isinstance(out["verify"], list):
+        out["verify"] = out["verify"] + [{k: r[k] for k in MIXED_COLUMNS if k in r} if isinstance(r, dict)
+                                         else r for r in mixed]
     return out
 
 
@@ -351,9 +386,10 @@ def fit_host(rows: list[dict], target: TargetFit, drafts: dict) -> dict[str, Hos
     from scipy.optimize import nnls
 
     out = {}
-    # measured in the same steps where the profiler timed the graphs; else what the fits leave
+    # what the graph fits leave, not the row's host_s: the profiler's draft and verify timers
+    # run from before the host prepares each graph's inputs, so wall - draft - verify misses
+    # that preparation (about 0.8 ms for the three passes of an MTP-3 chain)
     resid = np.array([r["step_s"] for r in rows]) - _graph_part(rows, target, drafts) if rows else []
-    resid = [r.get("host_s", x) for r, x in zip(rows, resid)]
     for kind in sorted({r["kind"] for r in rows}):
         idx = [i for i, r in enumerate(rows) if r["kind"] == kind]
         reqs = np.array([rows[i]["reqs"] for i in idx], dtype=np.float64)
@@ -388,7 +424,7 @@ def fit_profile(raw: dict, model: ModelSpec, gpu: GpuSpec, *, folds: int = 10, s
         if not isinstance(provenance, dict):
             raise InputError(None, "provenance", provenance, "must be a JSON object")
         grids = check_grids(_canonical_rows(raw))
-        pad = _pad_of(provenance)
+        pad = {**_pad_of(provenance), **_splits_of(provenance, model)}
     except InputError as err:
         raise with_file(err, file) from None
     target_rows = _target_rows(grids)

@@ -54,7 +54,7 @@ class ProfileCost:
         if tokens:
             over, linear, per_req, attn = self._target.parts(
                 work.decode_reqs, work.verify_tokens, work.prefill_tokens, work.decode_context_tokens,
-                work.prefill_attn_tokens2, work.prefill_reqs, SCALAR)
+                work.prefill_attn_tokens2, work.prefill_reqs, SCALAR, work.decode_max_context)
             total = over + linear + per_req + attn
             if self._comm0 or self._comm1:
                 total += self._comm0 + self._comm1 * tokens
@@ -77,7 +77,7 @@ class ProfileCost:
         if tokens:
             values = self._target.parts(work.decode_reqs, work.verify_tokens, work.prefill_tokens,
                                         work.decode_context_tokens, work.prefill_attn_tokens2,
-                                        work.prefill_reqs, SCALAR)
+                                        work.prefill_reqs, SCALAR, work.decode_max_context)
             parts.update(zip(("overhead_s", "linear_s", "per_req_s", "attn_s"), values))
             parts["comm_s"] = self._comm0 + self._comm1 * tokens if (self._comm0 or self._comm1) else 0.0
         parts["draft_s"] = self.draft_s(work.draft) if work.draft is not None else 0.0

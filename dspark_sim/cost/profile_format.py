@@ -31,8 +31,9 @@ ROW_COLUMNS = {
              "block_size": (int, 0), "context": (int, 0), "step_s": (float, 0.0)},
 }
 ROW_KINDS = {"draft": DRAFT_KINDS, "step": STEP_KINDS}
-# Columns a row may carry: host_s, the host part of whole steps whose graphs were timed too.
-ROW_OPTIONAL = {"step": {"host_s": (float, None)}}
+# Columns a row may carry: host_s, the host part of whole steps whose graphs were timed too;
+# max_context, the longest request of a verify step whose requests differ (context: the mean).
+ROW_OPTIONAL = {"step": {"host_s": (float, None)}, "verify": {"max_context": (int, 0)}}
 
 
 @dataclass(frozen=True)

@@ -103,18 +103,21 @@ class TargetFit:
         lin  = [roof(weights_s*moe(T), flop_s_per_token, T, sharpness) + logits_s_per_token*L]
                * (1 + m_ratio(T))
         dec_attn = smax(kv_s_per_token*S*(1 + kv_width_ratio(W)),
-                        kv_req_s_per_token*(S/R)*(1 + lat_width_ratio(W)), kv_sharpness)
+                        kv_req_s_per_token*C/splits(R)*(1 + lat_width_ratio(W)), kv_sharpness)
                    * (1 + kv_ratio(R, W))
         step = gpu                                        (graph: no prefill)
              = smax(prefill_host_s, gpu, host_sharpness)  (eager: prefill chunks)
 
     R decoding requests, V their verify tokens, M = V + prefill tokens, L the
     tokens given logits (T on the graph path, V on the eager one: a prefill
-    chunk needs no logits), S the summed decode context, A2 the prefill
+    chunk needs no logits), S the summed decode context, C the longest decoding
+    request's context (S/R in the profiler's grid, where all are equal), A2 the prefill
     attention pairs, W = the power of two >= ceil(V/R) (the query tile of the
     widest window). The decode attention streams the KV over the whole GPU,
     but one request's keys are streamed by a few programs only, a latency
-    floor per request (S/R); both depend on the query tile. m_ratio, r_delta,
+    floor set by the longest request (C), whose keys ``splits(R)`` programs per KV head
+    share (flash-decoding: min(max_splits, pow2(split_target / pow2(R))), the measured
+    decoder's plan; none when split_target is 0); both depend on the query tile. m_ratio, r_delta,
     the width ratios and the kv_ratio table interpolate their knots, clamped.
     """
 
@@ -143,6 +146,8 @@ class TargetFit:
     lat_width_ratio: tuple[float, ...] = ()
     kv_r_knots: tuple[float, ...] = ()
     kv_ratio: tuple[tuple[float, ...], ...] = ()
+    split_target: float = 0.0
+    max_splits: float = 1.0
 
     def __post_init__(self) -> None:
         _check_terms(self, [n for n in TARGET_BOUNDS if n != "r_delta_s"],
@@ -159,12 +164,28 @@ class TargetFit:
         for name in ("m_ratio", "kv_width_ratio", "lat_width_ratio"):
             if any(r <= -1 for r in getattr(self, name)):
                 fail(name, list(getattr(self, name)), "ratios must be > -1 (a positive factor)")
+        if not (math.isfinite(self.split_target) and self.split_target >= 0):
+            fail("split_target", self.split_target, "must be a number >= 0 (0: keys never split)")
+        if not (math.isfinite(self.max_splits) and self.max_splits >= 1):
+            fail("max_splits", self.max_splits, "must be a number >= 1")
 
-    def parts(self, reqs, verify_tokens, prefill_tokens, ctx, pairs, prefill_reqs, ops: Ops):
+    def splits(self, reqs, ops: Ops):
+        """Programs that stream one request's keys for each KV head: the power of two near
+        ``split_target`` over the request tier (the next power of two of R), at most
+        ``max_splits``; 1 when ``split_target`` is 0."""
+        if not self.split_target:
+            return 1.0
+        wanted = ops.pow2(self.split_target / ops.pow2(reqs))
+        return np.minimum(wanted, self.max_splits) if isinstance(wanted, np.ndarray) \
+            else min(wanted, self.max_splits)
+
+    def parts(self, reqs, verify_tokens, prefill_tokens, ctx, pairs, prefill_reqs, ops: Ops,
+              max_ctx=None):
         """(overhead_s, linear_s, per_req_s, attn_s); floats or arrays, ``ops`` to match.
 
         ``prefill_reqs`` > 0 marks the eager path (see the class docstring);
         overhead_s holds ``bias_s`` and, there, the time the GPU waits for the host.
+        ``max_ctx``: the longest decoding request's context (None or 0: the mean, S/R).
         """
         eager = prefill_reqs > 0
         tokens = verify_tokens + prefill_tokens
@@ -182,22 +203,25 @@ class TargetFit:
         per_req = self.req_s * reqs
         if self.r_knots:
             per_req = per_req + (reqs > 0) * ops.interp(self.r_knots, self.r_delta_s, reqs)
-        attn = self.attn_s_per_pair * pairs + self.decode_attn(reqs, verify_tokens, ctx, ops)
+        attn = self.attn_s_per_pair * pairs + self.decode_attn(reqs, verify_tokens, ctx, ops, max_ctx)
         over = self.bias_s
         if self.prefill_host_s and eager is not False:  # False: a float step on the graph path
             gpu = over + linear + per_req + attn
             over = over + eager * (smax(self.prefill_host_s, gpu, self.host_sharpness) - gpu)
         return over, linear, per_req, attn
 
-    def decode_attn(self, reqs, verify_tokens, ctx, ops: Ops):
-        """Decode (verify) attention seconds: the KV stream, floored per request, times the tile."""
+    def decode_attn(self, reqs, verify_tokens, ctx, ops: Ops, max_ctx=None):
+        """Decode (verify) attention seconds: the KV stream, floored by the longest request's
+        (``max_ctx``; the mean S/R when not given), times the tile."""
         if not isinstance(reqs, np.ndarray):
             if reqs <= 0:
                 return 0.0
             r = reqs
         else:
             r = np.maximum(reqs, 1)
-        stream, latency = self.kv_s_per_token * ctx, self.kv_req_s_per_token * ctx / r
+        longest = ctx / r if max_ctx is None or (np.isscalar(max_ctx) and not max_ctx) else max_ctx
+        stream = self.kv_s_per_token * ctx
+        latency = self.kv_req_s_per_token * longest / self.splits(r, ops)
         width = ops.pow2(verify_tokens / r)
         if self.width_knots:
             stream = stream * (1.0 + ops.interp(self.width_knots, self.kv_width_ratio, width))

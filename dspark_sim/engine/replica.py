@@ -121,9 +121,11 @@ class Replica:
             prefill_tokens = int(chunk.sum())
             prefill_reqs = int(np.count_nonzero(chunk))
             attn2 = float((chunk * (c["prefilled"][:n][pre] + chunk / 2.0)).sum())
-        dec_ctx = int(kv[dec].sum()) if num_dec else 0
+        dec_kv = kv[dec] if num_dec else None
+        dec_ctx = int(dec_kv.sum()) if num_dec else 0
         draft = DraftWork(self.policy.draft_kind, num_dec, drafts, dec_ctx) if drafts else None
-        work = StepWork(num_dec, verify_tokens, dec_ctx, prefill_tokens, prefill_reqs, attn2, draft)
+        work = StepWork(num_dec, verify_tokens, dec_ctx, prefill_tokens, prefill_reqs, attn2, draft,
+                        int(dec_kv.max()) if num_dec else 0)
         parts = ctx.cost.breakdown(work)
         return {"dec": dec, "pre": pre, "num_dec": num_dec, "chunk": chunk, "verify_len": verify_len,
                 "p_true": p_true, "budget": budget, "tokens": verify_tokens + prefill_tokens,

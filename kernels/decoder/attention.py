@@ -39,7 +39,9 @@ def plan(max_q: int, num_reqs: int, kv_heads: int, group: int, num_sms: int = 13
     return Attn(block_t, chunks, splits, causal)
 
 
-@triton.jit
+# The token and chunk counts of a prefill step vary from step to step: specialising on them
+# (== 1, divisible by 16) would compile new binaries while serving (about a second each).
+@triton.jit(do_not_specialize=["num_tokens", "chunks"])
 def _attn_kernel(q, k_cache, v_cache, out, part_o, part_lse,
                  rows, q_start, q_len, kv_len, page_table,
                  stride_qt, stride_qh, stride_ks, stride_kh, stride_pt, num_tokens, num_heads, sm_scale,
@@ -107,7 +109,7 @@ def _attn_kernel(q, k_cache, v_cache, out, part_o, part_lse,
         tl.store(part_lse + base, lse, mask=valid)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_tokens"])
 def _combine_kernel(out, part_o, part_lse, num_tokens, num_heads,
                     D: tl.constexpr, SPLITS: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+ALIGN = 4  # int32 elements in 16 bytes, the pointer alignment Triton specialises on
 FIELDS = ("input_ids", "positions", "token_rows", "rows", "q_start", "q_len", "kv_len")
 
 
@@ -70,12 +71,19 @@ def make_batch(ids: np.ndarray, q_len: np.ndarray, kv_len: np.ndarray, rows: np.
     tok_rows[:T] = rows[owner]
     ids_p = np.zeros(tp, np.int64)
     ids_p[:T] = ids
-    req = np.zeros((4, rp), np.int64)
+    # every int32 part starts on a 16-byte boundary: Triton specialises a kernel on the
+    # alignment of its pointers, so parts at offsets that vary with T and R would compile
+    # new binaries for the same step shape in the middle of serving
+    ta, ra = -(-tp // ALIGN) * ALIGN, -(-rp // ALIGN) * ALIGN
+    ints = np.zeros(2 * ta + 4 * ra, np.int64)
+    ints[:tp], ints[ta:ta + tp] = pos, tok_rows
+    req = ints[2 * ta:].reshape(4, ra)
     req[0] = pages.dummy_row
     req[0, :R], req[2, :R], req[3, :R] = rows, q_len, kv_len
-    req[1] = q_start
-    flat = torch.from_numpy(np.concatenate([ids_p, pos, tok_rows, req.ravel()]))
+    req[1, :rp] = q_start
+    flat = torch.from_numpy(np.concatenate([ids_p, ints]))
     flat = flat.to(pages.table.device, non_blocking=True)
     ints = flat[tp:].to(torch.int32)
-    parts = ints.split([tp, tp, rp, rp, rp, rp])
+    parts = [ints[o:o + n] for o, n in ((0, tp), (ta, tp), (2 * ta, rp), (2 * ta + ra, rp),
+                                        (2 * ta + 2 * ra, rp), (2 * ta + 3 * ra, rp))]
     return Batch(flat[:tp], *parts, page_table=pages.table, page_size=pages.page_size)

@@ -124,6 +124,10 @@ class Decoder:
         self.pages.release(seq)
         seq.num_cached = 0
 
+    def _features(self) -> tuple:
+        """The target layers whose outputs the drafter reads (none without a drafter)."""
+        return self.drafter.features if self.drafter is not None else ()
+
     def sync(self) -> None:
         """Wait for the device (step timing)."""
         if self.device.type == "cuda":
@@ -145,7 +149,7 @@ class Decoder:
         batch = make_batch(ids, n, start + n, rows, self.pages)
         shape = plan(int(n.max()), len(seqs), self.spec.num_kv_heads, self.group(), self.num_sms)
         hidden, feats = self.target(batch.input_ids, batch, self.cache, self.rope, shape,
-                                    self.conf.attention, self.drafter is not None)
+                                    self.conf.attention, self._features())
         if self.drafter is not None:
             self.drafter.append_context(feats, batch, batch.slots(), self.rope, self.draft_cache,
                                         self.conf.attention)
@@ -255,8 +259,11 @@ class Decoder:
             top = conf.max_verify_len or g + 1
             return np.full(R, top, np.int64), R * (top - 1), p_true
         self.lag.append(confidence)
-        lagged = conf.scheduler == "production" and len(self.lag) > conf.lag_steps > 0
-        lag = self.lag[0] if lagged else None
+        lag = None
+        if conf.scheduler == "production" and conf.lag_steps > 0:
+            # until lag_steps steps have passed, the current confidences size the budget; passed
+            # as the lag they give the same schedule from the kernel that every later step runs
+            lag = self.lag[0] if len(self.lag) > conf.lag_steps else confidence
         vlen, budget, _ = self._schedule(
             confidence, self.temps, self.sps, min_verify_len=conf.min_verify_len,
             max_verify_len=conf.max_verify_len, survival_eps=conf.survival_eps,
@@ -277,7 +284,7 @@ class Decoder:
         def fn(win, batch):
             ids = win.reshape(-1)[batch.input_ids]
             hidden, feats = self.target(ids, batch, self.cache, self.rope, shape,
-                                        self.conf.attention, self.drafter is not None)
+                                        self.conf.attention, self._features())
             if self.drafter is not None:
                 self.drafter.append_context(feats, batch, batch.slots(), self.rope,
                                             self.draft_cache, self.conf.attention)

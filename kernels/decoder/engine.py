@@ -52,8 +52,10 @@ class Run:
     sequences: list = field(default_factory=list)
 
 
-def serve(decoder, seqs: list, realtime: bool = False, max_steps: int | None = None) -> Run:
-    """Serve ``seqs`` (sorted by ``arrival_s``) to completion; returns their rows."""
+def serve(decoder, seqs: list, realtime: bool = False, max_steps: int | None = None,
+          on_step=None) -> Run:
+    """Serve ``seqs`` (sorted by ``arrival_s``) to completion; returns their rows.
+    ``on_step(row)``, if given, sees each step's row as soon as the step ends."""
     sched, clock, run = Scheduler(decoder), Clock(realtime), Run(sequences=seqs)
     pending = list(reversed(seqs))
     while pending or not sched.idle():
@@ -72,6 +74,8 @@ def serve(decoder, seqs: list, realtime: bool = False, max_steps: int | None = N
         decoder.sync()
         end = clock.now()
         run.steps.append(_step_row(len(run.steps), start, end, len(sched.running), stats))
+        if on_step is not None:
+            on_step(run.steps[-1])
         for seq in list(sched.running):
             if seq.outputs and seq.first_token_s is None:
                 seq.first_token_s = end

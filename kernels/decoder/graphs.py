@@ -63,6 +63,7 @@ class Graphs:
         self.pool = torch.cuda.graph_pool_handle() if self.enabled else None
         self.entries: dict = {}
         self.last = None  # (fn, args) of the latest call, eager; the entry, with graphs
+        self.captures = 0  # graphs captured so far, recaptures after a clear() included
 
     def __call__(self, key, fn, *args):
         if not self.enabled:
@@ -100,6 +101,7 @@ class Graphs:
             self.pool = torch.cuda.graph_pool_handle()
 
     def _capture(self, fn, args):
+        self.captures += 1
         static = _clone(args)
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())

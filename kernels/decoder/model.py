@@ -13,11 +13,17 @@ DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch
 HEADROOM_BYTES = 8 << 30  # activations, graph pools and the drafts of every request tier
 
 
+def drafter_features(method: str, spec) -> tuple[int, ...]:
+    """Target layers whose outputs the method's drafter reads: the last (MTP chain) or
+    DSpark's spread of layers."""
+    return {"none": (), "static": (spec.num_layers - 1,),
+            "dspark": feature_layers(spec.num_layers)}[method]
+
+
 def build_models(spec, conf, checkpoint=None, draft_checkpoint=None, init_std: float = 0.02):
     """``(target, drafter or None)`` on ``conf.device``, random unless checkpoints are given."""
     dtype = DTYPES[conf.dtype]
-    feats = {"none": (), "static": (spec.num_layers - 1,),
-             "dspark": feature_layers(spec.num_layers)}[conf.method]
+    feats = drafter_features(conf.method, spec)
     with torch.device(conf.device):
         target = Target(spec, dtype, feats)
         drafter = None

@@ -39,15 +39,17 @@ class Target(nn.Module):
         self.norm = nn.Parameter(torch.ones(h, dtype=dtype))
         self.lm_head = self.embed if spec.tie_embeddings else nn.Parameter(torch.empty(v, h, dtype=dtype))
 
-    def forward(self, ids, batch, cache, rope, shape: Attn, impl: str, with_features: bool = True):
+    def forward(self, ids, batch, cache, rope, shape: Attn, impl: str, with_features=True):
         """Run tokens ``ids [T]`` laid out by ``batch``; returns ``(hidden [T, H],
-        features [T, len(features) * H] or None)``."""
+        features [T, len(features) * H] or None)``. ``with_features``: True for this
+        target's feature layers, False for none, or a tuple of layers (a drafter's own)."""
         slots = batch.slots()
         x, res = F.embedding(ids, self.embed), None
         taken = []
+        layers = self.features if with_features is True else tuple(with_features or ())
         for i, layer in enumerate(self.layers):
             x, res = layer(x, res, batch, slots, rope, cache.k[i], cache.v[i], shape, impl)
-            if with_features and i in self.features:
+            if i in layers:
                 taken.append(x + res)
         feats = torch.cat(taken, dim=-1) if taken else None
         return add_rms_norm(x, res, self.norm, self.spec.rms_norm_eps, impl)[0], feats

@@ -1,7 +1,7 @@
 """``dspark-profile`` (``python -m dspark_sim.kernels.profiler``): time a model's steps on this GPU.
 
     dspark-profile --gpu h200 --model qwen3-8b --out DIR \\
-        [--part verify,draft,chain,prefill,step,kernels | all] [--max-seconds S] \\
+        [--part verify,draft,chain,prefill,step,kernels,mixed | all] [--max-seconds S] \\
         [--resume RAW.json [--replace prefill,...]] [--eager-steps]
 
 Writes ``DIR/raw_<model>.json``: a provenance block and the timed points
@@ -10,7 +10,9 @@ context, step_s}]`` (kind ``block``: the DSpark drafter; ``chain``: an MTP-k
 chain), ``prefill: [{chunk, context, step_s}]``, ``step: [{kind, reqs,
 context, graphs, step_s, steps}]`` (whole decode steps as served) and
 ``kernels: [{kernel, reqs, gamma, vocab, step_s}]`` (one launch of the fused
-``schedule_verify`` or ``accept``). Random bf16
+``schedule_verify`` or ``accept``) and ``mixed: [{reqs, tokens, short_context,
+max_context, context, step_s}]`` (verify steps over requests of ``short_context``
+tokens but one of ``max_context``; ``context`` the mean). Random bf16
 weights; the grid is cut to ``--max-seconds`` (coarse points first), and points
 that do not fit in memory are skipped; both are listed under
 ``provenance.skipped``. ``--resume`` keeps the points of an earlier raw file
@@ -25,11 +27,12 @@ import sys
 import time
 from pathlib import Path
 
-PARTS = ("verify", "draft", "chain", "prefill", "step", "kernels")
-SHARE = {"verify": 0.68, "draft": 0.05, "chain": 0.05, "prefill": 0.1, "step": 0.1, "kernels": 0.02}
+PARTS = ("verify", "draft", "chain", "prefill", "step", "kernels", "mixed")
+SHARE = {"verify": 0.68, "draft": 0.05, "chain": 0.05, "prefill": 0.1, "step": 0.1, "kernels": 0.02,
+         "mixed": 0.05}
 DRAFT_KIND = {"draft": "block", "chain": "chain"}
 SECTION = {"verify": "verify", "draft": "draft", "chain": "draft", "prefill": "prefill", "step": "step",
-           "kernels": "kernels"}
+           "kernels": "kernels", "mixed": "mixed"}
 
 
 def parse_args(argv=None):
@@ -92,8 +95,10 @@ def plan(stepper, part: str, eager: bool):
         return ([(r, k) for k in grid.CHAIN_KS for r in grid.REQS], stepper.chain, ("reqs", "gamma"),
                 {"kind": "chain", "context": DRAFT_CONTEXT})
     if part == "prefill":
-        return ([(c, k) for k in grid.CACHED for c in grid.CHUNKS], stepper.prefill,
-                ("chunk", "context"), {})
+        return ([(kind, c, k) for k in grid.CACHED for c in grid.CHUNKS for kind in grid.STEP_KINDS],
+                stepper.prefill_kind, ("kind", "chunk", "context"), {})
+    if part == "mixed":
+        return grid.mixed_points(), stepper.verify_mixed, ("reqs", "tokens", "short_context", "max_context"), {}
     if part == "kernels":
         return ([(k, r, grid.KERNEL_GAMMA) for k in grid.KERNELS for r in grid.REQS], stepper.kernel,
                 ("kernel", "reqs", "gamma"), {"vocab": stepper.vocab})
@@ -105,8 +110,9 @@ def plan(stepper, part: str, eager: bool):
 
 def _key(part: str, row: dict) -> tuple:
     keys = {"verify": ("reqs", "tokens", "context"), "draft": ("kind", "reqs", "gamma"),
-            "chain": ("kind", "reqs", "gamma"), "prefill": ("chunk", "context"),
-            "step": ("kind", "reqs", "context", "graphs"), "kernels": ("kernel", "reqs", "gamma")}[part]
+            "chain": ("kind", "reqs", "gamma"), "prefill": ("kind", "chunk", "context"),
+            "step": ("kind", "reqs", "context", "graphs"), "kernels": ("kernel", "reqs", "gamma"),
+            "mixed": ("reqs", "tokens", "short_context", "max_context")}[part]
     return tuple(row.get(k, "block" if k == "kind" else None) for k in keys)
 
 
@@ -129,9 +135,11 @@ def profile(args) -> int:
     # the draft section, told apart by kind)
     dropped = {DRAFT_KIND.get(p, SECTION[p]) for p in args.replace}
     out = {s: [] if s in dropped else old.get(s, [])
-           for s in ("verify", "draft", "prefill", "step", "kernels")}
+           for s in ("verify", "draft", "prefill", "step", "kernels", "mixed")}
     out["draft"] = [r for r in ({"kind": "block", **r} for r in out["draft"])
                     if r["kind"] not in dropped]
+    if "step" in args.replace and not args.eager_steps:  # re-timed with graphs: keep eager rows
+        out["step"] = [r for r in old.get("step", []) if r.get("graphs") is False]
     prov = {**provenance(), "gpu_label": args.gpu, "model": args.model, "dtype": args.dtype,
             "weights": "random", "sm_clocks_before": sm_clocks()}
     dec = build(args)
@@ -163,10 +171,12 @@ def profile(args) -> int:
                 "(one CUDA graph, token count padded to pad_limits/pad_steps tiers, requests to "
                 "request_tiers); draft block = DSpark backbone (5 layers) + Markov loop + "
                 "confidence head (one CUDA graph); draft chain = one layer run k times (one CUDA "
-                "graph); prefill = eager chunk forward, wall time with host, median of >= 5 "
-                "synchronised calls after 3 warm-ups, GC off; step = whole Decoder.decode as "
+                "graph); prefill = eager chunk forward per drafter kind (none, chain, block; rows "
+                "without kind: block), the chunk ending its prompt (first token sampled), wall "
+                "time with host, median of >= 5 synchronised calls after 3 warm-ups, GC off; step = whole Decoder.decode as "
                 "served (temperature 1, synthetic acceptance), wall time per step; kernels = one launch "
-                "of schedule_verify (production) or accept, median of replays, inputs rotating")
+                "of schedule_verify (production) or accept, median of replays, inputs rotating; mixed = "
+                "verify steps (as verify) over requests of short_context tokens and one of max_context")
     if old:
         prov["merged_from"] = [old.get("provenance", {})]
     Path(args.out).mkdir(parents=True, exist_ok=True)
@@ -180,8 +190,10 @@ def profile(args) -> int:
 
 
 def _show(result) -> str:
-    if isinstance(result, dict):
+    if isinstance(result, dict) and "steps" in result:
         return f"{result['step_s'] * 1e3:.3f} ms ({len(result['steps'])} steps)"
+    if isinstance(result, dict):
+        return f"{result['step_s'] * 1e3:.3f} ms"
     return f"{result * 1e3:.3f} ms"
 
 

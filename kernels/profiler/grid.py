@@ -19,6 +19,9 @@ CHUNKS = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
 CACHED = (0, 4096)
 MAX_TOKENS = 2048
 MAX_WINDOW = 16  # verify tokens per request: gamma + 1 up to 15 drafts
+MIXED_SHORT = 256  # mixed-context verify steps: requests this long ...
+MIXED_LONG = (8192, 2048, 256)  # ... and one of these (256: all equal, the baseline)
+MIXED_WIDTHS = (1, 8, 4)  # verify tokens per request
 
 
 def verify_points(max_tokens: int = MAX_TOKENS) -> list[tuple[int, int, int]]:
@@ -39,3 +42,10 @@ def _spread(points: list) -> list:
     for start, step in ((0, 4), (2, 4), (1, 2)):
         order += points[start::step]
     return order
+
+
+def mixed_points() -> list[tuple[int, int, int, int]]:
+    """``(reqs, tokens, short context, long context)``: verify steps of ``reqs`` requests of
+    ``MIXED_SHORT`` tokens of which one holds ``long``, widest windows and longest first."""
+    return [(r, r * w, MIXED_SHORT, long) for long in MIXED_LONG for w in MIXED_WIDTHS
+            for r in REQS if r >= 4]

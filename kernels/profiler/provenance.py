@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import datetime
+import os
 import platform
 import subprocess
+from pathlib import Path
 
 import torch
 import triton
@@ -24,6 +26,19 @@ def sm_clocks() -> str | None:
     return smi("clocks.sm,clocks.max.sm")
 
 
+def host_cpu() -> str:
+    """The host CPU's model name and logical core count."""
+    name = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{name}, {os.cpu_count()} logical cores"
+
+
 def provenance() -> dict:
     """The static part of the provenance block (clocks are added around the run)."""
     cuda = torch.cuda.is_available()
@@ -37,5 +52,6 @@ def provenance() -> dict:
         "torch": torch.__version__,
         "triton": triton.__version__,
         "python": platform.python_version(),
+        "host_cpu": host_cpu(),  # host-bound steps (eager prefill, step overhead) depend on it
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }

@@ -22,6 +22,7 @@ import torch
 
 from dspark_sim.kernels.decoder.drafter import Chain
 from dspark_sim.kernels.decoder.graphs import request_tier
+from dspark_sim.kernels.decoder.model import drafter_features
 from dspark_sim.kernels.decoder.sequence import Sequence
 from dspark_sim.kernels.decoder.weights import init_random
 from dspark_sim.kernels.profiler.timing import median_seconds
@@ -38,6 +39,7 @@ class Stepper:
         self.rng = np.random.default_rng(seed)
         self.vocab = decoder.spec.vocab_size
         self._chain = None
+        self._prefill_decoders: dict = {}
 
     def _requests(self, reqs: int, context: int) -> list | None:
         return self.dec.fake_requests(reqs, context, self.rng)
@@ -51,12 +53,28 @@ class Stepper:
         return [torch.from_numpy(self.rng.integers(0, self.vocab, (rp, width))).to(self.dec.device)
                 for _ in range(2)]
 
-    def verify(self, reqs: int, tokens: int, context: int) -> float | None:
-        """Seconds of one verify step: ``tokens`` window tokens over ``reqs`` requests."""
+    def verify_mixed(self, reqs: int, tokens: int, short: int, long: int) -> dict | None:
+        """:meth:`verify` over ``reqs - 1`` requests of ``short`` tokens and one of ``long``:
+        ``{"step_s", "context": the mean, "max_context": long}``."""
+        seconds = self.verify(reqs, tokens, short, long)
+        if seconds is None:
+            return None
+        return {"step_s": seconds, "context": round(((reqs - 1) * short + long) / reqs),
+                "max_context": long}
+
+    def verify(self, reqs: int, tokens: int, context: int, long: int | None = None) -> float | None:
+        """Seconds of one verify step: ``tokens`` window tokens over ``reqs`` requests
+        (the last of ``long`` tokens, when given)."""
         dec = self.dec
-        seqs = self._requests(reqs, context)
+        seqs = self._requests(reqs - (long is not None), context)
         if seqs is None:
             return None
+        if long is not None:
+            last = self._requests(1, long)
+            if last is None:
+                self._release(seqs)
+                return None
+            seqs += last
         try:
             vlen = np.full(reqs, tokens // reqs, np.int64)
             vlen[: tokens % reqs] += 1
@@ -99,12 +117,14 @@ class Stepper:
             dec.graphs.clear()
             self._release(seqs)
 
-    def prefill(self, chunk: int, cached: int) -> float | None:
+    def prefill(self, chunk: int, cached: int, sample: bool = False, decoder=None) -> float | None:
         """Wall seconds of one prefill step (a ``chunk``-token piece after ``cached``
         tokens), host included: the median of at least 5 synchronised calls after 3
-        warm-up calls, with the garbage collector off."""
-        dec = self.dec
-        s = Sequence(0, self.rng.integers(0, self.vocab, cached + chunk + 1).tolist(), 1)
+        warm-up calls, with the garbage collector off. ``sample``: the chunk ends the
+        prompt, so the step also samples the request's first token."""
+        dec = decoder or self.dec
+        prompt = cached + chunk + (0 if sample else 1)
+        s = Sequence(0, self.rng.integers(0, self.vocab, prompt).tolist(), 1, 1.0)
         dec.admit(s)
         try:
             if not dec.pages.reserve(s, cached + chunk):
@@ -112,6 +132,7 @@ class Stepper:
 
             def step() -> float:
                 s.num_cached = cached
+                del s.tokens[s.prompt_len:]
                 t0 = time.perf_counter()
                 dec.prefill([(s, chunk)])
                 dec.sync()
@@ -123,12 +144,20 @@ class Stepper:
         finally:
             dec.release(s)
 
+    def prefill_kind(self, kind: str, chunk: int, cached: int) -> float | None:
+        """:meth:`prefill` as served with drafter ``kind`` (none, chain: the MTP layer, block:
+        DSpark's context projection), the chunk ending its prompt (first token sampled)."""
+        if kind not in self._prefill_decoders:
+            self._prefill_decoders[kind] = self._step_decoder(kind, graphs=False)
+        return self.prefill(chunk, cached, sample=True, decoder=self._prefill_decoders[kind])
+
     def chain(self, reqs: int, k: int, context: int = DRAFT_CONTEXT) -> float | None:
         """Seconds of one chain (MTP-k) draft step: one layer run ``k`` times (CUDA graph)."""
         dec = self.dec
         if self._chain is None:
             with torch.device(dec.device):
-                self._chain = Chain(dec.spec, dec.target, k, dec.target.features,
+                # the MTP chain reads the target's last layer, as the served MTP decoder does
+                self._chain = Chain(dec.spec, dec.target, k, drafter_features("static", dec.spec),
                                     dec.target.embed.dtype)
             self._chain.requires_grad_(False)
             init_random(self._chain, 0.02, dec.conf.seed + 2)
@@ -144,26 +173,7 @@ class Stepper:
         block 7, production scheduler). Returns ``{"steps": [[verify_tokens, wall_s,
         draft_s, verify_s], ...], "step_s": median wall}`` (draft and verify: device time of
         their graphs in the same step); steps that captured a graph are left out."""
-        dec = self._step_decoder(kind, graphs)
-        seqs = dec.fake_requests(reqs, context, self.rng)
-        if seqs is None:
-            return None
-        rows = []
-        try:
-            with _no_gc():
-                calm = tries = 0
-                while len(rows) < steps and tries < 4 * steps + 40:
-                    fresh, wall, st = timed_decode(dec, seqs)
-                    tries += 1
-                    calm = 0 if fresh else calm + 1
-                    if calm >= 3:  # warmed up: no new graph three steps running
-                        rows.append([st.verify_tokens, wall, st.draft_s, st.verify_s])
-        finally:
-            dec.graphs.clear()
-            self._release(seqs)
-        if not rows:
-            return None
-        return {"steps": rows, "step_s": statistics.median(r[1] for r in rows)}
+        return time_steps(self._step_decoder(kind, graphs), reqs, context, self.rng, steps)
 
     def kernel(self, name: str, reqs: int, gamma: int) -> float | None:
         """Seconds of one fused-kernel launch as the decoder calls it (``decoder.conf.kernels``):
@@ -207,6 +217,34 @@ class Stepper:
                                           "max_batch_tokens": 1 << 20})
         return dec.variant(replace(conf, method="dspark", block_size=7, scheduler="production"),
                            dec.drafter, sps=flat, acceptance={"drafter": "dspark"})
+
+
+def time_steps(dec, reqs: int, context: int, rng, steps: int = 12) -> dict | None:
+    """Whole ``dec.decode`` steps of ``reqs`` fake requests of ``context`` tokens, timed as
+    the serving loop times them, after three steps running that captured no graph:
+    ``{"steps": [[verify_tokens, wall_s, draft_s, verify_s], ...], "step_s": median}``,
+    or None when the pages do not hold them. Graphs captured here are dropped after."""
+    seqs = dec.fake_requests(reqs, context, rng)
+    if seqs is None:
+        return None
+    rows = []
+    try:
+        with _no_gc():
+            calm = tries = 0
+            while len(rows) < steps and tries < 4 * steps + 40:
+                fresh, wall, st = timed_decode(dec, seqs)
+                tries += 1
+                calm = 0 if fresh else calm + 1
+                if calm >= 3:  # warmed up: no new graph three steps running
+                    rows.append([st.verify_tokens, wall, st.draft_s, st.verify_s])
+    finally:
+        dec.graphs.clear()
+        for s in seqs:
+            if s.row is not None:
+                dec.release(s)
+    if not rows:
+        return None
+    return {"steps": rows, "step_s": statistics.median(r[1] for r in rows)}
 
 
 def timed_decode(dec, seqs) -> tuple[bool, float, object]:
