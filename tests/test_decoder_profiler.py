@@ -109,3 +109,12 @@ def test_bench_table_reports_checks_and_misses(tmp_path):
     assert "2.50x no speculation (target >= 3x): MISSED" in out.stdout
     assert "error: dspark R=8: boom" in out.stdout
     assert doc.read_text().startswith("# Decoder") and "bench_decoder:begin" in doc.read_text()
+
+
+def test_unknown_model_is_one_line_naming_the_flag(tmp_path, capsys):
+    from dspark_sim.kernels.profiler.__main__ import main
+
+    assert main(["--gpu", "h200", "--model", "nosuch", "--out", str(tmp_path / "o"), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: dspark-profile: --model='nosuch': unknown model") and "\n" not in err
+    assert not (tmp_path / "o").exists()

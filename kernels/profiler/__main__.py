@@ -72,7 +72,12 @@ def build(args):
     from dspark_sim.kernels.decoder import Decoder, DecoderConfig
     from dspark_sim.kernels.profiler.grid import CACHED, CHUNKS
 
-    spec = get_model(args.model)
+    from dspark_sim.errors import InputError
+
+    try:
+        spec = get_model(args.model)
+    except InputError as err:  # named as the command-line flag it came from
+        raise InputError("dspark-profile", "--model", args.model, err.why) from None
     conf = DecoderConfig(method="dspark", block_size=8, scheduler="full", max_running_requests=256,
                          max_batched_tokens=max(CHUNKS), max_model_len=max(CACHED) + max(CHUNKS) + 64,
                          kv_tokens=args.kv_tokens, dtype=args.dtype, device=args.device)
@@ -129,7 +134,6 @@ def profile(args) -> int:
     from dspark_sim.kernels.profiler.steps import Stepper, run_part
 
     t0 = time.perf_counter()
-    print(f"profiling {args.model} on {args.gpu}: parts {','.join(args.parts)}", flush=True)
     old = args.old
     # the earlier file's points, less those of the parts to re-time (draft and chain share
     # the draft section, told apart by kind)
@@ -143,6 +147,7 @@ def profile(args) -> int:
     prov = {**provenance(), "gpu_label": args.gpu, "model": args.model, "dtype": args.dtype,
             "weights": "random", "sm_clocks_before": sm_clocks()}
     dec = build(args)
+    print(f"profiling {args.model} on {args.gpu}: parts {','.join(args.parts)}", flush=True)
     stepper = Stepper(dec, reps=args.reps)
     total = sum(SHARE[p] for p in args.parts)
     skipped = {}
