@@ -105,3 +105,15 @@ def test_the_profiles_key_splits_are_the_attention_plans(width):
     for reqs in range(1, 257):
         shape = plan(width, request_tier(reqs, 256), kv_heads, group, sms)
         assert shape.chunks == 1 and shape.splits == target.splits(reqs, SCALAR), reqs
+
+
+def test_releasing_a_sequence_without_a_row_changes_nothing():
+    pages = Pages(16, 4, 4, 8, "cpu")
+    s = _Seq()
+    pages.attach(s)
+    assert pages.reserve(s, 9)
+    pages.release(s)
+    rows, free = list(pages.free_rows), list(pages.free)
+    pages.release(s)  # already released
+    pages.release(_Seq())  # never attached
+    assert list(pages.free_rows) == rows and list(pages.free) == free and None not in rows

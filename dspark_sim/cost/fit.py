@@ -88,12 +88,13 @@ def _target_rows(grids: dict) -> Rows:
     return Rows(cols, step, section)
 
 
-def _target_params(model: ModelSpec, gpu: GpuSpec, has_prefill: bool, sm_count: float = 0.0) -> list[Param]:
+def _target_params(model: ModelSpec, gpu: GpuSpec, has_prefill: bool, split_target: float = 0.0) -> list[Param]:
     bw, flops = gpu.hbm_bytes_per_s, gpu.bf16_flops
     weights = model.weight_bytes(DTYPE_BYTES) / bw
     kv = model.kv_bytes_per_token(DTYPE_BYTES) / (0.8 * bw)
     # one program streams one KV head's keys at about one SM's share of the bandwidth
-    kv_one = kv * sm_count / model.num_kv_heads if sm_count else 3.0 * kv
+    # (SMs / heads = split_target / programs per SM)
+    kv_one = kv * split_target / DECODER_SPLIT_PROGRAMS_PER_SM if split_target else 3.0 * kv
     eff = lambda e_lo, e0, e_hi: (math.log(e0 / e_hi), math.log(e0 / e_lo))  # noqa: E731
     prefill_sigma = 1.0 if has_prefill else 0.05  # nothing measured: stay at the prior
     # an eager forward launches about a dozen kernels a layer at tens of microseconds of
@@ -185,8 +186,7 @@ def fit_target(rows: Rows, model: ModelSpec, gpu: GpuSpec, pad: dict | None = No
              "host_sharpness": HOST_SHARPNESS}
     decode = (c["reqs"] > 0) & (c["ctx"] > 0)
     widths = knots_of(decode, pow2_array(c["vtok"] / np.maximum(c["reqs"], 1))) if np.any(decode) else ()
-    params = _target_params(model, gpu, has_prefill, fixed.get("split_target", 0.0)
-                            * model.num_kv_heads / DECODER_SPLIT_PROGRAMS_PER_SM)
+    params = _target_params(model, gpu, has_prefill, fixed.get("split_target", 0.0))
     terms = fit_terms(params, lambda vals: _TargetModel(TargetFit(**vals, **fixed)), rows)
     if widths:  # then the window-width factors, from the physical fit
         terms = fit_terms(params + _width_params(widths), lambda vals: _TargetModel(

@@ -121,8 +121,8 @@ class Replica:
             prefill_tokens = int(chunk.sum())
             prefill_reqs = int(np.count_nonzero(chunk))
             attn2 = float((chunk * (c["prefilled"][:n][pre] + chunk / 2.0)).sum())
-        dec_kv = kv[dec] if num_dec else None
-        dec_ctx = int(dec_kv.sum()) if num_dec else 0
+        dec_kv = kv[dec]
+        dec_ctx = int(dec_kv.sum())
         draft = DraftWork(self.policy.draft_kind, num_dec, drafts, dec_ctx) if drafts else None
         work = StepWork(num_dec, verify_tokens, dec_ctx, prefill_tokens, prefill_reqs, attn2, draft,
                         int(dec_kv.max()) if num_dec else 0)

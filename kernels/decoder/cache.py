@@ -72,7 +72,9 @@ class Pages:
             self.free.append(seq.pages.pop())
 
     def release(self, seq) -> None:
-        """Return all of ``seq``'s pages and its row."""
+        """Return all of ``seq``'s pages and its row (nothing if it holds no row)."""
+        if seq.row is None:
+            return
         self.truncate(seq, 0)
         self.free_rows.append(seq.row)
         seq.row = None

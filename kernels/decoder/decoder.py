@@ -124,7 +124,7 @@ class Decoder:
         self.pages.release(seq)
         seq.num_cached = 0
 
-    def _features(self) -> tuple:
+    def _features(self) -> tuple[int, ...]:
         """The target layers whose outputs the drafter reads (none without a drafter)."""
         return self.drafter.features if self.drafter is not None else ()
 
@@ -361,8 +361,7 @@ class Decoder:
             seqs.append(s)
             if not self.fake_prefill(s):  # admits: a row, and a synthetic difficulty
                 for t in seqs:
-                    if t.row is not None:
-                        self.release(t)
+                    self.release(t)
                 return None
         self.pages.flush()
         return seqs
@@ -393,7 +392,7 @@ class Decoder:
             batch = make_batch(np.array(tokens), n, n, np.array([seq.row]), self.pages)
             shape = plan(len(tokens), 1, self.spec.num_kv_heads, self.group(), self.num_sms)
             hidden, _ = self.target(batch.input_ids, batch, self.cache, self.rope, shape,
-                                    self.conf.attention, False)
+                                    self.conf.attention)
             return self.target.logits(hidden)
         finally:
             self.pages.release(seq)

@@ -25,7 +25,7 @@ def build_models(spec, conf, checkpoint=None, draft_checkpoint=None, init_std: f
     dtype = DTYPES[conf.dtype]
     feats = drafter_features(conf.method, spec)
     with torch.device(conf.device):
-        target = Target(spec, dtype, feats)
+        target = Target(spec, dtype)
         drafter = None
         if conf.method == "dspark":
             drafter = Block(spec, target, conf.block_size, conf.draft_layers, conf.markov_rank,

@@ -25,12 +25,11 @@ def feature_layers(num_layers: int, count: int = 5) -> tuple[int, ...]:
 
 class Target(nn.Module):
     """Qwen3 target. ``forward`` returns final-normed hidden states and, when asked,
-    the concatenated outputs of ``features`` layers (the drafter's input)."""
+    the concatenated outputs of some layers (the drafter's input)."""
 
-    def __init__(self, spec, dtype: torch.dtype, features: tuple[int, ...] = ()):
+    def __init__(self, spec, dtype: torch.dtype):
         super().__init__()
         self.spec = spec
-        self.features = tuple(features)
         h, v = spec.hidden_size, spec.vocab_size
         self.embed = nn.Parameter(torch.empty(v, h, dtype=dtype))
         self.layers = nn.ModuleList(
@@ -39,17 +38,16 @@ class Target(nn.Module):
         self.norm = nn.Parameter(torch.ones(h, dtype=dtype))
         self.lm_head = self.embed if spec.tie_embeddings else nn.Parameter(torch.empty(v, h, dtype=dtype))
 
-    def forward(self, ids, batch, cache, rope, shape: Attn, impl: str, with_features=True):
+    def forward(self, ids, batch, cache, rope, shape: Attn, impl: str, features: tuple[int, ...] = ()):
         """Run tokens ``ids [T]`` laid out by ``batch``; returns ``(hidden [T, H],
-        features [T, len(features) * H] or None)``. ``with_features``: True for this
-        target's feature layers, False for none, or a tuple of layers (a drafter's own)."""
+        the concatenated outputs of the ``features`` layers [T, len(features) * H], or None
+        without any)``: the drafter's input."""
         slots = batch.slots()
         x, res = F.embedding(ids, self.embed), None
         taken = []
-        layers = self.features if with_features is True else tuple(with_features or ())
         for i, layer in enumerate(self.layers):
             x, res = layer(x, res, batch, slots, rope, cache.k[i], cache.v[i], shape, impl)
-            if i in layers:
+            if i in features:
                 taken.append(x + res)
         feats = torch.cat(taken, dim=-1) if taken else None
         return add_rms_norm(x, res, self.norm, self.spec.rms_norm_eps, impl)[0], feats

@@ -84,8 +84,7 @@ def _prefill_shapes(dec) -> int:
             steps += 1
         finally:
             for s in seqs:
-                if s.row is not None:
-                    dec.release(s)
+                dec.release(s)
     return steps
 
 

@@ -46,8 +46,7 @@ class Stepper:
 
     def _release(self, seqs) -> None:
         for s in seqs:
-            if s.row is not None:
-                self.dec.release(s)
+            self.dec.release(s)
 
     def _windows(self, rp: int, width: int) -> list[torch.Tensor]:
         return [torch.from_numpy(self.rng.integers(0, self.vocab, (rp, width))).to(self.dec.device)
@@ -240,8 +239,7 @@ def time_steps(dec, reqs: int, context: int, rng, steps: int = 12) -> dict | Non
     finally:
         dec.graphs.clear()
         for s in seqs:
-            if s.row is not None:
-                dec.release(s)
+            dec.release(s)
     if not rows:
         return None
     return {"steps": rows, "step_s": statistics.median(r[1] for r in rows)}
