@@ -325,12 +325,56 @@ def compare(real_roots: list[Path], out_root: Path, quiet: bool = False) -> list
                "requests": meta.get("requests"), "passes": meta.get("passes", 1),
                "graphs_captured": meta.get("graphs_captured_during_case"),
                "compiles": meta.get("triton_compiles_during_case"),
-               "metrics": {m["metric"]: m for m in metrics if m["metric"] in KEYS}}
+               "metrics": {m["metric"]: m for m in metrics if m["metric"] in KEYS},
+               "step_replay": step_replay(real_dir, method)}
         rows.append(row)
         print(f"{case:<22}" + "".join(f"{k.replace('_ms', '')[:14]:>16}{row['metrics'][k]['rel_error']:>+7.1%}"
                                      for k in ("output_throughput", "p50_tpot_ms", "mean_ttft_ms")
                                      if k in row["metrics"]), flush=True)
     return rows
+
+
+DRAFT = {"dspark": "block", "mtp3": "chain"}  # the drafter kind of each method's cost
+
+
+def step_replay(real_dir: Path, method: str, cost=None) -> dict | None:
+    """The cost model on every step the decoder served (its work from ``steps.csv``): median
+    relative error of decode steps and prefill steps without the gap before them, and of that
+    gap (``sched_s``, the serving loop's host time), by running requests; None for runs that
+    do not record their steps' work."""
+    from dspark_sim.catalog import get_gpu
+    from dspark_sim.cost import get_cost_model
+    from dspark_sim.cost.base import DraftWork, StepWork
+
+    with open(real_dir / "steps.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows or "decode_context_tokens" not in rows[0]:
+        return None
+    cost = cost or get_cost_model(get_gpu(GPU).name, MODEL, warn=False)
+    block = METHODS[method].get("block_size", 0)
+    out = {"decode": [], "prefill": [], "sched": []}
+    for r in rows:
+        dec, running = int(r["decode_reqs"]), int(r["running_reqs"])
+        ctx = int(r["decode_context_tokens"])
+        draft = DraftWork(DRAFT[method], dec, block, ctx) if dec and method in DRAFT else None
+        work = StepWork(dec, int(r["verify_tokens"]), ctx, int(r["prefill_tokens"]), int(r["prefill_reqs"]),
+                        float(r["prefill_attn_tokens2"]), draft, int(r["decode_max_context"]), running)
+        parts = cost.breakdown(work)
+        sched, real_sched = parts.pop("sched_s", 0.0), float(r["sched_s"])
+        real = float(r["step_s"]) - real_sched
+        out["decode" if dec else "prefill"].append((running, sum(parts.values()) / real - 1.0))
+        out["sched"].append((running, sched / real_sched - 1.0 if real_sched > 0 else math.nan))
+    bins = ((1, 4), (5, 16), (17, 64), (65, 128), (129, 256))
+    res = {}
+    for kind, errs in out.items():
+        run = np.array([x for x, _ in errs], dtype=np.float64)
+        err = np.array([e for _, e in errs])
+        ok = ~np.isnan(err)
+        res[kind] = {"steps": int(ok.sum()),
+                     "median_error": float(np.median(err[ok])) if ok.any() else math.nan,
+                     "by_running": {f"{lo}-{hi}": float(np.median(err[ok & (run >= lo) & (run <= hi)]))
+                                    for lo, hi in bins if (ok & (run >= lo) & (run <= hi)).any()}}
+    return res
 
 
 def summarise(rows: list[dict]) -> dict:
@@ -418,17 +462,32 @@ def markdown(rows: list[dict], summary: dict, prov: dict, real: str = "DIR",
             "steps; the profiler's draft and verify timers include the host's preparation of their "
             "inputs (0.8 ms for an MTP-3 chain's three passes), so wall - draft - verify missed it. "
             "The profiler's MTP chain now reads the target's last layer, as the served one does.\n"
-            "- **What remains.** The host time of a step differs between processes and machines by "
-            "0.5-1 ms (the profiler's whole steps, the served decoder's fixed batches and its "
-            "serving loop, on one machine; the replicate below on another): at about one running "
-            "request a step is 6-10 ms, so TPOT moves 5-15 %. The Azure 1x slice has 40 requests "
-            "of 6-90 output tokens and long prompts: a request's TPOT depends on whether a 100 ms "
-            "prefill fell inside its few steps, so its p50 sits between two clusters and swings "
-            "between runs (compare the replicate); its mean TPOT moves less. DSpark's prefill steps "
-            "in the serving loop take 21-43 ms for 126-1,394 tokens where the same decoder's "
-            "fixed prefill timing gives 17 ms at 512 (`crosscheck.json`) and the profile about 20 "
-            "ms, which puts its TTFT at light load 16-25 % under the real one; the cause is not "
-            "known yet.\n\n")
+            "- **The serving loop's time between steps** (decoder fix, then model fix). Each "
+            "`steps.csv` row now covers the engine's whole cycle and names its work, so every "
+            "served step can be priced by the profile (last table). The gaps between steps "
+            "(`sched_s`) were about 1 ms at 256 running requests and grew with output length: the "
+            "loop's checks copied every request's output tokens two to three times a step "
+            "(`visit9`, 1.1 ms); they now read counts, and at 129-256 requests the gap fell to "
+            "0.18-0.26 ms without speculation (`visit11`, `visit10`). What is left (retire, admit, "
+            "schedule) is measured by the profiler on bursts served by the real loop (`sched` "
+            "part) and is a profile term (`schedule`, 17 us + 0.7 us per running request); steps that retire or admit many "
+            "requests take longer than the bursts (the gap column), a few hundred microseconds on "
+            "20-80 ms steps. The loop also freezes the garbage collector's view of start-up "
+            "objects while serving (`gc.freeze`, as vLLM does).\n"
+            "- **Host speed differs between machines.** The same decoder's steps at one running "
+            "request took 5.97 ms (no speculation) on `visit11`'s machine and 6.83 ms on "
+            "`visit10`'s (`crosscheck.json`): at light load a step is mostly host time, so TPOT "
+            "moves 10-15 %. The profile pools its whole-step timings over five processes on two "
+            "machines, two of them in `visit11`'s call: the main table is a host the profile has "
+            "seen, the replicate (`visit10`) one it has not.\n"
+            "- **What remains.** Decode steps of 65-256 served requests of mixed lengths run "
+            "4-13 % slower than the profile on the synthetic traces (last table) while the "
+            "profiler's equal-length steps match it. Prefill is eager and, under about 1,000 "
+            "tokens, host-bound (15-25 ms that move 2x between runs and machines), which moves "
+            "TTFT at light load. The Azure 1x slice has 40 requests of 6-90 output tokens and long "
+            "prompts: a request's TPOT depends on whether a 100 ms prefill fell inside its few "
+            "steps, so its p50 sits between two clusters and swings between runs; its mean TPOT "
+            "moves less.\n\n")
     current = [r for r in rows if r["current_decoder"]]
     lines = ["## The current decoder", "", f"{len(current)} points: " + ", ".join(r["case"] for r in current)
              + ".", ""] + summary_lines(summarise(current))
@@ -439,8 +498,9 @@ def markdown(rows: list[dict], summary: dict, prov: dict, real: str = "DIR",
         lines += ["", f"## Replicate on another machine (`{name}`)", "",
                   f"{len(rep_rows)} points: " + ", ".join(r["case"] for r in rep_rows) + ".", ""] \
             + summary_lines(summarise(rep_rows)) + ["", _table(rep_rows)]
+    replay = _replay_table(rows)
     return head + "![errors by case](img/validation_errors.png)\n\n" + "\n".join(lines) \
-        + "\n\n## Each point\n\n" + _table(rows) \
+        + "\n\n## Each point\n\n" + _table(rows) + replay \
         + "\n\nDecoder runs (`profiles/h200/validation/real/`):\n\n" + "\n".join(_notes(rows, replicate)) + "\n"
 
 
@@ -463,6 +523,27 @@ def _table(rows: list[dict]) -> str:
             run += f", {r['compiles']} compiles"
         table.append(f"| {r['case']} | {run} | " + " | ".join(cells) + " |")
     return "\n".join(table)
+
+
+def _replay_table(rows: list[dict]) -> str:
+    """The cost model on each served step (``step_replay``), for runs that record their work."""
+    rows = [r for r in rows if r.get("step_replay")]
+    if not rows:
+        return ""
+    fmt = lambda d: "-" if not d or not d["steps"] else (  # noqa: E731
+        f"{d['median_error']:+.1%} ({d['steps']}; " + ", ".join(f"{k}: {v:+.0%}" for k, v in d["by_running"].items())
+        + ")")
+    lines = ["", "", "## Each served step priced by the profile", "",
+             "The cost model on the work of every step the decoder served (`steps.csv`: requests, "
+             "verify tokens, KV tokens and the longest request, prefill chunks): median of "
+             "(model - real) / real over the steps (how many; by running requests). The gap before "
+             "each step (`sched_s`: retire, admit, schedule) is priced by the profile's `schedule` "
+             "term and compared apart.", "",
+             "| case | decode steps | prefill steps | gap before the step |", "|---|---|---|---|"]
+    for r in rows:
+        d = r["step_replay"]
+        lines.append(f"| {r['case']} | {fmt(d['decode'])} | {fmt(d['prefill'])} | {fmt(d['sched'])} |")
+    return "\n".join(lines)
 
 
 def _notes(rows: list[dict], replicate) -> list[str]:

@@ -3,9 +3,11 @@
 # Usage (on the device machine, repo root):
 #   bash benchmarks/h200_call.sh check bench "qwen3-32b:260" "qwen3-8b:80:chain,prefill,step:resume:prefill" fidelity
 # model:seconds[:parts[:resume[:replace]]] profiles one model (parts: the profiler's --part;
-# "resume" keeps the points of profiles/h200/raw/raw_<model>.json, times the missing ones and
-# whole steps without graphs too, "resume-graphs" the same without eager steps; replace:
-# parts re-timed from scratch);
+# "resume" keeps the points of the model's raw file ($OUT/raw_<model>.json when this call
+# wrote one, else profiles/h200/raw/raw_<model>.json), times the missing ones and whole steps
+# without graphs too, "resume-graphs" the same without eager steps, "add" times the parts
+# again and keeps the old points beside them (a second process, pooled); replace: parts
+# re-timed from scratch);
 # "bench" runs the decoder table, "bench-dspark" its DSpark rows only (SPS table from the
 # profile), "fidelity" the decoder on trace slices (benchmarks/fidelity.py).
 set -o pipefail
@@ -25,8 +27,10 @@ for arg in "$@"; do
     bench-dspark) python3 benchmarks/bench_decoder.py --run --methods dspark-full dspark --out "$OUT/decoder_bench_dspark.json" --max-seconds "${BENCH_S:-120}" 2>&1 | tee "$OUT/bench.log" | grep -v '^{' ;;
     *:*) IFS=: read -r m s parts resume replace <<< "$arg"
          extra=(--part "${parts:-all}")
-         [ "$resume" = resume ] && extra+=(--resume "profiles/h200/raw/raw_$m.json" --eager-steps)
-         [ "$resume" = resume-graphs ] && extra+=(--resume "profiles/h200/raw/raw_$m.json")
+         src="$OUT/raw_$m.json"; [ -f "$src" ] || src="profiles/h200/raw/raw_$m.json"
+         [ "$resume" = resume ] && extra+=(--resume "$src" --eager-steps)
+         [ "$resume" = resume-graphs ] && extra+=(--resume "$src")
+         [ "$resume" = add ] && extra+=(--resume "$src" --add "$parts")
          [ -n "$replace" ] && extra+=(--replace "$replace")
          python3 -m dspark_sim.kernels.profiler --gpu h200 --model "$m" --out "$OUT" --max-seconds "$s" "${extra[@]}" >> "$OUT/profile.log" 2>&1
          tail -3 "$OUT/profile.log" ;;

@@ -88,12 +88,12 @@ tokens. Simulated: the same R, prompt and domain, closed loop, steps where all R
 with the shipped measured profile. err = (sim - real) / real.
 
 Reading it: tokens per step per user (the acceptance model) agree closely. Step time
-carries the profile's host term (sampling, `schedule_verify`, `accept`, host syncs and the
-commit, fitted per drafter kind to whole decode steps the profiler timed) and the measured
-chain drafter. The profiler's whole steps came out slower than this benchmark's steps of
-the same shape (the same decoder, timed in another call), so the simulator now runs slower
-than these points where it ran faster without the host term; the next device call should
-time the graph replays inside the same whole steps, to separate host from GPU in one state.
+carries the profile's host terms (the engine's time inside a decode step, fitted per
+drafter kind to whole decode steps, and the serving loop's time between steps, 0.02-0.2
+ms here) and the measured chain drafter. The profile pools its whole steps over five
+processes on two machines; this benchmark's real rows come from one older call on one
+machine, and the host's share of a step moves 5-15 % between machines at small R
+([validation.md](validation.md)), so single points here move with the machine.
 The DSpark rows differ in policy as well: these real rows sized their budget from a
 verify-only SPS table, the simulator from one that includes the drafter
 (`benchmarks/bench_decoder.py --sps profile` re-runs them with the simulator's table).

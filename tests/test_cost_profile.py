@@ -420,3 +420,38 @@ def test_host_terms_round_trip_and_are_validated():
     bad["host"]["none"]["bias_s"] = -1.0
     with pytest.raises(InputError, match="bias_s"):
         profile_from_json_dict(bad)
+
+
+def test_fit_recovers_the_scheduling_gap_and_the_simulator_adds_it():
+    """The serving loop's gaps between steps (``sched`` rows, every drafter kind) fit
+    ``bias + req_s * R``; the cost model adds that gap to every step with tokens, by the
+    running requests, and keeps it out of the held-out "all" summary."""
+    from dspark_sim.cost.profile_format import ScheduleFit
+
+    raw = synthetic_raw(RooflineCost(MODEL, GPU), seed=1)
+    base = fit_profile(raw, MODEL, GPU, folds=3)
+    assert base.schedule is None and "sched" not in base.held_out
+    rng = np.random.default_rng(0)
+    raw["sched"] = [{"kind": kind, "reqs": r, "step_s": (3e-5 + 4e-6 * r) * (1 + 0.01 * rng.standard_normal()),
+                     "steps": [[r, 1e-4]]} for kind in ("none", "chain", "block")
+                    for r in (1, 2, 4, 8, 16, 32, 64, 128, 256)]
+    got = fit_profile(raw, MODEL, GPU, folds=3)
+    assert got.schedule.bias_s == pytest.approx(3e-5, rel=0.1)
+    assert got.schedule.req_s == pytest.approx(4e-6, rel=0.05)
+    assert got.held_out["sched"].num_points == 27 and got.held_out["sched"].median_rel_err < 0.03
+    assert got.held_out["all"] == base.held_out["all"]
+    cost = ProfileCost(got)
+    work = StepWork(4, 4, 4096, running_reqs=10)
+    assert cost.breakdown(work)["sched_s"] == pytest.approx(got.schedule.seconds(10))
+    assert cost.step_s(work) == pytest.approx(ProfileCost(base).step_s(work) + got.schedule.seconds(10))
+    assert cost.breakdown(StepWork(prefill_tokens=64, prefill_reqs=2))["sched_s"] == \
+        pytest.approx(got.schedule.seconds(2))  # running unknown: the step's own requests
+    assert cost.breakdown(StepWork())["sched_s"] == 0.0
+    # the file keeps it; files written before have none; a negative term is refused
+    d = json.loads(json.dumps(got.to_json_dict()))
+    assert profile_from_json_dict(d).schedule == got.schedule
+    assert profile_from_json_dict({k: v for k, v in d.items() if k != "schedule"}).schedule is None
+    d["schedule"]["req_s"] = -1e-6
+    with pytest.raises(InputError, match="req_s"):
+        profile_from_json_dict(d)
+    assert ScheduleFit(1e-4, 0.0).seconds(7) == 1e-4

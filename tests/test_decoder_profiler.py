@@ -55,6 +55,9 @@ def test_stepper_times_each_part_and_skips_what_does_not_fit():
     mixed = st.verify_mixed(4, 12, 8, 40)
     assert mixed["step_s"] > 0 and mixed["context"] == 16 and mixed["max_context"] == 40
     assert st.verify_mixed(4, 4, 8, 4096) is None  # the long request does not fit
+    for kind in ("none", "block"):  # the serving loop's gaps with 3 requests running
+        gaps = st.sched(kind, 3, steps=3, prompt=8)
+        assert [n for n, _ in gaps["steps"]] == [3, 3, 3] and gaps["step_s"] > 0
     assert len(dec.pages.free) == free  # every point gave its pages back
 
 
@@ -91,6 +94,16 @@ def test_profiler_resumes_a_raw_file_and_replaces_a_part(tmp_path):
     assert new["provenance"]["pad_limits"] == [8, 64, 256]
     assert len(new["provenance"]["skipped"]["draft"]) == 35  # 36 points, one already measured
     assert new["kernels"] == [] and new["step"] == []
+    # --add times a part's points again beside the old ones (a second process, pooled)
+    prof.build = lambda args: tiny_decoder("dspark", block_size=8, kv_tokens=4096, max_model_len=512)
+    try:
+        assert main(["--gpu", "cpu", "--model", "tiny", "--out", str(tmp_path / "c"), "--part", "draft",
+                     "--resume", str(raw), "--add", "draft", "--max-seconds", "0", "--device", "cpu"]) == 0
+    finally:
+        prof.build = prof_build
+    again = json.loads((tmp_path / "c" / "raw_tiny.json").read_text())
+    assert {"kind": "block", **old["draft"][0]} in again["draft"]
+    assert len(again["provenance"]["skipped"]["draft"]) == 36  # every point due again
 
 
 def test_bench_table_reports_checks_and_misses(tmp_path):

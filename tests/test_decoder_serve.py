@@ -38,6 +38,28 @@ def test_chunked_prefill_cap_and_csvs(tmp_path):
         assert tuple(next(csv.reader(f))) == STEP_COLUMNS
 
 
+def test_step_rows_cover_the_whole_cycle_and_record_the_work():
+    """Back-to-back steps tile the timeline (a row starts where the last one ended, the
+    gap before the GPU work in ``sched_s``); each row carries the work the cost model
+    prices; the garbage collector is left as it was."""
+    import gc
+
+    dec = tiny_decoder("dspark", max_running_requests=3, max_batched_tokens=8)
+    seqs = _seqs(3, out=5)
+    steps = serve(dec, seqs).steps
+    for a, b in zip(steps, steps[1:]):
+        assert b["start_s"] == pytest.approx(a["start_s"] + a["step_s"], abs=1e-9)
+    assert all(0 <= r["sched_s"] < r["step_s"] for r in steps)
+    pre = [r for r in steps if r["prefill_tokens"]]
+    assert pre and all(r["prefill_reqs"] >= 1 and r["decode_context_tokens"] == 0 for r in pre)
+    assert all(r["prefill_attn_tokens2"] >= r["prefill_tokens"] ** 2 / (2 * r["prefill_reqs"]) for r in pre)
+    dec_rows = [r for r in steps if r["decode_reqs"]]
+    assert dec_rows and all(r["prefill_reqs"] == 0 for r in dec_rows)
+    assert all(9 <= r["decode_max_context"] <= r["decode_context_tokens"]
+               <= r["decode_reqs"] * r["decode_max_context"] for r in dec_rows)
+    assert gc.get_freeze_count() == 0
+
+
 def test_preemption_recomputes_and_keeps_outputs():
     dec = tiny_decoder("dspark", kv_tokens=64, max_running_requests=3)  # 16 pages of 4 tokens
     seqs = _seqs(3, prompt_len=10, out=12)

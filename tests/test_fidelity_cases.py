@@ -4,6 +4,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from dspark_sim.workload import read_trace
 
@@ -55,3 +56,43 @@ def test_compare_simulates_the_requests_a_decoder_run_served(tmp_path):
     assert summary["output_throughput"]["cases"] == 1
     text = fidelity.markdown([row], summary, {}, "x", ("elsewhere", [row]))
     assert "## Replicate on another machine (`elsewhere`)" in text and text.count("| syn-light__dspark |") == 2
+
+
+def test_step_replay_prices_each_served_step_and_the_gap_before_it(tmp_path):
+    """Steps whose GPU part is 10 % slower than the profile and whose gap is twice the
+    profile's: the replay reports -9.1 % on decode and prefill steps and -50 % on the gap;
+    runs that do not record their work give None."""
+    from dataclasses import replace
+
+    from dspark_sim.cost import ProfileCost, load_profile
+    from dspark_sim.cost.base import DraftWork, StepWork
+    from dspark_sim.cost.profile_format import ScheduleFit
+    from dspark_sim.cost.profile import shipped_profile_path
+
+    cost = ProfileCost(replace(load_profile(shipped_profile_path("h200", "qwen3-8b")),
+                               schedule=ScheduleFit(1e-4, 4e-6)))
+    cols = ["step", "start_s", "step_s", "running_reqs", "decode_reqs", "prefill_tokens", "verify_tokens",
+            "budget_k", "accepted_tokens", "draft_s", "sched_s", "decode_context_tokens", "decode_max_context",
+            "prefill_reqs", "prefill_attn_tokens2"]
+    rows = []
+    for i, (running, dec, verify, ctx, longest, pre, pre_reqs, attn2) in enumerate(
+            [(8, 8, 40, 8000, 1500, 0, 0, 0.0), (200, 200, 900, 200_000, 4000, 0, 0, 0.0),
+             (30, 0, 0, 0, 0, 2048, 3, 1.5e6)]):
+        draft = DraftWork("block", dec, 7, ctx) if dec else None
+        parts = cost.breakdown(StepWork(dec, verify, ctx, pre, pre_reqs, attn2, draft, longest, running))
+        sched = 2 * parts.pop("sched_s")
+        rows.append([i, 0.0, 1.1 * sum(parts.values()) + sched, running, dec, pre, verify, 0, dec, 0.0, sched,
+                     ctx, longest, pre_reqs, attn2])
+    run = tmp_path / "case"
+    run.mkdir()
+    with open(run / "steps.csv", "w", newline="") as f:
+        csv.writer(f).writerows([cols] + rows)
+    got = fidelity.step_replay(run, "dspark", cost)
+    assert got["decode"]["steps"] == 2 and got["prefill"]["steps"] == 1
+    for kind in ("decode", "prefill"):
+        assert got[kind]["median_error"] == pytest.approx(1 / 1.1 - 1)
+    assert got["sched"]["median_error"] == pytest.approx(-0.5)
+    assert set(got["decode"]["by_running"]) == {"5-16", "129-256"}
+    with open(run / "steps.csv", "w", newline="") as f:  # an older run: no work columns
+        csv.writer(f).writerows([cols[:10]] + [r[:10] for r in rows])
+    assert fidelity.step_replay(run, "dspark", cost) is None

@@ -42,6 +42,9 @@ class StepWork:
     decode_max_context: KV length of the longest decoding request (0: unknown, taken as
         the mean). One request's keys are streamed by a few programs, so the longest
         request sets a floor under the decode attention of a batch of mixed lengths.
+    running_reqs: requests the engine holds while it schedules the step (0: taken as
+        ``decode_reqs + prefill_reqs``); the serving loop's host time between steps
+        grows with them.
     """
 
     decode_reqs: int = 0
@@ -52,6 +55,7 @@ class StepWork:
     prefill_attn_tokens2: float = 0.0
     draft: DraftWork | None = None
     decode_max_context: int = 0
+    running_reqs: int = 0
 
     @property
     def batch_tokens(self) -> int:

@@ -32,7 +32,7 @@ from dspark_sim.cost.profile_format import (DraftFit, GpuRef, HeldOut, HostFit, 
 from dspark_sim.cost.roofline import RooflineCost
 from dspark_sim.cost.shapes import ARRAY, SCALAR, hat_matrix, pad_tokens, pow2_array
 from dspark_sim.cost.stages import Param, Rows, fit_knots, fit_terms, knots_of, ridge, sharpness_param
-from dspark_sim.cost.terms import check_pad
+from dspark_sim.cost.terms import ScheduleFit, check_pad
 from dspark_sim.errors import InputError
 
 DTYPE_BYTES = 2.0
@@ -348,7 +348,7 @@ def _step_row(r: dict) -> dict | None:
 def _canonical_rows(raw: dict) -> dict:
     """The raw sections with aliased columns renamed and a missing draft kind set to block."""
     out = {}
-    for section in ("verify", "draft", "prefill", "step"):
+    for section in ("verify", "draft", "prefill", "step", "sched"):
         rows, aliases = raw.get(section, []), RAW_ALIASES.get(section, {})
         if isinstance(rows, list):
             rows = [{aliases.get(k, k): v for k, v in r.items()} if isinstance(r, dict) else r
@@ -401,6 +401,29 @@ def fit_host(rows: list[dict], target: TargetFit, drafts: dict) -> dict[str, Hos
     return out
 
 
+def fit_schedule(rows: list[dict]) -> ScheduleFit | None:
+    """``bias_s + req_s * R`` for the serving loop's gaps between steps (all drafter kinds:
+    the loop does the same work for each), non-negative least squares on seconds (the gap
+    adds to a step: its absolute error is what moves latency); None without rows."""
+    from scipy.optimize import nnls
+
+    if not rows:
+        return None
+    reqs = np.array([r["reqs"] for r in rows], dtype=np.float64)
+    y = np.array([r["step_s"] for r in rows])
+    (bias, per_req), _ = nnls(np.stack([np.ones_like(reqs), reqs], 1), y)
+    return ScheduleFit(float(bias), float(per_req))
+
+
+def _held_out_schedule(rows: list[dict], folds: int, seed: int) -> np.ndarray:
+    """k-fold relative errors of the scheduling gaps."""
+    def predict(train, test):
+        fit = fit_schedule([rows[i] for i in train])
+        return np.array([fit.seconds(rows[i]["reqs"]) for i in test])
+    pred = _k_fold(len(rows), folds, seed, predict)
+    return np.abs(pred / np.array([r["step_s"] for r in rows]) - 1.0)
+
+
 def predict_steps(rows: list[dict], target: TargetFit, drafts: dict, host: dict) -> np.ndarray:
     """Whole decode step seconds: graphs (target + drafter) plus the host term."""
     pred = _graph_part(rows, target, drafts)
@@ -447,6 +470,10 @@ def fit_profile(raw: dict, model: ModelSpec, gpu: GpuSpec, *, folds: int = 10, s
     section = np.concatenate(sections)
     held = {str(s): _summary(err[section == s]) for s in dict.fromkeys(section)}
     held["all"] = _summary(err)
+    # the gaps between steps: host time alone, noisier than any step; not part of "all"
+    schedule = fit_schedule(grids.get("sched", []))
+    if len(grids.get("sched", [])) >= 2:
+        held["sched"] = _summary(_held_out_schedule(grids["sched"], folds, seed))
     date = str(provenance.get("date", "unknown date"))
     if re.match(r"\d{4}-\d\d-\d\d", date):
         date = date[:10]  # the day; provenance keeps the full timestamp
@@ -454,7 +481,7 @@ def fit_profile(raw: dict, model: ModelSpec, gpu: GpuSpec, *, folds: int = 10, s
         gpu=gpu.name, model=model.name, measured_date=date,
         source=f"measured on {gpu.name}, {date}",
         gpu_spec=GpuRef(gpu.name, gpu.hbm_bytes_per_s, gpu.bf16_flops, gpu.source),
-        target=target, draft=drafts, host=host, held_out=held,
+        target=target, draft=drafts, host=host, schedule=schedule, held_out=held,
         held_out_method=f"{folds}-fold cross-validation over grid points (seed {seed}), both fit "
                         "stages refitted without the held-out fold",
         provenance=provenance, grids=grids)

@@ -45,6 +45,7 @@ class ProfileCost:
         self._drafts = {k: (d.scaled(shard) if tp > 1 else d) for k, d in profile.draft.items()}
         self._comm0, self._comm1 = comm_s
         self._host = profile.host  # host time: fixed under tp and projection
+        self._schedule = profile.schedule
         self._warn_fallback = warn
 
     def step_s(self, work: StepWork) -> float:
@@ -60,7 +61,7 @@ class ProfileCost:
                 total += self._comm0 + self._comm1 * tokens
         if work.draft is not None:
             total += self.draft_s(work.draft)
-        return total + self.host_s(work)
+        return total + self.host_s(work) + self.sched_s(work)
 
     def host_s(self, work: StepWork) -> float:
         """The engine's host time of a step: 0 without decoding requests or a measured term."""
@@ -70,8 +71,16 @@ class ProfileCost:
                              else "none")
         return fit.seconds(work.decode_reqs) if fit is not None else 0.0
 
+    def sched_s(self, work: StepWork) -> float:
+        """The serving loop's host time before a step (retire, admit, schedule): 0 for an
+        empty step or without a measured term."""
+        if self._schedule is None or not (work.verify_tokens or work.prefill_tokens):
+            return 0.0
+        return self._schedule.seconds(work.running_reqs or work.decode_reqs + work.prefill_reqs)
+
     def breakdown(self, work: StepWork) -> dict[str, float]:
-        """Step seconds split into overhead, linear, per-request, attention, comms, draft and host."""
+        """Step seconds split into overhead, linear, per-request, attention, comms, draft, host
+        and scheduling."""
         tokens = work.verify_tokens + work.prefill_tokens
         parts = dict.fromkeys(("overhead_s", "linear_s", "per_req_s", "attn_s", "comm_s"), 0.0)
         if tokens:
@@ -82,6 +91,7 @@ class ProfileCost:
             parts["comm_s"] = self._comm0 + self._comm1 * tokens if (self._comm0 or self._comm1) else 0.0
         parts["draft_s"] = self.draft_s(work.draft) if work.draft is not None else 0.0
         parts["host_s"] = self.host_s(work)
+        parts["sched_s"] = self.sched_s(work)
         return parts
 
     def draft_s(self, draft: DraftWork) -> float:

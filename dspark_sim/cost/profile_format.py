@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from dspark_sim.cost.jsonio import read_json, with_file, write_json_atomic
-from dspark_sim.cost.terms import DRAFT_KINDS, STEP_KINDS, DraftFit, HostFit, TargetFit, fail
+from dspark_sim.cost.terms import DRAFT_KINDS, STEP_KINDS, DraftFit, HostFit, ScheduleFit, TargetFit, fail
 from dspark_sim.errors import InputError
 
 FORMAT_VERSION = 2
@@ -29,8 +29,10 @@ ROW_COLUMNS = {
     "prefill": {"chunk": (int, 1), "cached": (int, 0), "step_s": (float, 0.0)},
     "step": {"kind": (str, None), "reqs": (int, 1), "verify_tokens": (float, 0.0),
              "block_size": (int, 0), "context": (int, 0), "step_s": (float, 0.0)},
+    # the serving loop's host time between steps of ``reqs`` running requests (median gap)
+    "sched": {"kind": (str, None), "reqs": (int, 1), "step_s": (float, 0.0)},
 }
-ROW_KINDS = {"draft": DRAFT_KINDS, "step": STEP_KINDS}
+ROW_KINDS = {"draft": DRAFT_KINDS, "step": STEP_KINDS, "sched": STEP_KINDS}
 # Columns a row may carry: host_s, the host part of whole steps whose graphs were timed too;
 # max_context, the longest request of a verify step whose requests differ (context: the mean).
 ROW_OPTIONAL = {"step": {"host_s": (float, None)}, "verify": {"max_context": (int, 0)}}
@@ -101,6 +103,7 @@ class Profile:
     projection: Projection | None = None
     grids: dict | None = None
     host: dict[str, HostFit] = dataclasses.field(default_factory=dict)
+    schedule: ScheduleFit | None = None
     tp: int = 1
     format_version: int = FORMAT_VERSION
 
@@ -209,7 +212,7 @@ def profile_from_json_dict(d: object, *, file=None) -> Profile:
         return _build(Profile, d, "", {
             "gpu_spec": gpu_ref, "target": lambda v, k: _build(TargetFit, v, k),
             "draft": _mapping(DraftFit, DRAFT_KINDS), "held_out": _mapping(HeldOut),
-            "host": _mapping(HostFit, STEP_KINDS),
+            "host": _mapping(HostFit, STEP_KINDS), "schedule": _optional(ScheduleFit),
             "projection": _optional(Projection, {"measured_gpu": gpu_ref}),
             "grids": lambda v, k: None if v is None else _convert(v, "dict", k)})
     except InputError as err:
@@ -222,7 +225,7 @@ def load_profile(path: str | Path) -> Profile:
 
 
 def check_grids(grids: object, *, prefix: str = "") -> dict:
-    """Validate measured rows (the profiler's raw ``verify``/``draft``/``prefill``/``step`` lists).
+    """Validate measured rows (the profiler's raw ``verify``/``draft``/``prefill``/``step``/``sched`` lists).
 
     Returns ``{section: [row, ...]}`` with ints and floats normalised; sections
     may be absent or empty except ``verify``.
@@ -263,5 +266,5 @@ def _check_row(row: object, columns: dict, key: str, kinds: tuple = (),
     return out
 
 
-__all__ = ["FORMAT_VERSION", "Profile", "TargetFit", "DraftFit", "HostFit", "HeldOut", "GpuRef", "Projection",
+__all__ = ["FORMAT_VERSION", "Profile", "TargetFit", "DraftFit", "HostFit", "ScheduleFit", "HeldOut", "GpuRef", "Projection",
            "load_profile", "profile_from_json_dict", "check_grids"]

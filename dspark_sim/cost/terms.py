@@ -301,5 +301,23 @@ class HostFit:
         return self.bias_s + self.req_s * reqs
 
 
+@dataclass(frozen=True)
+class ScheduleFit:
+    """The serving loop's host time between two steps: retiring finished requests,
+    admitting, and scheduling the next step over the running requests (page reservations
+    included). ``seconds = bias_s + req_s * R``, R the running requests, fitted to the gaps
+    between the steps of bursts served by the real serving loop. Host time: "fixed" under
+    projection and tensor parallelism."""
+
+    bias_s: float
+    req_s: float
+
+    def __post_init__(self) -> None:
+        _check_terms(self, ("bias_s", "req_s"), ())
+
+    def seconds(self, reqs):
+        return self.bias_s + self.req_s * reqs
+
+
 __all__ = ["DRAFT_KINDS", "STEP_KINDS", "TARGET_BOUNDS", "DRAFT_BOUNDS", "TargetFit", "DraftFit",
-           "HostFit"]
+           "HostFit", "ScheduleFit"]

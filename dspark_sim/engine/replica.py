@@ -125,12 +125,13 @@ class Replica:
         dec_ctx = int(dec_kv.sum())
         draft = DraftWork(self.policy.draft_kind, num_dec, drafts, dec_ctx) if drafts else None
         work = StepWork(num_dec, verify_tokens, dec_ctx, prefill_tokens, prefill_reqs, attn2, draft,
-                        int(dec_kv.max()) if num_dec else 0)
+                        int(dec_kv.max()) if num_dec else 0, n)
         parts = ctx.cost.breakdown(work)
         return {"dec": dec, "pre": pre, "num_dec": num_dec, "chunk": chunk, "verify_len": verify_len,
                 "p_true": p_true, "budget": budget, "tokens": verify_tokens + prefill_tokens,
                 "prefill_tokens": prefill_tokens, "kv_needed": int(kv.sum()) + verify_tokens + prefill_tokens,
-                "step_s": sum(parts.values()), "draft_s": parts.get("draft_s", 0.0), "start_s": self.env.now}
+                "step_s": sum(parts.values()), "draft_s": parts.get("draft_s", 0.0),
+                "sched_s": parts.get("sched_s", 0.0), "start_s": self.env.now}
 
     def _preempt_newest(self) -> None:
         """Recompute preemption: the last admitted request goes back to the queue head."""

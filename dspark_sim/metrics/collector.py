@@ -19,7 +19,7 @@ REQUEST_COLUMNS = ("request_id", "arrival_s", "prompt_tokens", "output_tokens", 
                    "tpot_ms", "e2el_ms", "num_steps", "num_preemptions", "accepted_tokens",
                    "verified_drafts")
 STEP_COLUMNS = ("step", "start_s", "step_s", "running_reqs", "decode_reqs", "prefill_tokens",
-                "verify_tokens", "budget_k", "accepted_tokens", "draft_s", "replica")
+                "verify_tokens", "budget_k", "accepted_tokens", "draft_s", "sched_s", "replica")
 FLUSH_ROWS = 8192
 
 
@@ -76,7 +76,7 @@ class Collector:
                                  "num_preemptions": np.int64, "num_steps": np.int64})
         self.steps = Columns({"start_s": "d", "step_s": "d", "running": "i", "decode_reqs": "i",
                               "verify_tokens": "i", "prefill_tokens": "i", "budget_k": "i", "emitted": "i",
-                              "draft_s": "d"})
+                              "draft_s": "d", "sched_s": "d"})
         self.gaps = Growing({"gap_s": np.float64, "count": np.int64})
         self.rejected = 0
         self._files = {}
@@ -109,11 +109,11 @@ class Collector:
         num_dec = step["num_dec"]
         verify = step["tokens"] - step["prefill_tokens"]
         self.steps.append(step["start_s"], step["step_s"], running, num_dec, verify, step["prefill_tokens"],
-                          step["budget"], decoded + first_tokens, step["draft_s"])
+                          step["budget"], decoded + first_tokens, step["draft_s"], step["sched_s"])
         if "steps" in self._files:
             self._write("steps", [
                 f"{self.steps.n - 1},{step['start_s']:.6f},{step['step_s']:.9f},{running},{num_dec},"
-                f"{step['prefill_tokens']},{verify},{step['budget']},{decoded},{step['draft_s']:.9f},{replica}"])
+                f"{step['prefill_tokens']},{verify},{step['budget']},{decoded},{step['draft_s']:.9f},{step['sched_s']:.9f},{replica}"])
 
     def on_finish(self, rows: dict[str, np.ndarray], now: float) -> None:
         arrival = rows["arrival_s"]

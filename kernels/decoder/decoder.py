@@ -154,7 +154,7 @@ class Decoder:
             self.drafter.append_context(feats, batch, batch.slots(), self.rope, self.draft_cache,
                                         self.conf.attention)
         done = [i for i, s in enumerate(seqs) if start[i] + n[i] >= s.prefill_target]
-        sample = [i for i in done if not seqs[i].outputs]
+        sample = [i for i in done if not seqs[i].num_outputs]
         for s, k in zip(seqs, n):
             s.num_cached += int(k)
             s.num_steps += 1
@@ -344,7 +344,7 @@ class Decoder:
             self.admit(seq)
         if not self.pages.reserve(seq, len(seq.tokens) + self.conf.gamma):
             return False
-        seq.num_cached = len(seq.tokens) - 1 if seq.outputs else len(seq.tokens)
+        seq.num_cached = seq.prefill_target
         return True
 
     def fake_requests(self, count: int, context: int, rng, temperature: float = 1.0,

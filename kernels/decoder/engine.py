@@ -3,10 +3,18 @@
 Arrivals are honoured in real time (``realtime=True``: idle gaps are slept) or as
 fast as possible (idle gaps are skipped on a virtual clock, so busy periods keep
 their real durations). Times are seconds from the first arrival.
+
+A step's row covers the engine's whole cycle: from the end of the previous step
+(its tokens out) through retiring finished requests, admitting and scheduling
+(``sched_s``, the host time between two steps) to the end of this step's GPU
+work. While serving, the objects alive before it are frozen out of the garbage
+collector (``gc.freeze``, as vLLM does after start-up): the model, kernels and graphs are
+never garbage, and collections then scan only what serving allocates.
 """
 from __future__ import annotations
 
 import csv
+import gc
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +27,8 @@ REQUEST_COLUMNS = ("request_id", "arrival_s", "prompt_tokens", "output_tokens", 
                    "tpot_ms", "e2el_ms", "num_steps", "num_preemptions", "accepted_tokens",
                    "verified_drafts")
 STEP_COLUMNS = ("step", "start_s", "step_s", "running_reqs", "decode_reqs", "prefill_tokens",
-                "verify_tokens", "budget_k", "accepted_tokens", "draft_s")
+                "verify_tokens", "budget_k", "accepted_tokens", "draft_s", "sched_s",
+                "decode_context_tokens", "decode_max_context", "prefill_reqs", "prefill_attn_tokens2")
 
 
 class Clock:
@@ -58,46 +67,67 @@ def serve(decoder, seqs: list, realtime: bool = False, max_steps: int | None = N
     ``on_step(row)``, if given, sees each step's row as soon as the step ends."""
     sched, clock, run = Scheduler(decoder), Clock(realtime), Run(sequences=seqs)
     pending = list(reversed(seqs))
-    while pending or not sched.idle():
-        while pending and pending[-1].arrival_s <= clock.now():
-            sched.add(pending.pop())
-        plan = sched.next_step()
-        if plan is None:
-            clock.wait_until(pending[-1].arrival_s)
-            continue
-        kind, work = plan
-        start = clock.now()
-        for seq in (s for s, _ in work) if kind == "prefill" else work:
-            if seq.first_scheduled_s is None:
-                seq.first_scheduled_s = start
-        stats = decoder.prefill(work) if kind == "prefill" else decoder.decode(work)
-        decoder.sync()
-        end = clock.now()
-        run.steps.append(_step_row(len(run.steps), start, end, len(sched.running), stats))
-        if on_step is not None:
-            on_step(run.steps[-1])
-        for seq in list(sched.running):
-            if seq.outputs and seq.first_token_s is None:
-                seq.first_token_s = end
-            if seq.done:
-                seq.finish_s = end
-                sched.finish(seq)
-                run.requests.append(request_row(seq))
-        if max_steps is not None and len(run.steps) >= max_steps:
-            break
+    gc.collect()
+    gc.freeze()
+    try:
+        mark = clock.now()  # end of the last step (or of the last idle wait)
+        while pending or not sched.idle():
+            while pending and pending[-1].arrival_s <= clock.now():
+                sched.add(pending.pop())
+            plan = sched.next_step()
+            if plan is None:
+                clock.wait_until(pending[-1].arrival_s)
+                mark = clock.now()
+                continue
+            kind, work = plan
+            start = clock.now()
+            for seq in (s for s, _ in work) if kind == "prefill" else work:
+                if seq.first_scheduled_s is None:
+                    seq.first_scheduled_s = start
+            shape = _work_columns(kind, work)
+            stats = decoder.prefill(work) if kind == "prefill" else decoder.decode(work)
+            decoder.sync()
+            end = clock.now()
+            run.steps.append(_step_row(len(run.steps), mark, end, start - mark, len(sched.running),
+                                       stats, shape))
+            if on_step is not None:
+                on_step(run.steps[-1])
+            for seq in list(sched.running):
+                if seq.first_token_s is None and seq.num_outputs:
+                    seq.first_token_s = end
+                if seq.done:
+                    seq.finish_s = end
+                    sched.finish(seq)
+                    run.requests.append(request_row(seq))
+            mark = end
+            if max_steps is not None and len(run.steps) >= max_steps:
+                break
+    finally:
+        gc.unfreeze()
     return run
 
 
-def _step_row(i: int, start: float, end: float, running: int, st) -> dict:
+def _work_columns(kind: str, work: list) -> dict:
+    """What the step does, in the cost model's terms (``StepWork``): KV tokens of the
+    decoding requests (sum and longest), prefill requests and their attention pairs."""
+    if kind == "prefill":
+        return {"decode_context_tokens": 0, "decode_max_context": 0, "prefill_reqs": len(work),
+                "prefill_attn_tokens2": sum(n * (s.num_cached + n / 2) for s, n in work)}
+    lengths = [len(s.tokens) for s in work]
+    return {"decode_context_tokens": sum(lengths), "decode_max_context": max(lengths, default=0),
+            "prefill_reqs": 0, "prefill_attn_tokens2": 0.0}
+
+
+def _step_row(i: int, start: float, end: float, sched_s: float, running: int, st, shape: dict) -> dict:
     return {"step": i, "start_s": start, "step_s": end - start, "running_reqs": running,
             "decode_reqs": st.decode_reqs, "prefill_tokens": st.prefill_tokens,
             "verify_tokens": st.verify_tokens, "budget_k": st.budget_k,
-            "accepted_tokens": st.accepted_tokens, "draft_s": st.draft_s}
+            "accepted_tokens": st.accepted_tokens, "draft_s": st.draft_s, "sched_s": sched_s, **shape}
 
 
 def request_row(seq) -> dict:
     """One ``requests.csv`` row of a finished sequence."""
-    out = len(seq.outputs)
+    out = seq.num_outputs
     ms = 1e3
     tpot = (seq.finish_s - seq.first_token_s) * ms / (out - 1) if out > 1 else float("nan")
     return {"request_id": seq.id, "arrival_s": seq.arrival_s, "prompt_tokens": seq.prompt_len,

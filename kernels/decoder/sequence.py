@@ -39,14 +39,19 @@ class Sequence:
 
     @property
     def outputs(self) -> list[int]:
-        """Generated tokens."""
+        """Generated tokens (a copy: the serving loop's checks use :attr:`num_outputs`)."""
         return self.tokens[self.prompt_len:]
+
+    @property
+    def num_outputs(self) -> int:
+        """How many tokens have been generated."""
+        return len(self.tokens) - self.prompt_len
 
     @property
     def prefill_target(self) -> int:
         """Tokens the cache must hold before decoding: all but the anchor, or the
         whole prompt when no token has been generated yet."""
-        return len(self.tokens) - 1 if self.outputs else len(self.tokens)
+        return len(self.tokens) - (len(self.tokens) > self.prompt_len)
 
     @property
     def prefilling(self) -> bool:
@@ -55,12 +60,12 @@ class Sequence:
 
     def extend(self, new: list[int]) -> int:
         """Append generated tokens, stopping at ``max_tokens`` or EOS; returns how many."""
-        room = self.max_tokens - len(self.outputs)
+        room = self.max_tokens - self.num_outputs
         new = new[:max(room, 0)]
         if self.eos is not None and self.eos in new:
             new = new[:new.index(self.eos) + 1]
             self.done = True
         self.tokens.extend(new)
-        if len(self.outputs) >= self.max_tokens:
+        if self.num_outputs >= self.max_tokens:
             self.done = True
         return len(new)

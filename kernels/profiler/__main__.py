@@ -1,8 +1,8 @@
 """``dspark-profile`` (``python -m dspark_sim.kernels.profiler``): time a model's steps on this GPU.
 
     dspark-profile --gpu h200 --model qwen3-8b --out DIR \\
-        [--part verify,draft,chain,prefill,step,kernels,mixed | all] [--max-seconds S] \\
-        [--resume RAW.json [--replace prefill,...]] [--eager-steps]
+        [--part verify,draft,chain,prefill,step,kernels,mixed,sched | all] [--max-seconds S] \\
+        [--resume RAW.json [--replace prefill,...] [--add step,...]] [--eager-steps]
 
 Writes ``DIR/raw_<model>.json``: a provenance block and the timed points
 ``verify: [{reqs, tokens, context, step_s}]``, ``draft: [{kind, reqs, gamma,
@@ -10,14 +10,18 @@ context, step_s}]`` (kind ``block``: the DSpark drafter; ``chain``: an MTP-k
 chain), ``prefill: [{chunk, context, step_s}]``, ``step: [{kind, reqs,
 context, graphs, step_s, steps}]`` (whole decode steps as served) and
 ``kernels: [{kernel, reqs, gamma, vocab, step_s}]`` (one launch of the fused
-``schedule_verify`` or ``accept``) and ``mixed: [{reqs, tokens, short_context,
+``schedule_verify`` or ``accept``), ``mixed: [{reqs, tokens, short_context,
 max_context, context, step_s}]`` (verify steps over requests of ``short_context``
-tokens but one of ``max_context``; ``context`` the mean). Random bf16
+tokens but one of ``max_context``; ``context`` the mean) and ``sched: [{kind,
+reqs, step_s, steps}]`` (the serving loop's host time between steps, ``reqs``
+requests running: bursts served by the real loop). Random bf16
 weights; the grid is cut to ``--max-seconds`` (coarse points first), and points
 that do not fit in memory are skipped; both are listed under
 ``provenance.skipped``. ``--resume`` keeps the points of an earlier raw file
 and times only the missing ones (``--replace`` drops a part's old points
-first), so a grid too large for one run is split across runs and merged.
+first), so a grid too large for one run is split across runs and merged;
+``--add`` times a part's points again and keeps the old ones beside them (host
+times move between processes: runs in several processes are pooled).
 """
 from __future__ import annotations
 
@@ -27,12 +31,12 @@ import sys
 import time
 from pathlib import Path
 
-PARTS = ("verify", "draft", "chain", "prefill", "step", "kernels", "mixed")
+PARTS = ("verify", "draft", "chain", "prefill", "step", "kernels", "mixed", "sched")
 SHARE = {"verify": 0.68, "draft": 0.05, "chain": 0.05, "prefill": 0.1, "step": 0.1, "kernels": 0.02,
-         "mixed": 0.05}
+         "mixed": 0.05, "sched": 0.1}
 DRAFT_KIND = {"draft": "block", "chain": "chain"}
 SECTION = {"verify": "verify", "draft": "draft", "chain": "draft", "prefill": "prefill", "step": "step",
-           "kernels": "kernels", "mixed": "mixed"}
+           "kernels": "kernels", "mixed": "mixed", "sched": "sched"}
 
 
 def parse_args(argv=None):
@@ -45,6 +49,7 @@ def parse_args(argv=None):
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--resume", help="earlier raw file: keep its points, time the missing ones")
     p.add_argument("--replace", default="", help="with --resume: parts whose old points are dropped")
+    p.add_argument("--add", default="", help="with --resume: parts timed again, old points kept beside")
     p.add_argument("--eager-steps", action="store_true", help="also time whole steps without CUDA graphs")
     p.add_argument("--device", default="cuda")
     p.add_argument("--dtype", default="bfloat16")
@@ -52,7 +57,8 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     args.parts = PARTS if args.part == "all" else tuple(x for x in args.part.split(",") if x)
     args.replace = tuple(x for x in args.replace.split(",") if x)
-    for name in args.parts + args.replace:
+    args.add = tuple(x for x in args.add.split(",") if x)
+    for name in args.parts + args.replace + args.add:
         if name not in PARTS:
             p.error(f"unknown part {name!r}; expected {PARTS}")
     args.old = {}
@@ -104,6 +110,8 @@ def plan(stepper, part: str, eager: bool):
                 stepper.prefill_kind, ("kind", "chunk", "context"), {})
     if part == "mixed":
         return grid.mixed_points(), stepper.verify_mixed, ("reqs", "tokens", "short_context", "max_context"), {}
+    if part == "sched":
+        return [(kind, r) for kind in grid.STEP_KINDS for r in grid.REQS], stepper.sched, ("kind", "reqs"), {}
     if part == "kernels":
         return ([(k, r, grid.KERNEL_GAMMA) for k in grid.KERNELS for r in grid.REQS], stepper.kernel,
                 ("kernel", "reqs", "gamma"), {"vocab": stepper.vocab})
@@ -117,7 +125,7 @@ def _key(part: str, row: dict) -> tuple:
     keys = {"verify": ("reqs", "tokens", "context"), "draft": ("kind", "reqs", "gamma"),
             "chain": ("kind", "reqs", "gamma"), "prefill": ("kind", "chunk", "context"),
             "step": ("kind", "reqs", "context", "graphs"), "kernels": ("kernel", "reqs", "gamma"),
-            "mixed": ("reqs", "tokens", "short_context", "max_context")}[part]
+            "mixed": ("reqs", "tokens", "short_context", "max_context"), "sched": ("kind", "reqs")}[part]
     return tuple(row.get(k, "block" if k == "kind" else None) for k in keys)
 
 
@@ -139,7 +147,7 @@ def profile(args) -> int:
     # the draft section, told apart by kind)
     dropped = {DRAFT_KIND.get(p, SECTION[p]) for p in args.replace}
     out = {s: [] if s in dropped else old.get(s, [])
-           for s in ("verify", "draft", "prefill", "step", "kernels", "mixed")}
+           for s in ("verify", "draft", "prefill", "step", "kernels", "mixed", "sched")}
     out["draft"] = [r for r in ({"kind": "block", **r} for r in out["draft"])
                     if r["kind"] not in dropped]
     if "step" in args.replace and not args.eager_steps:  # re-timed with graphs: keep eager rows
@@ -157,7 +165,7 @@ def profile(args) -> int:
         deadline = time.perf_counter() + max(budget, 0.0)
         points, fn, keys, extra = plan(stepper, part, args.eager_steps)
         section = SECTION[part]
-        done = {_key(part, r) for r in out[section]}
+        done = set() if part in args.add else {_key(part, r) for r in out[section]}
         points = [p for p in points if _key(part, {**extra, **dict(zip(keys, p))}) not in done]
         rows, skip = run_part(points, fn, deadline,
                               lambda p, s: print(part, p, _show(s), flush=True))
@@ -181,7 +189,9 @@ def profile(args) -> int:
                 "time with host, median of >= 5 synchronised calls after 3 warm-ups, GC off; step = whole Decoder.decode as "
                 "served (temperature 1, synthetic acceptance), wall time per step; kernels = one launch "
                 "of schedule_verify (production) or accept, median of replays, inputs rotating; mixed = "
-                "verify steps (as verify) over requests of short_context tokens and one of max_context")
+                "verify steps (as verify) over requests of short_context tokens and one of max_context; "
+                "sched = the serving loop's gaps between decode steps (serve, GC frozen) with reqs "
+                "requests running, median of 12 after 3")
     if old:
         prov["merged_from"] = [old.get("provenance", {})]
     Path(args.out).mkdir(parents=True, exist_ok=True)

@@ -174,6 +174,30 @@ class Stepper:
         their graphs in the same step); steps that captured a graph are left out."""
         return time_steps(self._step_decoder(kind, graphs), reqs, context, self.rng, steps)
 
+    def sched(self, kind: str, reqs: int, steps: int = 12, prompt: int = 64) -> dict | None:
+        """The serving loop's host time between steps (``sched_s``: retire, admit, schedule)
+        with ``reqs`` requests running: a burst of ``reqs`` requests of ``prompt`` tokens
+        served by the real loop (``serve``) with drafter ``kind``, until ``steps`` decode steps
+        after the first three. Returns ``{"step_s": median gap, "steps": [[running, gap],
+        ...]}``, or None when the pages do not hold the burst."""
+        from dspark_sim.kernels.decoder.engine import serve
+
+        dec = self._step_decoder(kind, graphs=True)
+        max_new = dec.conf.max_model_len - prompt - dec.conf.gamma - 1  # none finishes
+        seqs = [Sequence(i, self.rng.integers(0, self.vocab, prompt).tolist(), max_new, 1.0, 0)
+                for i in range(reqs)]
+        prefill_steps = -(-reqs * prompt // dec.conf.max_batched_tokens)
+        try:  # the scheduler admits what the pages hold: rows say how many ran
+            run = serve(dec, seqs, max_steps=prefill_steps + 3 + steps)
+        finally:
+            dec.graphs.clear()
+            for s in seqs:
+                dec.release(s)
+        rows = [[r["running_reqs"], r["sched_s"]] for r in run.steps if r["decode_reqs"]][3:]
+        if not rows:
+            return None
+        return {"step_s": statistics.median(g for _, g in rows), "steps": rows}
+
     def kernel(self, name: str, reqs: int, gamma: int) -> float | None:
         """Seconds of one fused-kernel launch as the decoder calls it (``decoder.conf.kernels``):
         ``schedule_verify`` (production mode) over ``reqs`` x ``gamma`` confidences, or
