@@ -406,6 +406,19 @@ def test_fit_reads_mixed_rows_and_the_splits_from_the_provenance(fitted):
         fit_profile(raw, MODEL, GPU, folds=2)
 
 
+def test_fit_reads_spread_rows_as_verify_steps_at_the_spread_and_at_the_mean():
+    """A ``spread`` row (lognormal contexts) is two verify rows: the step with its longest
+    request, and the same step at the mean context (``uniform_s``)."""
+    from dspark_sim.cost.fit import _canonical_rows
+
+    raw = {"verify": [{"reqs": 1, "tokens": 1, "context": 512, "step_s": 0.006}],
+           "spread": [{"reqs": 64, "tokens": 256, "mean": 900, "sigma": 0.6, "context": 930,
+                       "max_context": 3661, "step_s": 0.0188, "uniform_s": 0.0170}]}
+    rows = _canonical_rows(raw)["verify"]
+    assert rows[1:] == [{"reqs": 64, "tokens": 256, "context": 930, "max_context": 3661, "step_s": 0.0188},
+                        {"reqs": 64, "tokens": 256, "context": 930, "step_s": 0.0170}]
+
+
 def test_host_terms_round_trip_and_are_validated():
     prof = replace(_known_profile_bare(), host=KNOWN_HOST)
     d = json.loads(json.dumps(prof.to_json_dict()))

@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from dspark_sim.kernels.profiler.grid import MAX_WINDOW, mixed_points, verify_points  # noqa: E402
+from dspark_sim.kernels.profiler.grid import MAX_WINDOW, mixed_points, spread_points, verify_points  # noqa: E402
 from dspark_sim.kernels.profiler.steps import Stepper, run_part  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -28,6 +28,12 @@ def test_mixed_points_put_one_long_request_among_short_ones_long_first():
     assert len(set(pts)) == len(pts) and pts[0][3] == max(p[3] for p in pts)
     assert all(r * 1 <= m <= r * 8 and short < long or short == long for r, m, short, long in pts)
     assert {p[3] for p in pts} == {256, 2048, 8192}  # 256: all equal, the baseline
+
+
+def test_spread_points_draw_served_like_batches_within_the_token_cap():
+    pts = spread_points()
+    assert len(set(pts)) == len(pts) and pts[0][0] == 256
+    assert all(t <= 2048 and t % r == 0 for r, t, _, _ in pts)
 
 
 def test_stepper_times_each_part_and_skips_what_does_not_fit():
@@ -55,6 +61,9 @@ def test_stepper_times_each_part_and_skips_what_does_not_fit():
     mixed = st.verify_mixed(4, 12, 8, 40)
     assert mixed["step_s"] > 0 and mixed["context"] == 16 and mixed["max_context"] == 40
     assert st.verify_mixed(4, 4, 8, 4096) is None  # the long request does not fit
+    spread = st.verify_spread(6, 12, 40, 0.6)
+    assert spread["step_s"] > 0 and spread["uniform_s"] > 0 and spread["max_context"] > spread["context"]
+    assert st.verify_spread(6, 12, 40, 0.6)["max_context"] == spread["max_context"]  # a fixed draw
     for kind in ("none", "block"):  # the serving loop's gaps with 3 requests running
         gaps = st.sched(kind, 3, steps=3, prompt=8)
         assert [n for n, _ in gaps["steps"]] == [3, 3, 3] and gaps["step_s"] > 0

@@ -319,8 +319,8 @@ def _summary(err: np.ndarray) -> HeldOut:
 # The profiler's spellings (kernels/profiler) of the canonical columns; a draft row
 # without a kind is the DSpark block drafter (older raw files time no other).
 RAW_ALIASES = {"draft": {"gamma": "block_size"}, "prefill": {"context": "cached"}}
-# Mixed-context verify steps (one long request among short ones) are verify rows with a
-# max_context; their context is the mean.
+# Mixed-context verify steps (one long request among short ones; or lognormal contexts, as
+# served traffic holds them) are verify rows with a max_context; their context is the mean.
 MIXED_COLUMNS = ("reqs", "tokens", "context", "max_context", "step_s")
 # Whole decode steps the profiler times (kernels/profiler/steps.py, decode_step): the
 # drafter's block size per kind, when a raw step row does not state it.
@@ -359,10 +359,15 @@ def _canonical_rows(raw: dict) -> dict:
                 rows = [x for x in (_step_row(r) if isinstance(r, dict) else r for r in rows)
                         if x is not None]
         out[section] = rows
-    mixed = raw.get("mixed", [])
-    if isinstance(mixed, list) and mixed and isinstance(out["verify"], list):
-        out["verify"] = out["verify"] + [{k: r[k] for k in MIXED_COLUMNS if k in r} if isinstance(r, dict)
-                                         else r for r in mixed]
+    for section in ("mixed", "spread"):
+        rows = raw.get(section, [])
+        if isinstance(rows, list) and rows and isinstance(out["verify"], list):
+            out["verify"] = out["verify"] + [{k: r[k] for k in MIXED_COLUMNS if k in r}
+                                             if isinstance(r, dict) else r for r in rows]
+            # a spread row also timed the same step with every request at the mean
+            out["verify"] += [{"reqs": r["reqs"], "tokens": r["tokens"], "context": r["context"],
+                               "step_s": r["uniform_s"]} for r in rows
+                              if isinstance(r, dict) and "uniform_s" in r and "context" in r]
     return out
 
 

@@ -1,7 +1,7 @@
 """``dspark-profile`` (``python -m dspark_sim.kernels.profiler``): time a model's steps on this GPU.
 
     dspark-profile --gpu h200 --model qwen3-8b --out DIR \\
-        [--part verify,draft,chain,prefill,step,kernels,mixed,sched | all] [--max-seconds S] \\
+        [--part verify,draft,chain,prefill,step,kernels,mixed,sched,spread | all] [--max-seconds S] \\
         [--resume RAW.json [--replace prefill,...] [--add step,...]] [--eager-steps]
 
 Writes ``DIR/raw_<model>.json``: a provenance block and the timed points
@@ -14,7 +14,10 @@ context, graphs, step_s, steps}]`` (whole decode steps as served) and
 max_context, context, step_s}]`` (verify steps over requests of ``short_context``
 tokens but one of ``max_context``; ``context`` the mean) and ``sched: [{kind,
 reqs, step_s, steps}]`` (the serving loop's host time between steps, ``reqs``
-requests running: bursts served by the real loop). Random bf16
+requests running: bursts served by the real loop) and ``spread: [{reqs, tokens,
+mean, sigma, context, max_context, step_s, uniform_s}]`` (verify steps over
+lognormal contexts as served traffic holds them, and the same step at their mean;
+recorded beside the fit, which does not read them). Random bf16
 weights; the grid is cut to ``--max-seconds`` (coarse points first), and points
 that do not fit in memory are skipped; both are listed under
 ``provenance.skipped``. ``--resume`` keeps the points of an earlier raw file
@@ -31,12 +34,12 @@ import sys
 import time
 from pathlib import Path
 
-PARTS = ("verify", "draft", "chain", "prefill", "step", "kernels", "mixed", "sched")
+PARTS = ("verify", "draft", "chain", "prefill", "step", "kernels", "mixed", "sched", "spread")
 SHARE = {"verify": 0.68, "draft": 0.05, "chain": 0.05, "prefill": 0.1, "step": 0.1, "kernels": 0.02,
-         "mixed": 0.05, "sched": 0.1}
+         "mixed": 0.05, "sched": 0.1, "spread": 0.05}
 DRAFT_KIND = {"draft": "block", "chain": "chain"}
 SECTION = {"verify": "verify", "draft": "draft", "chain": "draft", "prefill": "prefill", "step": "step",
-           "kernels": "kernels", "mixed": "mixed", "sched": "sched"}
+           "kernels": "kernels", "mixed": "mixed", "sched": "sched", "spread": "spread"}
 
 
 def parse_args(argv=None):
@@ -110,6 +113,8 @@ def plan(stepper, part: str, eager: bool):
                 stepper.prefill_kind, ("kind", "chunk", "context"), {})
     if part == "mixed":
         return grid.mixed_points(), stepper.verify_mixed, ("reqs", "tokens", "short_context", "max_context"), {}
+    if part == "spread":
+        return grid.spread_points(), stepper.verify_spread, ("reqs", "tokens", "mean", "sigma"), {}
     if part == "sched":
         return [(kind, r) for kind in grid.STEP_KINDS for r in grid.REQS], stepper.sched, ("kind", "reqs"), {}
     if part == "kernels":
@@ -125,7 +130,8 @@ def _key(part: str, row: dict) -> tuple:
     keys = {"verify": ("reqs", "tokens", "context"), "draft": ("kind", "reqs", "gamma"),
             "chain": ("kind", "reqs", "gamma"), "prefill": ("kind", "chunk", "context"),
             "step": ("kind", "reqs", "context", "graphs"), "kernels": ("kernel", "reqs", "gamma"),
-            "mixed": ("reqs", "tokens", "short_context", "max_context"), "sched": ("kind", "reqs")}[part]
+            "mixed": ("reqs", "tokens", "short_context", "max_context"), "sched": ("kind", "reqs"),
+            "spread": ("reqs", "tokens", "mean", "sigma")}[part]
     return tuple(row.get(k, "block" if k == "kind" else None) for k in keys)
 
 
@@ -147,7 +153,7 @@ def profile(args) -> int:
     # the draft section, told apart by kind)
     dropped = {DRAFT_KIND.get(p, SECTION[p]) for p in args.replace}
     out = {s: [] if s in dropped else old.get(s, [])
-           for s in ("verify", "draft", "prefill", "step", "kernels", "mixed", "sched")}
+           for s in ("verify", "draft", "prefill", "step", "kernels", "mixed", "sched", "spread")}
     out["draft"] = [r for r in ({"kind": "block", **r} for r in out["draft"])
                     if r["kind"] not in dropped]
     if "step" in args.replace and not args.eager_steps:  # re-timed with graphs: keep eager rows

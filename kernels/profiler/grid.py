@@ -22,6 +22,9 @@ MAX_WINDOW = 16  # verify tokens per request: gamma + 1 up to 15 drafts
 MIXED_SHORT = 256  # mixed-context verify steps: requests this long ...
 MIXED_LONG = (8192, 2048, 256)  # ... and one of these (256: all equal, the baseline)
 MIXED_WIDTHS = (1, 8, 4)  # verify tokens per request
+SPREAD_REQS = (256, 128, 64, 32, 16)  # verify steps over served-like context spreads ...
+SPREAD_WIDTHS = (1, 4, 8)
+SPREAD_MEAN, SPREAD_SIGMA = 900, 0.6  # ... lognormal contexts (the fidelity traces' shape)
 
 
 def verify_points(max_tokens: int = MAX_TOKENS) -> list[tuple[int, int, int]]:
@@ -49,3 +52,10 @@ def mixed_points() -> list[tuple[int, int, int, int]]:
     ``MIXED_SHORT`` tokens of which one holds ``long``, widest windows and longest first."""
     return [(r, r * w, MIXED_SHORT, long) for long in MIXED_LONG for w in MIXED_WIDTHS
             for r in REQS if r >= 4]
+
+
+def spread_points() -> list[tuple[int, int, int, float]]:
+    """``(reqs, tokens, mean context, log-sd)``: verify steps over lognormal contexts,
+    largest batches first."""
+    return [(r, r * w, SPREAD_MEAN, SPREAD_SIGMA) for r in SPREAD_REQS for w in SPREAD_WIDTHS
+            if r * w <= MAX_TOKENS]

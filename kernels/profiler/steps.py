@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 import statistics
 import time
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import replace
 
@@ -64,16 +65,36 @@ class Stepper:
     def verify(self, reqs: int, tokens: int, context: int, long: int | None = None) -> float | None:
         """Seconds of one verify step: ``tokens`` window tokens over ``reqs`` requests
         (the last of ``long`` tokens, when given)."""
-        dec = self.dec
-        seqs = self._requests(reqs - (long is not None), context)
-        if seqs is None:
+        lengths = [context] * (reqs - (long is not None)) + ([long] if long is not None else [])
+        return self.verify_lengths(lengths, tokens)
+
+    def verify_spread(self, reqs: int, tokens: int, mean: int, sigma: float) -> dict | None:
+        """:meth:`verify` over ``reqs`` requests whose contexts are drawn lognormal (mean
+        ``mean`` tokens, log-sd ``sigma``, 32..8192, a fixed draw per point), as served
+        traffic holds them: ``{"step_s", "context": the mean drawn, "max_context",
+        "uniform_s": the same step with every request at that mean}``."""
+        rng = np.random.default_rng(reqs * 1000 + tokens)
+        lengths = np.clip(np.round(rng.lognormal(np.log(mean) - sigma ** 2 / 2, sigma, reqs)), 32, 8192)
+        lengths = [int(x) for x in lengths]
+        seconds = self.verify_lengths(lengths, tokens)
+        context = round(sum(lengths) / reqs)
+        uniform = self.verify_lengths([context] * reqs, tokens)
+        if seconds is None or uniform is None:
             return None
-        if long is not None:
-            last = self._requests(1, long)
-            if last is None:
+        return {"step_s": seconds, "context": context, "max_context": max(lengths), "uniform_s": uniform}
+
+    def verify_lengths(self, lengths: list[int], tokens: int) -> float | None:
+        """Seconds of one verify step of ``tokens`` window tokens over requests of the
+        given context lengths (median of graph replays, window tokens rotating)."""
+        dec = self.dec
+        seqs = []
+        for n, count in Counter(lengths).items():
+            got = self._requests(count, n)
+            if got is None:
                 self._release(seqs)
                 return None
-            seqs += last
+            seqs += got
+        reqs = len(seqs)
         try:
             vlen = np.full(reqs, tokens // reqs, np.int64)
             vlen[: tokens % reqs] += 1
