@@ -334,9 +334,6 @@ def compare(real_roots: list[Path], out_root: Path, quiet: bool = False) -> list
     return rows
 
 
-DRAFT = {"dspark": "block", "mtp3": "chain"}  # the drafter kind of each method's cost
-
-
 def step_replay(real_dir: Path, method: str, cost=None) -> dict | None:
     """The cost model on every step the decoder served (its work from ``steps.csv``): median
     relative error of decode steps and prefill steps without the gap before them, and of that
@@ -345,18 +342,19 @@ def step_replay(real_dir: Path, method: str, cost=None) -> dict | None:
     from dspark_sim.catalog import get_gpu
     from dspark_sim.cost import get_cost_model
     from dspark_sim.cost.base import DraftWork, StepWork
+    from dspark_sim.scenario import Speculation
 
     with open(real_dir / "steps.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     if not rows or "decode_context_tokens" not in rows[0]:
         return None
     cost = cost or get_cost_model(get_gpu(GPU).name, MODEL, warn=False)
-    block = METHODS[method].get("block_size", 0)
+    spec = Speculation(**{k: v for k, v in METHODS[method].items() if k in ("method", "drafter", "block_size")})
     out = {"decode": [], "prefill": [], "sched": []}
     for r in rows:
         dec, running = int(r["decode_reqs"]), int(r["running_reqs"])
         ctx = int(r["decode_context_tokens"])
-        draft = DraftWork(DRAFT[method], dec, block, ctx) if dec and method in DRAFT else None
+        draft = DraftWork(spec.draft_kind, dec, spec.block_size, ctx) if dec and spec.draft_kind else None
         work = StepWork(dec, int(r["verify_tokens"]), ctx, int(r["prefill_tokens"]), int(r["prefill_reqs"]),
                         float(r["prefill_attn_tokens2"]), draft, int(r["decode_max_context"]), running)
         parts = cost.breakdown(work)
@@ -372,8 +370,8 @@ def step_replay(real_dir: Path, method: str, cost=None) -> dict | None:
         ok = ~np.isnan(err)
         res[kind] = {"steps": int(ok.sum()),
                      "median_error": float(np.median(err[ok])) if ok.any() else math.nan,
-                     "by_running": {f"{lo}-{hi}": float(np.median(err[ok & (run >= lo) & (run <= hi)]))
-                                    for lo, hi in bins if (ok & (run >= lo) & (run <= hi)).any()}}
+                     "by_running": {f"{lo}-{hi}": float(np.median(err[m])) for lo, hi in bins
+                                    if (m := ok & (run >= lo) & (run <= hi)).any()}}
     return res
 
 
@@ -470,9 +468,9 @@ def markdown(rows: list[dict], summary: dict, prov: dict, real: str = "DIR",
             "(`visit9`, 1.1 ms); they now read counts, and at 129-256 requests the gap fell to "
             "0.18-0.26 ms without speculation (`visit11`, `visit10`). What is left (retire, admit, "
             "schedule) is measured by the profiler on bursts served by the real loop (`sched` "
-            "part) and is a profile term (`schedule`, 17 us + 0.7 us per running request); steps that retire or admit many "
-            "requests take longer than the bursts (the gap column), a few hundred microseconds on "
-            "20-80 ms steps. The loop also freezes the garbage collector's view of start-up "
+            "part) and is a profile term (`schedule`, 17 us + 0.7 us per running request); "
+            "steps that retire or admit many requests take longer than the bursts (the gap "
+            "column), a few hundred microseconds on 20-80 ms steps. The loop also freezes the garbage collector's view of start-up "
             "objects while serving (`gc.freeze`, as vLLM does).\n"
             "- **Host speed differs between machines.** The same decoder's steps at one running "
             "request took 5.97 ms (no speculation) on `visit11`'s machine and 6.83 ms on "
@@ -488,8 +486,8 @@ def markdown(rows: list[dict], summary: dict, prov: dict, real: str = "DIR",
             "The floor under the longest request does not capture many long requests sharing the "
             "attention's programs; a term for how those programs fill the SMs is the next model "
             "change. Prefill is eager and, under about 1,000 tokens, host-bound (15-25 ms that "
-            "move 2x between runs and machines), which moves TTFT at light load. The Azure 1x slice has 40 requests of 6-90 output tokens and long "
-            "prompts: a request's TPOT depends on whether a 100 ms prefill fell inside its few "
+            "move 2x between runs and machines), which moves TTFT at light load. The Azure 1x "
+            "slice has 40 requests of 6-90 output tokens and long prompts: a request's TPOT depends on whether a 100 ms prefill fell inside its few "
             "steps, so its p50 sits between two clusters and swings between runs; its mean TPOT "
             "moves less.\n\n")
     current = [r for r in rows if r["current_decoder"]]

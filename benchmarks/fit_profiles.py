@@ -66,9 +66,10 @@ def write_profile(profile: Profile, out_dir: Path) -> list[Path]:
 def plot_fit(profile: Profile, path: Path) -> None:
     """Measured points against the fitted curves, one panel per section, plus fitted/measured.
 
-    The grids time graph replays and eager prefill: their curves leave out the host term,
-    which only whole decode steps (the ``step`` rows, in the last panel) include."""
-    cost, grids = ProfileCost(replace(profile, host={})), profile.grids
+    The grids time graph replays and eager prefill: their curves leave out the host terms;
+    whole decode steps (the ``step`` rows, in the last panel) include the host time inside a
+    step, not the serving loop's between steps."""
+    cost, grids = ProfileCost(replace(profile, host={}, schedule=None)), profile.grids
     fig, ax = plt.subplots(2, 2, figsize=(12, 9))
     contexts = sorted({r["context"] for r in grids["verify"]})
     ctx = contexts[len(contexts) // 2]
@@ -81,7 +82,7 @@ def plot_fit(profile: Profile, path: Path) -> None:
         ax[0, 0].plot([r["tokens"] for r in rows], [1e3 * r["step_s"] for r in rows], "o", color=colour,
                       label=f"R={reqs}")
         tokens = range(rows[0]["tokens"], rows[-1]["tokens"] + 1)
-        ax[0, 0].plot(tokens, [1e3 * _graphs_s(cost, StepWork(decode_reqs=reqs, verify_tokens=m,
+        ax[0, 0].plot(tokens, [1e3 * cost.step_s(StepWork(decode_reqs=reqs, verify_tokens=m,
                                decode_context_tokens=reqs * ctx)) for m in tokens], "-", color=colour)
     ax[0, 0].set(xscale="log", yscale="log", xlabel="verify tokens M", ylabel="step ms",
                  title=f"verify, context {ctx} per request")
@@ -92,7 +93,7 @@ def plot_fit(profile: Profile, path: Path) -> None:
         ax[0, 1].plot([r["chunk"] for r in rows], [1e3 * r["step_s"] for r in rows], "o", color=colour,
                       label=f"cached {cached}")
         chunks = range(rows[0]["chunk"], rows[-1]["chunk"] + 1, 16)
-        ax[0, 1].plot(chunks, [1e3 * _graphs_s(cost, _prefill(n, cached)) for n in chunks], "-", color=colour)
+        ax[0, 1].plot(chunks, [1e3 * cost.step_s(_prefill(n, cached)) for n in chunks], "-", color=colour)
     ax[0, 1].set(xscale="log", yscale="log", xlabel="prefill chunk tokens", ylabel="step ms",
                  title="prefill")
     ax[0, 1].legend(fontsize=7)
@@ -104,18 +105,17 @@ def plot_fit(profile: Profile, path: Path) -> None:
                       label=f"{kind} g={size}")
         reqs = range(rows[0]["reqs"], rows[-1]["reqs"] + 1)
         ctx = rows[0]["context"]
-        ax[1, 0].plot(reqs, [1e3 * _graphs_s(cost, StepWork(draft=DraftWork(kind, n, size, n * ctx)))
+        ax[1, 0].plot(reqs, [1e3 * cost.step_s(StepWork(draft=DraftWork(kind, n, size, n * ctx)))
                              for n in reqs], "-", color=colour)
     ax[1, 0].set(xscale="log", yscale="log", xlabel="requests R", ylabel="draft ms", title="drafters")
     ax[1, 0].legend(fontsize=7, ncol=2)
     measured, ratio = _fitted_over_measured(cost, grids)
     ax[1, 1].plot(measured, ratio, ".", alpha=0.6, label="grid points")
-    whole = ProfileCost(profile)
+    whole = ProfileCost(replace(profile, schedule=None))
     steps = [(_whole_step(r), r) for r in grids.get("step", [])]
     if steps:
         ax[1, 1].plot([1e3 * r["step_s"] for _, r in steps],
-                      [(whole.step_s(w) - whole.sched_s(w)) / r["step_s"] - 1 for w, r in steps], "x",
-                      label="whole decode steps")
+                      [whole.step_s(w) / r["step_s"] - 1 for w, r in steps], "x", label="whole decode steps")
     ax[1, 1].legend(fontsize=7)
     for y in (-0.08, -0.03, 0.03, 0.08):
         ax[1, 1].axhline(y, color="grey", lw=0.6, ls="--")
@@ -148,13 +148,7 @@ def _fitted_over_measured(cost: ProfileCost, grids: dict) -> tuple[list[float], 
     works += [(_prefill(r["chunk"], r["cached"]), r) for r in grids["prefill"]]
     works += [(StepWork(draft=DraftWork(r["kind"], r["reqs"], r["block_size"], r["reqs"] * r["context"])), r)
               for r in grids["draft"]]
-    return ([1e3 * r["step_s"] for _, r in works], [_graphs_s(cost, w) / r["step_s"] - 1 for w, r in works])
-
-
-def _graphs_s(cost: ProfileCost, work: StepWork) -> float:
-    """What the profiler times of a grid point: the step without the engine's host terms."""
-    parts = cost.breakdown(work)
-    return sum(v for k, v in parts.items() if k not in ("host_s", "sched_s"))
+    return ([1e3 * r["step_s"] for _, r in works], [cost.step_s(w) / r["step_s"] - 1 for w, r in works])
 
 
 def held_out_table(profiles: list[Profile]) -> str:

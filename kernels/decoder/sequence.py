@@ -51,7 +51,7 @@ class Sequence:
     def prefill_target(self) -> int:
         """Tokens the cache must hold before decoding: all but the anchor, or the
         whole prompt when no token has been generated yet."""
-        return len(self.tokens) - (len(self.tokens) > self.prompt_len)
+        return len(self.tokens) - (self.num_outputs > 0)
 
     @property
     def prefilling(self) -> bool:

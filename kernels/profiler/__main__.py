@@ -17,7 +17,7 @@ reqs, step_s, steps}]`` (the serving loop's host time between steps, ``reqs``
 requests running: bursts served by the real loop) and ``spread: [{reqs, tokens,
 mean, sigma, context, max_context, step_s, uniform_s}]`` (verify steps over
 lognormal contexts as served traffic holds them, and the same step at their mean;
-recorded beside the fit, which does not read them). Random bf16
+the fit reads both as verify rows). Random bf16
 weights; the grid is cut to ``--max-seconds`` (coarse points first), and points
 that do not fit in memory are skipped; both are listed under
 ``provenance.skipped``. ``--resume`` keeps the points of an earlier raw file
@@ -197,7 +197,8 @@ def profile(args) -> int:
                 "of schedule_verify (production) or accept, median of replays, inputs rotating; mixed = "
                 "verify steps (as verify) over requests of short_context tokens and one of max_context; "
                 "sched = the serving loop's gaps between decode steps (serve, GC frozen) with reqs "
-                "requests running, median of 12 after 3")
+                "requests running, median of 12 after 3; spread = verify steps over lognormal "
+                "contexts (mean, sigma; context the mean drawn) and uniform_s the same at the mean")
     if old:
         prov["merged_from"] = [old.get("provenance", {})]
     Path(args.out).mkdir(parents=True, exist_ok=True)

@@ -199,8 +199,9 @@ class Stepper:
         """The serving loop's host time between steps (``sched_s``: retire, admit, schedule)
         with ``reqs`` requests running: a burst of ``reqs`` requests of ``prompt`` tokens
         served by the real loop (``serve``) with drafter ``kind``, until ``steps`` decode steps
-        after the first three. Returns ``{"step_s": median gap, "steps": [[running, gap],
-        ...]}``, or None when the pages do not hold the burst."""
+        after the first three (the scheduler admits what the pages hold: ``running`` says how
+        many ran). Returns ``{"step_s": median gap, "steps": [[running, gap], ...]}``, or None
+        when no decode step was left to time."""
         from dspark_sim.kernels.decoder.engine import serve
 
         dec = self._step_decoder(kind, graphs=True)
@@ -208,7 +209,7 @@ class Stepper:
         seqs = [Sequence(i, self.rng.integers(0, self.vocab, prompt).tolist(), max_new, 1.0, 0)
                 for i in range(reqs)]
         prefill_steps = -(-reqs * prompt // dec.conf.max_batched_tokens)
-        try:  # the scheduler admits what the pages hold: rows say how many ran
+        try:
             run = serve(dec, seqs, max_steps=prefill_steps + 3 + steps)
         finally:
             dec.graphs.clear()
