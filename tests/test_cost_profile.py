@@ -417,6 +417,9 @@ def test_fit_reads_spread_rows_as_verify_steps_at_the_spread_and_at_the_mean():
     rows = _canonical_rows(raw)["verify"]
     assert rows[1:] == [{"reqs": 64, "tokens": 256, "context": 930, "max_context": 3661, "step_s": 0.0188},
                         {"reqs": 64, "tokens": 256, "context": 930, "step_s": 0.0170}]
+    del raw["spread"][0]["reqs"]  # a malformed row: one line naming the key, no traceback
+    with pytest.raises(InputError, match=r"verify\[1\]\.reqs"):
+        fit_profile(raw, MODEL, GPU, folds=2)
 
 
 def test_host_terms_round_trip_and_are_validated():

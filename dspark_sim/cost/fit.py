@@ -365,9 +365,9 @@ def _canonical_rows(raw: dict) -> dict:
             out["verify"] = out["verify"] + [{k: r[k] for k in MIXED_COLUMNS if k in r}
                                              if isinstance(r, dict) else r for r in rows]
             # a spread row also timed the same step with every request at the mean
-            out["verify"] += [{"reqs": r["reqs"], "tokens": r["tokens"], "context": r["context"],
+            out["verify"] += [{**{k: r[k] for k in ("reqs", "tokens", "context") if k in r},
                                "step_s": r["uniform_s"]} for r in rows
-                              if isinstance(r, dict) and "uniform_s" in r and "context" in r]
+                              if isinstance(r, dict) and "uniform_s" in r]
     return out
 
 
