@@ -1,10 +1,11 @@
-"""schedule_verify: DSpark's verify-length scheduler in one launch (DSPARK.md section 3).
+"""schedule_verify: DSpark's verify-length scheduler without host synchronisation (DSPARK.md section 3).
 
-One program does everything, so the launch needs no host synchronisation:
+Small batches (padded R x gamma up to :data:`SINGLE_MAX`) run in one program, one launch:
 STS temperature scaling, prefix survival products, one bitonic sort of every
-admissible (request, position) survival across the batch (R x gamma up to 256 x 16),
-prefix sums, SPS table look-ups by binary search, the budget (argmax of Theta, or
-Algorithm 1's early stop), the per-request counts among the top-K, and the clamps.
+admissible (request, position) survival across the batch, prefix sums, SPS table
+look-ups by binary search, the budget (argmax of Theta, or Algorithm 1's early stop),
+the per-request counts among the top-K, and the clamps. Larger batches, any R, run the
+same rule over many programs in three launches (:mod:`.schedule_verify_multi`).
 
 Semantics (the loop reference :func:`~dspark_sim.kernels.reference.schedule_verify_ref`
 is the definition):
@@ -21,6 +22,8 @@ is the definition):
 * Each request gets verify_len = clamp(1 + its count among the K best *current*
   candidates, min_verify_len, max_verify_len). min_verify_len can force tokens in
   below survival_eps or past max_batch_tokens: it is a hard floor.
+* ``budget_k`` given (an int: the caller sized the budget, as SGLang's host planner does
+  from lagged confidences): K = that number, no Theta search.
 * budget_k = sum(verify_len) - R; theta = Theta of the returned lengths, from the
   current survivals: (R + sum_r sum_{j < verify_len_r - 1} a[r, j]) * SPS(sum(verify_len)).
 """
@@ -37,7 +40,7 @@ from .sps_tensors import SpsTensors
 
 __all__ = ["schedule_verify"]
 
-MAX_SORT_ELEMS = 4096
+SINGLE_MAX = 1024  # padded R x gamma up to which one program does it all (larger: several programs)
 _NO_LIMIT = 2**30
 
 
@@ -150,18 +153,21 @@ def _top_k_counts(flat, ranked, k, BLOCK_R: tl.constexpr, BLOCK_G: tl.constexpr)
 
 # Shape-dependent integers are not specialised on (== 1, % 16): one binary per block shape.
 @triton.jit(do_not_specialize=["stride_cr", "stride_lr", "R", "R_lag", "gamma", "min_len", "max_len", "max_bt",
-                               "n_p", "n_bs", "n_m"])
+                               "n_p", "n_bs", "n_m", "budget"])
 def _schedule_verify_kernel(
     conf_ptr, stride_cr, stride_cg, lag_ptr, stride_lr, stride_lg, temp_ptr,
     probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr, theta_ptr, n_m,
     len_ptr, k_ptr, theta_out_ptr,
-    R, R_lag, gamma, min_len, max_len, max_bt, eps,
+    R, R_lag, gamma, min_len, max_len, max_bt, eps, budget,
     BLOCK_R: tl.constexpr, BLOCK_G: tl.constexpr,
-    ALGORITHM1: tl.constexpr, HAS_LAG: tl.constexpr, ADDITIVE: tl.constexpr, LOG_P: tl.constexpr,
+    ALGORITHM1: tl.constexpr, HAS_LAG: tl.constexpr, HAS_BUDGET: tl.constexpr, ADDITIVE: tl.constexpr,
+    LOG_P: tl.constexpr,
 ):
     a = _survival(conf_ptr, stride_cr, stride_cg, temp_ptr, R, gamma, BLOCK_R, BLOCK_G)
     flat, ranked = _ranked(a, R, gamma, max_len, eps, BLOCK_R, BLOCK_G)
-    if HAS_LAG:
+    if HAS_BUDGET:
+        k = budget
+    elif HAS_LAG:
         a_lag = _survival(lag_ptr, stride_lr, stride_lg, temp_ptr, R_lag, gamma, BLOCK_R, BLOCK_G)
         _, sizing = _ranked(a_lag, R_lag, gamma, max_len, eps, BLOCK_R, BLOCK_G)
         k = _budget(sizing, R, max_bt, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr, theta_ptr, n_m,
@@ -184,11 +190,21 @@ def _schedule_verify_kernel(
     tl.store(theta_out_ptr, tau * sps)
 
 
-def _block_rows(n: int) -> int:
-    return max(16, triton.next_power_of_2(n))
+def block_shape(R: int, gamma: int) -> tuple[int, int]:
+    """``(block_r, block_g)``: the padded request and position counts a launch works on."""
+    return max(16, triton.next_power_of_2(R)), max(2, triton.next_power_of_2(gamma))
 
 
-def _table_args(sps, device):
+def path_for(R: int, gamma: int) -> str:
+    """Which implementation runs a batch: ``single`` (one program) up to :data:`SINGLE_MAX`
+    padded survivals, else ``pairwise`` or ``merge`` (:mod:`.schedule_verify_multi`)."""
+    from .schedule_verify_multi import multi_path
+
+    block_r, block_g = block_shape(R, gamma)
+    return "single" if block_r * block_g <= SINGLE_MAX else multi_path(block_r * block_g)
+
+
+def table_args(sps, device):
     """Kernel arguments for either table form; the unused form gets dummies."""
     if isinstance(sps, SpsTensors):
         t = sps.to(device) if sps.probes.device != device else sps
@@ -203,9 +219,11 @@ def _table_args(sps, device):
 
 
 def schedule_verify(
-    conf, temperatures, sps, *, min_verify_len=1, max_verify_len=None, survival_eps=1e-6, mode="production", lag_conf=None
+    conf, temperatures, sps, *, min_verify_len=1, max_verify_len=None, survival_eps=1e-6, mode="production", lag_conf=None,
+    budget_k=None,
 ):
-    """Choose per-request verify lengths for one DSpark step, in one launch.
+    """Choose per-request verify lengths for one DSpark step, with no host synchronisation
+    (one launch up to :data:`SINGLE_MAX` padded survivals, three above, any R).
 
     Args:
         conf: fp32 [R, gamma], raw draft confidences of the current step, in [0, 1].
@@ -215,39 +233,53 @@ def schedule_verify(
         survival_eps: candidates with survival below it are never admitted.
         mode: ``"production"`` (budget = argmax of Theta) or ``"algorithm1"`` (early stop).
         lag_conf: fp32 [R_lag, gamma], the confidences that size the budget (production only).
+        budget_k: int, a budget sized by the caller (production only, no ``lag_conf``): the
+            kernel takes the top ``budget_k`` current candidates and searches nothing.
 
     Returns:
         verify_len int32 [R] (1..gamma+1, anchor included), budget_k int32 [1] (sum - R),
         theta fp32 [1] (predicted accepted tokens per second of the returned schedule).
     """
-    return run_schedule(conf, temperatures, sps, None, min_verify_len, max_verify_len, survival_eps, mode, lag_conf)
+    return run_schedule(conf, temperatures, sps, None, min_verify_len, max_verify_len, survival_eps, mode, lag_conf,
+                        budget_k)
+
+
+def log_probes(n_probes: int) -> int:
+    """Binary-search depth over a table of ``n_probes`` probes, rounded up to a multiple of 4
+    so that few kernel variants compile."""
+    return max(4, (n_probes.bit_length() + 3) & ~3)
 
 
 def run_schedule(conf, temperatures, sps, cfg, min_verify_len=1, max_verify_len=None, survival_eps=1e-6,
-                 mode="production", lag_conf=None):
-    """schedule_verify with an explicit launch config (None: the tuned profile's)."""
+                 mode="production", lag_conf=None, budget_k=None, path=None):
+    """schedule_verify with an explicit launch config (None: the tuned profile's) and, for
+    benchmarks and tests, an explicit ``path`` (``single``, ``pairwise``, ``merge``)."""
     min_len, max_len = check_schedule_args(conf, temperatures, sps, min_verify_len, max_verify_len, survival_eps, mode,
-                                           lag_conf)
+                                           lag_conf, budget_k)
     R, gamma = conf.shape
     lag = conf if lag_conf is None else lag_conf
     # one row block for both: each (block, lag block) pair would be another binary, and a
     # sort over thousands of elements compiles for seconds in the middle of a serving step
-    block_r, block_g = _block_rows(max(R, lag.shape[0])), max(2, triton.next_power_of_2(gamma))
-    if block_r * block_g > MAX_SORT_ELEMS:
-        raise ValueError(f"schedule_verify sorts at most {MAX_SORT_ELEMS} survivals; got R={R}, gamma={gamma}")
-    table, additive, n_probes, max_bt = _table_args(sps, conf.device)
+    block_r, block_g = block_shape(max(R, lag.shape[0]), gamma)
+    path = path or path_for(max(R, lag.shape[0]), gamma)
+    table, additive, n_probes, max_bt = table_args(sps, conf.device)
     lens = torch.empty(R, dtype=torch.int32, device=conf.device)
-    budget_k = torch.empty(1, dtype=torch.int32, device=conf.device)
+    k_out = torch.empty(1, dtype=torch.int32, device=conf.device)
     theta = torch.empty(1, dtype=torch.float32, device=conf.device)
+    if path != "single":
+        from .schedule_verify_multi import run_multi
+
+        run_multi(conf, lag_conf, temperatures, table, additive, log_probes(n_probes), (lens, k_out, theta),
+                  min_len, max_len, max_bt, float(survival_eps), mode, budget_k, merge=path == "merge")
+        return lens, k_out, theta
     cfg = cfg or autotune.lookup("schedule_verify", {"R": block_r, "G": block_g}, conf.device)
     _schedule_verify_kernel[(1,)](
         conf, conf.stride(0), conf.stride(1), lag, lag.stride(0), lag.stride(1), temperatures,
         *table,
-        lens, budget_k, theta,
-        R, lag.shape[0], gamma, min_len, max_len, max_bt, float(survival_eps),
+        lens, k_out, theta,
+        R, lag.shape[0], gamma, min_len, max_len, max_bt, float(survival_eps), 0 if budget_k is None else int(budget_k),
         BLOCK_R=block_r, BLOCK_G=block_g,
-        ALGORITHM1=mode == "algorithm1", HAS_LAG=lag_conf is not None, ADDITIVE=additive,
-        LOG_P=max(4, (n_probes.bit_length() + 3) & ~3),  # rounded up: few variants compile
-        num_warps=cfg["num_warps"],
+        ALGORITHM1=mode == "algorithm1", HAS_LAG=lag_conf is not None, HAS_BUDGET=budget_k is not None,
+        ADDITIVE=additive, LOG_P=log_probes(n_probes), num_warps=cfg["num_warps"],
     )
-    return lens, budget_k, theta
+    return lens, k_out, theta
