@@ -7,6 +7,7 @@ from dspark_sim.errors import InputError
 
 METHODS = ("none", "static", "dspark")
 SCHEDULERS = ("production", "algorithm1", "full")
+BATCHING = ("prefill_first", "mixed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +21,8 @@ class DecoderConfig:
     ``synthetic``: accept decisions and confidences come from the simulator's
     acceptance model (timing random-weight models); otherwise they are real.
     ``kernels``: ``triton`` runs the fused kernels, ``torch`` their references.
+    ``batching``: ``prefill_first`` (prompt chunks in steps of their own) or ``mixed``
+    (chunks beside the decode windows in every step).
     """
 
     method: str = "dspark"
@@ -32,6 +35,7 @@ class DecoderConfig:
     sts_temperatures: tuple[float, ...] = ()
     max_running_requests: int = 64
     max_batched_tokens: int = 8192
+    batching: str = "prefill_first"
     page_size: int = 16
     max_model_len: int = 16384
     kv_tokens: int = 0  # KV capacity in tokens; 0 = fit the free device memory
@@ -69,6 +73,7 @@ class DecoderConfig:
                           getattr(self, key), "out of range")
         self._require(self.page_size & (self.page_size - 1) == 0, "page_size", self.page_size,
                       "must be a power of two")
+        self._require(self.batching in BATCHING, "batching", self.batching, f"expected one of {BATCHING}")
         self._require(self.kernels in ("triton", "torch"), "kernels", self.kernels, "triton|torch")
         self._require(self.attention in ("triton", "torch"), "attention", self.attention,
                       "triton|torch")

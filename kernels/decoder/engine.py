@@ -4,10 +4,11 @@ Arrivals are honoured in real time (``realtime=True``: idle gaps are slept) or a
 fast as possible (idle gaps are skipped on a virtual clock, so busy periods keep
 their real durations). Times are seconds from the first arrival.
 
-A step's row covers the engine's whole cycle: from the end of the previous step
-(its tokens out) through retiring finished requests, admitting and scheduling
-(``sched_s``, the host time between two steps) to the end of this step's GPU
-work. While serving, the objects alive before it are frozen out of the garbage
+Steps overlap (as SGLang's overlap scheduler): step n+1 is planned and launched
+while step n runs, then step n's tokens are read and committed. A step's row covers
+the engine's whole cycle: from the end of the previous step (its tokens read) to the
+end of this one; ``sched_s`` is the GPU's idle time before the step (the host time
+the overlap did not hide: retiring, admitting, scheduling, launching). While serving, the objects alive before it are frozen out of the garbage
 collector (``gc.freeze``, as vLLM does after start-up): the model, kernels and graphs are
 never garbage, and collections then scan only what serving allocates.
 """
@@ -19,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dspark_sim.kernels.decoder.scheduler import Scheduler
+from dspark_sim.kernels.decoder.scheduler import DRAIN, Scheduler
 from dspark_sim.scenario import DOMAINS
 
 REQUEST_COLUMNS = ("request_id", "arrival_s", "prompt_tokens", "output_tokens", "domain",
@@ -62,60 +63,90 @@ class Run:
 
 
 def serve(decoder, seqs: list, realtime: bool = False, max_steps: int | None = None,
-          on_step=None) -> Run:
+          on_step=None, overlap: bool = True) -> Run:
     """Serve ``seqs`` (sorted by ``arrival_s``) to completion; returns their rows.
-    ``on_step(row)``, if given, sees each step's row as soon as the step ends."""
+    ``on_step(row)``, if given, sees each step's row as soon as the step ends.
+    ``overlap``: launch step n+1 before reading step n's tokens (the default, as
+    SGLang's overlap scheduler and vLLM's asynchronous scheduling); False waits for
+    each step before planning the next."""
     sched, clock, run = Scheduler(decoder), Clock(realtime), Run(sequences=seqs)
-    pending = list(reversed(seqs))
+    arrivals = list(reversed(seqs))
+    flight, last = None, None  # the launched, unfinished step; the last finished one
     gc.collect()
     gc.freeze()
     try:
         mark = clock.now()  # end of the last step (or of the last idle wait)
-        while pending or not sched.idle():
-            while pending and pending[-1].arrival_s <= clock.now():
-                sched.add(pending.pop())
+        while arrivals or not sched.idle() or flight is not None:
+            while arrivals and arrivals[-1].arrival_s <= clock.now():
+                sched.add(arrivals.pop())
             plan = sched.next_step()
+            if flight is not None and (plan is None or plan == DRAIN):
+                mark, last = _land(decoder, sched, run, flight, mark, last, clock, on_step), flight
+                flight = None
+                continue
             if plan is None:
-                clock.wait_until(pending[-1].arrival_s)
+                clock.wait_until(arrivals[-1].arrival_s)
                 mark = clock.now()
                 continue
-            kind, work = plan
-            start = clock.now()
-            for seq in (s for s, _ in work) if kind == "prefill" else work:
+            launched = clock.now()
+            for seq in plan.seqs():
                 if seq.first_scheduled_s is None:
-                    seq.first_scheduled_s = start
-            shape = _work_columns(kind, work)
-            stats = decoder.prefill(work) if kind == "prefill" else decoder.decode(work)
-            decoder.sync()
-            end = clock.now()
-            run.steps.append(_step_row(len(run.steps), mark, end, start - mark, len(sched.running),
-                                       stats, shape))
-            if on_step is not None:
-                on_step(run.steps[-1])
-            for seq in list(sched.running):
-                if seq.first_token_s is None and seq.num_outputs:
-                    seq.first_token_s = end
-                if seq.done:
-                    seq.finish_s = end
-                    sched.finish(seq)
-                    run.requests.append(request_row(seq))
-            mark = end
-            if max_steps is not None and len(run.steps) >= max_steps:
+                    seq.first_scheduled_s = launched
+            step = _Flight(decoder.launch(plan.decode, plan.prefill), _work_columns(plan), len(sched.running),
+                           launched)
+            if flight is not None:
+                mark, last = _land(decoder, sched, run, flight, mark, last, clock, on_step), flight
+            flight = step
+            if not overlap:
+                mark, last = _land(decoder, sched, run, flight, mark, last, clock, on_step), flight
+                flight = None
+            if max_steps is not None and len(run.steps) + (flight is not None) >= max_steps:
                 break
+        if flight is not None:
+            _land(decoder, sched, run, flight, mark, last, clock, on_step)
     finally:
         gc.unfreeze()
     return run
 
 
-def _work_columns(kind: str, work: list) -> dict:
+@dataclass(slots=True)
+class _Flight:
+    """A launched step: the decoder's handle, its work columns, the running count, launch time."""
+
+    pending: object
+    shape: dict
+    running: int
+    launched_s: float
+
+
+def _land(decoder, sched, run: Run, flight: _Flight, mark: float, last, clock, on_step) -> float:
+    """Finish ``flight``: its row (covering the cycle from ``mark``), first tokens, retirements.
+    Returns the step's end. ``sched_s``: the GPU's idle time before the step (the host time
+    the overlap did not hide), or the host time before its launch for the first step."""
+    stats = decoder.finish(flight.pending)
+    end = clock.now()
+    gap = flight.launched_s - mark if last is None else last.pending.timer.gap_to(flight.pending.timer)
+    run.steps.append(_step_row(len(run.steps), mark, end, min(max(gap, 0.0), end - mark), flight.running,
+                               stats, flight.shape))
+    if on_step is not None:
+        on_step(run.steps[-1])
+    for seq in list(sched.running):
+        if seq.first_token_s is None and seq.num_outputs:
+            seq.first_token_s = end
+        if seq.done:  # a launched step may still hold it: it writes nothing the stream has not ordered
+            seq.finish_s = end
+            sched.finish(seq)
+            run.requests.append(request_row(seq))
+    return end
+
+
+def _work_columns(plan) -> dict:
     """What the step does, in the cost model's terms (``StepWork``): KV tokens of the
     decoding requests (sum and longest), prefill requests and their attention pairs."""
-    if kind == "prefill":
-        return {"decode_context_tokens": 0, "decode_max_context": 0, "prefill_reqs": len(work),
-                "prefill_attn_tokens2": sum(n * (s.num_cached + n / 2) for s, n in work)}
-    lengths = [len(s.tokens) for s in work]
+    lengths = [len(s.tokens) + s.pending for s in plan.decode]
     return {"decode_context_tokens": sum(lengths), "decode_max_context": max(lengths, default=0),
-            "prefill_reqs": 0, "prefill_attn_tokens2": 0.0}
+            "prefill_reqs": len(plan.prefill),
+            "prefill_attn_tokens2": sum(n * (s.num_cached + n / 2) for s, n in plan.prefill)}
 
 
 def _step_row(i: int, start: float, end: float, sched_s: float, running: int, st, shape: dict) -> dict:

@@ -68,11 +68,8 @@ def _deployment(s: Section) -> dict:
             raise InputError(s.file, s.path(key), value, why)
     for key in ("router", "gpu_memory_fraction"):
         s.raw(key)
-    batching = s.string("batching", "prefill_first")
-    if batching != "prefill_first":
-        raise InputError(s.file, s.path("batching"), batching,
-                         "the decoder batches prefill_first (prefill-only steps while prompts are pending)")
-    out = {"max_running_requests": s.integer("max_running_requests", 64, minimum=1),
+    out = {"batching": s.string("batching", "mixed", choices=("prefill_first", "mixed")),  # the scenario's default
+           "max_running_requests": s.integer("max_running_requests", 64, minimum=1),
            "max_batched_tokens": s.integer("max_batched_tokens", 8192, minimum=1)}
     chunk = s.integer("chunked_prefill_tokens", None, minimum=1)
     if chunk is not None:
