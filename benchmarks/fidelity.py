@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import datetime as dt
 import json
 import math
@@ -50,7 +51,9 @@ METHODS = {  # run in this order (DSpark first: its kernels take longest to warm
     "mtp3": {"method": "static", "drafter": "mtp", "block_size": 3},
     "none": {"method": "none"},
 }
-# name: (source, requests, load); azure: (first row, time_scale); synthetic: (rate/s, seed)
+# name: (source, requests, load[, batching]); azure: (first row, time_scale); synthetic:
+# (rate/s, seed[, mean prompt tokens]). Batching prefill_first unless named: the "-mixed"
+# cases serve their base case's trace with prompt chunks beside the decode windows.
 TRACES = {
     "azure-1x": ("azure", 40, (4000, 1.0)),
     "azure-8x": ("azure", 100, (4000, 8.0)),
@@ -58,6 +61,10 @@ TRACES = {
     "syn-mid": ("synthetic", 120, (12.0, 2)),
     "syn-high": ("synthetic", 300, (40.0, 3)),
     "syn-sat": ("synthetic", 400, (1000.0, 4)),
+    "long-light": ("synthetic", 16, (0.25, 5, 4000)),
+    "long-mid": ("synthetic", 60, (1.5, 6, 4000)),
+    "syn-mid-mixed": ("synthetic", 120, (12.0, 2), "mixed"),
+    "long-mid-mixed": ("synthetic", 60, (1.5, 6, 4000), "mixed"),
 }
 DOMAIN = {"azure": "code", "synthetic": "math"}
 DEPLOYMENT = {"max_running_requests": 256, "max_batched_tokens": 8192, "batching": "prefill_first"}
@@ -88,12 +95,13 @@ def azure_slice(first: int, count: int, scale: float):
     return (a - a[0]) / scale, p, o
 
 
-def synthetic(count: int, rate: float, seed: int):
-    """Poisson arrivals; prompts lognormal (mean 768), outputs uniform 64..320."""
+def synthetic(count: int, rate: float, seed: int, prompt_mean: int = 768):
+    """Poisson arrivals; prompts lognormal (mean ``prompt_mean``, 32..8192), outputs uniform 64..320."""
     rng = np.random.default_rng(seed)
     a = np.cumsum(rng.exponential(1.0 / rate, count))
     a -= a[0]
-    p = np.clip(np.round(rng.lognormal(np.log(768) - 0.18, 0.6, count)), 32, 6000)
+    cap = 6000 if prompt_mean <= 768 else 8192  # the first cases' cap, kept so their traces do not move
+    p = np.clip(np.round(rng.lognormal(np.log(prompt_mean) - 0.18, 0.6, count)), 32, cap)
     o = rng.integers(64, 321, count)
     return a, p, o
 
@@ -107,15 +115,16 @@ def make_cases() -> list[Path]:
 
     CASES_DIR.mkdir(parents=True, exist_ok=True)
     paths = []
-    for name, (source, count, load) in TRACES.items():
+    for name, (source, count, load, *batching) in TRACES.items():
         a, p, o = azure_slice(load[0], count, load[1]) if source == "azure" else synthetic(count, *load)
+        deployment = {**DEPLOYMENT, "batching": batching[0] if batching else DEPLOYMENT["batching"]}
         if int((p + o).max()) > MAX_MODEL_LEN - 16:
             raise SystemExit(f"{name}: a request exceeds max_model_len {MAX_MODEL_LEN}")
         write_trace(CASES_DIR / f"{name}.csv", a, p, o)
         for method, spec in METHODS.items():
             scenario = {"name": f"{name}__{method}", "model": MODEL, "gpu": GPU,
                         "workload": {"trace": f"{name}.csv", "format": "azure", "domain": DOMAIN[source]},
-                        "deployment": DEPLOYMENT, "speculation": spec, "seed": 0}
+                        "deployment": deployment, "speculation": spec, "seed": 0}
             path = CASES_DIR / f"{name}__{method}.yaml"
             path.write_text(yaml.safe_dump(scenario, sort_keys=False))
             paths.append(path)
@@ -194,6 +203,7 @@ def run_cases(out: Path, max_seconds: float, only: list[str] | None, archive_to:
                 continue
             st = load_settings(path, synthetic=True, device="cuda", dtype="bfloat16",
                                max_model_len=MAX_MODEL_LEN, kv_tokens=kv_tokens)
+            decoder.conf = dataclasses.replace(decoder.conf, batching=st.decoder.batching)  # per case
             for _ in range(passes):  # the passes before the last compile and capture (untimed)
                 seqs = _requests(args, st, spec, decoder)
                 with StallLog(decoder.device) as stalls:

@@ -9,7 +9,9 @@
 # again and keeps the old points beside them (a second process, pooled); replace: parts
 # re-timed from scratch);
 # "bench" runs the decoder table, "bench-dspark" its DSpark rows only (SPS table from the
-# profile), "fidelity" the decoder on trace slices (benchmarks/fidelity.py).
+# profile), "fidelity" the decoder on trace slices (benchmarks/fidelity.py), "targets" the
+# decoder's speed targets (benchmarks/bench_targets.py), "sglang" our kernels beside
+# SGLang's (benchmarks/bench_vs_sglang.py; its wheel carried in .sglang/).
 set -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
@@ -24,6 +26,8 @@ for arg in "$@"; do
     check) python3 benchmarks/gpu_check.py --out "$OUT/gpu_check.json" 2>&1 | tee "$OUT/check.log" ;;
     bench) python3 benchmarks/bench_decoder.py --run --out "$OUT/decoder_bench.json" --max-seconds "${BENCH_S:-240}" 2>&1 | tee "$OUT/bench.log" | grep -v '^{' ;;
     fidelity) python3 benchmarks/fidelity.py run --out /tmp/fidelity --archive "$OUT/fidelity.tgz" --max-seconds "${FIDELITY_S:-300}" ${FIDELITY_ARGS:-} 2>&1 | tee "$OUT/fidelity.log" | tail -30 ;;
+    targets) python3 benchmarks/bench_targets.py --run --out "$OUT/targets.json" --max-seconds "${TARGETS_S:-240}" 2>&1 | tee "$OUT/targets.log" | grep -v '^\[' ;;
+    sglang) python3 benchmarks/bench_vs_sglang.py --run --out "$OUT/vs_sglang.json" --budget-s "${SGLANG_S:-150}" 2>&1 | tee "$OUT/vs_sglang.log" | tail -40 ;;
     bench-dspark) python3 benchmarks/bench_decoder.py --run --methods dspark-full dspark --out "$OUT/decoder_bench_dspark.json" --max-seconds "${BENCH_S:-120}" 2>&1 | tee "$OUT/bench.log" | grep -v '^{' ;;
     *:*) IFS=: read -r m s parts resume replace <<< "$arg"
          extra=(--part "${parts:-all}")
