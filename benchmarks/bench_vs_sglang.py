@@ -12,7 +12,8 @@ confidences): R = 1 .. 4096 at block 7 and 16. Confidences are STS-calibrated
 already (temperatures 1), as SGLang's kernel takes them.
 ``accept``: greedy (``AcceptGreedy`` with SGLang's fused row argmax) and sampling
 (``AcceptSampling``: temperature softmax, chain rejection sampling) against
-``accept_greedy`` / ``accept`` on full windows of bf16 logits, V = 151936.
+``accept_greedy`` / ``accept`` on full windows of fp32 logits (what both engines'
+samplers receive), V = 151936.
 
 Times are medians of CUDA-graph replays (``graph_us``: the GPU time an engine that
 captures its step sees) and of ``triton.testing.do_bench`` (``launch_us``: host launch
@@ -81,7 +82,7 @@ def schedule_rows(sgl, dev, dry: bool, requests, gammas, deadline: float, log) -
                            ours_search=timings(lambda: run_schedule(conf, temps, sps, None), dry))
                 n = max(16, 1 << (R - 1).bit_length()) * max(2, 1 << (gamma - 1).bit_length())
                 for path in ("single", "pairwise", "merge"):
-                    if (path == "single" and n > 4096) or (path == "pairwise" and n > 65536) or dry:
+                    if (path == "single" and n > 2048) or (path == "pairwise" and n > 65536) or dry:
                         continue
                     row[f"ours_{path}"] = timings(lambda p=path: ours(p), dry)
             except Exception as err:
@@ -102,14 +103,14 @@ def accept_rows(sgl, dev, dry: bool, requests, gamma: int, vocab: int, deadline:
         if time.perf_counter() > deadline:
             rows.append({"R": R, "error": "skipped: time budget"})
             continue
-        args, W = accept_case(R, gamma, vocab, dev, seed=R)
-        logits = args["target_logits"]
+        args, W = accept_case(R, gamma, vocab, dev, seed=R, logits_dtype=torch.float32)
+        logits = args["target_logits"]  # fp32, as both engines' samplers receive them
         cand = args["draft_tokens"].view(R, W).clone()
         cand[:, 1:] = args["draft_tokens"].view(R, W)[:, :-1]  # SGLang: the anchor, then the drafts
         row = {"R": R, "gamma": gamma, "V": vocab}
         try:
             greedy_ours = lambda: accept_greedy(logits, args["indptr"], args["draft_tokens"], max_window=W)  # noqa: E731
-            greedy_theirs = lambda: sgl.accept_greedy(candidates=cand, target_logits=logits.float(),  # noqa: E731
+            greedy_theirs = lambda: sgl.accept_greedy(candidates=cand, target_logits=logits,  # noqa: E731
                                                       verify_num_draft_tokens=W, fused_argmax=True)
             a, b = greedy_ours(), greedy_theirs()
             bonus = a[1].long()[torch.arange(R, device=dev), a[0].long()]
@@ -120,7 +121,7 @@ def accept_rows(sgl, dev, dry: bool, requests, gamma: int, vocab: int, deadline:
             probs = args["draft_probs"].view(R, W, vocab)[:, :gamma].contiguous()
             sample_ours = lambda: accept(**args, max_window=W)  # noqa: E731
             sample_theirs = lambda: sgl.accept_sampling(  # noqa: E731
-                candidates=cand, target_logits=logits.float(), draft_probs=probs, sampling_info=info,
+                candidates=cand, target_logits=logits, draft_probs=probs, sampling_info=info,
                 draft_input=None, gamma=gamma, verify_num_draft_tokens=W)
             row["sampling_mean_accepted"] = {"ours": float(sample_ours()[0].float().mean()),
                                              "sglang": float(sample_theirs()[0].float().mean())}
