@@ -157,12 +157,16 @@ def run(args) -> dict:
                           "sglang_wheel": Path(wheel).name, "sm_clocks_before": None if dry else sm_clocks()},
            "method": __doc__.split("\n\n")[2].strip()}
     deadline = start + args.budget_s
+    sections = args.sections.split(",")
     requests = (1, 40) if dry else REQUESTS
-    out["schedule"] = schedule_rows(sgl, dev, dry, requests, (7,) if dry else GAMMAS,
-                                    start + 0.6 * args.budget_s, log)
-    write(args.out, out)
-    out["accept"] = accept_rows(sgl, dev, dry, (2,) if dry else ACCEPT_REQUESTS, 7, 300 if dry else VOCAB,
-                                deadline, log)
+    if "schedule" in sections:
+        share = 0.6 if "accept" in sections else 1.0
+        out["schedule"] = schedule_rows(sgl, dev, dry, requests, (7,) if dry else GAMMAS,
+                                        start + share * args.budget_s, log)
+        write(args.out, out)
+    if "accept" in sections:
+        out["accept"] = accept_rows(sgl, dev, dry, (2,) if dry else ACCEPT_REQUESTS, 7, 300 if dry else VOCAB,
+                                    deadline, log)
     if not dry:
         out["provenance"]["sm_clocks_after"] = sm_clocks()
     write(args.out, out)
@@ -231,6 +235,7 @@ def main(argv=None) -> int:
     p.add_argument("--doc", help="write the tables into this markdown file's vs_sglang block")
     p.add_argument("--budget-s", type=float, default=240.0)
     p.add_argument("--dry-run", action="store_true")
+    p.add_argument("--sections", default="schedule,accept", help="which comparisons to run")
     args = p.parse_args(argv)
     data = run(args) if args.run else json.loads(Path(args.json).read_text())
     text = tables(data)

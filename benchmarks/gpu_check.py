@@ -93,9 +93,11 @@ def kernel_tests() -> list[dict]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--out")
+    p.add_argument("--only", default="attention,decoder,kernels", help="which checks (comma list)")
     args = p.parse_args(argv)
     rows = []
-    for fn in (attention_cases, decoder_cases, kernel_tests):
+    checks = {"attention": attention_cases, "decoder": decoder_cases, "kernels": kernel_tests}
+    for fn in (checks[name] for name in args.only.split(",")):
         try:
             rows += fn()
         except Exception as err:  # report and go on: the timing runs still tell something

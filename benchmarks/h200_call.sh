@@ -23,11 +23,11 @@ export PYTHONPATH=$SHIM${PYTHONPATH:+:$PYTHONPATH} PYTHONSAFEPATH=1  # the repo 
 python3 -c "import dspark_sim.kernels.decoder, torch; print('import ok', torch.__version__, torch.cuda.get_device_name(0))" || exit 1
 for arg in "$@"; do
   case "$arg" in
-    check) python3 benchmarks/gpu_check.py --out "$OUT/gpu_check.json" 2>&1 | tee "$OUT/check.log" ;;
+    check) python3 benchmarks/gpu_check.py --out "$OUT/gpu_check.json" --only "${CHECK_ONLY:-attention,decoder,kernels}" 2>&1 | tee "$OUT/check.log" ;;
     bench) python3 benchmarks/bench_decoder.py --run --out "$OUT/decoder_bench.json" --max-seconds "${BENCH_S:-240}" 2>&1 | tee "$OUT/bench.log" | grep -v '^{' ;;
     fidelity) python3 benchmarks/fidelity.py run --out /tmp/fidelity --archive "$OUT/fidelity.tgz" --max-seconds "${FIDELITY_S:-300}" ${FIDELITY_ARGS:-} 2>&1 | tee "$OUT/fidelity.log" | tail -30 ;;
     targets) python3 benchmarks/bench_targets.py --run --out "$OUT/targets.json" --max-seconds "${TARGETS_S:-240}" 2>&1 | tee "$OUT/targets.log" | grep -v '^\[' ;;
-    sglang) python3 benchmarks/bench_vs_sglang.py --run --out "$OUT/vs_sglang.json" --budget-s "${SGLANG_S:-150}" 2>&1 | tee "$OUT/vs_sglang.log" | tail -40 ;;
+    sglang) python3 benchmarks/bench_vs_sglang.py --run --out "$OUT/vs_sglang.json" --budget-s "${SGLANG_S:-150}" --sections "${SGLANG_SECTIONS:-schedule,accept}" 2>&1 | tee "$OUT/vs_sglang.log" | tail -40 ;;
     bench-dspark) python3 benchmarks/bench_decoder.py --run --methods dspark-full dspark --out "$OUT/decoder_bench_dspark.json" --max-seconds "${BENCH_S:-120}" 2>&1 | tee "$OUT/bench.log" | grep -v '^{' ;;
     *:*) IFS=: read -r m s parts resume replace <<< "$arg"
          extra=(--part "${parts:-all}")

@@ -37,7 +37,8 @@ from .schedule_verify import _steps_per_sec, _survival
 
 PAIRWISE_MAX = 16384  # padded survivals up to which counting against every key beats sorting chunks
 CHUNK = {"pairwise": 1024, "merge": 2048}  # survivals per chunk (merge: ranked within, then merged)
-LOW: tl.constexpr = 2**31  # a key is survival bits * LOW + (LOW - 1 - element index)
+INDEX_BITS = tl.constexpr(31)  # a key is (survival bits << 31) + (INDEX_MASK - element index)
+INDEX_MASK = tl.constexpr(2**31 - 1)
 
 
 def tiles() -> dict:
@@ -72,7 +73,7 @@ def _keys_kernel(conf_ptr, stride_cr, stride_cg, lag_ptr, stride_lr, stride_lg, 
     ok = (jj < gamma) & (jj + 2 <= max_len) & (rr < n) & (a >= eps)
     e = (jj * R_PAD + rr).to(tl.int64)
     bits = a.to(tl.int32, bitcast=True).to(tl.int64)
-    key = tl.reshape(tl.where(ok, bits * LOW + (LOW - 1 - e), -1 - e), [BLOCK_G * CHUNK_R])
+    key = tl.reshape(tl.where(ok, (bits << INDEX_BITS) + (INDEX_MASK - e), -1 - e), [BLOCK_G * CHUNK_R])
     offs = tl.arange(0, BLOCK_G * CHUNK_R)
     tl.store(keys_ptr + which * N_PAD + c * (BLOCK_G * CHUNK_R) + offs, key)
 
@@ -117,9 +118,9 @@ def _rank_kernel(keys_ptr, sorted_ptr, rank_ptr, vals_ptr, spsat_ptr, R, N_PAD, 
     if MODE != 0:
         neg = mine < 0
         if which == 0:
-            tl.store(rank_ptr + tl.where(neg, -1 - mine, (LOW - 1) - mine % LOW), rank)
+            tl.store(rank_ptr + tl.where(neg, -1 - mine, INDEX_MASK - (mine & INDEX_MASK)), rank)
         if which == SIZE_OF:
-            val = tl.where(neg, -1.0, (mine // LOW).to(tl.int32).to(tl.float32, bitcast=True))
+            val = tl.where(neg, -1.0, (mine >> INDEX_BITS).to(tl.int32).to(tl.float32, bitcast=True))
             tl.store(vals_ptr + rank, val)
             sps = _steps_per_sec(R + rank + 1, R, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr,
                                  theta_ptr, n_m, ADDITIVE, LOG_P)
