@@ -11,7 +11,7 @@ registers, which is slow past a thousand survivals and stops at a few thousand. 
    and ranks form a permutation.
 2. ``_rank_kernel`` (a program per block of keys): a key's rank is the number of
    larger keys. ``pairwise`` counts them against every key of the batch (quadratic,
-   fast up to ~16 k survivals). ``merge`` counts within the key's chunk only and writes
+   the faster up to ~4 k survivals). ``merge`` counts within the key's chunk only and writes
    each chunk sorted; a second launch then adds, for every other chunk, the count a
    binary search finds there. The last launch writes the current confidences' ranks
    by element and, when the budget is searched, the sizing survivals at their sorted
@@ -35,7 +35,10 @@ import triton.language as tl
 
 from .schedule_verify import _steps_per_sec, _survival
 
-PAIRWISE_MAX = 16384  # padded survivals up to which counting against every key beats sorting chunks
+# Padded survivals up to which counting against every key beats ranking in chunks and merging.
+# On the H200 (profiles/h200/kernels_vs_sglang.json) pairwise won at 2,048-4,096 survivals and the
+# merge from 8,192 (44 against 49 us at 1,024 x 8; 54 against 61 us at 512 x 16).
+PAIRWISE_MAX = 4096
 CHUNK = {"pairwise": 1024, "merge": 2048}  # survivals per chunk (merge: ranked within, then merged)
 INDEX_BITS = tl.constexpr(31)  # a key is (survival bits << 31) + (INDEX_MASK - element index)
 INDEX_MASK = tl.constexpr(2**31 - 1)

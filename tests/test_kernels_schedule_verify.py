@@ -110,7 +110,7 @@ def test_budget_given_takes_the_top_k(path):
 def test_any_batch_size_4096_requests_at_block_16():
     """R = 4096 at block 16 (65,536 survivals, the many-program merge path) equals the
     loop reference, searching the budget and with a budget given, and repeats bit for bit."""
-    assert path_for(4096, 16) == "merge" and path_for(1024, 16) == "pairwise" and path_for(64, 8) == "single"
+    assert path_for(4096, 16) == "merge" and path_for(256, 16) == "pairwise" and path_for(64, 8) == "single"
     sps = synthetic_sps_table(max_batch_tokens=80_000, device=DEVICE)
     case = schedule_case(4096, 16, DEVICE, seed=1, sps=sps)
     out = schedule_verify(**case)
