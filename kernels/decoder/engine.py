@@ -6,9 +6,9 @@ their real durations). Times are seconds from the first arrival.
 
 Steps overlap (as SGLang's overlap scheduler): step n+1 is planned and launched
 while step n runs, then step n's tokens are read and committed. A step's row covers
-the engine's whole cycle: from the end of the previous step (its tokens read) to the
-end of this one; ``sched_s`` is the GPU's idle time before the step (the host time
-the overlap did not hide: retiring, admitting, scheduling, launching). While serving, the objects alive before it are frozen out of the garbage
+the engine's whole cycle on the GPU: from the end of the previous step to the end of
+this one; ``sched_s`` is the GPU's idle time before the step (the host time the
+overlap did not hide: retiring, admitting, scheduling, launching). While serving, the objects alive before it are frozen out of the garbage
 collector (``gc.freeze``, as vLLM does after start-up): the model, kernels and graphs are
 never garbage, and collections then scan only what serving allocates.
 """
@@ -19,6 +19,8 @@ import gc
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import torch
 
 from dspark_sim.kernels.decoder.scheduler import DRAIN, Scheduler
 from dspark_sim.scenario import DOMAINS
@@ -69,24 +71,24 @@ def serve(decoder, seqs: list, realtime: bool = False, max_steps: int | None = N
     ``overlap``: launch step n+1 before reading step n's tokens (the default, as
     SGLang's overlap scheduler and vLLM's asynchronous scheduling); False waits for
     each step before planning the next."""
-    sched, clock, run = Scheduler(decoder), Clock(realtime), Run(sequences=seqs)
+    loop = _Loop(decoder, Scheduler(decoder), Clock(realtime), Run(sequences=seqs), on_step)
     arrivals = list(reversed(seqs))
-    flight, last = None, None  # the launched, unfinished step; the last finished one
+    sched, clock, flight = loop.sched, loop.clock, None  # flight: the launched, unfinished step
     gc.collect()
     gc.freeze()
     try:
-        mark = clock.now()  # end of the last step (or of the last idle wait)
+        loop.restart()
         while arrivals or not sched.idle() or flight is not None:
             while arrivals and arrivals[-1].arrival_s <= clock.now():
                 sched.add(arrivals.pop())
             plan = sched.next_step()
             if flight is not None and (plan is None or plan == DRAIN):
-                mark, last = _land(decoder, sched, run, flight, mark, last, clock, on_step), flight
+                loop.land(flight)
                 flight = None
                 continue
             if plan is None:
                 clock.wait_until(arrivals[-1].arrival_s)
-                mark = clock.now()
+                loop.restart()
                 continue
             launched = clock.now()
             for seq in plan.seqs():
@@ -95,18 +97,18 @@ def serve(decoder, seqs: list, realtime: bool = False, max_steps: int | None = N
             step = _Flight(decoder.launch(plan.decode, plan.prefill), _work_columns(plan), len(sched.running),
                            launched)
             if flight is not None:
-                mark, last = _land(decoder, sched, run, flight, mark, last, clock, on_step), flight
+                loop.land(flight)
             flight = step
             if not overlap:
-                mark, last = _land(decoder, sched, run, flight, mark, last, clock, on_step), flight
+                loop.land(flight)
                 flight = None
-            if max_steps is not None and len(run.steps) + (flight is not None) >= max_steps:
+            if max_steps is not None and len(loop.run.steps) + (flight is not None) >= max_steps:
                 break
         if flight is not None:
-            _land(decoder, sched, run, flight, mark, last, clock, on_step)
+            loop.land(flight)
     finally:
         gc.unfreeze()
-    return run
+    return loop.run
 
 
 @dataclass(slots=True)
@@ -119,25 +121,61 @@ class _Flight:
     launched_s: float
 
 
-def _land(decoder, sched, run: Run, flight: _Flight, mark: float, last, clock, on_step) -> float:
-    """Finish ``flight``: its row (covering the cycle from ``mark``), first tokens, retirements.
-    Returns the step's end. ``sched_s``: the GPU's idle time before the step (the host time
-    the overlap did not hide), or the host time before its launch for the first step."""
-    stats = decoder.finish(flight.pending)
-    end = clock.now()
-    gap = flight.launched_s - mark if last is None else last.pending.timer.gap_to(flight.pending.timer)
-    run.steps.append(_step_row(len(run.steps), mark, end, min(max(gap, 0.0), end - mark), flight.running,
-                               stats, flight.shape))
-    if on_step is not None:
-        on_step(run.steps[-1])
-    for seq in list(sched.running):
-        if seq.first_token_s is None and seq.num_outputs:
-            seq.first_token_s = end
-        if seq.done:  # a launched step may still hold it: it writes nothing the stream has not ordered
-            seq.finish_s = end
-            sched.finish(seq)
-            run.requests.append(request_row(seq))
-    return end
+@dataclass
+class _Loop:
+    """The serving loop's state between steps.
+
+    Step rows follow the GPU: a step ends when the GPU ends it (its ``end`` event, on the
+    serving clock through an event recorded at a known time after each idle wait), not
+    when the host reads it, which under overlap is after launching the next step; a
+    long launch (an eager prefill) would otherwise move GPU time into the previous row.
+    Requests' times are when the host reads their tokens, as a client sees them.
+    """
+
+    decoder: object
+    sched: Scheduler
+    clock: Clock
+    run: Run
+    on_step: object
+    mark: float = 0.0  # where the next row starts: the last step's end, or the last idle wait's
+    last: object = None  # the last landed step's handle (None after an idle wait)
+    anchor: tuple | None = None  # (event, serving-clock seconds) on the GPU
+
+    def restart(self) -> None:
+        """After an idle wait (or at the start): rows restart at the clock, the GPU's timeline
+        is anchored anew."""
+        self.mark, self.last = self.clock.now(), None
+        if self.decoder.device.type == "cuda":
+            torch.cuda.synchronize(self.decoder.device)
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            event.synchronize()
+            self.anchor = (event, self.clock.now())
+
+    def land(self, flight: _Flight) -> None:
+        """Finish ``flight``: its row, first tokens, retirements. ``sched_s``: the GPU's idle
+        time before the step (host time the overlap did not hide), or, after an idle wait,
+        the host time before its launch."""
+        stats = self.decoder.finish(flight.pending)
+        seen = self.clock.now()
+        timer = flight.pending.timer
+        end = seen
+        if self.anchor is not None and timer.cuda:
+            end = min(seen, self.anchor[1] + self.anchor[0].elapsed_time(timer.marks["end"]) / 1e3)
+        end = max(end, self.mark)
+        gap = flight.launched_s - self.mark if self.last is None else self.last.timer.gap_to(timer)
+        self.run.steps.append(_step_row(len(self.run.steps), self.mark, end, min(max(gap, 0.0), end - self.mark),
+                                        flight.running, stats, flight.shape))
+        if self.on_step is not None:
+            self.on_step(self.run.steps[-1])
+        for seq in list(self.sched.running):
+            if seq.first_token_s is None and seq.num_outputs:
+                seq.first_token_s = seen
+            if seq.done:  # a launched step may still hold it: it writes nothing the stream has not ordered
+                seq.finish_s = seen
+                self.sched.finish(seq)
+                self.run.requests.append(request_row(seq))
+        self.mark, self.last = end, flight.pending
 
 
 def _work_columns(plan) -> dict:
