@@ -146,10 +146,7 @@ def launch(dec, decode: list, prefill: list) -> Pending:
                            out[:len(flags)].reshape(-1), budget.reshape(1).to(torch.int32)])
     host = _pinned(stats_dev)
     host.copy_(stats_dev, non_blocking=True)
-    event = None
-    if dev.type == "cuda":
-        event = torch.cuda.Event()
-        event.record()
+    timer.mark("end")  # after the copy: when it is done, every mark of the step is
     for s in decode:
         s.pending += width
         s.pending_min += 1
@@ -160,8 +157,8 @@ def launch(dec, decode: list, prefill: list) -> Pending:
         if flags[rp + i] & SAMPLE:
             s.pending += 1
             s.pending_min += 1
-    timer.mark("end")
-    return Pending(decode, prefill, len(flags), rp, width, host, event, timer, stats, flags)
+    return Pending(decode, prefill, len(flags), rp, width, host, timer.marks["end"] if timer.cuda else None,
+                   timer, stats, flags)
 
 
 def finish(dec, p: Pending) -> StepStats:
