@@ -129,8 +129,9 @@ def write(path, data: dict) -> None:
         os.replace(tmp, path)
 
 
-def checks(data: dict) -> list[dict]:
-    """Each target with its measured value, bound and verdict."""
+def checks(data: dict, replicate: dict | None = None) -> list[dict]:
+    """Each target with its measured value, bound and verdict (``replicate``: the same run on
+    another GPU: every overlapped step within 3 % of this one's)."""
     from dspark_sim.catalog import get_model
 
     get = {(r["method"], r["reqs"], r["overlap"]): r for r in data["rows"] if "error" not in r}
@@ -161,12 +162,23 @@ def checks(data: dict) -> list[dict]:
         ratio = ds["tok_per_s_per_user"] / no["tok_per_s_per_user"]
         out.append({"target": "DSpark / no speculation tok/s/user at R = 1 (math)", "value": ratio, "bound": 4.0,
                     "at_least": True, "detail": f"{ds['tok_per_s_per_user']:.0f} vs {no['tok_per_s_per_user']:.0f}"})
+    if replicate is not None:
+        other = {(r["method"], r["reqs"], r["overlap"]): r for r in replicate["rows"] if "error" not in r}
+        diffs = [(k, 100 * (other[k]["step_ms"] / r["step_ms"] - 1)) for k, r in get.items() if k in other]
+        served = [d for d in diffs if d[0][2]]
+        if served:
+            worst = max(served, key=lambda d: abs(d[1]))
+            waited = [abs(d) for k, d in diffs if not k[2]]
+            out.append({"target": "overlapped steps on two GPUs: largest difference, %", "value": abs(worst[1]),
+                        "bound": 3.0, "detail": f"{worst[0][0]} R = {worst[0][1]}: {worst[1]:+.1f} % (GPU "
+                                                f"{replicate['provenance'].get('gpu_uuid')}); steps waited for: up to "
+                                                f"{max(waited, default=0):.1f} %"})
     for c in out:
         c["met"] = c["value"] >= c["bound"] if c.get("at_least") else c["value"] <= c["bound"]
     return out
 
 
-def table(data: dict) -> str:
+def table(data: dict, replicate: dict | None = None) -> str:
     lines = ["| method | R | overlap | step ms | target forward ms | draft ms | exposed host ms | tok/s/user | tok/s |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in data["rows"]:
@@ -179,7 +191,7 @@ def table(data: dict) -> str:
                      f"{r['verify_ms']:.2f} | {r['draft_ms']:.2f} | {host} | {r['tok_per_s_per_user']:.1f} | "
                      f"{r['tok_per_s']:.0f} |")
     lines += ["", "| target | measured | bound | met | detail |", "|---|---|---|---|---|"]
-    for c in checks(data):
+    for c in checks(data, replicate):
         lines.append(f"| {c['target']} | {c['value']:.3f} | {'>=' if c.get('at_least') else '<='} {c['bound']} | "
                      f"{'yes' if c['met'] else 'no'} | {c['detail']} |")
     return "\n".join(lines)
@@ -201,6 +213,7 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=str(JSON))
     p.add_argument("--out", help="with --run: where to write the JSON")
     p.add_argument("--doc", help="write the table into this markdown file's targets block")
+    p.add_argument("--replicate", help="the same benchmark from another GPU: steps compared")
     p.add_argument("--model", default="qwen3-8b")
     p.add_argument("--context", type=int, default=1024)
     p.add_argument("--steps", type=int, default=24)
@@ -208,7 +221,8 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="cuda")
     args = p.parse_args(argv)
     data = run(args) if args.run else json.loads(Path(args.json).read_text())
-    text = table(data)
+    replicate = json.loads(Path(args.replicate).read_text()) if args.replicate else None
+    text = table(data, replicate)
     print(text)
     if args.doc:
         from doc_blocks import write_block

@@ -3,6 +3,7 @@
     python benchmarks/bench_vs_sglang.py --run --wheel W.whl [--out F.json] [--budget-s 240]  # on a GPU
     TRITON_INTERPRET=1 python benchmarks/bench_vs_sglang.py --run --wheel W.whl --dry-run     # CPU smoke test
     python benchmarks/bench_vs_sglang.py [--json F] [--doc docs/kernels.md]                  # the tables
+    python benchmarks/bench_vs_sglang.py --merge RUN1.json RUN2.json --out F.json            # join runs
 
 ``schedule``: SGLang's top-K verify-length kernel (``ScheduleVerifyLensTopk``, three
 launches; its budget comes from its host planner) against ``schedule_verify`` given
@@ -191,18 +192,24 @@ def _ratio(a: dict | None, b: dict | None, key: str = "graph_us") -> str:
 
 
 def tables(data: dict) -> str:
-    """Markdown: the scheduler (graph and launch times, speed-up over SGLang), then accept."""
-    lines = ["| gamma | R | path | K | SGLang top-K graph us | ours, K given, graph us | x SGLang | ours searching K, "
+    """Markdown: the scheduler (graph and launch times, speed-up over SGLang), then accept.
+    ``now``: the path the thresholds in the code pick today (set from these rows), timed in
+    the row's own run (each path is timed on its own)."""
+    from dspark_sim.kernels.schedule_verify import path_for
+
+    lines = ["| gamma | R | path now | K | SGLang top-K graph us | ours, K given, graph us | x SGLang | ours searching K, "
              "graph us | SGLang launch us | ours launch us | single / pairwise / merge graph us | mismatches |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in data.get("schedule", []):
         if "error" in r:
             lines.append(f"| {r['gamma']} | {r['R']} | error: {r['error'][:80]} |" + " |" * 9)
             continue
+        now = path_for(r["R"], r["gamma"])
+        ours = r.get(f"ours_{now}") or r["ours"]
         paths = " / ".join(_us(r.get(f"ours_{p}")) for p in ("single", "pairwise", "merge"))
-        lines.append(f"| {r['gamma']} | {r['R']} | {r['auto_path']} | {r['budget_k']} | {_us(r['sglang'])} | "
-                     f"{_us(r['ours'])} | {_ratio(r['sglang'], r['ours'])} | {_us(r['ours_search'])} | "
-                     f"{_us(r['sglang'], 'launch_us')} | {_us(r['ours'], 'launch_us')} | {paths} | {r['mismatches']} |")
+        lines.append(f"| {r['gamma']} | {r['R']} | {now} | {r['budget_k']} | {_us(r['sglang'])} | "
+                     f"{_us(ours)} | {_ratio(r['sglang'], ours)} | {_us(r['ours_search'])} | "
+                     f"{_us(r['sglang'], 'launch_us')} | {_us(ours, 'launch_us')} | {paths} | {r['mismatches']} |")
     lines += ["", "| R | greedy: SGLang graph us | ours | x SGLang | mismatches | sampling: SGLang graph us | ours | "
               "x SGLang | mean accepted SGLang / ours |", "|---|---|---|---|---|---|---|---|---|"]
     for r in data.get("accept", []):
@@ -218,12 +225,30 @@ def tables(data: dict) -> str:
     return "\n".join(lines)
 
 
+def merge(paths) -> dict:
+    """One result from several runs: each section from the last run holding it without
+    errors, with that run's provenance (``section_provenance``)."""
+    out = {"section_provenance": {}}
+    for path in paths:
+        data = json.loads(Path(path).read_text())
+        out.setdefault("method", data.get("method"))
+        for section in ("schedule", "accept"):
+            rows = data.get(section) or []
+            if rows and not any("error" in r for r in rows):
+                out[section] = rows
+                out["section_provenance"][section] = {**data["provenance"], "run_file": Path(path).name}
+    return out
+
+
 def header(data: dict) -> str:
-    p = data["provenance"]
-    return (f"Measured {p.get('date')} on {p.get('gpu')} (host {p.get('host')}, GPU {p.get('gpu_uuid')}, driver "
-            f"{p.get('driver')}, CUDA {p.get('cuda')}, torch {p.get('torch')}, triton {p.get('triton')}) against "
-            f"SGLang's kernels from `{p.get('sglang_wheel')}`; SM clocks before/after {p.get('sm_clocks_before')} / "
-            f"{p.get('sm_clocks_after')}. Full numbers: `profiles/h200/kernels_vs_sglang.json`.")
+    runs = data.get("section_provenance") or {"schedule and accept": data["provenance"]}
+    lines = []
+    for section, p in runs.items():
+        lines.append(f"{section}: measured {p.get('date')} on {p.get('gpu')} (host {p.get('host')}, GPU "
+                     f"{p.get('gpu_uuid')}, driver {p.get('driver')}, CUDA {p.get('cuda')}, torch {p.get('torch')}, "
+                     f"triton {p.get('triton')}) against SGLang's kernels from `{p.get('sglang_wheel')}`; SM clocks "
+                     f"before/after {p.get('sm_clocks_before')} / {p.get('sm_clocks_after')}.")
+    return " ".join(lines) + " Full numbers: `profiles/h200/kernels_vs_sglang.json`."
 
 
 def main(argv=None) -> int:
@@ -236,8 +261,14 @@ def main(argv=None) -> int:
     p.add_argument("--budget-s", type=float, default=240.0)
     p.add_argument("--dry-run", action="store_true")
     p.add_argument("--sections", default="schedule,accept", help="which comparisons to run")
+    p.add_argument("--merge", nargs="+", help="result files: each section from the last that holds it whole; "
+                   "written to --out")
     args = p.parse_args(argv)
-    data = run(args) if args.run else json.loads(Path(args.json).read_text())
+    if args.merge:
+        data = merge(args.merge)
+        write(args.out, data)
+    else:
+        data = run(args) if args.run else json.loads(Path(args.json).read_text())
     text = tables(data)
     print(text)
     if args.doc:
