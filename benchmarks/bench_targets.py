@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
+
+from outputs import write_block, write_result
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -113,20 +114,13 @@ def run(args) -> dict:
                     row["error"] = f"{type(err).__name__}: {str(err)[:300]}"
                 out["rows"].append(row)
                 log(json.dumps(row))
-                write(args.out, out)
+                write_result(args.out, out)
         del dec
         if dev.type == "cuda":
             torch.cuda.empty_cache()
     out["provenance"]["sm_clocks_after"] = sm_clocks()
-    write(args.out, out)
+    write_result(args.out, out)
     return out
-
-
-def write(path, data: dict) -> None:
-    if path:
-        tmp = Path(str(path) + ".tmp")
-        tmp.write_text(json.dumps(data, indent=1) + "\n")
-        os.replace(tmp, path)
 
 
 def checks(data: dict, replicate: dict | None = None) -> list[dict]:
@@ -225,7 +219,6 @@ def main(argv=None) -> int:
     text = table(data, replicate)
     print(text)
     if args.doc:
-        from doc_blocks import write_block
         write_block(Path(args.doc), "targets", header(data) + "\n\n" + text)
     return 0
 

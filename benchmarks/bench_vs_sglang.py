@@ -27,11 +27,11 @@ from __future__ import annotations
 import argparse
 import glob
 import json
-import math
-import os
 import sys
 import time
 from pathlib import Path
+
+from outputs import write_block, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 JSON = REPO / "profiles" / "h200" / "kernels_vs_sglang.json"
@@ -164,21 +164,14 @@ def run(args) -> dict:
         share = 0.6 if "accept" in sections else 1.0
         out["schedule"] = schedule_rows(sgl, dev, dry, requests, (7,) if dry else GAMMAS,
                                         start + share * args.budget_s, log)
-        write(args.out, out)
+        write_result(args.out, out)
     if "accept" in sections:
         out["accept"] = accept_rows(sgl, dev, dry, (2,) if dry else ACCEPT_REQUESTS, 7, 300 if dry else VOCAB,
                                     deadline, log)
     if not dry:
         out["provenance"]["sm_clocks_after"] = sm_clocks()
-    write(args.out, out)
+    write_result(args.out, out)
     return out
-
-
-def write(path, data: dict) -> None:
-    if path:
-        tmp = Path(str(path) + ".tmp")
-        tmp.write_text(json.dumps(data, indent=1) + "\n")
-        os.replace(tmp, path)
 
 
 def _us(t: dict | None, key: str = "graph_us") -> str:
@@ -266,15 +259,12 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.merge:
         data = merge(args.merge)
-        write(args.out, data)
+        write_result(args.out, data)
     else:
         data = run(args) if args.run else json.loads(Path(args.json).read_text())
     text = tables(data)
     print(text)
     if args.doc:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from doc_blocks import write_block
-
         write_block(Path(args.doc), "vs_sglang", header(data) + "\n\n" + text)
     return 0
 
