@@ -24,6 +24,7 @@ from dspark_sim.acceptance.model import AcceptanceModel
 from dspark_sim.acceptance.preset import BUILTIN_PATH
 from dspark_sim.acceptance.replay import serve_full_blocks
 from dspark_sim.metrics.outdir import atomic_write_text
+from dspark_sim.names import DOMAINS
 
 NUM_REQUESTS, STEPS = 2048, 16  # fitting draws: 32768 request-steps per preset
 CHECK_REQUESTS, CHECK_TOKENS = 2000, 256
@@ -41,7 +42,7 @@ def jobs() -> list[dict]:
         for domain, cell in by_domain.items():
             out.append(dict(drafter=drafter, target=target, domain=domain, dataset=None,
                             accept_len=float(np.mean(cell))))
-    for domain in paper.DOMAINS:
+    for domain in DOMAINS:
         out.append(dict(drafter="mtp", target="deepseek-v3", domain=domain, dataset=None,
                         curve=paper.mtp_accept()))
         out.append(dict(drafter="dspark", target="deepseek-v4-flash", domain=domain, dataset=None,

@@ -11,11 +11,7 @@ from typing import Any
 
 from dspark_sim.config import Section, load_yaml
 from dspark_sim.errors import InputError
-
-DOMAINS = ("math", "code", "chat")
-METHODS = ("none", "static", "threshold", "schedule", "dspark")
-BLOCK_DRAFTERS = ("dspark", "dflash")
-CHAIN_DRAFTERS = ("eagle3", "mtp")
+from dspark_sim.names import BLOCK_DRAFTERS, DOMAINS, DRAFTERS, METHODS
 ROUTERS = ("round_robin", "least_outstanding")
 
 
@@ -56,10 +52,10 @@ class Deployment:
 
 @dataclass(frozen=True, slots=True)
 class ScheduleRule:
-    """Draft tokens ``num_draft_tokens`` while the batch has at most ``max_batch_size`` requests."""
+    """Draft ``block_size`` tokens a request while the batch has at most ``max_batch_size`` requests."""
 
     max_batch_size: int | None
-    num_draft_tokens: int
+    block_size: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +64,7 @@ class Speculation:
 
     method: str = "none"
     drafter: str = "dspark"
-    block_size: int = 7  # drafts produced per request per step (gamma, or k)
+    block_size: int = 7  # tokens drafted per request per step
     scheduler: str = "production"
     lag_steps: int = 2
     min_verify_len: int = 1  # counts the anchor
@@ -218,7 +214,7 @@ def _speculation(s: Section, base: Path) -> Speculation:
     from dspark_sim.acceptance import AcceptanceConfig
 
     method = s.string("method", "none", choices=METHODS)
-    drafter = s.string("drafter", None, choices=BLOCK_DRAFTERS + CHAIN_DRAFTERS)
+    drafter = s.string("drafter", None, choices=DRAFTERS)
     block_size = s.integer("block_size", None, minimum=1, maximum=16)
     k = s.integer("num_draft_tokens", None, minimum=1, maximum=16)
     if block_size is not None and k is not None and block_size != k:
@@ -263,8 +259,10 @@ def _schedule(s: Section) -> tuple[ScheduleRule, ...]:
     rules = []
     for i, item in enumerate(raw):
         r = Section(item, s.file, f"{s.path('schedule')}[{i}]")
+        size = r.integer("block_size", None, minimum=0, maximum=16)
+        alias = r.integer("num_draft_tokens", None, minimum=0, maximum=16)  # the older name
         rules.append(ScheduleRule(r.integer("max_batch_size", None, minimum=1),
-                                  r.integer("num_draft_tokens", 0, minimum=0, maximum=16)))
+                                  size if size is not None else alias or 0))
         r.done()
     bounds = [r.max_batch_size for r in rules if r.max_batch_size is not None]
     if bounds != sorted(bounds) or len(set(bounds)) != len(bounds):

@@ -8,8 +8,9 @@ user's own numbers. docs/acceptance.md explains the model and the fit.
 """
 from dspark_sim.acceptance.config import AcceptanceConfig
 from dspark_sim.acceptance.model import AcceptanceModel
-from dspark_sim.acceptance.paper import DATASETS, DOMAINS
-from dspark_sim.acceptance.preset import DRAFTERS, MAX_POSITIONS, AcceptancePreset, get_preset
+from dspark_sim.acceptance.paper import DATASETS
+from dspark_sim.acceptance.preset import MAX_POSITIONS, AcceptancePreset, get_preset
+from dspark_sim.names import DOMAINS, DRAFTERS
 
 __all__ = ["DATASETS", "DOMAINS", "DRAFTERS", "MAX_POSITIONS", "AcceptanceConfig", "AcceptanceModel",
            "AcceptancePreset", "get_preset"]

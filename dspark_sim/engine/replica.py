@@ -107,7 +107,7 @@ class Replica:
             dec = dec[:0]  # decoding requests wait while prompts are prefilled
         num_dec = n if pre is None else dec.size
         p_true, verify_len, budget = None, None, 0
-        drafts = self.policy.drafts_for(num_dec) if num_dec else 0
+        drafts = self.policy.block_size_for(num_dec) if num_dec else 0
         verify_tokens = num_dec
         if drafts:
             p_true, conf = ctx.acceptance.step(c["difficulty"][:n][dec], c["domain"][:n][dec], drafts, self.rng)

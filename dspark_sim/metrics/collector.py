@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dspark_sim.scenario import DOMAINS
+from dspark_sim.names import DOMAINS
 
 REQUEST_COLUMNS = ("request_id", "arrival_s", "prompt_tokens", "output_tokens", "domain",
                    "first_scheduled_s", "first_token_s", "finish_s", "queue_delay_ms", "ttft_ms",

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from dspark_sim.scenario import DOMAINS, Slo
+from dspark_sim.names import DOMAINS
+from dspark_sim.scenario import Slo
 
 PERCENTILES = (("mean", None), ("median", 50), ("p90", 90), ("p99", 99))
 

@@ -113,7 +113,7 @@ def _requests(args, st, spec, decoder) -> list:
     rng = np.random.default_rng(st.decoder.seed)
     names = [d for d, _ in st.domains]
     weights = np.array([w for _, w in st.domains])
-    from dspark_sim.scenario import DOMAINS as domains
+    from dspark_sim.names import DOMAINS as domains
     limit = st.decoder.max_model_len - st.decoder.window - 1
     seqs = []
     if args.prompts:

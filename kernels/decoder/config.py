@@ -4,8 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dspark_sim.errors import InputError
+from dspark_sim.names import METHODS
 
-METHODS = ("none", "static", "dspark")
+DECODER_METHODS = tuple(m for m in METHODS if m in ("none", "static", "dspark"))  # what it can run
 SCHEDULERS = ("production", "algorithm1", "full")
 
 
@@ -32,7 +33,7 @@ class DecoderConfig:
     sts_temperatures: tuple[float, ...] = ()
     max_running_requests: int = 64
     max_batched_tokens: int = 8192
-    page_size: int = 16
+    kv_block_tokens: int = 16  # tokens a KV-cache page holds
     max_model_len: int = 16384
     kv_tokens: int = 0  # KV capacity in tokens; 0 = fit the free device memory
     draft_layers: int = 5
@@ -47,7 +48,7 @@ class DecoderConfig:
     source: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        self._require(self.method in METHODS, "method", self.method, f"expected one of {METHODS}")
+        self._require(self.method in DECODER_METHODS, "method", self.method, f"expected one of {DECODER_METHODS}")
         self._require(self.scheduler in SCHEDULERS, "scheduler", self.scheduler,
                       f"expected one of {SCHEDULERS}")
         self._require(self.method == "none" or 1 <= self.block_size <= 16, "block_size",
@@ -63,11 +64,11 @@ class DecoderConfig:
                       f"({self.block_size})")
         self._require(all(t > 0 for t in self.sts_temperatures), "sts", self.sts_temperatures,
                       "temperatures must be > 0")
-        for key in ("max_running_requests", "max_batched_tokens", "page_size", "max_model_len",
+        for key in ("max_running_requests", "max_batched_tokens", "kv_block_tokens", "max_model_len",
                     "draft_layers", "markov_rank", "lag_steps"):
             self._require(getattr(self, key) >= (0 if key == "lag_steps" else 1), key,
                           getattr(self, key), "out of range")
-        self._require(self.page_size & (self.page_size - 1) == 0, "page_size", self.page_size,
+        self._require(self.kv_block_tokens & (self.kv_block_tokens - 1) == 0, "kv_block_tokens", self.kv_block_tokens,
                       "must be a power of two")
         self._require(self.kernels in ("triton", "torch"), "kernels", self.kernels, "triton|torch")
         self._require(self.attention in ("triton", "torch"), "attention", self.attention,

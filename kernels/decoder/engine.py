@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dspark_sim.kernels.decoder.scheduler import Scheduler
-from dspark_sim.scenario import DOMAINS
+from dspark_sim.names import DOMAINS
 
 REQUEST_COLUMNS = ("request_id", "arrival_s", "prompt_tokens", "output_tokens", "domain",
                    "first_scheduled_s", "first_token_s", "finish_s", "queue_delay_ms", "ttft_ms",

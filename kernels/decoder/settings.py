@@ -80,7 +80,7 @@ def _deployment(s: Section) -> dict:
     page = s.integer("kv_block_tokens", 16, minimum=1)
     if page & (page - 1):
         raise InputError(s.file, s.path("kv_block_tokens"), page, "the decoder's pages need a power of two")
-    out["page_size"] = page
+    out["kv_block_tokens"] = page
     s.done()
     return out
 
