@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from dspark_sim.compare import format_table, plot, sweep
+from dspark_sim.sweep import format_table, plot, sweep
 from dspark_sim.scenario import load_scenario
 
 REPO = Path(__file__).resolve().parents[1]

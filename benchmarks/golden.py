@@ -32,6 +32,7 @@ GOLDEN = REPO / "tests" / "golden"
 EXAMPLE = REPO / "examples" / "azure_code_h200.yaml"
 VALIDATION = REPO / "profiles" / "h200" / "validation" / "real"
 REAL, REPLICATE = VALIDATION / "visit11", VALIDATION / "visit10"
+CASES = REPO / "profiles" / "h200" / "validation" / "cases"
 TUNE_SCENARIO = GOLDEN / "tune.yaml"
 
 
@@ -45,18 +46,9 @@ def summary(tmp: Path) -> dict:
 
 def errors(tmp: Path) -> dict:
     """The fidelity comparison's ``errors.json`` on the committed decoder runs (no plots)."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    import fidelity
+    from dspark_sim.validation.fidelity import error_report
 
-    from dspark_sim import validate
-
-    validate.plot = lambda *args: None  # plots do not change the numbers and take most of the time
-    rows = fidelity.compare([REAL], tmp / "main", quiet=True)
-    replicate = fidelity.compare([REPLICATE], tmp / "replicate", quiet=True)
-    metas = sorted(REAL.glob("*/meta.json"))
-    return {"provenance": json.loads(metas[0].read_text())["provenance"], "summary": fidelity.summarise(rows),
-            "cases": rows, "replicate": {"run": REPLICATE.name, "summary": fidelity.summarise(replicate),
-                                         "cases": replicate}}
+    return error_report(CASES, [REAL], tmp / "main", replicate=REPLICATE, plots=False)
 
 
 def compare(tmp: Path) -> dict:

@@ -3,7 +3,7 @@
 The engine uses ``AcceptanceModel`` (built from the scenario's
 ``AcceptanceConfig``); presets fitted to the DSpark paper live in
 presets.json (benchmarks/fit_acceptance.py writes it); ``dspark-sim
-calibrate`` (``acceptance.cli``) fits a preset and STS temperatures from a
+calibrate`` (``dspark_sim.commands.calibrate``) fits a preset and STS temperatures from a
 user's own numbers. docs/acceptance.md explains the model and the fit.
 """
 from dspark_sim.acceptance.config import AcceptanceConfig

@@ -131,7 +131,7 @@ class Replica:
                 "p_true": p_true, "budget": budget, "tokens": verify_tokens + prefill_tokens,
                 "prefill_tokens": prefill_tokens, "kv_needed": int(kv.sum()) + verify_tokens + prefill_tokens,
                 "step_s": sum(parts.values()), "draft_s": parts.get("draft_s", 0.0),
-                "sched_s": parts.get("sched_s", 0.0), "start_s": self.env.now}
+                "sched_s": parts.get("sched_s", 0.0), "start_s": self.env.now, "work": work}
 
     def _preempt_newest(self) -> None:
         """Recompute preemption: the last admitted request goes back to the queue head."""
