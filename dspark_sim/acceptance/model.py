@@ -6,6 +6,7 @@ from dataclasses import replace
 import numpy as np
 
 from dspark_sim.acceptance.config import AcceptanceConfig
+from dspark_sim.acceptance.noise import standard_noise
 from dspark_sim.acceptance.paper import FIT_POSITIONS
 from dspark_sim.acceptance.preset import MAX_POSITIONS, AcceptancePreset, PresetTable, builtin, extend
 from dspark_sim.names import DOMAINS
@@ -120,29 +121,6 @@ class AcceptanceModel:
         return np.minimum(run, num_drafts)
 
 
-def standard_noise(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-    """Zero-mean, unit-variance noise, float64 of ``shape``: the scaled sum of four random bytes.
-
-    An Irwin-Hall(4) approximation of the standard normal (excess kurtosis
-    -0.3, tails cut at 3.46 sd), about three times cheaper than
-    ``rng.standard_normal``, whose cost dominates a step. The fit draws its
-    common random numbers with this same function, so the presets are fitted
-    to exactly this noise.
-    """
-    n = int(np.prod(shape))
-    planes = rng.bit_generator.random_raw((n + 1) // 2).view(np.uint8)[: 4 * n].reshape(4, n)
-    total = planes[0].astype(np.int16)
-    total += planes[1]
-    total += planes[2]
-    total += planes[3]
-    z = np.multiply(total, _BYTE_SUM_INV_SD)
-    z -= 510.0 * _BYTE_SUM_INV_SD  # four times the byte mean 127.5
-    return z.reshape(shape)
-
-
-_BYTE_SUM_INV_SD = 1.0 / np.sqrt(4 * (256 ** 2 - 1) / 12)
-
-
 # Accepted-prefix length by bit pattern: the rows of ``ok`` become integers (bit k = draft k+1
 # accepted) and a table gives the number of trailing ones, i.e. drafts before the first rejection.
 def _leading_ones_table(bits: int) -> np.ndarray:
@@ -166,7 +144,8 @@ def _override(preset: AcceptancePreset, cfg: AcceptanceConfig) -> AcceptancePres
         preset = replace(preset, difficulty_sigma=cfg.difficulty_sigma)
     if cfg.auc is None:
         return preset
-    from dspark_sim.acceptance.fit import refit_head  # the fitter (scipy.optimize) only when asked
+    # an ``auc`` override is a fit (scipy.optimize): only a scenario that asks for one loads the fitter
+    from dspark_sim.acceptance.fit import refit_head
 
     auc = (tuple(cfg.auc) + (cfg.auc[-1],) * FIT_POSITIONS)[:FIT_POSITIONS]
     return extend(refit_head(preset, auc, seed=AUC_REFIT_SEED))

@@ -141,7 +141,7 @@ class PresetTable:
 
 @lru_cache(maxsize=1)
 def builtin() -> PresetTable:
-    """The presets shipped with the package (benchmarks/fit_acceptance.py writes them)."""
+    """The presets shipped with the package (:mod:`.builtin` fits them)."""
     return PresetTable.load(BUILTIN_PATH)
 
 
