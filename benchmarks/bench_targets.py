@@ -71,7 +71,7 @@ def run(args) -> dict:
     import torch
 
     sys.path.insert(0, str(HERE))
-    from bench_decoder import METHODS, measure, profile_table
+    from bench_decoder import DECODERS, measure, profile_table
     from bench_kernels import copy_bandwidth
 
     from dspark_sim.catalog import get_model
@@ -89,7 +89,7 @@ def run(args) -> dict:
     log(f"copy {out['copy']['gbps']:.0f} GB/s, gemm {out['gemm']['tflops']:.0f} TFLOP/s")
     kv = max(BATCHES) * (args.context + 8 * (4 * args.steps + 60) + 64)
     for name in METHOD_NAMES:
-        conf = DecoderConfig(**METHODS[name], synthetic=True, max_running_requests=max(BATCHES),
+        conf = DecoderConfig(**DECODERS[name], synthetic=True, max_running_requests=max(BATCHES),
                              max_model_len=args.context + 1024, kv_tokens=kv, device=args.device)
         sps0 = None
         if conf.method == "dspark":

@@ -19,7 +19,8 @@ mkdir -p "$OUT"
 # dspark_sim.kernels lives in kernels/: a shim package tree maps it without pip.
 SHIM=/tmp/dspark_shim; rm -rf $SHIM; mkdir -p $SHIM; cp -r dspark_sim $SHIM/
 for d in kernels tuner profiles; do ln -s "$PWD/$d" $SHIM/dspark_sim/$d; done
-export PYTHONPATH=$SHIM${PYTHONPATH:+:$PYTHONPATH} PYTHONSAFEPATH=1  # the repo root must not shadow the shim
+# the repo root must not shadow the shim; benchmarks/ is named (the scripts import their shared modules)
+export PYTHONPATH=$SHIM:$PWD/benchmarks${PYTHONPATH:+:$PYTHONPATH} PYTHONSAFEPATH=1
 python3 -c "import dspark_sim.kernels.decoder, torch; print('import ok', torch.__version__, torch.cuda.get_device_name(0))" || exit 1
 for arg in "$@"; do
   case "$arg" in

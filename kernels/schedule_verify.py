@@ -36,68 +36,14 @@ import triton.language as tl
 
 from . import autotune
 from .checks import check_schedule_args
+from .schedule_parts import steps_per_sec, survival
+from .schedule_verify_multi import multi_path, run_multi
 from .sps_tensors import SpsTensors
 
 __all__ = ["schedule_verify"]
 
 SINGLE_MAX = 1024  # padded R x gamma up to which one program does it all: on the H200 it won to 1,024, lost at 2,048
 _NO_LIMIT = 2**30
-
-
-@triton.jit
-def _count_le(probes_ptr, n, x, LOG_P: tl.constexpr):
-    """bisect_right: how many of the n sorted probes are <= x (elementwise, x int32)."""
-    pos = x * 0
-    for i in tl.static_range(LOG_P):
-        cand = pos + (1 << (LOG_P - 1 - i))
-        probe = tl.load(probes_ptr + cand - 1, mask=cand <= n, other=0)
-        pos = tl.where((cand <= n) & (probe <= x), cand, pos)
-    return pos
-
-
-@triton.jit
-def _interp_clamped(xs_ptr, ys_ptr, n, x, LOG_P: tl.constexpr):
-    """Linear interpolation of (xs, ys) at integer x, clamped to the end values."""
-    hi = _count_le(xs_ptr, n, x, LOG_P)
-    lo = tl.minimum(tl.maximum(hi - 1, 0), n - 1)
-    hi = tl.minimum(hi, n - 1)
-    x0 = tl.load(xs_ptr + lo).to(tl.float32)
-    x1 = tl.load(xs_ptr + hi).to(tl.float32)
-    y0 = tl.load(ys_ptr + lo)
-    y1 = tl.load(ys_ptr + hi)
-    frac = tl.where(x1 > x0, (x.to(tl.float32) - x0) / tl.where(x1 > x0, x1 - x0, 1.0), 0.0)
-    return y0 + frac * (y1 - y0)
-
-
-@triton.jit
-def _steps_per_sec(b, R, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr, theta_ptr, n_m,
-                   ADDITIVE: tl.constexpr, LOG_P: tl.constexpr):
-    """SPS at b batch tokens (elementwise) for R requests."""
-    if ADDITIVE:
-        step_s = (bias_s + _interp_clamped(bs_ptr, alpha_ptr, n_bs, R, LOG_P)
-                  + _interp_clamped(m_ptr, theta_ptr, n_m, b, LOG_P))
-        sps = 1.0 / step_s
-    else:
-        idx = tl.maximum(_count_le(probes_ptr, n_p, b, LOG_P) - 1, 0)
-        sps = tl.load(sps_ptr + idx)
-    return sps
-
-
-@triton.jit
-def _survival(conf_ptr, stride_r, stride_g, temp_ptr, R, gamma, BLOCK_R: tl.constexpr, BLOCK_G: tl.constexpr):
-    """Calibrated prefix survival, position-major: a[j, r], fp32 [BLOCK_G, BLOCK_R], 0 outside."""
-    rr = tl.arange(0, BLOCK_R)
-    jj = tl.arange(0, BLOCK_G)[:, None]
-    run = tl.full([BLOCK_R], 1.0, tl.float32)
-    a = tl.zeros([BLOCK_G, BLOCK_R], tl.float32)
-    # A sequential product (not a scan) keeps a[j + 1] <= a[j] exact in fp32.
-    for j in tl.static_range(BLOCK_G):
-        c = tl.load(conf_ptr + rr * stride_r + j * stride_g, mask=rr < tl.where(j < gamma, R, 0), other=0.0)
-        inv_t = 1.0 / tl.load(temp_ptr + j, mask=j < gamma, other=1.0)
-        # sigmoid(logit(c) / T) = 1 / (1 + ((1 - c) / c) ** (1 / T)); exact at c = 0 and c = 1.
-        run = run * (1.0 / (1.0 + tl.exp2((tl.log2(1.0 - c) - tl.log2(c)) * inv_t)))
-        a = tl.where(jj == j, run[None, :], a)
-    return a
 
 
 @triton.jit
@@ -119,17 +65,17 @@ def _budget(ranked, R, max_bt, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_p
     tau = R + tl.cumsum(gain_a, 0)  # tau after admitting kk + 1 candidates
     b = R + kk + 1
     ok = (ranked >= 0) & (b <= max_bt)
-    sps = _steps_per_sec(b, R, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr, theta_ptr, n_m,
-                         ADDITIVE, LOG_P)
+    sps = steps_per_sec(b, R, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr, theta_ptr, n_m,
+                        ADDITIVE, LOG_P)
     if ALGORITHM1:
-        sps_prev = _steps_per_sec(b - 1, R, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr, theta_ptr, n_m,
-                                  ADDITIVE, LOG_P)
+        sps_prev = steps_per_sec(b - 1, R, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr, theta_ptr, n_m,
+                                 ADDITIVE, LOG_P)
         # Theta(k) - Theta(k-1), written so that a flat SPS step leaves only a_k * SPS (no cancellation).
         gain = tau * (sps - sps_prev) + gain_a * sps_prev
         k = tl.min(tl.where((gain <= 0) | (ok == 0), kk, SIZE), 0)
     else:
-        theta0 = R * _steps_per_sec(R, R, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr, theta_ptr, n_m,
-                                    ADDITIVE, LOG_P)
+        theta0 = R * steps_per_sec(R, R, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr, theta_ptr, n_m,
+                                   ADDITIVE, LOG_P)
         theta = tl.where(ok, tau * sps, -1.0)
         best = tl.max(theta, 0)
         first = tl.min(tl.where(theta == best, kk + 1, SIZE + 1), 0)
@@ -163,12 +109,12 @@ def _schedule_verify_kernel(
     ALGORITHM1: tl.constexpr, HAS_LAG: tl.constexpr, HAS_BUDGET: tl.constexpr, ADDITIVE: tl.constexpr,
     LOG_P: tl.constexpr,
 ):
-    a = _survival(conf_ptr, stride_cr, stride_cg, temp_ptr, R, gamma, BLOCK_R, BLOCK_G)
+    a = survival(conf_ptr, stride_cr, stride_cg, temp_ptr, R, gamma, BLOCK_R, BLOCK_G)
     flat, ranked = _ranked(a, R, gamma, max_len, eps, BLOCK_R, BLOCK_G)
     if HAS_BUDGET:
         k = budget
     elif HAS_LAG:
-        a_lag = _survival(lag_ptr, stride_lr, stride_lg, temp_ptr, R_lag, gamma, BLOCK_R, BLOCK_G)
+        a_lag = survival(lag_ptr, stride_lr, stride_lg, temp_ptr, R_lag, gamma, BLOCK_R, BLOCK_G)
         _, sizing = _ranked(a_lag, R_lag, gamma, max_len, eps, BLOCK_R, BLOCK_G)
         k = _budget(sizing, R, max_bt, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr, theta_ptr, n_m,
                     BLOCK_G * BLOCK_R, ALGORITHM1, ADDITIVE, LOG_P)
@@ -185,8 +131,8 @@ def _schedule_verify_kernel(
     tl.store(k_ptr, b - R)
     jj = tl.arange(0, BLOCK_G)[:, None]
     tau = R + tl.sum(tl.sum(tl.where(jj < lens[None, :] - 1, a, 0.0), 1), 0)
-    sps = _steps_per_sec(b, R, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr, theta_ptr, n_m,
-                         ADDITIVE, LOG_P)
+    sps = steps_per_sec(b, R, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr, theta_ptr, n_m,
+                        ADDITIVE, LOG_P)
     tl.store(theta_out_ptr, tau * sps)
 
 
@@ -198,8 +144,6 @@ def block_shape(R: int, gamma: int) -> tuple[int, int]:
 def path_for(R: int, gamma: int) -> str:
     """Which implementation runs a batch: ``single`` (one program) up to :data:`SINGLE_MAX`
     padded survivals, else ``pairwise`` or ``merge`` (:mod:`.schedule_verify_multi`)."""
-    from .schedule_verify_multi import multi_path
-
     block_r, block_g = block_shape(R, gamma)
     return "single" if block_r * block_g <= SINGLE_MAX else multi_path(block_r * block_g)
 
@@ -267,8 +211,6 @@ def run_schedule(conf, temperatures, sps, cfg, min_verify_len=1, max_verify_len=
     k_out = torch.empty(1, dtype=torch.int32, device=conf.device)
     theta = torch.empty(1, dtype=torch.float32, device=conf.device)
     if path != "single":
-        from .schedule_verify_multi import run_multi
-
         run_multi(conf, lag_conf, temperatures, table, additive, log_probes(n_probes), (lens, k_out, theta),
                   min_len, max_len, max_bt, float(survival_eps), mode, budget_k, merge=path == "merge")
         return lens, k_out, theta

@@ -33,7 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .schedule_verify import _steps_per_sec, _survival
+from .schedule_parts import steps_per_sec, survival
 
 # Padded survivals up to which counting against every key beats ranking in chunks and merging.
 # On the H200 (profiles/h200/kernels_vs_sglang.json) pairwise won at 2,048-4,096 survivals and the
@@ -66,10 +66,10 @@ def _keys_kernel(conf_ptr, stride_cr, stride_cg, lag_ptr, stride_lr, stride_lg, 
     which = tl.program_id(1)  # 0: current confidences, 1: lagged
     r0 = c * CHUNK_R
     if which == 0:
-        a = _survival(conf_ptr + r0 * stride_cr, stride_cr, stride_cg, temp_ptr, R - r0, gamma, CHUNK_R, BLOCK_G)
+        a = survival(conf_ptr + r0 * stride_cr, stride_cr, stride_cg, temp_ptr, R - r0, gamma, CHUNK_R, BLOCK_G)
         n = R
     else:
-        a = _survival(lag_ptr + r0 * stride_lr, stride_lr, stride_lg, temp_ptr, R_lag - r0, gamma, CHUNK_R, BLOCK_G)
+        a = survival(lag_ptr + r0 * stride_lr, stride_lr, stride_lg, temp_ptr, R_lag - r0, gamma, CHUNK_R, BLOCK_G)
         n = R_lag
     jj = tl.arange(0, BLOCK_G)[:, None]
     rr = r0 + tl.arange(0, CHUNK_R)[None, :]
@@ -125,8 +125,8 @@ def _rank_kernel(keys_ptr, sorted_ptr, rank_ptr, vals_ptr, spsat_ptr, R, N_PAD, 
         if which == SIZE_OF:
             val = tl.where(neg, -1.0, (mine >> INDEX_BITS).to(tl.int32).to(tl.float32, bitcast=True))
             tl.store(vals_ptr + rank, val)
-            sps = _steps_per_sec(R + rank + 1, R, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr,
-                                 theta_ptr, n_m, ADDITIVE, LOG_P)
+            sps = steps_per_sec(R + rank + 1, R, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr,
+                                theta_ptr, n_m, ADDITIVE, LOG_P)
             tl.store(spsat_ptr + rank, sps)
 
 
@@ -135,8 +135,8 @@ def _scan_budget(vals_ptr, spsat_ptr, R, max_bt, N_PAD, probes_ptr, sps_ptr, n_p
                  m_ptr, theta_ptr, n_m, SCAN: tl.constexpr, ALGORITHM1: tl.constexpr, ADDITIVE: tl.constexpr,
                  LOG_P: tl.constexpr):
     """K from the sorted survivals (-1 = none), block by block in order."""
-    sps_r = _steps_per_sec(R, R, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr, theta_ptr, n_m,
-                           ADDITIVE, LOG_P)
+    sps_r = steps_per_sec(R, R, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr, theta_ptr, n_m,
+                          ADDITIVE, LOG_P)
     carry = 0.0
     best = R * sps_r  # Theta at k = 0: a budget must beat it strictly
     k = 0
@@ -181,7 +181,7 @@ def _finish_kernel(conf_ptr, stride_cr, stride_cg, temp_ptr, rank_ptr, vals_ptr,
     b = 0
     tau = 0.0
     for r0 in range(0, R, BLOCK_RC):
-        a = _survival(conf_ptr + r0 * stride_cr, stride_cr, stride_cg, temp_ptr, R - r0, gamma, BLOCK_RC, BLOCK_G)
+        a = survival(conf_ptr + r0 * stride_cr, stride_cr, stride_cg, temp_ptr, R - r0, gamma, BLOCK_RC, BLOCK_G)
         rr = r0 + tl.arange(0, BLOCK_RC)
         live = rr < R
         adm = (jj < gamma) & (jj + 2 <= max_len) & live[None, :] & (a >= eps)
@@ -192,8 +192,8 @@ def _finish_kernel(conf_ptr, stride_cr, stride_cg, temp_ptr, rank_ptr, vals_ptr,
         tl.store(len_ptr + rr, lens, mask=live)
         b += tl.sum(tl.where(live, lens, 0), 0)
         tau += tl.sum(tl.sum(tl.where(jj < lens[None, :] - 1, a, 0.0), 1), 0)
-    sps = _steps_per_sec(b, R, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr, theta_ptr, n_m,
-                         ADDITIVE, LOG_P)
+    sps = steps_per_sec(b, R, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr, theta_ptr, n_m,
+                        ADDITIVE, LOG_P)
     tl.store(k_ptr, b - R)
     tl.store(theta_out_ptr, (R + tau) * sps)
 

@@ -351,7 +351,7 @@ def host_budget(lag_conf: np.ndarray, num_reqs: int, temps: np.ndarray, table, m
     """DSpark's production budget K on the host (``schedule_verify``'s rule): the first argmax
     of Theta over the lagged confidences ``[R_lag, gamma]`` after STS, with ``num_reqs``
     requests now."""
-    from dspark_sim.spec.dspark import VerifyLimits, candidates, production_budget
+    from dspark_sim.speculation.dspark import VerifyLimits, candidates, production_budget
 
     c = np.clip(lag_conf, 0.0, 1.0)
     with np.errstate(divide="ignore", over="ignore"):

@@ -8,13 +8,14 @@ Steps overlap (as SGLang's overlap scheduler): step n+1 is planned and launched
 while step n runs, then step n's tokens are read and committed. A step's row covers
 the engine's whole cycle on the GPU: from the end of the previous step to the end of
 this one; ``sched_s`` is the GPU's idle time before the step (the host time the
-overlap did not hide: retiring, admitting, scheduling, launching). While serving, the objects alive before it are frozen out of the garbage
-collector (``gc.freeze``, as vLLM does after start-up): the model, kernels and graphs are
-never garbage, and collections then scan only what serving allocates.
+overlap did not hide: retiring, admitting, scheduling, launching). The rows are written
+through :mod:`dspark_sim.metrics.record`, the simulator's run record. While serving, the
+objects alive before it are frozen out of the garbage collector (``gc.freeze``, as vLLM
+does after start-up): the model, kernels and graphs are never garbage, and collections
+then scan only what serving allocates.
 """
 from __future__ import annotations
 
-import csv
 import gc
 import time
 from dataclasses import dataclass, field
@@ -23,15 +24,8 @@ from pathlib import Path
 import torch
 
 from dspark_sim.kernels.decoder.scheduler import DRAIN, Scheduler
-from dspark_sim.scenario import DOMAINS
-
-REQUEST_COLUMNS = ("request_id", "arrival_s", "prompt_tokens", "output_tokens", "domain",
-                   "first_scheduled_s", "first_token_s", "finish_s", "queue_delay_ms", "ttft_ms",
-                   "tpot_ms", "e2el_ms", "num_steps", "num_preemptions", "accepted_tokens",
-                   "verified_drafts")
-STEP_COLUMNS = ("step", "start_s", "step_s", "running_reqs", "decode_reqs", "prefill_tokens",
-                "verify_tokens", "budget_k", "accepted_tokens", "draft_s", "sched_s",
-                "decode_context_tokens", "decode_max_context", "prefill_reqs", "prefill_attn_tokens2")
+from dspark_sim.metrics.record import write_record
+from dspark_sim.names import DOMAINS
 
 
 class Clock:
@@ -211,13 +205,5 @@ def request_row(seq) -> dict:
 
 
 def write_csvs(run: Run, out_dir: str | Path) -> None:
-    """Write ``requests.csv`` and ``steps.csv`` (the simulator's columns) into ``out_dir``."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for name, cols, rows in (("requests", REQUEST_COLUMNS, run.requests),
-                             ("steps", STEP_COLUMNS, run.steps)):
-        with open(out_dir / f"{name}.csv", "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=cols)
-            w.writeheader()
-            for row in rows:
-                w.writerow({k: (f"{v:.6f}" if isinstance(v, float) else v) for k, v in row.items()})
+    """Write the run record (``requests.csv``, ``steps.csv``, the simulator's files) into ``out_dir``."""
+    write_record(out_dir, run.requests, run.steps)

@@ -1,0 +1,148 @@
+"""The fidelity report: docs/validation.md and its plot of the errors by case (:mod:`.fidelity`'s rows)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from dspark_sim.metrics.plots import pyplot
+from dspark_sim.validation.fidelity import summarise
+
+
+def plot_errors(rows: list[dict], path: Path) -> None:
+    """Relative error of the headline metrics, one group of bars per case (a cross marks a
+    run of an earlier decoder)."""
+    plt = pyplot()
+    keys = ("output_throughput", "p50_tpot_ms", "p99_tpot_ms", "mean_ttft_ms", "p99_ttft_ms")
+    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(rows)), 4.5))
+    width = 0.8 / len(keys)
+    for j, key in enumerate(keys):
+        err = [100 * r["metrics"][key]["rel_error"] if key in r["metrics"] else np.nan for r in rows]
+        ax.bar(np.arange(len(rows)) + (j - len(keys) / 2 + 0.5) * width, np.clip(err, -100, 200), width,
+               label=key)
+    for i, r in enumerate(rows):
+        if not r["current_decoder"]:
+            ax.plot(i, -95, "kx")
+    for y in (-10, -5, 5, 10):
+        ax.axhline(y, color="grey", lw=0.6, ls="--")
+    ax.set_xticks(np.arange(len(rows)), [r["case"] for r in rows], rotation=30, ha="right", fontsize=8)
+    ax.set(ylabel="(sim - real) / real, % (clipped to -100..200)",
+           title="simulator against the real decoder on the H200 (x: an earlier decoder)")
+    ax.legend(fontsize=7, ncol=3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def summary_lines(summary: dict) -> list[str]:
+    """The error summary as a markdown table."""
+    lines = ["| metric | median abs err | p90 | max | points | goal |", "|---|---|---|---|---|---|"]
+    for key, s in summary.items():
+        goal = f"<= {s['goal']:.0%}" if s["goal"] else "-"
+        ok = "" if not s["goal"] else (" (met)" if s["median"] <= s["goal"] else " (**missed**)")
+        lines.append(f"| {key} | {s['median']:.1%}{ok} | {s['p90']:.1%} | {s['max']:.1%} | {s['cases']} | {goal} |")
+    return lines
+
+
+def markdown(rows: list[dict], summary: dict, prov: dict, real: str = "DIR",
+             replicate: tuple[str, list[dict]] | None = None, real_root: Path | None = None) -> str:
+    """docs/validation.md: what the comparison found, the error summaries and every case.
+    ``real_root`` holds the decoder runs (their ``notes.json``)."""
+    head = ("# Simulator against the real decoder on traces (H200)\n\n"
+            f"Made by `python benchmarks/fidelity.py compare --real {real}` from the decoder runs of "
+            "`python benchmarks/fidelity.py run` (`bash benchmarks/h200_call.sh fidelity` through the "
+            f"device tool). Real: {prov.get('gpu')}, driver {prov.get('driver')}, CUDA "
+            f"{prov.get('cuda')}, torch {prov.get('torch')}, triton {prov.get('triton')}, "
+            f"{str(prov.get('date'))[:10]}; Qwen3-8B shape, random bf16 weights, synthetic acceptance, "
+            "temperature 1. Simulated: the same scenario files (`profiles/h200/validation/cases/`), "
+            "shipped profile `profiles/h200/qwen3-8b.json`, replaying exactly the requests the decoder "
+            "served (rebuilt from its `requests.csv`). err = (sim - real) / real; both runs, the "
+            "scenario and per-case plots are in `profiles/h200/validation/runs/<case>/`.\n\n"
+            "How to read it:\n\n"
+            "- **The decoder overlaps its steps** (as SGLang's overlap scheduler): step n+1 is "
+            "planned and launched while step n runs, the verify metadata is built on the GPU, "
+            "DSpark's budget is sized on the host from lagged confidences, and prompt steps up "
+            "to 512 tokens replay CUDA graphs. The gap column (`sched_s`) is the GPU's idle time "
+            "before a step, the host time the overlap did not hide; the profile's host terms are "
+            "fitted to whole overlapped steps (`docs/profiles.md`).\n"
+            "- **Only runs of the current decoder are compared.** Cases whose runs predate it "
+            "(the decoder runs listed at the end say which) need serving again; earlier runs "
+            "stay under `profiles/h200/validation/real/` with their notes.\n"
+            "- **Seen or unseen host.** Each run's notes name the GPU (its uuid) and whether the "
+            "profile's whole-step, gap and prefill parts were timed on it; the goals of an "
+            "unseen host apply to a replicate on another machine (`--replicate`).\n"
+            "- **Step rows.** A row ends when the GPU ends the step; requests' times are when "
+            "the host reads their tokens, as a client sees them. Runs whose notes say their rows "
+            "end when the host read the step attribute a long launch (an eager prefill) to the "
+            "step before it: their per-step replay of prompt steps is not a measure of the "
+            "profile, their request metrics are.\n\n")
+    current = [r for r in rows if r["current_decoder"]]
+    lines = ["## The current decoder", "", f"{len(current)} points: " + ", ".join(r["case"] for r in current)
+             + ".", ""] + summary_lines(summarise(current))
+    if len(current) != len(rows):
+        lines += ["", "## Every point, earlier decoder runs included", ""] + summary_lines(summary)
+    if replicate:
+        name, rep_rows = replicate
+        lines += ["", f"## Replicate on another machine (`{name}`)", "",
+                  f"{len(rep_rows)} points: " + ", ".join(r["case"] for r in rep_rows) + ".", ""] \
+            + summary_lines(summarise(rep_rows)) + ["", _table(rep_rows)]
+    replay = _replay_table(rows)
+    return head + "![errors by case](img/validation_errors.png)\n\n" + "\n".join(lines) \
+        + "\n\n## Each point\n\n" + _table(rows) + replay \
+        + "\n\nDecoder runs (`profiles/h200/validation/real/`):\n\n" + "\n".join(_notes(rows, replicate, real_root)) \
+        + "\n"
+
+
+TABLE_COLS = ("output_throughput", "p50_tpot_ms", "mean_tpot_ms", "p99_tpot_ms", "mean_ttft_ms", "p99_ttft_ms",
+              "mean_accept_length")
+
+
+def _table(rows: list[dict]) -> str:
+    table = ["| case | decoder run | " + " | ".join(f"{c} real / sim / err" for c in TABLE_COLS) + " |",
+             "|---|---|" + "---|" * len(TABLE_COLS)]
+    for r in rows:
+        cells = []
+        for c in TABLE_COLS:
+            m = r["metrics"].get(c)
+            cells.append("-" if m is None else f"{m['real']:.1f} / {m['sim']:.1f} / {m['rel_error']:+.1%}")
+        run = f"{r['real_run']}{'' if r['current_decoder'] else ' (earlier decoder)'}, {r['passes']} pass"
+        if r.get("graphs_captured") is not None:
+            run += f", {r['graphs_captured']} graphs captured"
+        if r.get("compiles") is not None:
+            run += f", {r['compiles']} compiles"
+        table.append(f"| {r['case']} | {run} | " + " | ".join(cells) + " |")
+    return "\n".join(table)
+
+
+def _replay_table(rows: list[dict]) -> str:
+    """The cost model on each served step (``step_replay``), for runs that record their work."""
+    rows = [r for r in rows if r.get("step_replay")]
+    if not rows:
+        return ""
+    fmt = lambda d: "-" if not d or not d["steps"] else (  # noqa: E731
+        f"{d['median_error']:+.1%} ({d['steps']}; " + ", ".join(f"{k}: {v:+.0%}" for k, v in d["by_running"].items())
+        + ")")
+    lines = ["", "", "## Each served step priced by the profile", "",
+             "The cost model on the work of every step the decoder served (`steps.csv`: requests, "
+             "verify tokens, KV tokens and the longest request, prefill chunks): median of "
+             "(model - real) / real over the steps (how many; by running requests). The gap before "
+             "each step (`sched_s`: retire, admit, schedule) is priced by the profile's `schedule` "
+             "term and compared apart.", "",
+             "| case | decode steps | prefill steps | gap before the step |", "|---|---|---|---|"]
+    for r in rows:
+        d = r["step_replay"]
+        lines.append(f"| {r['case']} | {fmt(d['decode'])} | {fmt(d['prefill'])} | {fmt(d['sched'])} |")
+    return "\n".join(lines)
+
+
+def _notes(rows: list[dict], replicate, real_root: Path | None) -> list[str]:
+    names = {r["real_run"] for r in rows} | ({r["real_run"] for r in replicate[1]} if replicate else set())
+    notes = []
+    for root in sorted(names) if real_root is not None else ():
+        path = real_root / root / "notes.json"
+        if path.is_file():
+            n = json.loads(path.read_text())
+            notes.append(f"- `{root}`: {n.get('decoder', '')}. {n.get('end', '')}".rstrip())
+    return notes
