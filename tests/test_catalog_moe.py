@@ -21,18 +21,26 @@ def config(hf_id: str) -> dict:
     return json.loads((CONFIGS / (hf_id.replace("/", "--") + "_config.json")).read_text())
 
 
+def check_common(m, c: dict) -> None:
+    """The keys every MoE config shares, against the preset."""
+    pairs = {"num_hidden_layers": m.num_layers, "hidden_size": m.hidden_size,
+             "num_attention_heads": m.num_heads, "num_key_value_heads": m.num_kv_heads,
+             "head_dim": m.head_dim, "vocab_size": m.vocab_size, "num_experts_per_tok": m.experts_per_token,
+             "moe_intermediate_size": m.moe_intermediate_size, "max_position_embeddings": m.max_context,
+             "rope_theta": m.rope_theta, "rms_norm_eps": m.rms_norm_eps,
+             "tie_word_embeddings": m.tie_embeddings}
+    for key, value in pairs.items():
+        assert c[key] == value, key
+
+
 @pytest.mark.parametrize("name", ["deepseek-v4-flash", "deepseek-v4-pro"])
 def test_v4_presets_match_their_config(name):
     m = get_model(name)
     c = config(m.hf_id)
     assert m.config_copy.endswith(m.hf_id.replace("/", "--") + "_config.json")
-    pairs = {"num_hidden_layers": m.num_layers, "hidden_size": m.hidden_size,
-             "num_attention_heads": m.num_heads, "num_key_value_heads": m.num_kv_heads,
-             "head_dim": m.head_dim, "vocab_size": m.vocab_size, "n_routed_experts": m.num_experts,
-             "num_experts_per_tok": m.experts_per_token, "moe_intermediate_size": m.moe_intermediate_size,
+    check_common(m, c)
+    pairs = {"n_routed_experts": m.num_experts,
              "n_shared_experts": m.num_shared_experts, "num_nextn_predict_layers": m.mtp_layers,
-             "max_position_embeddings": m.max_context, "rope_theta": m.rope_theta,
-             "rms_norm_eps": m.rms_norm_eps, "tie_word_embeddings": m.tie_embeddings,
              "q_lora_rank": m.v4.q_lora_rank, "o_lora_rank": m.v4.o_lora_rank, "o_groups": m.v4.o_groups,
              "qk_rope_head_dim": m.v4.rope_head_dim, "sliding_window": m.v4.sliding_window,
              "index_n_heads": m.v4.index_heads, "index_head_dim": m.v4.index_head_dim,
@@ -51,15 +59,8 @@ def test_v4_presets_match_their_config(name):
 def test_qwen3_moe_presets_match_their_config(name):
     m = get_model(name)
     c = config(m.hf_id)
-    pairs = {"num_hidden_layers": m.num_layers, "hidden_size": m.hidden_size,
-             "num_attention_heads": m.num_heads, "num_key_value_heads": m.num_kv_heads,
-             "head_dim": m.head_dim, "intermediate_size": m.intermediate_size, "vocab_size": m.vocab_size,
-             "num_experts": m.num_experts, "num_experts_per_tok": m.experts_per_token,
-             "moe_intermediate_size": m.moe_intermediate_size, "max_position_embeddings": m.max_context,
-             "rope_theta": m.rope_theta, "rms_norm_eps": m.rms_norm_eps,
-             "tie_word_embeddings": m.tie_embeddings}
-    for key, value in pairs.items():
-        assert c[key] == value, key
+    check_common(m, c)
+    assert (c["intermediate_size"], c["num_experts"]) == (m.intermediate_size, m.num_experts)
     assert c["mlp_only_layers"] == [] and c["decoder_sparse_step"] == 1  # every layer MoE
 
 
