@@ -48,10 +48,26 @@ class Deployment:
     gpu_memory_fraction: float = 0.90
     kv_block_tokens: int = 16
     batching: str = "mixed"  # or "prefill_first": prefill-only steps while any prompt is pending
+    ep: int = 1  # expert parallel: the MoE layers' experts split over ep of the tp GPUs
+    dp_attention: bool = False  # attention data-parallel over the tp GPUs (each its own requests)
+    kv_cache_dtype: str = "bf16"  # or "fp8"
+    routing_skew: float = 0.0  # Zipf exponent of expert popularity; 0 = uniform routing
 
     @property
     def num_gpus(self) -> int:
         return self.replicas * self.tp
+
+    @property
+    def kv_dtype_bytes(self) -> float:
+        """Bytes of one KV-cache element."""
+        return KV_DTYPES[self.kv_cache_dtype]
+
+    @property
+    def parallel(self):
+        """The replica's split over its GPUs (:class:`~dspark_sim.cost.parallel.Parallel`)."""
+        from dspark_sim.cost.parallel import Parallel
+
+        return Parallel(self.tp, self.ep, self.dp_attention)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +154,7 @@ def load_scenario(path: str | Path) -> Scenario:
             raise InputError(path, key, None, "missing: name a " + key)
     _check_catalog(model, gpu, path)
     deployment = _deployment(top.section("deployment"))
+    _check_layout(deployment, model, gpu, path)
     speculation = _speculation(top.section("speculation"), path.parent)
     slo_s = top.section("slo")
     slo = Slo(slo_s.number("ttft_ms", minimum=0, strict_min=True),
@@ -153,6 +170,13 @@ def _check_catalog(model: str, gpu: str, file: Path) -> None:
 
     get_model(model, file=file, key="model")
     get_gpu(gpu, file=file, key="gpu")
+
+
+def _check_layout(dep: Deployment, model: str, gpu: str, file: Path) -> None:
+    """The model splits over the replica's GPUs as the deployment asks (heads, experts, node)."""
+    from dspark_sim.catalog import get_gpu, get_model
+
+    dep.parallel.check(get_model(model), get_gpu(gpu), file=file)
 
 
 def _workload(s: Section, base: Path) -> Workload:
@@ -196,6 +220,7 @@ def _domain_mix(value: Any, file, key: str) -> tuple[tuple[str, float], ...]:
 
 
 BATCHING = ("mixed", "prefill_first")
+KV_DTYPES = {"bf16": 2.0, "fp8": 1.0}
 
 
 def _deployment(s: Section) -> Deployment:
@@ -209,6 +234,10 @@ def _deployment(s: Section) -> Deployment:
         gpu_memory_fraction=s.number("gpu_memory_fraction", 0.90, minimum=0.05, maximum=1.0),
         kv_block_tokens=s.integer("kv_block_tokens", 16, minimum=1),
         batching=s.string("batching", "mixed", choices=BATCHING),
+        ep=s.integer("ep", 1, minimum=1, maximum=64),
+        dp_attention=s.boolean("dp_attention", False),
+        kv_cache_dtype=s.string("kv_cache_dtype", "bf16", choices=tuple(KV_DTYPES)),
+        routing_skew=s.number("routing_skew", 0.0, minimum=0, maximum=4),
     )
     s.done()
     return d

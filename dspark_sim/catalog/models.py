@@ -146,7 +146,7 @@ class ModelSpec:
         kv = h * (self.kv_lora_rank + self.rope_head_dim) + self.kv_lora_rank * n * 2 * hd
         return q + kv + out
 
-    def _attn_matmuls(self) -> int:
+    def attn_matmul_params(self) -> int:
         """Attention matmul weights of all layers (V4: each layer's kind, compressors included)."""
         if self.v4 is not None:
             return sum(self.v4.attn_matmul_params(self.hidden_size, r) for r in self.v4.compress_ratios)
@@ -193,7 +193,7 @@ class ModelSpec:
         expert = self.num_moe_layers * (experts + self.num_shared_experts) * self._expert_params() \
             if self.is_moe else 0
         router = self.num_moe_layers * self.hidden_size * self.num_experts
-        linear = self._attn_matmuls() + dense_layers * dense_mlp + router
+        linear = self.attn_matmul_params() + dense_layers * dense_mlp + router
         head = self.vocab_size * self.hidden_size  # tied or not, the head is read
         return expert, linear, head, self._other_params()
 
