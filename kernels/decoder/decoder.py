@@ -371,6 +371,8 @@ class Decoder:
     def randomize_cache(self, seed: int = 0) -> None:
         """Fill both caches with N(0, 1) values, so timing never runs on zeros."""
         gen = torch.Generator(device=self.device).manual_seed(seed)
+        if hasattr(self.target, "randomize_cache"):  # caches a target keeps itself (DeepSeek-V4)
+            self.target.randomize_cache(gen)
         for c in (self.cache, self.draft_cache):
             if c is None:
                 continue
