@@ -3,6 +3,9 @@
     python benchmarks/fit_profiles.py            # every profiles/h200/raw/raw_<model>.json
 
 For each raw file: fit ``profiles/h200/<model>.json`` (held-out error inside),
+(a model timed as two layer slices, ``raw_<model>.slice<N>.json``, is first scaled to
+its whole layer count, ``dspark_sim.cost.slices``; when the whole model was timed too,
+the scaling's error goes to ``profiles/<gpu>/slice_scaling.json`` instead),
 write SGLang's ``<model>.sps.json`` and ``<model>.sps_additive.json`` beside it,
 project to B300, B200 and H100 (``profiles/<gpu>/<model>.json`` + tables),
 plot measured against fitted step time (``docs/img/profile_fit_<model>.png``)
@@ -30,7 +33,9 @@ from dspark_sim.cost.base import DraftWork, StepWork  # noqa: E402
 from dspark_sim.cost.jsonio import read_json  # noqa: E402
 from dspark_sim.cost.profile import (Profile, ProfileCost, fit_profile,  # noqa: E402
                                      load_profile, project_profile)
+from dspark_sim.cost.jsonio import write_json_atomic  # noqa: E402
 from dspark_sim.cost.roofline import RooflineCost  # noqa: E402
+from dspark_sim.cost.slices import scale_slices, scaling_error, slice_layers  # noqa: E402
 from dspark_sim.cost.sps import sps_from_cost_model  # noqa: E402
 from dspark_sim.cost.synthetic import synthetic_raw  # noqa: E402
 
@@ -203,7 +208,10 @@ def main(argv: list[str] | None = None) -> int:
     img_dir = args.img_dir or (scratch / "img" if scratch else REPO / "docs" / "img")
     if args.synthetic and out_dir.resolve() == (REPO / "profiles").resolve():
         raise SystemExit("--synthetic must not write into profiles/: synthetic fits are never shipped")
-    raws = _synthetic_raws(args.models, measured) if args.synthetic else _measured_raws(raw_dir, args.models)
+    raws, slice_errors = ((_synthetic_raws(args.models, measured), {}) if args.synthetic
+                          else _measured_raws(raw_dir, args.models))
+    if slice_errors:
+        _write_slice_errors(out_dir / measured.name / "slice_scaling.json", slice_errors)
     if not raws:
         print(f"no raw profiles under {raw_dir}: waiting for the profiler", file=sys.stderr)
         return 1
@@ -214,6 +222,10 @@ def main(argv: list[str] | None = None) -> int:
         if measured.name not in seen.replace(" ", ""):
             print(f"warning: {file} was measured on {seen!r}, filed under {measured.name}", file=sys.stderr)
         profile = fit_profile(raw, model, measured, folds=args.folds, file=file)
+        scaled = raw.get("provenance", {}).get("scaled_from_slices")
+        if scaled:
+            profile = replace(profile, source=f"{profile.source}; the whole model scaled by layer count "
+                                              f"from {scaled[0]}- and {scaled[1]}-layer slices")
         written = write_profile(profile, out_dir)
         for other in SHIPPED_GPUS:
             if other != measured.name:
@@ -235,18 +247,55 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _measured_raws(raw_dir: Path, models) -> list[tuple[str, dict, Path]]:
-    out = []
+SLICE_FILE = re.compile(r"raw_(?P<model>.+)\.slice(?P<layers>\d+)")
+
+
+def _measured_raws(raw_dir: Path, models) -> tuple[list[tuple[str, dict, Path]], dict]:
+    """The raw files to fit (slices scaled to their whole model), and the scaling error of
+    each model timed both whole and as slices."""
+    out, slices = [], {}
     for path in sorted(raw_dir.glob("raw_*.json")):
-        name = path.stem.removeprefix("raw_")
+        match = SLICE_FILE.fullmatch(path.stem)
+        name = match["model"] if match else path.stem.removeprefix("raw_")
         if models and name not in models:
             continue
         raw = read_json(path)
         if isinstance(raw, dict) and isinstance(raw.get("provenance"), dict) \
                 and raw["provenance"].get("synthetic"):
             raise SystemExit(f"{path}: synthetic data; only measured raw files may be shipped")
-        out.append((name, raw, path))
-    return out
+        if match:
+            slices.setdefault(name, []).append((slice_layers(raw, path), raw, path))
+        else:
+            out.append((name, raw, path))
+    whole = {name: raw for name, raw, _ in out}
+    errors = {}
+    for name, group in sorted(slices.items()):
+        if len(group) < 2:
+            print(f"warning: {name} has one slice ({group[0][2].name}): two are needed to scale", file=sys.stderr)
+            continue
+        group.sort(key=lambda g: g[0])
+        (a, small, f1), (b, large, f2) = group[0], group[-1]
+        layers = get_model(name).num_layers
+        scaled = scale_slices(small, large, layers, files=(f1, f2))
+        if name in whole:
+            errors[name] = {"slices": [a, b], "layers": layers, **scaling_error(scaled, whole[name]),
+                            "date": str(large.get("provenance", {}).get("date", ""))[:10]}
+        else:
+            out.append((name, scaled, f2))
+    return out, errors
+
+
+def _write_slice_errors(path: Path, errors: dict) -> None:
+    """Merge ``errors`` into the per-GPU slice-scaling file (one entry per model)."""
+    old = read_json(path) if path.is_file() else {}
+    models = {**old.get("models", {}), **errors}
+    write_json_atomic(path, {"generated_by": "benchmarks/fit_profiles.py", "method": "dspark_sim/cost/slices.py",
+                             "models": models})
+    for name, e in errors.items():
+        if e["points"]:
+            print(f"{name}: slices {e['slices']} scaled to {e['layers']} layers, error median "
+                  f"{100 * e['median']:.1f} %, p90 {100 * e['p90']:.1f} %, max {100 * e['max']:.1f} % "
+                  f"over {e['points']} verify points")
 
 
 def _synthetic_raws(models, gpu) -> list[tuple[str, dict, Path | None]]:

@@ -10,7 +10,6 @@ import torch
 
 from dspark_sim.catalog.v4 import CSA
 from dspark_sim.kernels.decoder.tiny import generate, greedy_reference, tiny_decoder, tiny_v4_spec
-from dspark_sim.kernels.decoder.v4 import slice_spec
 
 LONG = 150  # past one HCA window of 128
 
@@ -47,9 +46,9 @@ def test_v4_needs_method_none():
 def test_slice_spec():
     from dspark_sim.catalog import get_model
 
-    flash = slice_spec(get_model("deepseek-v4-flash"), 4)
+    flash = get_model("deepseek-v4-flash").sliced(4)
     assert flash.num_layers == 4 and flash.v4.compress_ratios == (4, 128, 4, 128)
-    qwen = slice_spec(get_model("qwen3-30b-a3b"), 2)
+    qwen = get_model("qwen3-30b-a3b").sliced(2)
     assert qwen.num_layers == 2 and qwen.num_experts == 128
 
 
@@ -124,7 +123,7 @@ def reference_attention(layer, x, theta):
 def test_csa_layer_matches_a_from_scratch_reference(attention):
     """A prefill chunk then two verify windows through one CSA layer equal the layer computed
     position by position from the whole sequence."""
-    dec = tiny_decoder("none", spec=slice_spec(tiny_v4_spec(), 1), agreeable=False, max_model_len=64,
+    dec = tiny_decoder("none", spec=tiny_v4_spec().sliced(1), agreeable=False, max_model_len=64,
                        attention=attention)
     target = dec.target
     layer = target.layers[0].attn

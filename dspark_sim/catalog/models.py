@@ -119,6 +119,19 @@ class ModelSpec:
     def _fail(self, key: str, value: object, why: str) -> None:
         raise InputError(self.source or None, f"model {self.name}: {key}", value, why)
 
+    def sliced(self, layers: int) -> "ModelSpec":
+        """The model cut to ``layers`` layers, as a profiler times it when the whole does not fit:
+        the first layers; for DeepSeek-V4 its compressed layers in order (CSA and HCA
+        alternating; the window-only layers left out)."""
+        from dataclasses import replace
+
+        if not 1 <= layers <= self.num_layers:
+            self._fail("num_layers", layers, f"a slice has 1..{self.num_layers} layers")
+        if self.v4 is None:
+            return replace(self, num_layers=layers, first_dense_layers=min(self.first_dense_layers, layers - 1))
+        ratios = tuple(r for r in self.v4.compress_ratios if r)[:layers]
+        return replace(self, num_layers=len(ratios), v4=replace(self.v4, compress_ratios=ratios))
+
     # -- shapes ---------------------------------------------------------------
     @property
     def is_moe(self) -> bool:

@@ -288,17 +288,5 @@ class V4Target(Target):
                 m.randomize_(gen)
 
 
-def slice_spec(spec, layers: int):
-    """``spec`` with its first ``layers`` layers of each kind interleaved as the model does:
-    for DeepSeek-V4 the CSA/HCA pattern from layer 2 on (the window-only layers left out), for
-    other models the first ``layers`` layers."""
-    from dataclasses import replace
-
-    if spec.v4 is None:
-        return replace(spec, num_layers=layers, first_dense_layers=min(spec.first_dense_layers, layers - 1))
-    ratios = tuple(r for r in spec.v4.compress_ratios if r)[:layers]
-    return replace(spec, num_layers=layers, v4=replace(spec.v4, compress_ratios=ratios))
-
-
 __all__ = ["V4Target", "V4Layer", "V4Attention", "V4Moe", "HyperConnection", "Compressor", "RopeTable",
-           "slice_spec", "RING_CSA", "RING_HCA"]
+           "RING_CSA", "RING_HCA"]
