@@ -9,6 +9,8 @@ from dspark_sim.kernels.decoder.moe import (align, block_m, fused_moe, moe_ref, 
                                              route_sqrtsoftplus)
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+# fp32 tiles multiply in TF32 on a GPU (Triton's default), exactly in the interpreter
+TOL = {"rtol": 3e-3, "atol": 3e-3} if DEVICE == "cuda" else {"rtol": 2e-4, "atol": 2e-4}
 
 
 def case(tokens, experts, k, hidden=32, inter=16, dtype=torch.float32, seed=0):
@@ -26,7 +28,7 @@ def test_fused_moe_matches_the_loop(tokens, experts, k):
     x, gate_up, down, weights, ids = case(tokens, experts, k)
     got = fused_moe(x, gate_up, down, weights, ids, "triton")
     want = moe_ref(x, gate_up, down, weights, ids)
-    torch.testing.assert_close(got, want, rtol=2e-4, atol=2e-4)
+    torch.testing.assert_close(got, want, **TOL)
 
 
 # Triton 3.9's interpreter multiplies bf16 tiles wrongly (tl.dot): half precision there
@@ -44,7 +46,7 @@ def test_every_token_routed_to_one_expert():
     x, gate_up, down, weights, _ = case(20, 8, 2)
     ids = torch.tensor([[3, 5]] * 20, device=DEVICE)  # two experts carry every token
     torch.testing.assert_close(fused_moe(x, gate_up, down, weights, ids, "triton"),
-                               moe_ref(x, gate_up, down, weights, ids), rtol=2e-4, atol=2e-4)
+                               moe_ref(x, gate_up, down, weights, ids), **TOL)
 
 
 def test_align_layout():

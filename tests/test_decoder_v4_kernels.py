@@ -10,6 +10,8 @@ from dspark_sim.kernels.decoder.cache import Pages
 from dspark_sim.kernels.decoder.v4_kernels import compress, index_scores, sparse_attention
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+# fp32 tiles multiply in TF32 on a GPU (Triton's default), exactly in the interpreter
+TOL = {"rtol": 3e-3, "atol": 3e-3} if DEVICE == "cuda" else {"rtol": 1e-4, "atol": 1e-4}
 
 
 def step(q_len, kv_len, rows=(0, 1), pages_each=40, page_size=4):
@@ -36,7 +38,7 @@ def test_compress_matches_reference(ratio, series):
     got, want = compress(*args, impl="triton"), compress(*args, impl="torch")
     done = (batch.positions.long() + 1) % ratio == 0
     assert int(done.sum()) >= 2
-    torch.testing.assert_close(got[done], want[done], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got[done], want[done], **TOL)
 
 
 def test_index_scores_match_reference():
@@ -49,7 +51,7 @@ def test_index_scores_match_reference():
     keys = torch.randn(5 * max_entries + 1, dim, generator=gen).to(DEVICE)
     args = (q, w, keys, batch.positions, batch.token_rows, ratio, max_entries)
     got, want = index_scores(*args, impl="triton"), index_scores(*args, impl="torch")
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(got, want, **TOL)
     assert torch.isinf(got[0, 3:]).all() and torch.isfinite(got[-1, :125]).all()
 
 
@@ -69,4 +71,21 @@ def test_sparse_attention_matches_reference(mode):
         topk[0, 2:] = -1  # an early token has fewer entries than k
     args = (q, k_cache, comp, topk, sinks, batch, window, ratio, max_entries)
     torch.testing.assert_close(sparse_attention(*args, impl="triton"), sparse_attention(*args, impl="torch"),
-                               rtol=1e-4, atol=1e-5)
+                               **TOL)
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="bf16 tiles: on a GPU (the interpreter multiplies them wrongly)")
+def test_sparse_attention_bf16_at_v4_width():
+    """V4-Flash's shapes: 64 heads of 512, a top-512 list, bf16 as the profiler runs them."""
+    gen = torch.Generator().manual_seed(4)
+    heads, dim, window, ratio, max_entries = 64, 512, 128, 4, 1100
+    batch = step([4, 1], [4000, 900], pages_each=300, page_size=16)
+    T = batch.positions.shape[0]
+    q = torch.randn(T, heads, dim, generator=gen).to(DEVICE, torch.bfloat16)
+    k_cache = torch.randn(1 + 2 * 300 * 16, 1, dim, generator=gen).to(DEVICE, torch.bfloat16)
+    comp = torch.randn(5 * max_entries + 1, dim, generator=gen).to(DEVICE, torch.bfloat16)
+    sinks = torch.randn(heads, generator=gen).to(DEVICE)
+    topk = torch.randint(0, 225, (T, 512), generator=gen).to(DEVICE)
+    args = (q, k_cache, comp, topk, sinks, batch, window, ratio, max_entries)
+    torch.testing.assert_close(sparse_attention(*args, impl="triton").float(),
+                               sparse_attention(*args, impl="torch").float(), rtol=2e-2, atol=2e-2)
