@@ -66,6 +66,7 @@ class ModelSpec:
     dspark_layers: int = 5  # the DSpark drafter's backbone layers (DSPARK.md section 1)
     dspark_moe: bool = False  # whether those layers are the target's MoE layers (DeepSeek-V4)
     config_copy: str = ""  # a public copy of config.json the numbers were read from
+    dspark_checkpoint: str = ""  # a checkpoint with the DSpark drafter bundled (no draft model path)
 
     def __post_init__(self) -> None:
         for f in fields(self):

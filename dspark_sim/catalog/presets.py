@@ -47,7 +47,7 @@ def _llama31(name: str, hf_id: str, layers: int, hidden: int, heads: int, interm
 
 def _deepseek_v4(name: str, hf_id: str, layers: int, hidden: int, heads: int, experts: int,
                  moe_intermediate: int, q_rank: int, o_groups: int, topk: int,
-                 ratios: tuple[int, ...]) -> ModelSpec:
+                 ratios: tuple[int, ...], dspark: str = "") -> ModelSpec:
     """A DeepSeek-V4: every layer MoE (top 6, one shared expert), one KV head of 512, MTP-1,
     FP4 experts and FP8 projections, 1M positions; its DSpark drafter is 3 MoE layers
     (DSPARK.md section 1: DeepSeek-V4 production)."""
@@ -60,9 +60,14 @@ def _deepseek_v4(name: str, hf_id: str, layers: int, hidden: int, heads: int, ex
                      tie_embeddings=False, num_experts=experts, experts_per_token=6,
                      moe_intermediate_size=moe_intermediate, num_shared_experts=1, rope_theta=10000.0,
                      max_context=1048576, weight_format="fp4-experts", v4=attention, mtp_layers=1,
-                     dspark_layers=3, dspark_moe=True, source=_hf(hf_id), config_copy=_copy(hf_id))
+                     dspark_layers=3, dspark_moe=True, source=_hf(hf_id), config_copy=_copy(hf_id),
+                     dspark_checkpoint=dspark)
 
 
+# DeepSeek-V4-Flash with its DSpark module attached: the V4-Flash-0731 model card says it "has the
+# same model structure as DeepSeek-V4-Flash-DSpark, i.e. it comes with a speculative decoding
+# module attached", and SGLang needs no --speculative-draft-model-path for it.
+V4_FLASH_DSPARK = "deepseek-ai/DeepSeek-V4-Flash-DSpark"
 # compress_ratios of config.json, less their last entry (the MTP layer's)
 V4_FLASH_RATIOS = (SWA, SWA) + (CSA, HCA) * 20 + (CSA,)
 V4_PRO_RATIOS = (HCA, HCA) + (CSA, HCA) * 29 + (CSA,)
@@ -84,7 +89,7 @@ PRESETS = (
               q_lora_rank=1536, rms_norm_eps=1e-6, rope_theta=10000.0, max_context=163840,
               weight_format="fp8", mtp_layers=1, source=_hf("deepseek-ai/DeepSeek-V3")),
     _deepseek_v4("deepseek-v4-flash", "deepseek-ai/DeepSeek-V4-Flash", 43, 4096, 64, 256, 2048, 1024, 8, 512,
-                 V4_FLASH_RATIOS),
+                 V4_FLASH_RATIOS, dspark=V4_FLASH_DSPARK),
     _deepseek_v4("deepseek-v4-pro", "deepseek-ai/DeepSeek-V4-Pro", 61, 7168, 128, 384, 3072, 1536, 16, 1024,
                  V4_PRO_RATIOS),
 )
