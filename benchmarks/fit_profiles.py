@@ -48,6 +48,25 @@ TABLE_ARGS = {"context_tokens_per_req": 2048, "max_batch_tokens": 8192, "block_s
 BEGIN, END = "<!-- held-out:begin -->", "<!-- held-out:end -->"
 
 
+def _moe_notes(profile: Profile, raw: dict, model, gpu) -> Profile:
+    """For an MoE model: the leave-one-level-out error (request levels) beside the k-fold one,
+    the communication assumptions its multi-GPU use adds, and the slices it was scaled from."""
+    if not model.is_moe:
+        return profile
+    from dspark_sim.cost.comm import describe
+    from dspark_sim.cost.fit import held_out_levels
+
+    held = {**profile.held_out, "verify_levels": held_out_levels(raw, model, gpu)}
+    prov = {**profile.provenance, "communication_when_tp_gt_1": describe()}
+    source = profile.source
+    scaled = raw.get("provenance", {}).get("scaled_from_slices")
+    if scaled:
+        source += f"; the whole model scaled by layer count from {scaled[0]}- and {scaled[1]}-layer slices"
+    return replace(profile, held_out=held, provenance=prov, source=source,
+                   held_out_method=profile.held_out_method + "; verify_levels: each request count left out "
+                   "whole and predicted by a fit without it")
+
+
 def write_profile(profile: Profile, out_dir: Path) -> list[Path]:
     """Save ``profile`` and its two SGLang tables under ``out_dir/<gpu>/``.
 
@@ -158,7 +177,7 @@ def _fitted_over_measured(cost: ProfileCost, grids: dict) -> tuple[list[float], 
 
 def held_out_table(profiles: list[Profile]) -> str:
     """Markdown table of held-out median / p90 relative error per section."""
-    sections = ["verify", "prefill", "draft_block", "draft_chain", "step", "all"]
+    sections = ["verify", "verify_levels", "prefill", "draft_block", "draft_chain", "step", "all"]
     lines = ["| model | gpu | " + " | ".join(f"{s} median / p90" for s in sections) + " | points |",
              "|---|---|" + "---|" * (len(sections) + 1)]
     for p in profiles:
@@ -222,10 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         if measured.name not in seen.replace(" ", ""):
             print(f"warning: {file} was measured on {seen!r}, filed under {measured.name}", file=sys.stderr)
         profile = fit_profile(raw, model, measured, folds=args.folds, file=file)
-        scaled = raw.get("provenance", {}).get("scaled_from_slices")
-        if scaled:
-            profile = replace(profile, source=f"{profile.source}; the whole model scaled by layer count "
-                                              f"from {scaled[0]}- and {scaled[1]}-layer slices")
+        profile = _moe_notes(profile, raw, model, measured)
         written = write_profile(profile, out_dir)
         for other in SHIPPED_GPUS:
             if other != measured.name:
