@@ -83,3 +83,23 @@ def test_fit_script_scales_slices_and_measures_the_error(tmp_path):
     out = tmp_path / "out" / "slice_scaling.json"
     fit._write_slice_errors(out, errors)
     assert json.loads(out.read_text())["models"]["qwen3-30b-a3b"]["slices"] == [2, 4]
+
+
+def test_leave_one_level_out_error():
+    """Each request level held out whole: finite, one error per verify row, and worse where
+    one level was timed 30 % slow (a fit without it cannot know)."""
+    from dspark_sim.catalog import get_gpu
+    from dspark_sim.cost.fit import held_out_levels
+    from dspark_sim.cost.roofline import RooflineCost
+    from dspark_sim.cost.synthetic import synthetic_raw
+
+    m, g = get_model("qwen3-30b-a3b"), get_gpu("h200")
+    grid = {"verify": [(r, r * t, 1024) for r in (1, 4, 16, 64) for t in (1, 4)],
+            "draft": [], "prefill": [(n, 0) for n in (64, 2048)]}
+    raw = synthetic_raw(RooflineCost(m, g), grid=grid, noise=0.005)
+    clean = held_out_levels(raw, m, g)
+    assert clean.num_points == 8 and np.isfinite(clean.max_rel_err)
+    for row in raw["verify"]:
+        if row["reqs"] == 16:
+            row["step_s"] *= 1.3
+    assert held_out_levels(raw, m, g).max_rel_err > clean.max_rel_err + 0.1
