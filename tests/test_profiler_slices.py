@@ -31,6 +31,7 @@ def test_a_v4_slice_writes_its_own_raw_file(tmp_path, monkeypatch):
                       "--out", str(tmp_path), "--max-seconds", "4", "--reps", "1", "--device", "cpu"]) == 0
     raw = json.loads((tmp_path / "raw_deepseek-v4-flash.slice2.json").read_text())
     assert raw["provenance"]["slice_layers"] == 2 and raw["provenance"]["layer_ratios"] == [4, 128]
+    assert raw["provenance"]["attn_max_splits"] == 1  # the fit's key-split floor: none for V4
     assert raw["verify"], "the first verify points were timed"
     assert all(r.get("kind", "none") == "none" for r in raw["prefill"])  # no drafter to prefill for
 

@@ -186,6 +186,8 @@ def profile(args) -> int:
         spec = dec.spec
         prov.update(slice_layers=spec.num_layers,
                     layer_ratios=list(spec.v4.compress_ratios) if spec.v4 is not None else None)
+    if dec.spec.v4 is not None:  # V4's sparse attention streams a request's keys in one program
+        prov["attn_max_splits"] = 1
     print(f"profiling {args.model} on {args.gpu}: parts {','.join(args.parts)}", flush=True)
     stepper = Stepper(dec, reps=args.reps)
     total = sum(SHARE[p] for p in args.parts)
