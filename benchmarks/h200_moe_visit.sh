@@ -8,6 +8,15 @@
 # everything else goes to $OUT/visit.log. A step the budget cannot hold is skipped and logged.
 # Usage (repository root, on the device machine):  bash benchmarks/h200_moe_visit.sh
 # Seconds: BUDGET_S (the whole call, 480), TESTS_S, WHOLE_S, QSLICE_S, V4SLICE_S (each step's).
+# The profiler runs as dspark-profile does (python -m dspark_sim.profiling.cli, without pip).
+# Afterwards, in the repository (no GPU needed): file the raw files and fit them with dspark-profile fit
+#   cp RAW_FILES/raw_*.json profiles/h200/raw/
+#   python benchmarks/fit_profiles.py --models qwen3-30b-a3b deepseek-v4-flash
+#     (= dspark-profile fit --raw-dir profiles/h200/raw --out-dir profiles --img-dir docs/img
+#        --docs docs/profiles.md --models ...: Qwen3-30B-A3B fitted whole, its slices' scaling error
+#        into profiles/h200/slice_scaling.json; the V4-Flash slices scaled to 43 layers and fitted;
+#        both projected to B300, B200 and H100; the held-out table, with verify_levels, into docs/profiles.md)
+#   python benchmarks/moe_costs.py   # docs/moe.md: slice-scaling and held-out errors from those files
 set -o pipefail
 export PYTHONUNBUFFERED=1 TRITON_INTERPRET=0
 OUT=${OUT:-/tmp/out}
@@ -37,7 +46,7 @@ run() {  # run NAME SECONDS CMD...: CMD capped at SECONDS + START_S + 30, skippe
 
 profile() {  # profile NAME SECONDS MODEL [profiler flags...]
   local name=$1 secs=$2 model=$3; shift 3
-  run "$name" "$secs" python3 -m dspark_sim.kernels.profiler --gpu h200 --model "$model" --out "$OUT" \
+  run "$name" "$secs" python3 -m dspark_sim.profiling.cli --gpu h200 --model "$model" --out "$OUT" \
       --max-seconds "$secs" "$@"
 }
 

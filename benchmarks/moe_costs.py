@@ -6,7 +6,7 @@ The catalog against the published totals, what a step reads under each layout, K
 capacity of an 8-GPU node, step times by GPU and layout (each labelled with the cost
 model it came from: a measured profile, a projection of one, or the roofline), DSpark
 against DeepSeek-V4's own MTP-1 on 8 B300s, and, once an H200 has timed them
-(benchmarks/h200_moe_visit.sh, then benchmarks/fit_profiles.py), the slice-scaling
+(benchmarks/h200_moe_visit.sh, then `dspark-profile fit` through benchmarks/fit_profiles.py), the slice-scaling
 error and the held-out errors of the MoE profiles.
 """
 from __future__ import annotations
@@ -102,7 +102,7 @@ def step_table(model: str) -> tuple[list[str], list[str]]:
 
 
 def compare_table(requests: int) -> list[str]:
-    from dspark_sim.compare import sweep
+    from dspark_sim.sweep import sweep
 
     scenario = load_scenario(REPO / "examples" / "v4_flash_b300.yaml")
     with warnings.catch_warnings():
@@ -126,7 +126,7 @@ def measured_sections() -> list[str]:
     out = ["## Slice scaling, measured", ""]
     if not path.is_file():
         return out + ["Not measured yet: `profiles/h200/slice_scaling.json` is written by "
-                      "`python benchmarks/fit_profiles.py` from the raw files of "
+                      "`python benchmarks/fit_profiles.py` (`dspark-profile fit`) from the raw files of "
                       "`benchmarks/h200_moe_visit.sh` (one H200 call).", ""]
     data = json.loads(path.read_text())["models"]
     out += ["Scaled from two slices against the same model timed whole on one H200 (verify points both "

@@ -3,6 +3,7 @@ and hand counts."""
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -163,6 +164,24 @@ def test_deployment_keys_load_and_validate(write_scenario):
         with pytest.raises(InputError) as err:
             load_scenario(write_scenario(synthetic_scenario(model="deepseek-v4-flash", gpu="b300",
                                                             deployment={"tp": 8, **bad})))
+        assert err.value.key == key
+
+
+def test_the_scenario_checks_its_layout_wherever_it_is_built(write_scenario):
+    """The split is the scenario's own check: a file names itself, and a scenario made by
+    replacing its deployment is refused too; the deployment checks its new keys alone."""
+    path = write_scenario(synthetic_scenario(deployment={"tp": 3}))
+    with pytest.raises(InputError) as err:
+        load_scenario(path)
+    assert (err.value.file, err.value.key) == (str(path), "deployment.tp") and "32 attention heads" in err.value.why
+    scenario = load_scenario(write_scenario(synthetic_scenario(deployment={"tp": 2})))
+    with pytest.raises(InputError) as err:
+        replace(scenario, deployment=replace(scenario.deployment, ep=2))
+    assert err.value.key == "deployment.ep" and "no experts" in err.value.why
+    for bad, key in (({"routing_skew": -1}, "routing_skew"), ({"dp_attention": "yes"}, "dp_attention"),
+                     ({"ep": 0}, "ep")):
+        with pytest.raises(InputError) as err:
+            Deployment(**bad)
         assert err.value.key == key
 
 

@@ -42,7 +42,7 @@ def _schedule_ranges(s: Scenario) -> list[tuple[int, int, int]]:
     for rule in s.speculation.schedule:
         last = cap if rule.max_batch_size is None else min(rule.max_batch_size, cap)
         if last >= first:
-            out.append((first, last, rule.num_draft_tokens))
+            out.append((first, last, rule.block_size))
         first = last + 1
     return out
 

@@ -158,7 +158,7 @@ def write(out: Path, jobs: list[Job], winners: dict[str, dict], info: dict) -> s
     main = jobs[0]
     table = rows(winners, jobs)
     unit = UNITS[main.target.objective]
-    pareto_plot(jobs, winners, out / "pareto.png", main.target.tok_per_s_user)
+    pareto_plot(jobs, winners, out / "pareto.png", main.target.slo.tok_per_s_user)
     imp = importances(main)
     lines = [f"# dspark-tune report: {main.study}", "",
              f"- scenario: `{info['scenario']}` ({info['model']} on {info['num_gpus']} x {info['gpu']})",

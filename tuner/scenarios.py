@@ -3,19 +3,19 @@
 Trials are built from the base file's mapping, not from dataclasses, so that
 ``dspark.yaml`` is byte for byte the scenario that was simulated: what
 ``dspark-sim run dspark.yaml`` replays is what the tuner scored. Every mapping
-is validated by ``dspark_sim.scenario.load_scenario`` before it runs.
+is validated by :meth:`dspark_sim.scenario.Scenario.from_dict` before it runs, and its
+errors name the base scenario file.
 """
 from __future__ import annotations
 
 import copy
 import os
-import tempfile
 from pathlib import Path
 
 import yaml
 
 from dspark_sim.config import load_yaml
-from dspark_sim.scenario import Scenario, load_scenario
+from dspark_sim.scenario import Scenario
 from dspark_sim.tuner.space import tier_ladder
 
 # Keys whose values are file paths (relative to the scenario file), as dotted paths.
@@ -32,7 +32,7 @@ def load_base(path: str | Path, *, gpu: str | None = None, model: str | None = N
     """
     path = Path(path).resolve()
     raw = load_yaml(path)
-    load_scenario(path)  # the file itself must be valid before anything is changed
+    Scenario.from_dict(raw, file=path)  # the file itself must be valid before anything is changed
     raw = rebase_paths(raw, path.parent, None)
     if gpu is not None:
         raw["gpu"] = gpu
@@ -89,14 +89,8 @@ def configure(base: dict, config: dict, *, seed: int | None = None) -> dict:
 
 
 def to_scenario(raw: dict, *, name_hint: str | Path = "trial") -> Scenario:
-    """Validate ``raw`` through ``load_scenario`` (which needs a file) and return the Scenario."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{Path(name_hint).stem}-", suffix=".yaml")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(dump(raw))
-        return load_scenario(tmp)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    """The validated Scenario of the mapping ``raw`` (paths absolute); errors name ``name_hint``."""
+    return Scenario.from_dict(raw, file=name_hint)
 
 
 def dump(raw: dict) -> str:

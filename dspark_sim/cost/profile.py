@@ -13,7 +13,6 @@ from pathlib import Path
 
 from dspark_sim.catalog import GpuSpec, get_gpu, get_model, served_format
 from dspark_sim.cost.base import CostModel, DraftWork, StepWork
-from dspark_sim.cost.fit import fit_profile
 from dspark_sim.cost.profile_format import (DRAFT_KINDS, FORMAT_VERSION, DraftFit, GpuRef, HeldOut,
                                             Profile, Projection, TargetFit, check_grids,
                                             load_profile, profile_from_json_dict)
@@ -197,7 +196,7 @@ def get_cost_model(gpu: str, model: str, tp: int = 1, *, file=None, warn: bool =
     if path is None:
         if warn:
             warnings.warn(f"no measured profile for {gpu}/{model}: using the roofline with assumed "
-                          f"efficiencies (profile it and run benchmarks/fit_profiles.py to replace it)",
+                          f"efficiencies (profile it with dspark-profile and fit it with dspark-profile fit to replace it)",
                           UserWarning, stacklevel=2)
         return roofline
     loaded = load_profile(path)
@@ -214,5 +213,5 @@ def get_cost_model(gpu: str, model: str, tp: int = 1, *, file=None, warn: bool =
 
 
 __all__ = ["ProfileCost", "Profile", "TargetFit", "DraftFit", "HeldOut", "GpuRef", "Projection",
-           "FORMAT_VERSION", "load_profile", "profile_from_json_dict", "check_grids", "fit_profile",
+           "FORMAT_VERSION", "load_profile", "profile_from_json_dict", "check_grids",
            "project_profile", "get_cost_model", "scenario_cost", "shipped_profile_path"]

@@ -117,7 +117,7 @@ class Replica:
             dec = dec[:0]  # decoding requests wait while prompts are prefilled
         num_dec = n if pre is None else dec.size
         p_true, verify_len, budget = None, None, 0
-        drafts = self.policy.drafts_for(num_dec) if num_dec else 0
+        drafts = self.policy.block_size_for(num_dec) if num_dec else 0
         verify_tokens = num_dec
         if drafts:
             p_true, conf = ctx.acceptance.step(c["difficulty"][:n][dec], c["domain"][:n][dec], drafts, self.rng)
@@ -142,7 +142,7 @@ class Replica:
                 "prefill_tokens": prefill_tokens,
                 "kv_needed": int(kv.sum()) + n * self.kv_per_request + verify_tokens + prefill_tokens,
                 "step_s": sum(parts.values()), "draft_s": parts.get("draft_s", 0.0),
-                "sched_s": parts.get("sched_s", 0.0), "start_s": self.env.now}
+                "sched_s": parts.get("sched_s", 0.0), "start_s": self.env.now, "work": work}
 
     def _preempt_newest(self) -> None:
         """Recompute preemption: the last admitted request goes back to the queue head."""

@@ -14,8 +14,9 @@ from dspark_sim.engine.kv import kv_capacity_tokens, kv_request_tokens
 from dspark_sim.engine.replica import Replica
 from dspark_sim.engine.router import make_router
 from dspark_sim.metrics.collector import Collector
-from dspark_sim.scenario import DOMAINS, Scenario
-from dspark_sim.spec.policy import make_policy
+from dspark_sim.names import DOMAINS
+from dspark_sim.scenario import Scenario
+from dspark_sim.speculation.policy import make_policy
 
 
 @dataclass

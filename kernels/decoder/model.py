@@ -69,7 +69,7 @@ def kv_capacity_tokens(spec, conf, draft_layers: int) -> int:
     if not str(conf.device).startswith("cuda"):
         return want
     free, _ = torch.cuda.mem_get_info()
-    return max(conf.page_size * 4, min(want, (free - HEADROOM_BYTES) // per_token))
+    return max(conf.kv_block_tokens * 4, min(want, (free - HEADROOM_BYTES) // per_token))
 
 
 def build_caches(spec, conf, drafter):
@@ -77,13 +77,13 @@ def build_caches(spec, conf, drafter):
     dtype = DTYPES[conf.dtype]
     n_draft = len(drafter.layers) if drafter is not None else 0
     tokens = kv_capacity_tokens(spec, conf, n_draft)
-    num_pages = max(2, tokens // conf.page_size)
-    slots = num_pages * conf.page_size
+    num_pages = max(2, tokens // conf.kv_block_tokens)
+    slots = num_pages * conf.kv_block_tokens
     cache = KVCache(spec.num_layers, slots, spec.num_kv_heads, spec.head_dim, dtype, conf.device)
     draft = None
     if drafter is not None:
         draft = KVCache(n_draft, slots, spec.num_kv_heads, spec.head_dim, dtype, conf.device)
-    max_pages = -(-(conf.max_model_len + conf.window) // conf.page_size)
-    pages = Pages(num_pages, conf.page_size, conf.max_running_requests, max_pages, conf.device)
+    max_pages = -(-(conf.max_model_len + conf.window) // conf.kv_block_tokens)
+    pages = Pages(num_pages, conf.kv_block_tokens, conf.max_running_requests, max_pages, conf.device)
     rope = Rope(spec.head_dim, spec.rope_theta, conf.max_model_len + conf.window + 1, conf.device)
     return cache, draft, pages, rope

@@ -76,7 +76,7 @@ def tiny_decoder(method: str = "dspark", spec=None, agreeable: bool = True, sps=
 
     spec = spec or tiny_spec()
     conf = dict(method=method, block_size=4, draft_layers=1, markov_rank=spec.hidden_size,
-                max_running_requests=8, page_size=4, max_model_len=96, kv_tokens=2048,
+                max_running_requests=8, kv_block_tokens=4, max_model_len=96, kv_tokens=2048,
                 kernels="torch", attention="torch", cuda_graphs=False, dtype="float32",
                 device="cpu")
     conf.update(overrides)

@@ -20,7 +20,7 @@ lognormal contexts as served traffic holds them, and the same step at their mean
 the fit reads both as verify rows). ``--layers N`` times a slice of the model's first N
 layers (DeepSeek-V4: its compressed layers, CSA and HCA alternating) and writes
 ``raw_<model>.slice<N>.json`` (``provenance.slice_layers``, ``provenance.layer_ratios``);
-``benchmarks/fit_profiles.py`` scales two slices to the whole model by layer count.
+``dspark-profile fit`` scales two slices to the whole model by layer count.
 A DeepSeek-V4 target runs without a drafter: its parts are verify and prefill. Random bf16
 weights; the grid is cut to ``--max-seconds`` (coarse points first), and points
 that do not fit in memory are skipped; both are listed under

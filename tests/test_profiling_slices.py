@@ -1,16 +1,15 @@
-"""Scaling layer slices to the whole model, its error, and the fitting script's handling."""
+"""Scaling layer slices to the whole model, its error, and dspark-profile fit's handling of slice files."""
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import numpy as np
 import pytest
-from conftest import REPO
 
 from dspark_sim.catalog import get_model
-from dspark_sim.cost.slices import scale_slices, scaling_error
 from dspark_sim.errors import InputError
+from dspark_sim.profiling.pipeline import measured_raws
+from dspark_sim.profiling.slices import scale_slices, scaling_error, write_slice_errors
 
 POINTS = [(r, r * w, c) for r in (1, 4, 16) for w in (1, 4) for c in (512, 2048)]
 CHUNKS = [("none", n, 0) for n in (64, 512)]
@@ -59,10 +58,7 @@ def test_slices_must_name_their_layers():
         scale_slices(linear_raw(4, base, per, 4), linear_raw(2, base, per, 2), 48)
 
 
-def test_fit_script_scales_slices_and_measures_the_error(tmp_path):
-    spec = importlib.util.spec_from_file_location("fit_profiles", REPO / "benchmarks" / "fit_profiles.py")
-    fit = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fit)
+def test_fit_scales_slices_and_measures_the_error(tmp_path):
     rng = np.random.default_rng(1)
     base, per = rng.uniform(1e-3, 2e-3, len(POINTS)), rng.uniform(1e-4, 5e-4, len(POINTS))
     files = {"raw_qwen3-30b-a3b.json": linear_raw(48, base, per),
@@ -72,7 +68,7 @@ def test_fit_script_scales_slices_and_measures_the_error(tmp_path):
              "raw_deepseek-v4-flash.slice4.json": linear_raw(4, base, per, 4)}
     for name, raw in files.items():
         (tmp_path / name).write_text(json.dumps(raw))
-    raws, errors = fit._measured_raws(tmp_path, None)
+    raws, errors = measured_raws(tmp_path, None)
     names = sorted(name for name, _, _ in raws)
     assert names == ["deepseek-v4-flash", "qwen3-30b-a3b"]  # the V4 slices became one whole model
     v4 = next(raw for name, raw, _ in raws if name == "deepseek-v4-flash")
@@ -81,7 +77,7 @@ def test_fit_script_scales_slices_and_measures_the_error(tmp_path):
     assert v4["verify"][0]["step_s"] > files["raw_deepseek-v4-flash.slice4.json"]["verify"][0]["step_s"]
     assert errors["qwen3-30b-a3b"]["points"] == len(POINTS) and errors["qwen3-30b-a3b"]["max"] < 1e-9
     out = tmp_path / "out" / "slice_scaling.json"
-    fit._write_slice_errors(out, errors)
+    write_slice_errors(out, errors)
     assert json.loads(out.read_text())["models"]["qwen3-30b-a3b"]["slices"] == [2, 4]
 
 
@@ -89,9 +85,9 @@ def test_leave_one_level_out_error():
     """Each request level held out whole: finite, one error per verify row, and worse where
     one level was timed 30 % slow (a fit without it cannot know)."""
     from dspark_sim.catalog import get_gpu
-    from dspark_sim.cost.fit import held_out_levels
     from dspark_sim.cost.roofline import RooflineCost
-    from dspark_sim.cost.synthetic import synthetic_raw
+    from dspark_sim.profiling.fit import held_out_levels
+    from dspark_sim.profiling.synthetic import synthetic_raw
 
     m, g = get_model("qwen3-30b-a3b"), get_gpu("h200")
     grid = {"verify": [(r, r * t, 1024) for r in (1, 4, 16, 64) for t in (1, 4)],

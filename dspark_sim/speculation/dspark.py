@@ -37,8 +37,8 @@ class Candidates:
 
 def candidates(survival: np.ndarray, limits: VerifyLimits) -> Candidates:
     """Sort admissible pairs; pairs below min_drafts are forced in, not sorted."""
-    num_reqs, gamma = survival.shape
-    max_drafts = min(limits.max_drafts, gamma)
+    num_reqs, block_size = survival.shape
+    max_drafts = min(limits.max_drafts, block_size)
     min_drafts = min(limits.min_drafts, max_drafts)
     forced = survival[:, :min_drafts]
     free = survival[:, min_drafts:max_drafts]
@@ -106,5 +106,5 @@ def pad_to_tier(budget: int, base_tokens: int, available: int, tiers: tuple[int,
 
 
 def survival_of(conf: np.ndarray) -> np.ndarray:
-    """Prefix survival probabilities from per-position confidences [R, gamma]."""
+    """Prefix survival probabilities from per-position confidences [R, block_size]."""
     return np.cumprod(conf, axis=1)

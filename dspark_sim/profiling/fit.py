@@ -27,12 +27,14 @@ import numpy as np
 from dspark_sim.catalog import GpuSpec, ModelSpec
 from dspark_sim.cost.base import DraftWork
 from dspark_sim.cost.jsonio import with_file
-from dspark_sim.cost.profile_format import (DraftFit, GpuRef, HeldOut, HostFit, Profile, TargetFit,
-                                            check_grids)
+from dspark_sim.cost.profile_format import DraftFit, GpuRef, HeldOut, Profile, TargetFit, check_grids
 from dspark_sim.cost.roofline import RooflineCost
-from dspark_sim.cost.shapes import ARRAY, SCALAR, hat_matrix, pad_tokens, pow2_array
-from dspark_sim.cost.stages import Param, Rows, fit_knots, fit_terms, knots_of, ridge, sharpness_param
-from dspark_sim.cost.terms import ScheduleFit, check_pad
+from dspark_sim.cost.shapes import ARRAY, hat_matrix, pad_tokens, pow2_array
+from dspark_sim.cost.terms import check_pad
+from dspark_sim.profiling.heldout import held_out, summarize_errors
+from dspark_sim.profiling.host import fit_host, fit_schedule, held_out_schedule, held_out_steps
+from dspark_sim.profiling.rows import canonical_rows, draft_rows, target_rows
+from dspark_sim.profiling.stages import Param, Rows, fit_knots, fit_terms, knots_of, ridge, sharpness_param
 from dspark_sim.errors import InputError
 
 DTYPE_BYTES = 2.0
@@ -58,7 +60,8 @@ NO_HOST = {"prefill_host_s": 0.0}
 
 
 # -- the target forward ---------------------------------------------------------------
-class _TargetModel:
+class TargetModel:
+    """The target fit's prediction over fit rows (stage 1 and 2 both use it)."""
     def __init__(self, fit: TargetFit):
         self.fit = fit
 
@@ -69,23 +72,6 @@ class _TargetModel:
         c = rows.cols
         return self.fit.parts(c["reqs"], c["vtok"], c["ptok"], c["ctx"], c["pairs"], c["pre"], ARRAY,
                               c["maxctx"])
-
-
-def _target_rows(grids: dict) -> Rows:
-    v, p = grids["verify"], grids["prefill"]
-    col = lambda rows, k: np.array([r[k] for r in rows], dtype=np.float64)  # noqa: E731
-    chunk, cached, none = col(p, "chunk"), col(p, "cached"), np.zeros(len(p))
-    cols = {"reqs": np.concatenate([col(v, "reqs"), none]),
-            "vtok": np.concatenate([col(v, "tokens"), none]),
-            "ptok": np.concatenate([np.zeros(len(v)), chunk]),
-            "ctx": np.concatenate([col(v, "reqs") * col(v, "context"), none]),
-            "maxctx": np.concatenate([np.array([r.get("max_context", r["context"]) for r in v],
-                                               dtype=np.float64), none]),
-            "pairs": np.concatenate([np.zeros(len(v)), chunk * (cached + chunk / 2)]),
-            "pre": np.concatenate([np.zeros(len(v)), np.ones(len(p))])}
-    step = np.concatenate([col(v, "step_s"), col(p, "step_s")])
-    section = np.array(["verify"] * len(v) + ["prefill"] * len(p))
-    return Rows(cols, step, section)
 
 
 def _target_params(model: ModelSpec, gpu: GpuSpec, has_prefill: bool, split_target: float = 0.0) -> list[Param]:
@@ -187,9 +173,9 @@ def fit_target(rows: Rows, model: ModelSpec, gpu: GpuSpec, pad: dict | None = No
     decode = (c["reqs"] > 0) & (c["ctx"] > 0)
     widths = knots_of(decode, pow2_array(c["vtok"] / np.maximum(c["reqs"], 1))) if np.any(decode) else ()
     params = _target_params(model, gpu, has_prefill, fixed.get("split_target", 0.0))
-    terms = fit_terms(params, lambda vals: _TargetModel(TargetFit(**vals, **fixed)), rows)
+    terms = fit_terms(params, lambda vals: TargetModel(TargetFit(**vals, **fixed)), rows)
     if widths:  # then the window-width factors, from the physical fit
-        terms = fit_terms(params + _width_params(widths), lambda vals: _TargetModel(
+        terms = fit_terms(params + _width_params(widths), lambda vals: TargetModel(
             TargetFit(**_target_fields(vals, widths), **fixed)), rows, init=terms)
     fit = TargetFit(**_target_fields(terms, widths), **fixed)
     return _fit_target_knots(fit, rows)
@@ -199,7 +185,7 @@ def _fit_target_knots(fit: TargetFit, rows: Rows) -> TargetFit:
     """Stage 2: a ratio of the linear time at each token count, an additive time at each R,
     and a ratio of the decode attention at each (R, query tile)."""
     c = rows.cols
-    over, linear, per_req, attn = _TargetModel(fit).parts(rows)
+    over, linear, per_req, attn = TargetModel(fit).parts(rows)
     pred = over + linear + per_req + attn
     # an eager step moves by d(step)/d(gpu) when its GPU time does (the host-floor ridge)
     gpu = pred - over + fit.bias_s
@@ -233,19 +219,14 @@ def _fit_target_knots(fit: TargetFit, rows: Rows) -> TargetFit:
 
 
 # -- the drafters ---------------------------------------------------------------------
-class _DraftModel:
+class DraftModel:
+    """A drafter fit's prediction over fit rows."""
     def __init__(self, fit: DraftFit):
         self.fit = fit
 
     def predict(self, rows: Rows) -> np.ndarray:
         c = rows.cols
         return self.fit.seconds(c["reqs"], c["block_size"], c["ctx"], ARRAY)
-
-
-def _draft_rows(rows: list[dict]) -> Rows:
-    col = lambda k: np.array([r[k] for r in rows], dtype=np.float64)  # noqa: E731
-    cols = {"reqs": col("reqs"), "block_size": col("block_size"), "ctx": col("reqs") * col("context")}
-    return Rows(cols, col("step_s"), np.array([f"draft_{r['kind']}" for r in rows]))
 
 
 def _draft_params(kind: str, model: ModelSpec, gpu: GpuSpec) -> list[Param]:
@@ -267,7 +248,7 @@ def _draft_params(kind: str, model: ModelSpec, gpu: GpuSpec) -> list[Param]:
 def fit_draft(rows: Rows, kind: str, model: ModelSpec, gpu: GpuSpec) -> DraftFit:
     """Both stages of one drafter's fit on ``rows``."""
     params = _draft_params(kind, model, gpu)
-    terms = fit_terms(params, lambda vals: _DraftModel(DraftFit(kind, **vals)), rows)
+    terms = fit_terms(params, lambda vals: DraftModel(DraftFit(kind, **vals)), rows)
     fit = DraftFit(kind, **terms)
     c = rows.cols
     units = c["reqs"] * c["block_size"] if kind == "block" else c["reqs"]
@@ -278,164 +259,6 @@ def fit_draft(rows: Rows, kind: str, model: ModelSpec, gpu: GpuSpec) -> DraftFit
     [(knots, ratio)] = fit_knots(rows, fit.seconds(c["reqs"], c["block_size"], c["ctx"],
                                                     ARRAY), [(lin, units)])
     return replace(fit, knots=knots, ratio=tuple(float(max(v, -0.9)) for v in ratio))
-
-
-# -- cross-validation and the whole profile -----------------------------------------------
-def _k_fold(n: int, folds: int, seed: int, predict) -> np.ndarray:
-    """Predictions of ``n`` rows, each made by ``predict(train, test)`` (index arrays) from a
-    fit without its fold."""
-    order = np.random.default_rng(seed).permutation(n)
-    pred = np.empty(n)
-    for fold in range(min(folds, n)):
-        test = order[fold::min(folds, n)]
-        pred[test] = predict(np.setdiff1d(order, test), test)
-    return pred
-
-
-def _held_out(rows: Rows, fit_fn, predict_fn, folds: int, seed: int) -> np.ndarray:
-    """Relative errors of k-fold predictions, one per row."""
-    pred = _k_fold(rows.step_s.size, folds, seed,
-                   lambda train, test: predict_fn(fit_fn(rows.take(train)), rows.take(test)))
-    return np.abs(pred / rows.step_s - 1.0)
-
-
-def _held_out_steps(rows: list[dict], target: TargetFit, drafts: dict, folds: int,
-                    seed: int) -> np.ndarray:
-    """k-fold relative errors of whole decode steps, the host term refitted without the fold
-    (the target and drafter fits come from their own grids)."""
-    def predict(train, test):
-        host = fit_host([rows[i] for i in train], target, drafts)
-        return predict_steps([rows[i] for i in test], target, drafts, host)
-    pred = _k_fold(len(rows), folds, seed, predict)
-    return np.abs(pred / np.array([r["step_s"] for r in rows]) - 1.0)
-
-
-def _summary(err: np.ndarray) -> HeldOut:
-    if err.size == 0:
-        return HeldOut(0.0, 0.0, 0.0, 0)
-    return HeldOut(float(np.median(err)), float(np.percentile(err, 90)), float(err.max()), int(err.size))
-
-
-# The profiler's spellings (kernels/profiler) of the canonical columns; a draft row
-# without a kind is the DSpark block drafter (older raw files time no other).
-RAW_ALIASES = {"draft": {"gamma": "block_size"}, "prefill": {"context": "cached"}}
-# Mixed-context verify steps (one long request among short ones; or lognormal contexts, as
-# served traffic holds them) are verify rows with a max_context; their context is the mean.
-MIXED_COLUMNS = ("reqs", "tokens", "context", "max_context", "step_s")
-# Whole decode steps the profiler times (kernels/profiler/steps.py, decode_step): the
-# drafter's block size per kind, when a raw step row does not state it.
-STEP_BLOCK = {"none": 0, "chain": 3, "block": 7}
-
-
-def _step_row(r: dict) -> dict | None:
-    """A raw whole-step row (``steps: [[verify_tokens, wall_s, draft_s], ...]``) as a grid
-    row; steps run without CUDA graphs are left out (the engine replays graphs)."""
-    if not r.get("graphs", True):
-        return None
-    steps = r.get("steps")
-    row = {k: r[k] for k in ("kind", "reqs", "context", "step_s") if k in r}
-    row["block_size"] = r.get("block_size", STEP_BLOCK.get(r.get("kind"), 0))
-    ok = isinstance(steps, list) and steps and all(isinstance(x, list) and x for x in steps)
-    if "verify_tokens" in r:
-        row["verify_tokens"] = r["verify_tokens"]
-    elif ok:
-        row["verify_tokens"] = float(np.mean([x[0] for x in steps]))
-    if ok and all(len(x) >= 4 for x in steps):  # host outside the draft and verify timers
-        row["host_s"] = float(np.median([x[1] - x[2] - x[3] for x in steps]))
-    return row
-
-
-def _canonical_rows(raw: dict) -> dict:
-    """The raw sections with aliased columns renamed and a missing draft kind set to block."""
-    out = {}
-    for section in ("verify", "draft", "prefill", "step", "sched"):
-        rows, aliases = raw.get(section, []), RAW_ALIASES.get(section, {})
-        if isinstance(rows, list):
-            rows = [{aliases.get(k, k): v for k, v in r.items()} if isinstance(r, dict) else r
-                    for r in rows]
-            if section == "draft":
-                rows = [{"kind": "block", **r} if isinstance(r, dict) else r for r in rows]
-            if section == "step":
-                rows = [x for x in (_step_row(r) if isinstance(r, dict) else r for r in rows)
-                        if x is not None]
-        out[section] = rows
-    for section in ("mixed", "spread"):
-        rows = raw.get(section, [])
-        if isinstance(rows, list) and rows and isinstance(out["verify"], list):
-            out["verify"] = out["verify"] + [{k: r[k] for k in MIXED_COLUMNS if k in r}
-                                             if isinstance(r, dict) else r for r in rows]
-            # a spread row also timed the same step with every request at the mean
-            out["verify"] += [{**{k: r[k] for k in ("reqs", "tokens", "context") if k in r},
-                               "step_s": r["uniform_s"]} for r in rows
-                              if isinstance(r, dict) and "uniform_s" in r]
-    return out
-
-
-# -- the engine's host time per decode step ----------------------------------------------------
-def _graph_part(rows: list[dict], target: TargetFit, drafts: dict) -> np.ndarray:
-    """What the target and drafter fits predict for whole decode steps ``rows``."""
-    col = lambda k: np.array([r[k] for r in rows], dtype=np.float64)  # noqa: E731
-    reqs, vtok, ctx = col("reqs"), col("verify_tokens"), col("reqs") * col("context")
-    zero = np.zeros(len(rows))
-    pred = sum(target.parts(reqs, vtok, zero, ctx, zero, zero, ARRAY))
-    for i, r in enumerate(rows):
-        fit = drafts.get(r["kind"])
-        if fit is not None and r["block_size"]:
-            pred[i] += fit.seconds(float(r["reqs"]), float(r["block_size"]), ctx[i], SCALAR)
-    return pred
-
-
-def fit_host(rows: list[dict], target: TargetFit, drafts: dict) -> dict[str, HostFit]:
-    """``bias_s + req_s * R`` per step kind: non-negative least squares on what the graph
-    fits leave of each measured whole step."""
-    from scipy.optimize import nnls
-
-    out = {}
-    # what the graph fits leave, not the row's host_s: the profiler's draft and verify timers
-    # run from before the host prepares each graph's inputs, so wall - draft - verify misses
-    # that preparation (about 0.8 ms for the three passes of an MTP-3 chain)
-    resid = np.array([r["step_s"] for r in rows]) - _graph_part(rows, target, drafts) if rows else []
-    for kind in sorted({r["kind"] for r in rows}):
-        idx = [i for i, r in enumerate(rows) if r["kind"] == kind]
-        reqs = np.array([rows[i]["reqs"] for i in idx], dtype=np.float64)
-        y = np.array([resid[i] for i in idx])
-        # relative weights: every step size counts the same
-        w = 1.0 / np.array([rows[i]["step_s"] for i in idx])
-        (bias, per_req), _ = nnls(np.stack([np.ones_like(reqs), reqs], 1) * w[:, None], y * w)
-        out[kind] = HostFit(kind, float(bias), float(per_req))
-    return out
-
-
-def fit_schedule(rows: list[dict]) -> ScheduleFit | None:
-    """``bias_s + req_s * R`` for the serving loop's gaps between steps (all drafter kinds:
-    the loop does the same work for each), non-negative least squares on seconds (the gap
-    adds to a step: its absolute error is what moves latency); None without rows."""
-    from scipy.optimize import nnls
-
-    if not rows:
-        return None
-    reqs = np.array([r["reqs"] for r in rows], dtype=np.float64)
-    y = np.array([r["step_s"] for r in rows])
-    (bias, per_req), _ = nnls(np.stack([np.ones_like(reqs), reqs], 1), y)
-    return ScheduleFit(float(bias), float(per_req))
-
-
-def _held_out_schedule(rows: list[dict], folds: int, seed: int) -> np.ndarray:
-    """k-fold relative errors of the scheduling gaps."""
-    def predict(train, test):
-        fit = fit_schedule([rows[i] for i in train])
-        return np.array([fit.seconds(rows[i]["reqs"]) for i in test])
-    pred = _k_fold(len(rows), folds, seed, predict)
-    return np.abs(pred / np.array([r["step_s"] for r in rows]) - 1.0)
-
-
-def predict_steps(rows: list[dict], target: TargetFit, drafts: dict, host: dict) -> np.ndarray:
-    """Whole decode step seconds: graphs (target + drafter) plus the host term."""
-    pred = _graph_part(rows, target, drafts)
-    for i, r in enumerate(rows):
-        if r["kind"] in host:
-            pred[i] += host[r["kind"]].seconds(r["reqs"])
-    return pred
 
 
 def fit_profile(raw: dict, model: ModelSpec, gpu: GpuSpec, *, folds: int = 10, seed: int = 0,
@@ -451,34 +274,34 @@ def fit_profile(raw: dict, model: ModelSpec, gpu: GpuSpec, *, folds: int = 10, s
         provenance = raw.get("provenance", {})
         if not isinstance(provenance, dict):
             raise InputError(None, "provenance", provenance, "must be a JSON object")
-        grids = check_grids(_canonical_rows(raw))
+        grids = check_grids(canonical_rows(raw))
         pad = {**_pad_of(provenance), **_splits_of(provenance, model)}
     except InputError as err:
         raise with_file(err, file) from None
-    target_rows = _target_rows(grids)
-    target = fit_target(target_rows, model, gpu, pad)
-    errors = {"target": _held_out(target_rows, lambda r: fit_target(r, model, gpu, pad),
-                                  lambda f, r: _TargetModel(f).predict(r), folds, seed)}
-    drafts, sections = {}, [target_rows.section]
+    rows_t = target_rows(grids)
+    target = fit_target(rows_t, model, gpu, pad)
+    errors = {"target": held_out(rows_t, lambda r: fit_target(r, model, gpu, pad),
+                                  lambda f, r: TargetModel(f).predict(r), folds, seed)}
+    drafts, sections = {}, [rows_t.section]
     for kind in sorted({r["kind"] for r in grids["draft"]}):
-        rows = _draft_rows([r for r in grids["draft"] if r["kind"] == kind])
+        rows = draft_rows([r for r in grids["draft"] if r["kind"] == kind])
         drafts[kind] = fit_draft(rows, kind, model, gpu)
-        errors[kind] = _held_out(rows, lambda r, k=kind: fit_draft(r, k, model, gpu),
-                                 lambda f, r: _DraftModel(f).predict(r), folds, seed)
+        errors[kind] = held_out(rows, lambda r, k=kind: fit_draft(r, k, model, gpu),
+                                 lambda f, r: DraftModel(f).predict(r), folds, seed)
         sections.append(rows.section)
     host = fit_host(grids.get("step", []), target, drafts)
     if grids.get("step"):
         steps = grids["step"]
-        errors["step"] = _held_out_steps(steps, target, drafts, folds, seed)
+        errors["step"] = held_out_steps(steps, target, drafts, folds, seed)
         sections.append(np.array(["step"] * len(steps)))
     err = np.concatenate(list(errors.values()))
     section = np.concatenate(sections)
-    held = {str(s): _summary(err[section == s]) for s in dict.fromkeys(section)}
-    held["all"] = _summary(err)
+    held = {str(s): summarize_errors(err[section == s]) for s in dict.fromkeys(section)}
+    held["all"] = summarize_errors(err)
     # the gaps between steps: host time alone, noisier than any step; not part of "all"
     schedule = fit_schedule(grids.get("sched", []))
     if len(grids.get("sched", [])) >= 2:
-        held["sched"] = _summary(_held_out_schedule(grids["sched"], folds, seed))
+        held["sched"] = summarize_errors(held_out_schedule(grids["sched"], folds, seed))
     date = str(provenance.get("date", "unknown date"))
     if re.match(r"\d{4}-\d\d-\d\d", date):
         date = date[:10]  # the day; provenance keeps the full timestamp
@@ -497,15 +320,15 @@ def held_out_levels(raw: dict, model: ModelSpec, gpu: GpuSpec, key: str = "reqs"
     among the verify rows, refit without every verify row at that level and predict them (at
     the grid's edges, an extrapolation). The strict counterpart of the k-fold error."""
     provenance = raw.get("provenance", {}) if isinstance(raw, dict) else {}
-    grids = check_grids(_canonical_rows(raw))
+    grids = check_grids(canonical_rows(raw))
     pad = {**_pad_of(provenance), **_splits_of(provenance, model)}
-    rows = _target_rows(grids)
+    rows = target_rows(grids)
     verify = rows.section == "verify"
     level = rows.cols[key]
     errors = []
     for value in np.unique(level[verify]):
         test = np.flatnonzero(verify & (level == value))
         train = np.setdiff1d(np.arange(rows.step_s.size), test)
-        pred = _TargetModel(fit_target(rows.take(train), model, gpu, pad)).predict(rows.take(test))
+        pred = TargetModel(fit_target(rows.take(train), model, gpu, pad)).predict(rows.take(test))
         errors.append(np.abs(pred / rows.step_s[test] - 1.0))
-    return _summary(np.concatenate(errors) if errors else np.zeros(0))
+    return summarize_errors(np.concatenate(errors) if errors else np.zeros(0))

@@ -1,9 +1,9 @@
 """Capacity search: the highest request rate one replica sustains within an SLO.
 
-The rule (Vidur-Search / DistServe style, docs/capacity.md): a request is *good*
-when its TTFT <= ``ttft_ms`` (if given), its TPOT <= ``tpot_ms`` (single-token
-outputs pass) and it waited at most ``max_queue_ms`` before its first step (so
-that a TPOT-only SLO cannot be "met" by an overloaded replica that just queues).
+The rule (Vidur-Search / DistServe style, docs/capacity.md) is the :class:`Slo`'s: a
+request is *good* when its TTFT <= ``ttft_ms`` (if given), its TPOT <= ``tpot_ms``
+(single-token outputs pass) and it waited at most ``max_queue_ms`` before its first step
+(so that a TPOT-only SLO cannot be "met" by an overloaded replica that just queues).
 Rule "attainment": at least ``attainment`` of the arrived requests are good.
 Rule "p99": the p99 of each of TTFT, TPOT and queue delay is within its bound.
 
@@ -25,59 +25,38 @@ from typing import Callable
 import numpy as np
 
 from dspark_sim.errors import InputError
-from dspark_sim.metrics.summary import good_mask
-from dspark_sim.scenario import Scenario, Slo, Speculation
-
-RULES = ("attainment", "p99")
-TP_CHOICES = (1, 2, 4, 8)
+from dspark_sim.scenario import Scenario, Speculation
+from dspark_sim.slo import Slo
 
 
-@dataclass(frozen=True, slots=True)
-class SloRule:
-    """When a simulated run sustains its offered load (see the module docstring)."""
+def describe(slo: Slo) -> str:
+    """The rule in one line, for tables and docs."""
+    bounds = [f"TPOT <= {slo.tpot_ms:g} ms"]
+    if slo.ttft_ms is not None:
+        bounds.append(f"TTFT <= {slo.ttft_ms:g} ms")
+    if slo.max_queue_ms is not None:
+        bounds.append(f"queue <= {slo.max_queue_ms:g} ms")
+    if slo.rule == "p99":
+        return "p99 of each: " + ", ".join(bounds)
+    return f">= {slo.attainment:.0%} of requests meet " + ", ".join(bounds)
 
-    tpot_ms: float
-    ttft_ms: float | None = None
-    attainment: float = 0.9
-    rule: str = "attainment"
-    max_queue_ms: float = 5000.0
 
-    def __post_init__(self) -> None:
-        for key, value in (("--slo-tpot-ms", self.tpot_ms), ("--slo-ttft-ms", self.ttft_ms),
-                           ("--max-queue-ms", self.max_queue_ms)):
-            if value is not None and not (isinstance(value, (int, float)) and 0 < value < math.inf):
-                raise InputError(None, key, value, "must be a positive finite number of milliseconds")
-        if not (isinstance(self.attainment, (int, float)) and 0 < self.attainment <= 1):
-            raise InputError(None, "--attainment", self.attainment, "must be in (0, 1]")
-        if self.rule not in RULES:
-            raise InputError(None, "--rule", self.rule, f"expected one of {', '.join(RULES)}")
-
-    def describe(self) -> str:
-        """One line for tables and docs."""
-        bounds = [f"TPOT <= {self.tpot_ms:g} ms"]
-        if self.ttft_ms is not None:
-            bounds.append(f"TTFT <= {self.ttft_ms:g} ms")
-        bounds.append(f"queue <= {self.max_queue_ms:g} ms")
-        if self.rule == "p99":
-            return "p99 of each: " + ", ".join(bounds)
-        return f">= {self.attainment:.0%} of requests meet " + ", ".join(bounds)
-
-    def judge(self, result) -> dict:
-        """Verdict and latency figures of a finished run (a ``RunResult``)."""
-        req = result.collector.requests
-        arrived = max(result.num_arrived, 1)
-        good = good_mask(req, Slo(self.ttft_ms, self.tpot_ms)) & (req["queue_delay_ms"] <= self.max_queue_ms)
-        figures = {"attainment": float(good.sum()) / arrived,
-                   "p99_ttft_ms": _p99(req["ttft_ms"]), "p99_tpot_ms": _p99(req["tpot_ms"]),
-                   "p99_queue_ms": _p99(req["queue_delay_ms"])}
-        if self.rule == "attainment":
-            passed = figures["attainment"] >= self.attainment
-        else:
-            passed = (result.collector.rejected == 0 and req.n > 0
-                      and _within(figures["p99_tpot_ms"], self.tpot_ms)
-                      and _within(figures["p99_ttft_ms"], self.ttft_ms)
-                      and _within(figures["p99_queue_ms"], self.max_queue_ms))
-        return {"passed": bool(passed), **figures}
+def judge(slo: Slo, result) -> dict:
+    """Verdict and latency figures of a finished run (a ``RunResult``) under ``slo.rule``."""
+    req = result.collector.requests
+    arrived = max(result.num_arrived, 1)
+    good = slo.good(req)
+    figures = {"attainment": float(good.sum()) / arrived,
+               "p99_ttft_ms": _p99(req["ttft_ms"]), "p99_tpot_ms": _p99(req["tpot_ms"]),
+               "p99_queue_ms": _p99(req["queue_delay_ms"])}
+    if slo.rule == "attainment":
+        passed = figures["attainment"] >= slo.attainment
+    else:
+        passed = (result.collector.rejected == 0 and req.n > 0
+                  and _within(figures["p99_tpot_ms"], slo.tpot_ms)
+                  and _within(figures["p99_ttft_ms"], slo.ttft_ms)
+                  and _within(figures["p99_queue_ms"], slo.max_queue_ms))
+    return {"passed": bool(passed), **figures}
 
 
 def _p99(values: np.ndarray) -> float | None:
@@ -208,19 +187,22 @@ def offered_rate(scenario: Scenario) -> float:
     return (n - 1) / last_s
 
 
-def layout_note(scenario: Scenario) -> str | None:
-    """Why one replica of ``scenario`` cannot run (the model does not split over its GPUs, or
-    its weights leave no KV cache), or None when it can."""
+def layout_note(scenario: Scenario, *, gpu: str | None = None, tp: int | None = None) -> str | None:
+    """Why one replica of ``scenario`` on ``tp`` GPUs of kind ``gpu`` (as :func:`probe_scenario`
+    builds it) cannot run: the model does not split over its GPUs, or its weights leave no KV
+    cache; None when it can. Asked before the probe scenario exists, which would refuse a split
+    that does not fit."""
     from dspark_sim.catalog import get_gpu, get_model
     from dspark_sim.engine.kv import kv_capacity_tokens
 
-    model, gpu, dep = get_model(scenario.model), get_gpu(scenario.gpu), scenario.deployment
+    model, gpu_spec = get_model(scenario.model), get_gpu(gpu or scenario.gpu)
+    dep = _with_tp(scenario.deployment, tp or scenario.deployment.tp)
     try:
-        dep.parallel.check(model, gpu)
+        dep.parallel.check(model, gpu_spec)
     except InputError as err:
         return f"cannot split: {err.why}"
     try:
-        kv_capacity_tokens(model, gpu, dep)
+        kv_capacity_tokens(model, gpu_spec, dep)
     except InputError:
         return "weights leave no KV cache"
     return None
@@ -256,7 +238,7 @@ class Evaluator:
     """Simulates probes of one (GPU, method, TP) candidate at multipliers of its arrival rate."""
 
     base: Scenario
-    rule: SloRule
+    slo: Slo
     base_rate_rps: float
     on_probe: Callable[[Probe], None] | None = None
     once: OnceWarnings = field(default_factory=OnceWarnings)
@@ -269,7 +251,7 @@ class Evaluator:
             warnings.simplefilter("always")
             summary, result = run_scenario(point, None, plots=False, show_progress=False)
         self.once.replay(caught)
-        verdict = self.rule.judge(result)
+        verdict = judge(self.slo, result)
         done = max(summary["completed"], 1)
         probe = Probe(multiplier, multiplier * self.base_rate_rps, verdict["passed"], verdict["attainment"],
                       verdict["p99_ttft_ms"], verdict["p99_tpot_ms"], verdict["p99_queue_ms"],
@@ -278,86 +260,3 @@ class Evaluator:
         if self.on_probe:
             self.on_probe(probe)
         return probe
-
-
-# -- sizing -------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """One tensor-parallel size of a plan: its search and the replicas the target needs."""
-
-    tp: int
-    search: Search | None = None
-    replicas: int | None = None
-    note: str = ""
-
-    @property
-    def gpus(self) -> int | None:
-        return None if self.replicas is None else self.replicas * self.tp
-
-    def to_dict(self) -> dict:
-        return {"tp": self.tp, "replicas": self.replicas, "gpus": self.gpus, "note": self.note,
-                "search": self.search.to_dict() if self.search else None}
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """The fewest GPUs of one kind that serve ``target_rps`` with one speculation method."""
-
-    gpu: str
-    method: str
-    target_rps: float
-    candidates: tuple[Candidate, ...]
-    best: Candidate | None
-
-    def to_dict(self) -> dict:
-        return {"gpu": self.gpu, "method": self.method, "target_rps": self.target_rps,
-                "best_tp": self.best.tp if self.best else None,
-                "candidates": [c.to_dict() for c in self.candidates]}
-
-
-def _rank(c: Candidate) -> tuple:
-    """Fewest GPUs first, then the most spare capacity (replicas x sustained rate)."""
-    return c.gpus, -c.replicas * c.search.rate_rps
-
-
-def replicas_for(target_rps: float, rate_rps: float) -> int:
-    """Replicas of ``rate_rps`` each that together carry ``target_rps`` (rounded up, at least 1)."""
-    return max(1, math.ceil(target_rps / rate_rps - 1e-9))
-
-
-def plan(scenario: Scenario, gpu: str, method: str, rule: SloRule, target_rps: float, base_rate_rps: float, *,
-         max_requests: int | None, tp_choices=TP_CHOICES, precision: float = 0.02, max_sims: int = 24,
-         on_probe: Callable[[int, Probe], None] | None = None, once: OnceWarnings | None = None) -> Plan:
-    """Search each TP in ``tp_choices`` (ascending) and keep the one needing the fewest GPUs.
-
-    A TP whose weights leave no KV cache is skipped; TPs at or above the best GPU
-    count so far cannot win and are not searched. Each search warm-starts at the
-    multiplier the previous TP sustained.
-    """
-    from dspark_sim.compare import method_speculation
-
-    spec = method_speculation(method, scenario.speculation, "--methods")
-    candidates: list[Candidate] = []
-    best: Candidate | None = None
-    start = 1.0
-    once = once or OnceWarnings()
-    for tp in sorted(tp_choices):
-        if best is not None and tp >= best.gpus:
-            break
-        base = probe_scenario(scenario, 1.0, gpu=gpu, tp=tp, speculation=spec, max_requests=max_requests)
-        note = layout_note(base)
-        if note is not None:
-            candidates.append(Candidate(tp, note=note))
-            continue
-        report = (lambda p, tp=tp: on_probe(tp, p)) if on_probe else None
-        search = bisect_rate(Evaluator(base, rule, base_rate_rps, report, once), start=start, precision=precision,
-                             max_sims=max_sims)
-        if search.best is None:
-            candidates.append(Candidate(tp, search, note="misses the SLO at every rate tried"))
-            continue
-        start = search.best.multiplier
-        cand = Candidate(tp, search, replicas_for(target_rps, search.rate_rps))
-        candidates.append(cand)
-        if best is None or _rank(cand) < _rank(best):
-            best = cand
-    return Plan(gpu, method, target_rps, tuple(candidates), best)

@@ -5,8 +5,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dspark_sim.spec import dspark
-from dspark_sim.spec.dspark import VerifyLimits
+from dspark_sim.speculation import dspark
+from dspark_sim.speculation.dspark import VerifyLimits
 
 
 def sps_curve(kind: int):

@@ -1,6 +1,6 @@
 """Synthetic raw profiles: the profiler's JSON, made from a cost model plus noise.
 
-For tests and dry runs of ``benchmarks/fit_profiles.py`` only: the
+For tests and dry runs of ``dspark-profile fit --synthetic`` only: the
 provenance says ``"synthetic": true`` and the fitting script refuses to ship
 such files. ``quantum`` rounds the token count of every GEMM up to a tile
 multiple, the staircase real kernels show and a smooth fit must interpolate.

@@ -2,7 +2,7 @@
 import pytest
 from conftest import synthetic_scenario
 
-from dspark_sim.compare import sweep
+from dspark_sim.sweep import sweep
 from dspark_sim.scenario import load_scenario
 
 

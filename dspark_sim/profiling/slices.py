@@ -10,14 +10,23 @@ alternating, so ``per_layer`` is their mean; the two window-only layers of V4-Fl
 are counted as mean layers (an over-estimate: they have no compressor).
 
 :func:`scaling_error` compares a scaled profile with a whole model measured on the
-same grid (Qwen3-30B-A3B fits one H200 whole): the error of the method itself.
+same grid (Qwen3-30B-A3B fits one H200 whole): the error of the method itself;
+:func:`whole_from_slices` does both for the raw files of a folder (``dspark-profile fit``),
+and this module owns the file the errors go to (``profiles/<gpu>/slice_scaling.json``).
 """
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 
+from dspark_sim.catalog import get_model
+from dspark_sim.cost.jsonio import read_json, write_json_atomic
 from dspark_sim.errors import InputError
 
+# raw_<model>.slice<N>.json: the first N layers of <model> (dspark-profile --layers N)
+SLICE_FILE = re.compile(r"raw_(?P<model>.+)\.slice(?P<layers>\d+)")
 # the target's sections a slice scales, and the keys that name a grid point (raw spellings)
 SECTIONS = {"verify": ("reqs", "tokens", "context"), "prefill": ("kind", "chunk", "context")}
 
@@ -46,7 +55,7 @@ def scale_slices(small: dict, large: dict, layers: int, *, files=(None, None)) -
     out = {"provenance": {**prov, "scaled_from_slices": [a, b], "scaled_to_layers": layers,
                           "slice_ratios": large.get("provenance", {}).get("layer_ratios"),
                           "scaling": "t(L) = t_a + (L - a) (t_b - t_a) / (b - a) per grid point "
-                                     "(dspark_sim/cost/slices.py)"}}
+                                     "(dspark_sim/profiling/slices.py)"}}
     dropped = 0
     for section, keys in SECTIONS.items():
         ta, tb = _points(small.get(section, []), keys), _points(large.get(section, []), keys)
@@ -77,4 +86,47 @@ def scaling_error(scaled: dict, whole: dict) -> dict:
             "by_reqs": {int(r): float(np.median(err[reqs == r])) for r in sorted(set(reqs.tolist()))}}
 
 
-__all__ = ["scale_slices", "scaling_error", "slice_layers", "SECTIONS"]
+def slice_model(path: Path) -> str | None:
+    """The model a slice's raw file (``raw_<model>.slice<N>.json``) times, or None for a whole model's."""
+    match = SLICE_FILE.fullmatch(path.stem)
+    return match["model"] if match else None
+
+
+def whole_from_slices(slices: dict[str, list[tuple[dict, Path]]], whole: dict[str, dict],
+                      log=print) -> tuple[list[tuple[str, dict, Path]], dict]:
+    """Each model's slices (raw, file) scaled to its whole layer count from its smallest and
+    largest slice: ``(model, scaled raw, file)`` for a model timed only as slices, and for a
+    model also timed whole (``whole``: model -> raw) the scaling's error instead."""
+    out, errors = [], {}
+    for name, group in sorted(slices.items()):
+        if len(group) < 2:
+            log(f"warning: {name} has one slice ({group[0][1].name}): two are needed to scale")
+            continue
+        group = sorted(((slice_layers(raw, file), raw, file) for raw, file in group), key=lambda g: g[0])
+        (a, small, f1), (b, large, f2) = group[0], group[-1]
+        layers = get_model(name, file=f2).num_layers
+        scaled = scale_slices(small, large, layers, files=(f1, f2))
+        if name in whole:
+            errors[name] = {"slices": [a, b], "layers": layers, **scaling_error(scaled, whole[name]),
+                            "date": str(large.get("provenance", {}).get("date", ""))[:10]}
+        else:
+            out.append((name, scaled, f2))
+    return out, errors
+
+
+def write_slice_errors(path: Path, errors: dict, log=print) -> None:
+    """Merge ``errors`` (model -> :func:`scaling_error` and its slices) into the per-GPU
+    slice-scaling file, one entry per model, written atomically."""
+    old = read_json(path) if path.is_file() else {}
+    models = {**old.get("models", {}), **errors}
+    write_json_atomic(path, {"generated_by": "dspark-profile fit", "method": "dspark_sim/profiling/slices.py",
+                             "models": models})
+    for name, e in errors.items():
+        if e["points"]:
+            log(f"{name}: slices {e['slices']} scaled to {e['layers']} layers, error median "
+                f"{100 * e['median']:.1f} %, p90 {100 * e['p90']:.1f} %, max {100 * e['max']:.1f} % "
+                f"over {e['points']} verify points")
+
+
+__all__ = ["SECTIONS", "SLICE_FILE", "scale_slices", "scaling_error", "slice_layers", "slice_model",
+           "whole_from_slices", "write_slice_errors"]

@@ -8,8 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from dspark_sim.acceptance.paper import DOMAINS
-from dspark_sim.acceptance.preset import DRAFTERS
+from dspark_sim.names import DOMAINS, DRAFTERS
 
 DESCRIPTION = ("Fit an acceptance preset (preset.json, usable as speculation.acceptance.preset_file) and "
                "STS temperatures in SGLang's JSON format (sts.json) from a table of accepted lengths or "

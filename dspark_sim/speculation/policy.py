@@ -11,8 +11,8 @@ from collections import deque
 import numpy as np
 
 from dspark_sim.scenario import Speculation
-from dspark_sim.spec import dspark
-from dspark_sim.spec.dspark import SpsFn, VerifyLimits
+from dspark_sim.speculation import dspark
+from dspark_sim.speculation.dspark import SpsFn, VerifyLimits
 
 
 class Policy:
@@ -23,7 +23,7 @@ class Policy:
         self.draft_kind = spec.draft_kind
         self.block_size = spec.block_size if spec.method != "none" else 0
 
-    def drafts_for(self, num_reqs: int) -> int:
+    def block_size_for(self, num_reqs: int) -> int:
         """Drafts produced per request this step (the drafter's work)."""
         return self.block_size
 
@@ -43,14 +43,14 @@ class StaticPolicy(Policy):
 class SchedulePolicy(Policy):
     """k by batch-size range (SGLang --speculative-adaptive, TRT-LLM draft_len_schedule)."""
 
-    def drafts_for(self, num_reqs):
+    def block_size_for(self, num_reqs):
         for rule in self.spec.schedule:
             if rule.max_batch_size is None or num_reqs <= rule.max_batch_size:
-                return rule.num_draft_tokens
+                return rule.block_size
         return 0
 
     def plan(self, conf, num_reqs):
-        k = self.drafts_for(num_reqs)
+        k = self.block_size_for(num_reqs)
         return np.full(num_reqs, 1 + k, dtype=np.int64), k * num_reqs
 
 
