@@ -37,7 +37,7 @@ for arg in "$@"; do
          [ "$resume" = resume-graphs ] && extra+=(--resume "$src")
          [ "$resume" = add ] && extra+=(--resume "$src" --add "$parts")
          [ -n "$replace" ] && extra+=(--replace "$replace")
-         python3 -m dspark_sim.kernels.profiler --gpu h200 --model "$m" --out "$OUT" --max-seconds "$s" "${extra[@]}" >> "$OUT/profile.log" 2>&1
+         python3 -m dspark_sim.profiling.cli --gpu h200 --model "$m" --out "$OUT" --max-seconds "$s" "${extra[@]}" >> "$OUT/profile.log" 2>&1
          tail -3 "$OUT/profile.log" ;;
   esac
 done

@@ -66,3 +66,18 @@ def test_mixed_batching_and_overlap_keep_greedy_outputs(method, over, pad, refer
         assert [s.outputs for s in seqs] == reference
         assert any(r["decode_reqs"] and r["prefill_tokens"] for r in rows)  # steps mixed both
         assert max(r["prefill_tokens"] for r in rows) <= 24
+
+
+@pytest.mark.parametrize("method,over", [("static", {"block_size": 3}), ("dspark", {"scheduler": "full"})])
+def test_unwritten_buffers_never_reach_the_outputs(method, over, reference, monkeypatch):
+    """Every fresh buffer holds NaN, as uninitialised memory may: the padded tokens, which
+    the Triton attention leaves unwritten, still give the sink request finite logits (the
+    reference accept judges them), and the outputs stay target greedy."""
+    empty = torch.empty
+
+    def nan_empty(*args, **kw):
+        t = empty(*args, **kw)
+        return t.fill_(float("nan")) if t.is_floating_point() else t
+    monkeypatch.setattr(torch, "empty", nan_empty)
+    dec = tiny_decoder(method, attention="triton", **over)
+    assert generate(dec, PROMPTS[:2], max_tokens=6) == [r[:6] for r in reference[:2]]

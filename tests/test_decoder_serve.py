@@ -127,6 +127,8 @@ def test_the_decoder_batches_as_the_scenario_says(tmp_path):
 @pytest.mark.parametrize("over,key", [
     ({}, "model"),  # --model differs from the file
     ({"deployment__tp": 2}, "deployment.tp"),
+    ({"deployment__kv_cache_dtype": "fp8"}, "deployment.kv_cache_dtype"),
+    ({"deployment__routing_skew": 0.5}, "deployment.routing_skew"),
     ({"speculation__method": "threshold"}, "speculation.method"),
     ({"speculation__block_size": 5}, "sts"),  # 7 STS temperatures for a block of 5
     ({"speculation__max_verify_len": 12}, "max_verify_len"),

@@ -122,9 +122,12 @@ def decoder_config(scenario, **overrides) -> DecoderConfig:
     from dspark_sim.acceptance.sts import load_sts_temperatures
 
     file, dep, spec = scenario.file, scenario.deployment, scenario.speculation
-    for key, value, why in (("deployment.replicas", dep.replicas, "the decoder drives one GPU"),
-                            ("deployment.tp", dep.tp, "no tensor parallelism")):
-        if value != 1:
+    for key, value, want, why in (("deployment.replicas", dep.replicas, 1, "the decoder drives one GPU"),
+                                  ("deployment.tp", dep.tp, 1, "no tensor parallelism"),
+                                  ("deployment.kv_cache_dtype", dep.kv_cache_dtype, "bf16", "the decoder's KV is bf16"),
+                                  ("deployment.routing_skew", dep.routing_skew, 0, "the decoder's own router "
+                                   "routes the tokens")):
+        if value != want:
             raise InputError(file, key, value, why)
     method, scheduler = _decoder_method(scenario)
     for key, value in (("schedule", spec.schedule), ("graph_tiers", spec.graph_tiers),

@@ -58,7 +58,9 @@ class Decoder:
     def _setup(self, sps, acceptance) -> None:
         """The per-method state: graphs, SPS table, lag, synthetic acceptance, kernels."""
         conf, spec = self.conf, self.spec
-        self.graphs = Graphs(conf.cuda_graphs and self.device.type == "cuda" and not spec.is_moe)
+        # the torch MoE reference splits tokens by expert on the host: no graphs for it
+        self.graphs = Graphs(conf.cuda_graphs and self.device.type == "cuda"
+                             and not (spec.is_moe and conf.attention == "torch"))
         self.pad_prefill = self.graphs.enabled  # small prompt steps padded to graph tiers (tests: eager too)
         self.sps = sps.to(self.device) if sps is not None else None
         if conf.method == "dspark" and conf.scheduler != "full" and sps is None:
@@ -218,6 +220,8 @@ class Decoder:
             own, k, valid, _ = expand(nl.to(torch.int32), L)
             first = batch.q_start + batch.q_len - nl.to(torch.int32)
             hidden = hidden[torch.where(valid, first[own] + k, 0).long()]
+        else:  # padded tokens: the attention leaves them unwritten; their (sink) logits must be finite
+            hidden = torch.where((batch.token_rows != self.pages.dummy_row)[:, None], hidden, 0)
         bufs = self.logit_buffers
         if bufs is not None and hidden.shape[0] <= bufs[0].shape[0]:
             return self.target.logits_into(hidden, *bufs)
@@ -281,6 +285,8 @@ class Decoder:
     def randomize_cache(self, seed: int = 0) -> None:
         """Fill both caches with N(0, 1) values, so timing never runs on zeros."""
         gen = torch.Generator(device=self.device).manual_seed(seed)
+        if hasattr(self.target, "randomize_cache"):  # caches a target keeps itself (DeepSeek-V4)
+            self.target.randomize_cache(gen)
         for c in (self.cache, self.draft_cache):
             if c is None:
                 continue
