@@ -12,6 +12,9 @@ from dspark_sim.kernels.decoder.v4_kernels import compress, index_scores, sparse
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # fp32 tiles multiply in TF32 on a GPU (Triton's default), exactly in the interpreter
 TOL = {"rtol": 3e-3, "atol": 3e-3} if DEVICE == "cuda" else {"rtol": 1e-4, "atol": 1e-4}
+# index scores sum 16 heads of TF32 dot products of scores near 10-30: TF32's 2^-11 rounding of
+# both operands leaves absolute errors up to ~1e-2 there (0.014 seen on an H200)
+INDEX_TOL = {"rtol": 1e-2, "atol": 3e-2} if DEVICE == "cuda" else TOL
 
 
 def step(q_len, kv_len, rows=(0, 1), pages_each=40, page_size=4):
@@ -51,7 +54,7 @@ def test_index_scores_match_reference():
     keys = torch.randn(5 * max_entries + 1, dim, generator=gen).to(DEVICE)
     args = (q, w, keys, batch.positions, batch.token_rows, ratio, max_entries)
     got, want = index_scores(*args, impl="triton"), index_scores(*args, impl="torch")
-    torch.testing.assert_close(got, want, **TOL)
+    torch.testing.assert_close(got, want, **INDEX_TOL)
     assert torch.isinf(got[0, 3:]).all() and torch.isfinite(got[-1, :125]).all()
 
 
