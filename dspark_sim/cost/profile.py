@@ -39,7 +39,7 @@ class ProfileCost:
 
     def __init__(self, profile: Profile, *, tp: int = 1, comm_s: tuple[float, float] = (0.0, 0.0),
                  fallback: CostModel | None = None, warn: bool = True, factors: dict | None = None,
-                 note: str = ""):
+                 note: str = "", decoder_host: bool = True):
         if tp < 1:
             raise ValueError(f"tp must be >= 1, got {tp}")
         f = factors or {"memory": 1.0 / tp, "compute": 1.0 / tp, "weights": 1.0 / tp, "kv": 1.0 / tp}
@@ -51,8 +51,9 @@ class ProfileCost:
             self._target = _sharded(profile.target, f, ("kv_s_per_token", "kv_req_s_per_token"))
             self._drafts = {k: _sharded(d, f, ("kv_s_per_token",)) for k, d in profile.draft.items()}
         self._comm0, self._comm1 = comm_s
-        self._host = profile.host  # host time: fixed under tp and projection
-        self._schedule = profile.schedule
+        # the decoder's host time (fixed under tp and projection); another engine brings its own
+        self._host = profile.host if decoder_host else {}
+        self._schedule = profile.schedule if decoder_host else None
         self._warn_fallback = warn
 
     def step_s(self, work: StepWork) -> float:
@@ -154,11 +155,19 @@ def project_profile(profile: Profile, to_gpu: GpuSpec) -> Profile:
 
 
 def scenario_cost(scenario, *, warn: bool = True) -> CostModel:
-    """:func:`get_cost_model` for one replica of ``scenario``'s deployment."""
-    dep = scenario.deployment
-    return get_cost_model(scenario.gpu, scenario.model, file=scenario.file, warn=warn,
-                          parallel=dep.parallel, kv_dtype_bytes=dep.kv_dtype_bytes,
-                          routing=Routing(dep.routing_skew))
+    """:func:`get_cost_model` for one replica of ``scenario``'s deployment, under its engine: the
+    decoder's own host time comes with its profile; another engine's host terms replace it
+    (:class:`~dspark_sim.cost.engine.EngineCost`)."""
+    dep, engine = scenario.deployment, scenario.engine
+    gpu = get_cost_model(scenario.gpu, scenario.model, file=scenario.file, warn=warn,
+                         parallel=dep.parallel, kv_dtype_bytes=dep.kv_dtype_bytes,
+                         routing=Routing(dep.routing_skew), decoder_host=engine.is_decoder)
+    if engine.is_decoder:
+        return gpu
+    from dspark_sim.cost.engine import EngineCost
+
+    limit = engine.graph_max_batch(get_gpu(scenario.gpu), dep.tp, dep.max_running_requests)
+    return EngineCost(gpu, engine.terms, label=engine.label, graph_max_tokens=limit)
 
 
 def _canonical(name: str, lookup) -> str:
@@ -177,7 +186,8 @@ def shipped_profile_path(gpu: str, model: str) -> Path | None:
 
 def get_cost_model(gpu: str, model: str, tp: int = 1, *, file=None, warn: bool = True,
                    profile: str | Path | None = None, parallel: Parallel | None = None,
-                   kv_dtype_bytes: float = 2.0, routing: Routing = Routing()) -> CostModel:
+                   kv_dtype_bytes: float = 2.0, routing: Routing = Routing(),
+                   decoder_host: bool = True) -> CostModel:
     """The cost model for ``model`` on one replica of ``tp`` GPUs of kind ``gpu``.
 
     The shipped ``profiles/<gpu>/<model>.json`` (or the ``profile`` file named,
@@ -187,6 +197,8 @@ def get_cost_model(gpu: str, model: str, tp: int = 1, *, file=None, warn: bool =
     ``parallel`` (expert parallel, DP attention; its ``tp`` wins) and
     ``kv_dtype_bytes`` (1 for an FP8 KV cache) describe the deployment, ``routing`` the
     spread of tokens over experts (the roofline's; a profile measured its own).
+    ``decoder_host=False`` leaves out the decoder's measured host time (another engine's
+    host terms take its place).
     """
     par = parallel or Parallel(tp)
     spec, gpu_spec = get_model(model, file=file), get_gpu(gpu, file=file)
@@ -209,7 +221,7 @@ def get_cost_model(gpu: str, model: str, tp: int = 1, *, file=None, warn: bool =
     if par.tp > 1:
         note += f"; {roofline.source.split('; ', 1)[1]}"
     return ProfileCost(loaded, tp=par.tp, comm_s=roofline.comm_terms if par.tp > 1 else (0.0, 0.0),
-                       fallback=roofline, warn=warn, factors=factors, note=note)
+                       fallback=roofline, warn=warn, factors=factors, note=note, decoder_host=decoder_host)
 
 
 __all__ = ["ProfileCost", "Profile", "TargetFit", "DraftFit", "HeldOut", "GpuRef", "Projection",

@@ -24,7 +24,7 @@ class Replica:
     def __init__(self, env: simpy.Environment, index: int, ctx, rng: np.random.Generator):
         self.env, self.index, self.ctx, self.rng = env, index, ctx, rng
         dep = ctx.scenario.deployment
-        self.max_running = dep.max_running_requests
+        self.max_running = ctx.max_running or dep.max_running_requests
         self.max_tokens = dep.max_batched_tokens
         self.prefill_cap = dep.chunked_prefill_tokens or dep.max_batched_tokens
         self.prefill_first = dep.batching == "prefill_first"

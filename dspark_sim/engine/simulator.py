@@ -31,6 +31,8 @@ class SimContext:
     sps: object = None
     kv_request_tokens: int = 0  # KV tokens every running request holds besides its length
     max_context: int = 0  # the model's context: longer requests are rejected (0: no bound)
+    max_running: int = 0  # running-request cap of the engine (0: the deployment's)
+    frontend_s: float = 0.0  # the engine's time from a request's arrival to its scheduler
 
     def make_policy(self):
         spec = self.scenario.speculation
@@ -67,8 +69,12 @@ def build_context(scenario: Scenario, collector: Collector) -> SimContext:
 
             acceptance = acceptance.with_sts(load_sts_temperatures(spec.sts, file=scenario.file))
     kv = kv_capacity_tokens(model, gpu, dep, file=scenario.file)
+    engine = scenario.engine
+    cap = engine.running_cap(kv, model.max_context)
     ctx = SimContext(scenario, cost, acceptance, kv, collector, kv_request_tokens=kv_request_tokens(model, dep),
-                     max_context=model.max_context)
+                     max_context=model.max_context,
+                     max_running=min(dep.max_running_requests, cap) if cap is not None else 0,
+                     frontend_s=engine.terms.frontend_s)
     if spec.method == "dspark":
         ctx.sps = scheduler_sps(scenario, cost)
     return ctx
@@ -122,6 +128,7 @@ def _arrivals(env: simpy.Environment, chunks: Iterator, ctx: SimContext, router,
     names, weights = zip(*ctx.scenario.workload.domain_mix)
     domain_ids = np.array([DOMAINS.index(n) for n in names], dtype=np.int8)
     cum = np.cumsum(weights)
+    frontend = ctx.frontend_s  # constant per request, so requests reach the scheduler in arrival order
     rid = 0
     for chunk in chunks:
         n = chunk.arrival_s.size
@@ -133,7 +140,7 @@ def _arrivals(env: simpy.Environment, chunks: Iterator, ctx: SimContext, router,
         dom = domain.tolist()
         diff = difficulty.tolist()
         for i in range(n):
-            delay = arrival[i] - env.now
+            delay = arrival[i] + frontend - env.now
             if delay > 0:
                 yield env.timeout(delay)
             router.route({"rid": rid, "arrival_s": arrival[i], "prompt_tokens": prompt[i],
