@@ -94,9 +94,11 @@ class EngineTerms:
     """Host-side seconds an engine adds to the GPU's work (the same on every GPU).
 
     step_host_s + step_host_s_per_req x R: host time of a step of R running requests the
-    engine does not hide behind the GPU (with an overlapping scheduler, what is left over).
-    frontend_s: time from a request's arrival to the scheduler (HTTP, chat template,
-    tokenizer, dispatch), paid once per request. eager_step_s: a decode step above the
+    engine does not hide behind the GPU (with an overlapping scheduler, what is left over;
+    the per-request part grows with the batch: streaming, detokenization, bookkeeping).
+    frontend_s: the front end's service time of one request (HTTP, chat template, tokenizer,
+    dispatch); one front-end process a replica serves requests one at a time, so a burst
+    queues there before the scheduler sees it. eager_step_s: a decode step above the
     CUDA-graph limit lasts at least this long (the host launching every kernel).
     """
 

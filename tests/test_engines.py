@@ -127,3 +127,15 @@ def test_every_command_takes_the_engine(write_scenario, tmp_path, capsys):
 
     tuned = simulate(data, [0])
     assert tuned[0]["engine"] == "sglang 0.5.23"
+
+
+def test_a_burst_queues_at_the_front_end(tmp_path):
+    """Three requests at once through a 50 ms front end reach the scheduler 50, 100 and 150 ms in."""
+    data = synthetic_scenario(num_requests=3, rate_per_s=1e9, prompt=64, output=2, engine="sglang")
+    scenario = _with_terms(Scenario.from_dict(data), frontend_s=0.05)
+    run_scenario(scenario, tmp_path / "r", plots=False, show_progress=False)
+    import csv
+
+    rows = list(csv.DictReader((tmp_path / "r" / "requests.csv").open()))
+    waits = sorted(float(r["first_scheduled_s"]) - float(r["arrival_s"]) for r in rows)
+    assert waits == pytest.approx([0.05, 0.10, 0.15], abs=1e-9)

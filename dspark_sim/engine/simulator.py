@@ -32,7 +32,7 @@ class SimContext:
     kv_request_tokens: int = 0  # KV tokens every running request holds besides its length
     max_context: int = 0  # the model's context: longer requests are rejected (0: no bound)
     max_running: int = 0  # running-request cap of the engine (0: the deployment's)
-    frontend_s: float = 0.0  # the engine's time from a request's arrival to its scheduler
+    frontend_s: float = 0.0  # the engine's front-end service time of one request (HTTP, template, tokenizer)
 
     def make_policy(self):
         spec = self.scenario.speculation
@@ -128,7 +128,10 @@ def _arrivals(env: simpy.Environment, chunks: Iterator, ctx: SimContext, router,
     names, weights = zip(*ctx.scenario.workload.domain_mix)
     domain_ids = np.array([DOMAINS.index(n) for n in names], dtype=np.int8)
     cum = np.cumsum(weights)
-    frontend = ctx.frontend_s  # constant per request, so requests reach the scheduler in arrival order
+    # the front end (HTTP, template, tokenizer) serves one request at a time, one such process a
+    # replica: a burst queues there before the scheduler sees it; arrival order is kept
+    frontend = ctx.frontend_s / ctx.scenario.deployment.replicas
+    frontend_free = 0.0
     rid = 0
     for chunk in chunks:
         n = chunk.arrival_s.size
@@ -140,7 +143,10 @@ def _arrivals(env: simpy.Environment, chunks: Iterator, ctx: SimContext, router,
         dom = domain.tolist()
         diff = difficulty.tolist()
         for i in range(n):
-            delay = arrival[i] + frontend - env.now
+            enter = arrival[i]
+            if frontend:
+                enter = frontend_free = max(enter, frontend_free) + frontend
+            delay = enter - env.now
             if delay > 0:
                 yield env.timeout(delay)
             router.route({"rid": rid, "arrival_s": arrival[i], "prompt_tokens": prompt[i],

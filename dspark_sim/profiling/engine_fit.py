@@ -79,9 +79,13 @@ def replay(scenario: Scenario) -> dict:
     from dspark_sim.engine.simulator import simulate
     from dspark_sim.metrics.summary import summarize
 
-    s = summarize(simulate(scenario))
-    return {"median_ttft_ms": s["median_ttft_ms"], "median_tpot_ms": s["median_tpot_ms"],
-            "output_throughput": s["output_throughput"], "num_rejected": s["num_rejected"]}
+    result = simulate(scenario)
+    s = summarize(result)
+    dec = result.collector.steps["decode_reqs"].astype(float)
+    return {"token_batch": float((dec * dec).sum() / dec.sum()) if dec.sum() else 0.0,  # an output token's batch
+            "median_ttft_ms": s["median_ttft_ms"], "median_tpot_ms": s["median_tpot_ms"],
+            "output_throughput": s["output_throughput"], "num_rejected": s["num_rejected"],
+            "mean_decode_batch_size": s["mean_decode_batch_size"]}
 
 
 def step_residuals(base: Scenario, rows: StepRows) -> np.ndarray:
@@ -102,7 +106,8 @@ def step_residuals(base: Scenario, rows: StepRows) -> np.ndarray:
 
 def fit_step_terms(reqs: np.ndarray, residual_s: np.ndarray) -> tuple[float, float]:
     """``(bias_s, per_req_s)`` >= 0 fitting ``residual = bias + per_req x R`` by least squares."""
-    a = np.column_stack([np.ones(reqs.size), reqs.astype(float)])
+    reqs = np.asarray(reqs, dtype=float)
+    a = np.column_stack([np.ones(reqs.size), reqs])
     bias, per_req = np.linalg.lstsq(a, residual_s, rcond=None)[0] if reqs.size > 1 and np.ptp(reqs) else \
         (float(np.median(residual_s)), 0.0)
     if per_req < 0:
@@ -114,10 +119,16 @@ def fit_step_terms(reqs: np.ndarray, residual_s: np.ndarray) -> tuple[float, flo
 
 
 def fit_replay_terms(scenarios: list[Scenario], measured: list[dict], terms: EngineTerms, *, fit_step: bool,
-                     progress=None) -> EngineTerms:
+                     frontend_from: list[bool] | None = None, progress=None) -> EngineTerms:
     """``terms`` with the per-step host time (when ``fit_step``) and the front-end time moved so the
-    replayed ``scenarios``' median TPOT and TTFT match ``measured`` (``median_tpot_ms``,
-    ``median_ttft_ms``; medians over the scenarios that give each)."""
+    replayed ``scenarios`` match ``measured`` (``median_tpot_ms``, ``median_ttft_ms``).
+
+    Host time: each output token of a run waits about one step's host time, ``step_host_s +
+    step_host_s_per_req x R`` with R the decode batch an output token sees, so the TPOT gaps of the runs
+    are fitted by least squares (terms >= 0) on their batches, and the replay repeated (a few
+    rounds, the batches moving with the terms); runs at one batch size fit the bias alone.
+    Front end: the median TTFT gap over the runs ``frontend_from`` marks (default all; the
+    runs without a queue at the front end are the ones that measure it)."""
     def results(t: EngineTerms) -> list[dict]:
         out = []
         for scenario in scenarios:
@@ -126,21 +137,41 @@ def fit_replay_terms(scenarios: list[Scenario], measured: list[dict], terms: Eng
                 progress(len(out), len(scenarios))
         return out
 
-    def gap_s(sim: list[dict], key: str) -> float | None:
-        gaps = [(m[key] - s[key]) / 1e3 for m, s in zip(measured, sim) if m.get(key) is not None]
-        return float(np.median(gaps)) if gaps else None
+    tpot = [i for i, m in enumerate(measured) if m.get("median_tpot_ms") is not None]
+    if fit_step and tpot:
+        for _ in range(4):
+            sim = results(terms)
+            batch = np.array([max(sim[i]["token_batch"], 1.0) for i in tpot])
+            need = np.array([(measured[i]["median_tpot_ms"] - sim[i]["median_tpot_ms"]) / 1e3 for i in tpot]) \
+                + terms.step_host_s + terms.step_host_s_per_req * batch
+            bias, per_req = fit_step_terms(batch, need)
+            moved = abs(bias - terms.step_host_s) + abs(per_req - terms.step_host_s_per_req) * batch.max()
+            terms = replace(terms, step_host_s=bias, step_host_s_per_req=per_req)
+            if moved < 2e-5:
+                break
+    chosen = frontend_from or [True] * len(scenarios)
+    ttft = [i for i, m in enumerate(measured) if chosen[i] and m.get("median_ttft_ms") is not None]
+    if not ttft:
+        return replace(terms, frontend_s=0.0)
+    scenarios = [scenarios[i] for i in ttft]
 
-    if fit_step:
-        for _ in range(3):  # TPOT grows about one step's host time per output token: a fixed point
-            gap = gap_s(results(terms), "median_tpot_ms")
-            if gap is None:
-                break
-            step = min(max(terms.step_host_s + gap, 0.0), MAX_HOST_S)
-            if abs(step - terms.step_host_s) < 1e-5:
-                break
-            terms = replace(terms, step_host_s=step)
-    frontend = gap_s(results(replace(terms, frontend_s=0.0)), "median_ttft_ms")
-    return replace(terms, frontend_s=min(max(frontend or 0.0, 0.0), 10.0))
+    def excess_s(frontend: float) -> float:  # median over runs of simulated less measured TTFT
+        sim = results(replace(terms, frontend_s=frontend))
+        return float(np.median([(s["median_ttft_ms"] - measured[i]["median_ttft_ms"]) / 1e3
+                                for s, i in zip(sim, ttft)]))
+
+    # one request's service time is the gap when nothing queues at the front end; a burst
+    # queues there, so a secant step or two on the median TTFT gap finds the service time
+    low, g_low = 0.0, excess_s(0.0)
+    high = min(max(-g_low, 0.0), 10.0)
+    for _ in range(3):
+        if high <= 0.0:
+            break
+        g_high = excess_s(high)
+        if abs(g_high) < 1e-3 or g_high == g_low:
+            break
+        low, g_low, high = high, g_high, min(max(high - g_high * (high - low) / (g_high - g_low), 0.0), 10.0)
+    return replace(terms, frontend_s=high)
 
 
 def fit_bench_terms(base: Scenario, runs: list[BenchRun], terms: EngineTerms, *, fit_step: bool,
@@ -148,7 +179,9 @@ def fit_bench_terms(base: Scenario, runs: list[BenchRun], terms: EngineTerms, *,
     """:func:`fit_replay_terms` on ``base`` replaying each of ``runs``."""
     scenarios = [replay_scenario(base, run, folder) for run in runs]
     measured = [{"median_tpot_ms": r.median_tpot_ms, "median_ttft_ms": r.median_ttft_ms} for r in runs]
-    return fit_replay_terms(scenarios, measured, terms, fit_step=fit_step, progress=progress)
+    paced = [not math.isinf(r.request_rate) for r in runs]  # bursts queue at the front end
+    return fit_replay_terms(scenarios, measured, terms, fit_step=fit_step, progress=progress,
+                            frontend_from=paced if any(paced) else None)
 
 
 def _sha256(path: str) -> str:
