@@ -31,7 +31,8 @@ from dspark_sim.workload.synthetic import LengthDist
 
 ALL_AT_ONCE_RATE = 1e9  # requests a second standing for "all at once" (request_rate inf)
 MAX_HOST_S = 0.05
-
+HOST_ROUNDS = 3  # replays of the runs while the host terms settle
+FRONTEND_ROUNDS = 2  # secant steps on the front end
 
 def with_terms(scenario: Scenario, terms: EngineTerms) -> Scenario:
     """``scenario`` under the same engine with other host terms."""
@@ -127,19 +128,23 @@ def fit_replay_terms(scenarios: list[Scenario], measured: list[dict], terms: Eng
     step_host_s_per_req x R`` with R the decode batch an output token sees, so the TPOT gaps of the runs
     are fitted by least squares (terms >= 0) on their batches, and the replay repeated (a few
     rounds, the batches moving with the terms); runs at one batch size fit the bias alone.
-    Front end: the median TTFT gap over the runs ``frontend_from`` marks (default all; the
-    runs without a queue at the front end are the ones that measure it)."""
-    def results(t: EngineTerms) -> list[dict]:
+    Front end: its service time moves until the median TTFT over the runs ``frontend_from``
+    marks (default all) matches; the front end is fitted first, then the host time with it in
+    place, then the front end again."""
+    def results(t: EngineTerms, which: list[Scenario] | None = None) -> list[dict]:
         out = []
-        for scenario in scenarios:
+        for scenario in scenarios if which is None else which:
             out.append(replay(with_terms(scenario, t)))
             if progress is not None:
                 progress(len(out), len(scenarios))
         return out
 
     tpot = [i for i, m in enumerate(measured) if m.get("median_tpot_ms") is not None]
-    if fit_step and tpot:
-        for _ in range(4):
+    chosen = frontend_from or [True] * len(scenarios)
+    ttft = [i for i, m in enumerate(measured) if chosen[i] and m.get("median_ttft_ms") is not None]
+
+    def fit_host(terms: EngineTerms) -> EngineTerms:
+        for _ in range(HOST_ROUNDS):
             sim = results(terms)
             batch = np.array([max(sim[i]["token_batch"], 1.0) for i in tpot])
             need = np.array([(measured[i]["median_tpot_ms"] - sim[i]["median_tpot_ms"]) / 1e3 for i in tpot]) \
@@ -149,29 +154,35 @@ def fit_replay_terms(scenarios: list[Scenario], measured: list[dict], terms: Eng
             terms = replace(terms, step_host_s=bias, step_host_s_per_req=per_req)
             if moved < 2e-5:
                 break
-    chosen = frontend_from or [True] * len(scenarios)
-    ttft = [i for i, m in enumerate(measured) if chosen[i] and m.get("median_ttft_ms") is not None]
-    if not ttft:
-        return replace(terms, frontend_s=0.0)
-    scenarios = [scenarios[i] for i in ttft]
+        return terms
 
-    def excess_s(frontend: float) -> float:  # median over runs of simulated less measured TTFT
-        sim = results(replace(terms, frontend_s=frontend))
+    def excess_s(terms: EngineTerms, frontend: float) -> float:  # median simulated less measured TTFT
+        sim = results(replace(terms, frontend_s=frontend), [scenarios[i] for i in ttft])
         return float(np.median([(s["median_ttft_ms"] - measured[i]["median_ttft_ms"]) / 1e3
                                 for s, i in zip(sim, ttft)]))
 
-    # one request's service time is the gap when nothing queues at the front end; a burst
-    # queues there, so a secant step or two on the median TTFT gap finds the service time
-    low, g_low = 0.0, excess_s(0.0)
-    high = min(max(-g_low, 0.0), 10.0)
-    for _ in range(3):
-        if high <= 0.0:
-            break
-        g_high = excess_s(high)
-        if abs(g_high) < 1e-3 or g_high == g_low:
-            break
-        low, g_low, high = high, g_high, min(max(high - g_high * (high - low) / (g_high - g_low), 0.0), 10.0)
-    return replace(terms, frontend_s=high)
+    def fit_frontend(terms: EngineTerms) -> EngineTerms:
+        # one request's service time is the gap when nothing queues at the front end; a burst
+        # queues there, so a secant step or two on the median TTFT gap finds the service time
+        if not ttft:
+            return replace(terms, frontend_s=0.0)
+        low, g_low = 0.0, excess_s(terms, 0.0)
+        high = min(max(-g_low, 0.0), 10.0)
+        for _ in range(FRONTEND_ROUNDS):
+            if high <= 0.0:
+                break
+            g_high = excess_s(terms, high)
+            if abs(g_high) < 1e-3 or g_high == g_low:
+                break
+            low, g_low, high = high, g_high, min(max(high - g_high * (high - low) / (g_high - g_low), 0.0), 10.0)
+        return replace(terms, frontend_s=high)
+
+    # the front end sets how fast a burst reaches the batch and the host time how fast the batch
+    # runs: each fitted with the other in place
+    terms = fit_frontend(terms)
+    if fit_step and tpot:
+        terms = fit_frontend(fit_host(terms))
+    return terms
 
 
 def fit_bench_terms(base: Scenario, runs: list[BenchRun], terms: EngineTerms, *, fit_step: bool,
@@ -179,9 +190,9 @@ def fit_bench_terms(base: Scenario, runs: list[BenchRun], terms: EngineTerms, *,
     """:func:`fit_replay_terms` on ``base`` replaying each of ``runs``."""
     scenarios = [replay_scenario(base, run, folder) for run in runs]
     measured = [{"median_tpot_ms": r.median_tpot_ms, "median_ttft_ms": r.median_ttft_ms} for r in runs]
-    paced = [not math.isinf(r.request_rate) for r in runs]  # bursts queue at the front end
+    bursts = [math.isinf(r.request_rate) for r in runs]  # where requests queue at the front end
     return fit_replay_terms(scenarios, measured, terms, fit_step=fit_step, progress=progress,
-                            frontend_from=paced if any(paced) else None)
+                            frontend_from=bursts if any(bursts) else None)
 
 
 def _sha256(path: str) -> str:
