@@ -92,35 +92,41 @@ def calibrate(cases: list[dict]) -> dict:
     return {"generated_by": "python benchmarks/external.py calibrate", "engines": out}
 
 
-def check(cases: list[dict], seeds=SEEDS) -> list[dict]:
-    """Every case replayed under the shipped terms: measured, predicted (median over seeds), errors."""
+def check_case(case: dict, seeds=SEEDS) -> dict:
+    """One case replayed under the shipped terms: measured, predicted (median over seeds), errors."""
     from dspark_sim.cost import scenario_cost
     from dspark_sim.profiling.engine_fit import replay
 
-    rows = []
-    for i, case in enumerate(cases, 1):
-        started = time.perf_counter()
-        preds = [replay(case_scenario(case, seed)) for seed in seeds]
-        scenario = case_scenario(case)
-        row = {"id": case["id"], "source": case["source"], "engine": scenario.engine.label, "role": case["role"],
-               "model": case["model"], "gpu": case["gpu"], "tp": case["tp"],
-               "cost": scenario_cost(scenario, warn=False).source.split(";")[0],
-               "rejected": max(p["num_rejected"] for p in preds), "note": case.get("note", ""),
-               "measured": {}, "predicted": {}, "error": {},
-               "seed_spread": {}}
-        for name, key in METRICS.items():
-            values = np.array([p[key] for p in preds], dtype=float)
-            row["predicted"][name] = float(np.median(values))
-            row["seed_spread"][name] = float(np.ptp(values) / np.median(values)) if np.median(values) else None
-            measured = case["measured"].get(key)
-            if measured is not None:
-                row["measured"][name] = measured
-                row["error"][name] = row["predicted"][name] / measured - 1.0
-        rows.append(row)
-        print(f"[{i}/{len(cases)}] {case['id']}: " + ", ".join(
-            f"{k} {v * 100:+.1f} %" for k, v in row["error"].items()) + f" ({time.perf_counter() - started:.1f} s)",
-            file=sys.stderr)
-    return rows
+    warnings.simplefilter("ignore", UserWarning)
+    started = time.perf_counter()
+    preds = [replay(case_scenario(case, seed)) for seed in seeds]
+    scenario = case_scenario(case)
+    row = {"id": case["id"], "source": case["source"], "engine": scenario.engine.label, "role": case["role"],
+           "model": case["model"], "gpu": case["gpu"], "tp": case["tp"],
+           "cost": scenario_cost(scenario, warn=False).source.split(";")[0],
+           "rejected": max(p["num_rejected"] for p in preds), "note": case.get("note", ""),
+           "measured": {}, "predicted": {}, "error": {}, "seed_spread": {}}
+    for name, key in METRICS.items():
+        values = np.array([p[key] for p in preds], dtype=float)
+        row["predicted"][name] = float(np.median(values))
+        row["seed_spread"][name] = float(np.ptp(values) / np.median(values)) if np.median(values) else None
+        measured = case["measured"].get(key)
+        if measured is not None:
+            row["measured"][name] = measured
+            row["error"][name] = row["predicted"][name] / measured - 1.0
+    print(f"{case['id']}: " + ", ".join(f"{k} {v * 100:+.1f} %" for k, v in row["error"].items())
+          + f" ({time.perf_counter() - started:.1f} s)", file=sys.stderr, flush=True)
+    return row
+
+
+def check(cases: list[dict], seeds=SEEDS, jobs: int = 1) -> list[dict]:
+    """Every case replayed (``jobs`` processes; each case is its own, so the rows do not depend on it)."""
+    if jobs <= 1:
+        return [check_case(case, seeds) for case in cases]
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(check_case, cases, [seeds] * len(cases)))
 
 
 def summary(rows: list[dict], role: str | None) -> dict:
@@ -222,6 +228,7 @@ def main(argv=None) -> int:
     parser.add_argument("what", nargs="?", default="all", choices=("all", "calibrate", "check", "report"))
     parser.add_argument("--seeds", type=int, default=len(SEEDS), help=f"seeds a case is replayed with (default "
                         f"{len(SEEDS)})")
+    parser.add_argument("--jobs", type=int, default=1, help="processes replaying cases (default 1)")
     args = parser.parse_args(argv)
     seeds = tuple(range(args.seeds))
     warnings.simplefilter("ignore", UserWarning)  # the roofline's "no measured profile": named in the table
@@ -240,7 +247,7 @@ def main(argv=None) -> int:
         print(f"wrote {DOC.relative_to(ROOT)}, {DOC_JSON.relative_to(ROOT)}")
     if args.what in ("all", "check"):
         terms = json.loads(TERMS.read_text()) if TERMS.is_file() else {"engines": {}}
-        rows = check(cases, seeds)
+        rows = check(cases, seeds, args.jobs)
         command = "python benchmarks/external.py" + (f" --seeds {args.seeds}" if args.seeds != len(SEEDS) else "")
         write_doc(rows, sources, terms, command, seeds)
         for role, s in (("check", summary(rows, "check")), ("all", summary(rows, None))):
