@@ -81,6 +81,7 @@ class Speculation:
     sps_table: Path | None = None
     sts: Path | None = None  # SGLang STS JSON; its temperatures replace the preset's
     acceptance: Any = None  # dspark_sim.acceptance.AcceptanceConfig
+    drafter_checkpoint: str | None = None  # HF id or absolute path of the drafter's weights
 
     @property
     def draft_kind(self) -> str | None:
@@ -245,6 +246,7 @@ def _speculation(s: Section, base: Path) -> Speculation:
         sps_table=_optional_path(s, "sps_table", base),
         sts=_optional_path(s, "sts", base),
         acceptance=AcceptanceConfig.from_dict(acceptance_raw, file=s.file, key=s.path("acceptance")),
+        drafter_checkpoint=_drafter_checkpoint(s, base),
     )
     if spec.max_verify_len is not None and spec.max_verify_len < spec.min_verify_len:
         raise InputError(s.file, s.path("max_verify_len"), spec.max_verify_len, "must be >= min_verify_len")
@@ -279,6 +281,14 @@ def _tiers(s: Section) -> tuple[int, ...]:
     if raw != sorted(set(raw)):
         raise InputError(s.file, s.path("graph_tiers"), raw, "tiers must strictly increase")
     return tuple(raw)
+
+
+def _drafter_checkpoint(s: Section, base: Path) -> str | None:
+    """``speculation.drafter_checkpoint``: the drafter's weights, a Hugging Face id or a path."""
+    from dspark_sim.catalog.drafters import check_checkpoint
+
+    value = s.raw("drafter_checkpoint")
+    return None if value is None else check_checkpoint(value, s.file, s.path("drafter_checkpoint"), base)
 
 
 def _optional_path(s: Section, name: str, base: Path) -> Path | None:
