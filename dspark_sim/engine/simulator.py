@@ -73,12 +73,16 @@ def build_context(scenario: Scenario, collector: Collector) -> SimContext:
 def scheduler_table(scenario: Scenario, cost):
     """The SGLang SPS table the DSpark scheduler reads: the scenario's file, or one derived
     from the cost model (additive form, the drafter's cost in alpha)."""
-    from dspark_sim.cost.sps import load_sps_table, sps_from_cost_model
+    from dspark_sim.cost.sps import default_probes, load_sps_table, sps_from_cost_model
 
     spec, dep = scenario.speculation, scenario.deployment
     if spec.sps_table is not None:
         return load_sps_table(spec.sps_table)
-    return sps_from_cost_model(cost, max_batch_tokens=dep.max_batched_tokens, additive=True,
+    # probes reach every request count the deployment admits and every verify-token count
+    # it can ask for (R requests x the full window), so neither engine nor simulator clamps
+    reqs = default_probes(dep.max_running_requests)
+    tokens = max(dep.max_batched_tokens, dep.max_running_requests * (spec.block_size + 1))
+    return sps_from_cost_model(cost, num_reqs_probes=reqs, max_batch_tokens=tokens, additive=True,
                                draft_kind=spec.draft_kind, block_size=spec.block_size)
 
 
