@@ -23,7 +23,7 @@ from optuna.trial import TrialState
 from dspark_sim.tuner import storage
 from dspark_sim.tuner.objective import Target, score
 from dspark_sim.tuner.progress import Progress
-from dspark_sim.tuner.space import SearchSpace, suggest
+from dspark_sim.tuner.space import SearchSpace, suggest, tail_probe
 
 
 @dataclass(frozen=True)
@@ -115,6 +115,8 @@ def work(jobs: list[Job], deadline: float | None, callback=None, parent: int | N
             callbacks.append(OrphanGuard(parent))
         if callback is not None:
             callbacks.append(callback)
+        if job.target.tpot_ms is not None or job.target.tok_per_s_user is not None:
+            study.enqueue_trial(tail_probe(job.space), skip_if_exists=True)
         # a configuration the simulator rejects fails its trial, not the study
         study.optimize(TrialFunction(job), timeout=left_s, callbacks=callbacks, catch=(Exception,))
 
