@@ -10,7 +10,7 @@ import stat
 import optuna
 import pytest
 import yaml
-from test_tuner_fixtures import run_tiny, sqlite_url
+from test_tuner_fixtures import run_tiny, sqlite_url, tiny_scenario
 
 from dspark_sim.cli import main as sim_main
 from dspark_sim.tuner.cli import main as tune_main
@@ -194,3 +194,11 @@ def test_latency_bound_study_probes_the_smallest_request_cap_first(tmp_path):
     first = optuna.load_study(study_name="probe", storage=sqlite_url(tmp_path)).trials[0]
     assert first.params["max_running_requests"] == 4  # the tiny space's low end
     assert first.params["chunked_prefill_tokens"] == 2048  # its largest chunk
+
+
+@pytest.mark.parametrize("value,why", [("no such id", "Hugging Face id"), ("./missing-ckpt", "path not found")])
+def test_bad_drafter_is_one_line(tmp_path, capsys, value, why):
+    assert tune_main(["--scenario", str(tiny_scenario(tmp_path)), "--drafter", value,
+                      "--storage", sqlite_url(tmp_path), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--drafter" in err and why in err
