@@ -3,9 +3,9 @@
     python -m dspark_sim.tuner.enginecheck sglang DIR [DIR ...] --engines ROOT
     python -m dspark_sim.tuner.enginecheck vllm DIR [DIR ...] --engines ROOT
 
-``ROOT/sglang`` and ``ROOT/vllm`` hold the released packages, installed with
-``pip install --no-deps --target`` (``.ci/engines`` does it; their light imports
-come with the ``[engines]`` extra). Each check runs in a child process that puts
+``ROOT/sglang`` and ``ROOT/vllm`` hold the released wheels' Python code, unpacked
+without dependencies or compiled kernels by ``.ci/engines``; the modules their
+config code imports come with the ``[engines]`` extra. Each check runs in a child process that puts
 one engine on ``sys.path``, and prints one JSON line of what the engine's code
 returned; a rejection is an exception from that code. What is exercised:
 
