@@ -111,6 +111,8 @@ def test_vllm_yaml(tuned):
     assert args["max-cudagraph-capture-size"] == cap * (gamma + 1)  # R full windows stay in a graph
     assert "long-prefill-token-threshold" not in args  # a per-request cap, not the step's
     assert args["model"] == "Qwen/Qwen3-8B" and args["max-num-batched-tokens"] == 2048
+    text = (tmp / f"vllm-{trial.number}" / "vllm.yaml").read_text()
+    assert "tuned for SGLang 0.5.23" in text and "--engine vllm" in text  # the study held SGLang's knobs
 
 
 def test_trtllm_yaml(tuned):

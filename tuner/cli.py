@@ -200,7 +200,7 @@ def run_export(args) -> int:
     out = Path(args.out) if args.out else Path("runs") / args.study / f"trial-{record['trial']}"
     # each file is written atomically; other formats already in ``out`` stay
     files, notes = write_exports(settings.base, record, args.study, out, [args.format], out,
-                                 settings.target.describe())
+                                 settings.target.describe(), settings.engine)
     for note in notes:
         print(note)
     if files:

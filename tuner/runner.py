@@ -41,7 +41,10 @@ class Job:
     n_trials: int
 
     def open(self) -> optuna.Study:
-        return storage.open_study(self.url, self.study, self.target.directions, storage.sampler(self.sampler_seed))
+        # a TPOT-bound study's trial 0 probes where the tail is smallest (space.tail_probe)
+        first = tail_probe(self.space) if self.target.tpot_ms is not None else None
+        return storage.open_study(self.url, self.study, self.target.directions,
+                                  storage.sampler(self.sampler_seed, first))
 
 
 class TrialFunction:
@@ -115,8 +118,6 @@ def work(jobs: list[Job], deadline: float | None, callback=None, parent: int | N
             callbacks.append(OrphanGuard(parent))
         if callback is not None:
             callbacks.append(callback)
-        if job.target.tpot_ms is not None or job.target.tok_per_s_user is not None:
-            study.enqueue_trial(tail_probe(job.space), skip_if_exists=True)
         # a configuration the simulator rejects fails its trial, not the study
         study.optimize(TrialFunction(job), timeout=left_s, callbacks=callbacks, catch=(Exception,))
 

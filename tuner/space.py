@@ -154,7 +154,7 @@ def _knob(value: Any, file, key: str, default: Knob) -> Knob:
 
 
 def tail_probe(space: SearchSpace) -> dict:
-    """Parameters of the first trial a latency-bound study runs: the smallest request cap and the
+    """Parameters of the first trial a TPOT-bound study runs: the smallest request cap and the
     largest prefill chunk the space allows (others sampled as usual).
 
     Few running requests share a step with a prefill chunk, and a large chunk needs few

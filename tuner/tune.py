@@ -126,7 +126,7 @@ def tune(settings: Settings, url: str, name: str, out: Path, *, workers: int = 1
     with atomic_dir(out) as tmp:
         if jobs[0].study in winners:
             _, info["notes"] = write_exports(settings.base, winners[jobs[0].study], name, tmp, engines.FORMATS,
-                                             out, settings.target.describe())
+                                             out, settings.target.describe(), settings.engine)
         report.write(tmp, jobs, winners, info)
     return winners
 
@@ -146,13 +146,14 @@ def header(study: str, record: dict, slo: str = "") -> list[str]:
 
 
 def write_exports(base: dict, record: dict, study: str, out: Path, formats,
-                  final: Path | None = None, slo: str = "") -> tuple[list[str], list[str]]:
+                  final: Path | None = None, slo: str = "", engine: str = "sglang") -> tuple[list[str], list[str]]:
     """Write the chosen trial in each of ``formats`` into ``out``: (file names, notes).
 
     A DSpark trial always gets its tables (``sps_table.json``, ``sts.json``).
     ``final`` is where ``out`` ends up (outputs may be built in a temporary
     sibling): engine configs name the tables by absolute path under ``final``.
-    A format the trial's method has no field for is not written; a note says why.
+    A format the trial's method has no field for is not written; a note says why. Files for
+    an engine other than ``engine`` (the one tuned for) say so in their header.
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -167,7 +168,11 @@ def write_exports(base: dict, record: dict, study: str, out: Path, formats,
         if why is not None:
             notes.append(f"{fmt}: not expressible in {honour.NAMES[fmt]}: {why}")
             continue
-        files.append(engines.WRITERS[fmt](scenario, out, lines, Path(final or out)))
+        other = [] if fmt == engine else [
+            f"tuned for {honour.NAMES[engine]}: knobs {honour.NAMES[fmt]} honours and {honour.NAMES[engine]} "
+            f"does not were held at {honour.NAMES[engine]}'s behaviour (report.md, docs/tuning.md); "
+            f"tune with --engine {fmt} for this engine"]
+        files.append(engines.WRITERS[fmt](scenario, out, lines + other, Path(final or out)))
     return files, notes
 
 
