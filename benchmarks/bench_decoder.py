@@ -23,7 +23,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 JSON = REPO / "profiles" / "h200" / "decoder_bench.json"
-METHODS = {
+DECODERS = {
     "none": {"method": "none"},
     "mtp1": {"method": "static", "block_size": 1},
     "mtp3": {"method": "static", "block_size": 3},
@@ -117,7 +117,7 @@ def run(args) -> dict:
     kv = max(batches) * (args.context + (args.steps * 3 + 40) * 8 + 64)
     deadline = time.perf_counter() + args.max_seconds
     for name in args.methods:
-        conf = DecoderConfig(**METHODS[name], synthetic=True,
+        conf = DecoderConfig(**DECODERS[name], synthetic=True,
                              max_running_requests=max(batches), max_model_len=args.context + 1024,
                              kv_tokens=kv, device=args.device, dtype=args.dtype)
         sps0 = None
@@ -203,7 +203,7 @@ def main(argv=None) -> int:
     p.add_argument("--doc", help="also write the table into this markdown file")
     p.add_argument("--model", default="qwen3-8b")
     p.add_argument("--domain", default="math")
-    p.add_argument("--methods", nargs="+", default=list(METHODS))
+    p.add_argument("--methods", nargs="+", default=list(DECODERS))
     p.add_argument("--max-batch", type=int, default=max(BATCHES))
     p.add_argument("--context", type=int, default=1024)
     p.add_argument("--steps", type=int, default=24)

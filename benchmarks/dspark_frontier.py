@@ -18,11 +18,11 @@ from pathlib import Path
 
 import yaml
 
-from dspark_sim.compare import format_table, plot, sweep
+from dspark_sim.sweep import format_table, plot, sweep
 from dspark_sim.scenario import load_scenario
 
 REPO = Path(__file__).resolve().parents[1]
-METHODS = ["none", "mtp1", "mtp3", "dspark", "dspark-full"]
+SWEEP_METHODS = ["none", "mtp1", "mtp3", "dspark", "dspark-full"]
 CONCURRENCY = [1, 8, 32, 64, 128, 256]
 
 
@@ -76,7 +76,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for domain in ("math", "code", "chat"):
             sc = scenario(domain, args.model, args.gpu, Path(tmp))
-            rows = sweep(sc, METHODS, CONCURRENCY)
+            rows = sweep(sc, SWEEP_METHODS, CONCURRENCY)
             (png,) = plot(rows, f"{args.model} on {args.gpu}, {domain} traffic", Path(tmp))
             target = img / f"frontier_{args.model}_{args.gpu}_{domain}.png"
             target.write_bytes(png.read_bytes())

@@ -2,87 +2,19 @@
 
     python benchmarks/fit_acceptance.py [--seed N] [--jobs N] [--out PATH] [--markdown]
 
-Re-runnable and deterministic (common random numbers from --seed). For every
-preset it prints the target accepted length, the fitted value on the fitting
-draws, and an independent check: a serving replay through AcceptanceModel's
-own step/accept with fresh random numbers (every request runs to a fixed
-output length with the whole gamma = 7 block verified, as in Table 1).
+A driver of :mod:`dspark_sim.acceptance.builtin`: prints, for every preset, the target
+accepted length, the fitted value and the independent serving replay (docs/acceptance.md).
 """
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import sys
-from concurrent.futures import ProcessPoolExecutor
 
-import numpy as np
-
-from dspark_sim.acceptance import fit, paper
-from dspark_sim.acceptance.model import AcceptanceModel
+from dspark_sim.acceptance.builtin import fit_builtin, format_table
 from dspark_sim.acceptance.preset import BUILTIN_PATH
-from dspark_sim.acceptance.replay import serve_full_blocks
 from dspark_sim.metrics.outdir import atomic_write_text
-
-NUM_REQUESTS, STEPS = 2048, 16  # fitting draws: 32768 request-steps per preset
-CHECK_REQUESTS, CHECK_TOKENS = 2000, 256
-
-
-def jobs() -> list[dict]:
-    """One job per preset: Table 1 cells, their domain means, DeepSeek MTP and V4-Flash."""
-    out = []
-    for (target, drafter), values in paper.TABLE1.items():
-        by_domain: dict[str, list[float]] = {}
-        for dataset, value in zip(paper.DATASETS, values):
-            domain = paper.DATASETS[dataset]
-            by_domain.setdefault(domain, []).append(value)
-            out.append(dict(drafter=drafter, target=target, domain=domain, dataset=dataset, accept_len=value))
-        for domain, cell in by_domain.items():
-            out.append(dict(drafter=drafter, target=target, domain=domain, dataset=None,
-                            accept_len=float(np.mean(cell))))
-    for domain in paper.DOMAINS:
-        out.append(dict(drafter="mtp", target="deepseek-v3", domain=domain, dataset=None,
-                        curve=paper.mtp_accept()))
-        out.append(dict(drafter="dspark", target="deepseek-v4-flash", domain=domain, dataset=None,
-                        curve=paper.V4_FLASH_ACCEPT))
-    return out
-
-
-def run_job(job: dict, seed: int) -> tuple[dict, dict]:
-    """Fit one preset and check it by replay; returns (preset JSON, report)."""
-    crn = fit.draw_crn(seed, NUM_REQUESTS, STEPS, paper.FIT_POSITIONS)
-    if "curve" in job:
-        # One published curve for all domains: the same preset in every domain slot.
-        curve, spread = np.asarray(job["curve"]), fit.DOMAIN_SPREADS["chat"]
-    else:
-        shape = paper.fig2_shape(job["drafter"], job["domain"])
-        curve, spread = fit.curve_for_accept_len(shape, job["accept_len"]), None
-    preset, report = fit.build_preset(job["drafter"], job["target"], job["domain"], curve, crn,
-                                      dataset=job["dataset"], spread=spread)
-    model = AcceptanceModel.from_presets([preset])
-    log = serve_full_blocks(model, np.zeros(CHECK_REQUESTS, dtype=np.int64), CHECK_TOKENS,
-                            paper.FIT_POSITIONS, np.random.default_rng(seed + 1))
-    report["target_accept_len"] = round(1.0 + float(np.sum(curve)), 6)
-    report["check_accept_len"] = round(log.accept_len(), 6)
-    return {**preset.to_json(), "fit": report}, report
-
-
-def print_table(todo: list[dict], reports: list[dict], *, markdown: bool) -> None:
-    """Target vs fitted vs replayed accepted length per preset, with the head's AUC and ECE range."""
-    head = ["drafter", "target", "cell", "Table 1", "fit", "replay", "err %", "AUC 1", "AUC 7",
-            "raw ECE max", "STS ECE max"]
-    sep = " | " if markdown else " "
-    line = (lambda cells: f"| {sep.join(cells)} |") if markdown else sep.join
-    print(line(head))
-    if markdown:
-        print(line(["---"] * len(head)))
-    for job, r in zip(todo, reports):
-        err = 100 * (r["check_accept_len"] / r["target_accept_len"] - 1)
-        print(line([job["drafter"], job["target"], job["dataset"] or job["domain"],
-                     f"{r['target_accept_len']:.3f}", f"{r['sim_accept_len']:.3f}", f"{r['check_accept_len']:.3f}",
-                     f"{err:+.2f}", f"{r['auc'][0]:.3f}", f"{r['auc'][-1]:.3f}", f"{max(r['ece_raw']):.3f}",
-                     f"{max(r['ece_sts']):.3f}"]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,25 +24,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(BUILTIN_PATH))
     parser.add_argument("--markdown", action="store_true", help="print the table as markdown (docs/acceptance.md)")
     args = parser.parse_args(argv)
-    todo = jobs()
-    with ProcessPoolExecutor(args.jobs) as pool:
-        results = list(pool.map(run_job, todo, [args.seed] * len(todo)))
-    print_table([job for job in todo], [r for _, r in results], markdown=args.markdown)
-    header = {
-        "generated_by": "benchmarks/fit_acceptance.py",
-        "date": datetime.date.today().isoformat(),
-        "seed": args.seed,
-        "num_requests": NUM_REQUESTS,
-        "steps_per_request": STEPS,
-        "num_samples": NUM_REQUESTS * STEPS,
-        "sources": "DSpark paper (arXiv 2607.05147) Table 1, Fig. 2, confidence AUC by position; "
-                   "DeepSeek-V4-Flash engine report; DeepSeek-V3 MTP acceptance (see acceptance/paper.py)",
-        "auc_targets": list(paper.AUC_BY_POSITION),
-        "raw_ece_target": paper.RAW_ECE_TARGET,
-    }
-    doc = {"header": header, "presets": [p for p, _ in results]}
+    doc, fitted = fit_builtin(args.seed, args.jobs)
+    print(format_table([job for job, _ in fitted], [r for _, r in fitted], markdown=args.markdown))
     atomic_write_text(args.out, json.dumps(doc, indent=1) + "\n")
-    print(f"wrote {len(results)} presets to {args.out}", file=sys.stderr)
+    print(f"wrote {len(doc['presets'])} presets to {args.out}", file=sys.stderr)
     return 0
 
 

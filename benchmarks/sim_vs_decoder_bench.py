@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from dspark_sim.compare import method_speculation
+from dspark_sim.methods import method_speculation
 from dspark_sim.run import run_scenario
 from dspark_sim.scenario import load_scenario
 

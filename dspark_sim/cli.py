@@ -8,21 +8,9 @@ import warnings
 from dspark_sim.errors import run_reporting_errors
 
 
-def _add_run(sub) -> None:
-    from dspark_sim.run import main_run
-
-    p = sub.add_parser("run", help="simulate a scenario file (trace.yaml)")
-    p.add_argument("scenario", help="scenario YAML")
-    p.add_argument("--out", help="output directory (default runs/<name>)")
-    p.add_argument("--seed", type=int, help="override the scenario's seed")
-    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=main_run)
-
-
-# Modules whose register(subparsers) adds one sub-command each, after `run`.
-COMMAND_MODULES = ("dspark_sim.compare", "dspark_sim.capacity", "dspark_sim.validate",
-                   "dspark_sim.acceptance.cli")
+# Modules whose register(subparsers) adds one sub-command each, in this order.
+COMMAND_MODULES = ("dspark_sim.commands.run", "dspark_sim.commands.compare", "dspark_sim.commands.capacity",
+                   "dspark_sim.commands.validate", "dspark_sim.commands.calibrate")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,7 +18,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="dspark-sim", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    _add_run(sub)
     for module in COMMAND_MODULES:
         importlib.import_module(module).register(sub)
     return parser

@@ -1,11 +1,19 @@
-"""Small helpers that turn YAML mappings into validated values with clear errors."""
+"""YAML mappings into self-checking dataclasses, with errors that name the file and the key.
+
+The pattern every configuration follows: a frozen dataclass checks its own fields in
+``__post_init__`` with the ``check_*`` helpers below, which raise :class:`InputError`
+naming the field; ``from_dict`` reads a YAML mapping with :class:`Section` (which reports
+unknown keys) and constructs through :func:`build`, which adds the file and the full key.
+"""
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from dspark_sim.errors import InputError
@@ -112,3 +120,81 @@ def check_number(value: Any, file, key: str, *, minimum: float | None = None,
     if maximum is not None and value > maximum:
         raise InputError(file, key, value, f"must be <= {maximum}")
     return value
+
+
+@contextmanager
+def located(file, key: str | None, names: dict[str, str] | None = None):
+    """InputErrors raised inside without a file get ``file`` and the key ``key.field``.
+
+    ``names`` maps a field to the name the user typed instead (a command-line flag).
+    An error that already names a file (a nested file's own) passes unchanged.
+    """
+    try:
+        yield
+    except InputError as err:
+        if err.file is not None:
+            raise
+        field = err.key or ""
+        where = (names or {}).get(field.split(".")[0].split("[")[0])
+        full = where if where else (f"{key}.{field}" if key and field else key or field or None)
+        raise InputError(file, full, err.value, err.why) from None
+
+
+def build(cls, kwargs: dict, file, key: str | None, names: dict[str, str] | None = None):
+    """``cls(**kwargs)`` with its own checks' errors :func:`located` in ``file`` under ``key``."""
+    with located(file, key, names):
+        try:
+            return cls(**kwargs)
+        except TypeError as err:  # a value of a type no check anticipated
+            raise InputError(None, None, kwargs, f"invalid settings: {err}") from None
+
+
+def is_int(value: Any) -> bool:
+    """An integer, not a bool (YAML's true is not 1)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def is_real(value: Any) -> bool:
+    """A finite real number, not a bool."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool) \
+        and math.isfinite(value)
+
+
+def check_int(value: Any, key: str, minimum: int | None = None, maximum: int | None = None,
+              *, optional: bool = False) -> None:
+    """An integer in [minimum, maximum] (or None when ``optional``)."""
+    if value is None and optional:
+        return
+    if not is_int(value):
+        raise InputError(None, key, value, "expected an integer")
+    check_number(value, None, key, minimum=minimum, maximum=maximum)
+
+
+def check_real(value: Any, key: str, minimum: float | None = None, maximum: float | None = None,
+               *, strict_min: bool = False, optional: bool = False) -> None:
+    """A finite number in its bounds (or None when ``optional``)."""
+    if value is None and optional:
+        return
+    check_number(value, None, key, minimum=minimum, maximum=maximum, strict_min=strict_min)
+
+
+def check_choice(value: Any, key: str, choices: tuple, *, optional: bool = False) -> None:
+    """One of ``choices`` (or None when ``optional``)."""
+    if value is None and optional:
+        return
+    if not isinstance(value, str):
+        raise InputError(None, key, value, "expected a string")
+    if value not in choices:
+        raise InputError(None, key, value, f"expected one of {', '.join(choices)}")
+
+
+def check_bool(value: Any, key: str) -> None:
+    """True or false."""
+    if not isinstance(value, bool):
+        raise InputError(None, key, value, "expected true or false")
+
+
+def require(ok: bool, key: str, value: Any, why: str) -> None:
+    """An InputError naming ``key`` unless ``ok``."""
+    if not ok:
+        raise InputError(None, key, value, why)

@@ -1,4 +1,4 @@
-"""`dspark-sim run`: simulate a scenario and write its results atomically."""
+"""Simulate a scenario and write its results atomically (the library behind ``dspark-sim run``)."""
 from __future__ import annotations
 
 import json
@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from dspark_sim.metrics.outdir import atomic_dir
-from dspark_sim.scenario import Scenario, load_scenario
+from dspark_sim.scenario import Scenario
 
 
 def run_scenario(scenario: Scenario, out: Path | None, *, plots: bool = True, show_progress: bool = True):
@@ -54,49 +54,3 @@ def _progress(scenario: Scenario, enabled: bool):
 
     update.close = bar.close
     return update
-
-
-SUMMARY_ROWS = (
-    ("completed requests", "completed", "{:d}"),
-    ("duration (s)", "duration_s", "{:.1f}"),
-    ("request throughput (req/s)", "request_throughput", "{:.2f}"),
-    ("output throughput (tok/s)", "output_throughput", "{:.0f}"),
-    ("output throughput per GPU (tok/s)", "output_throughput_per_gpu", "{:.0f}"),
-    ("mean tok/s per user", "mean_tok_per_s_per_user", "{:.1f}"),
-    ("TTFT mean / p50 / p99 (ms)", ("mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms"), "{:.1f}"),
-    ("TPOT mean / p50 / p99 (ms)", ("mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms"), "{:.2f}"),
-    ("ITL mean / p50 / p99 (ms)", ("mean_itl_ms", "median_itl_ms", "p99_itl_ms"), "{:.2f}"),
-    ("E2E mean / p50 / p99 (ms)", ("mean_e2el_ms", "median_e2el_ms", "p99_e2el_ms"), "{:.0f}"),
-    ("SLO attainment", "slo_attainment", "{:.1%}"),
-    ("request goodput (req/s)", "request_goodput", "{:.2f}"),
-    ("mean accept length", "mean_accept_length", "{:.2f}"),
-    ("mean verify tokens / request-step", "mean_verify_tokens_per_request", "{:.2f}"),
-    ("mean batch size", "mean_batch_size", "{:.1f}"),
-    ("preemptions", "num_preemptions", "{:d}"),
-    ("KV peak fraction", "kv_peak_fraction", "{:.1%}"),
-)
-
-
-def format_summary(s: dict) -> str:
-    """The human table printed after a run."""
-    lines = [f"{s['name']}: {s['model']} on {s['num_gpus']} x {s['gpu']}, speculation={s['method']}"]
-    for label, keys, fmt in SUMMARY_ROWS:
-        keys = keys if isinstance(keys, tuple) else (keys,)
-        values = [s.get(k) for k in keys]
-        if all(v is None for v in values):
-            continue
-        text = " / ".join("-" if v is None else fmt.format(v) for v in values)
-        lines.append(f"  {label:<36} {text}")
-    return "\n".join(lines)
-
-
-def main_run(args) -> int:
-    scenario = load_scenario(args.scenario)
-    if args.seed is not None:
-        scenario = scenario.with_seed(args.seed)
-    out = Path(args.out) if args.out else Path("runs") / scenario.name
-    summary, _ = run_scenario(scenario, out, plots=not args.no_plots, show_progress=not args.quiet)
-    print(format_summary(summary))
-    print(f"  wrote {out}/ (summary.json, requests.csv, steps.csv{', plots/' if not args.no_plots else ''}) "
-          f"in {summary['sim_wall_s']:.1f} s")
-    return 0

@@ -20,6 +20,7 @@ _LAZY = {
     "SpsTensors": ".sps_tensors",
     "AdditiveSpsTensors": ".sps_tensors",
     "sps_from_json_dict": ".sps_tensors",
+    "sps_tensors": ".sps_tensors",
     "schedule_verify_ref": ".reference",
     "accept_ref": ".reference",
 }

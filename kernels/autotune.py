@@ -9,14 +9,13 @@ A profile is ``profiles/<gpu>/kernels.json`` (``<gpu>`` from :func:`device_slug`
 
 At run time :func:`lookup` takes the entry nearest to the call's shape (log distance,
 first key first); a GPU with no profile gets :func:`default_config`. Nothing is tuned
-at start. ``python -m dspark_sim.kernels.autotune --out profiles/<gpu>/kernels.json``
-tunes the current GPU and writes its file (the machinery is in :mod:`.tuning`).
+at start. ``python -m dspark_sim.kernels.tuning --out profiles/<gpu>/kernels.json``
+tunes the current GPU and writes its file (:mod:`.tuning`).
 ``DSPARK_KERNELS_PROFILE=path`` overrides the file looked up.
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
 import importlib.resources
 import json
@@ -172,25 +171,3 @@ def _lookup(kernel: str, shape_items: tuple, name: str, n_sm: int, interpret: bo
 def clear_caches() -> None:
     load_profile.cache_clear()
     _lookup.cache_clear()
-
-
-def main(argv=None) -> None:
-    """``python -m dspark_sim.kernels.autotune --out profiles/<gpu>/kernels.json``"""
-    import torch
-
-    from . import tuning
-
-    p = argparse.ArgumentParser(description="Tune the DSpark kernels on this GPU and write its kernels.json.")
-    p.add_argument("--out", type=Path, required=True, help="e.g. profiles/h200/kernels.json")
-    p.add_argument("--rep-ms", type=float, default=10.0, help="timing window per config (ms)")
-    p.add_argument("--budget-s", type=float, default=600.0, help="stop tuning new shapes after this long")
-    p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2), help="parallel compiles")
-    args = p.parse_args(argv)
-    tuning.prewarm(tuning.compile_jobs(torch.cuda.get_device_properties(0).multi_processor_count), args.workers)
-    found = tuning.tune(tuning.sweep_shapes(), rep_ms=args.rep_ms, budget_s=args.budget_s)
-    tuning.write_profile(args.out, found)
-    print(f"wrote {args.out}")
-
-
-if __name__ == "__main__":
-    main()

@@ -8,8 +8,9 @@ Two forms, mirroring SGLang's ``dspark_sps_table.py`` JSON files:
   ``bias_seconds``): step seconds = bias + interp(bs_probes, alpha, R)
   + interp(m_probes, theta, R + K), linear, clamped at both ends.
 
-Both validate their host-side lists once (in ``from_json_dict``); the dataclasses
-themselves only check shapes and dtypes, so building one never syncs the device.
+Both are built from the validated tables of :mod:`dspark_sim.cost.sps`, the one reader
+of the format (``from_table``, or ``from_json_dict`` through it); the dataclasses themselves
+only check shapes and dtypes, so building one never syncs the device.
 """
 
 from __future__ import annotations
@@ -18,18 +19,9 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["SpsTensors", "AdditiveSpsTensors", "sps_from_json_dict"]
+from dspark_sim.cost.sps import SpsAdditiveCostTable, SpsCostTable, SpsTable, sps_table_from_json_dict
 
-
-def _check_probes(name: str, probes: list, values: list) -> None:
-    if not probes:
-        raise ValueError(f"{name}: needs at least one probe")
-    if list(probes) != sorted(set(probes)):
-        raise ValueError(f"{name}: probes must be strictly increasing, got {probes}")
-    if len(probes) != len(values):
-        raise ValueError(f"{name}: {len(probes)} probes but {len(values)} values")
-    if min(probes) < 1:
-        raise ValueError(f"{name}: probes must be >= 1, got {probes}")
+__all__ = ["SpsTensors", "AdditiveSpsTensors", "sps_tensors", "sps_from_json_dict"]
 
 
 def _check_vector(name: str, t: torch.Tensor, dtype: torch.dtype) -> None:
@@ -57,20 +49,19 @@ class SpsTensors:
             raise ValueError(f"max_batch_tokens must be >= 1, got {self.max_batch_tokens}")
 
     @classmethod
-    def from_json_dict(cls, d: dict, device: torch.device | str = "cpu") -> "SpsTensors":
-        """Build from SGLang's SpsCostTable keys: sample_batch_tokens,
-        sample_steps_per_sec, max_batch_tokens (defaults to the last probe)."""
-        probes = [int(x) for x in d["sample_batch_tokens"]]
-        sps = [float(x) for x in d["sample_steps_per_sec"]]
-        _check_probes("sample_batch_tokens", probes, sps)
-        max_bt = int(d.get("max_batch_tokens", probes[-1]))
-        if max_bt < probes[-1]:
-            raise ValueError(f"max_batch_tokens {max_bt} < last probe {probes[-1]}")
+    def from_table(cls, table: SpsCostTable, device: torch.device | str = "cpu") -> "SpsTensors":
+        """The tensors of a validated SGLang ``SpsCostTable``."""
         return cls(
-            torch.tensor(probes, dtype=torch.int32, device=device),
-            torch.tensor(sps, dtype=torch.float32, device=device),
-            max_bt,
+            torch.tensor(table.sample_batch_tokens, dtype=torch.int32, device=device),
+            torch.tensor(table.sample_steps_per_sec, dtype=torch.float32, device=device),
+            table.max_batch_tokens,
         )
+
+    @classmethod
+    def from_json_dict(cls, d: dict, device: torch.device | str = "cpu") -> "SpsTensors":
+        """Build from SGLang's SpsCostTable keys (sample_batch_tokens, sample_steps_per_sec,
+        max_batch_tokens), validated by :class:`dspark_sim.cost.sps.SpsCostTable`."""
+        return cls.from_table(SpsCostTable.from_json_dict(d), device)
 
     def to_json_dict(self) -> dict:
         return {
@@ -110,22 +101,23 @@ class AdditiveSpsTensors:
             raise ValueError(f"max_batch_tokens must be >= 1, got {self.max_batch_tokens}")
 
     @classmethod
-    def from_json_dict(cls, d: dict, device: torch.device | str = "cpu") -> "AdditiveSpsTensors":
-        """Build from SGLang's SpsAdditiveCostTable keys: bias_seconds, bs_probes,
-        alpha_seconds, m_probes, theta_seconds (and our optional max_batch_tokens)."""
-        bs, alpha = [int(x) for x in d["bs_probes"]], [float(x) for x in d["alpha_seconds"]]
-        m, theta = [int(x) for x in d["m_probes"]], [float(x) for x in d["theta_seconds"]]
-        _check_probes("bs_probes", bs, alpha)
-        _check_probes("m_probes", m, theta)
-        max_bt = d.get("max_batch_tokens")
+    def from_table(cls, table: SpsAdditiveCostTable, device: torch.device | str = "cpu") -> "AdditiveSpsTensors":
+        """The tensors of a validated SGLang ``SpsAdditiveCostTable``."""
         return cls(
-            float(d["bias_seconds"]),
-            torch.tensor(bs, dtype=torch.int32, device=device),
-            torch.tensor(alpha, dtype=torch.float32, device=device),
-            torch.tensor(m, dtype=torch.int32, device=device),
-            torch.tensor(theta, dtype=torch.float32, device=device),
-            None if max_bt is None else int(max_bt),
+            table.bias_seconds,
+            torch.tensor(table.bs_probes, dtype=torch.int32, device=device),
+            torch.tensor(table.alpha_seconds, dtype=torch.float32, device=device),
+            torch.tensor(table.m_probes, dtype=torch.int32, device=device),
+            torch.tensor(table.theta_seconds, dtype=torch.float32, device=device),
+            table.max_batch_tokens,
         )
+
+    @classmethod
+    def from_json_dict(cls, d: dict, device: torch.device | str = "cpu") -> "AdditiveSpsTensors":
+        """Build from SGLang's SpsAdditiveCostTable keys (bias_seconds, bs_probes, alpha_seconds,
+        m_probes, theta_seconds; our optional max_batch_tokens), validated by
+        :class:`dspark_sim.cost.sps.SpsAdditiveCostTable`."""
+        return cls.from_table(SpsAdditiveCostTable.from_json_dict(d), device)
 
     def to_json_dict(self) -> dict:
         d = {
@@ -150,8 +142,13 @@ class AdditiveSpsTensors:
         )
 
 
+def sps_tensors(table: SpsTable, device: torch.device | str = "cpu") -> SpsTensors | AdditiveSpsTensors:
+    """The tensors of either validated SGLang table."""
+    if isinstance(table, SpsAdditiveCostTable):
+        return AdditiveSpsTensors.from_table(table, device)
+    return SpsTensors.from_table(table, device)
+
+
 def sps_from_json_dict(d: dict, device: torch.device | str = "cpu") -> SpsTensors | AdditiveSpsTensors:
-    """Pick the form the way SGLang's loader does: ``bias_seconds`` means additive."""
-    if "bias_seconds" in d:
-        return AdditiveSpsTensors.from_json_dict(d, device)
-    return SpsTensors.from_json_dict(d, device)
+    """Either table's tensors from its decoded JSON (``bias_seconds`` means additive, as in SGLang)."""
+    return sps_tensors(sps_table_from_json_dict(d), device)

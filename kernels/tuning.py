@@ -5,9 +5,11 @@ binary in parallel processes, and write the profile file that ``autotune.lookup`
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import json
 import math
+import os
 import time
 from pathlib import Path
 
@@ -225,3 +227,23 @@ def write_profile(path: Path, found: dict) -> dict:
     path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     clear_caches()
     return doc
+
+
+def main(argv=None) -> None:
+    """``python -m dspark_sim.kernels.tuning --out profiles/<gpu>/kernels.json``"""
+    import torch
+
+    p = argparse.ArgumentParser(description="Tune the DSpark kernels on this GPU and write its kernels.json.")
+    p.add_argument("--out", type=Path, required=True, help="e.g. profiles/h200/kernels.json")
+    p.add_argument("--rep-ms", type=float, default=10.0, help="timing window per config (ms)")
+    p.add_argument("--budget-s", type=float, default=600.0, help="stop tuning new shapes after this long")
+    p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2), help="parallel compiles")
+    args = p.parse_args(argv)
+    prewarm(compile_jobs(torch.cuda.get_device_properties(0).multi_processor_count), args.workers)
+    found = tune(sweep_shapes(), rep_ms=args.rep_ms, budget_s=args.budget_s)
+    write_profile(args.out, found)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,6 +1,12 @@
-"""Shared test set-up: kernels run on the CPU through Triton's interpreter."""
+"""Shared test set-up: kernels run on the CPU through Triton's interpreter; skips are counted and named.
+
+Tests of the decoder and the kernels need the ``[gpu]`` extra (torch, triton) and are
+skipped without it; the summary names every skip. With ``DSPARK_TEST_REQUIRE_GPU_EXTRA=1``
+(as CI sets it) a skip for a missing torch or triton fails the run.
+"""
 import os
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -49,3 +55,41 @@ def synthetic_scenario(num_requests=50, rate_per_s=1.0, prompt=500, output=50, *
 
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+GPU_EXTRA = ("torch", "triton")
+REQUIRE_GPU_EXTRA = "DSPARK_TEST_REQUIRE_GPU_EXTRA"
+
+
+def _reason(report) -> str:
+    longrepr = report.longrepr
+    text = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    return text.removeprefix("Skipped: ")
+
+
+def _missing_extra(report) -> bool:
+    return any(f"could not import '{name}'" in _reason(report) for name in GPU_EXTRA)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """One line per skip reason: how many were skipped and which (modules skipped whole count once)."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    if not skipped:
+        return
+    by_reason = defaultdict(list)
+    for report in skipped:
+        by_reason[_reason(report)].append(report.nodeid or str(report.fspath))
+    terminalreporter.write_sep("-", f"{len(skipped)} skipped")
+    for reason, ids in sorted(by_reason.items()):
+        terminalreporter.write_line(f"skipped {len(ids)} ({reason}): {', '.join(sorted(ids))}")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fail the run when the [gpu] extra is required and tests were skipped for want of it."""
+    if os.environ.get(REQUIRE_GPU_EXTRA) != "1" or hasattr(session.config, "workerinput"):
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    missing = [r for r in (reporter.stats.get("skipped", []) if reporter else []) if _missing_extra(r)]
+    if missing:
+        reporter.write_line(f"{REQUIRE_GPU_EXTRA}=1: {len(missing)} skipped for a missing torch or triton: "
+                            + ", ".join(sorted(r.nodeid or str(r.fspath) for r in missing)), red=True)
+        session.exitstatus = 1

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from dspark_sim.acceptance import AcceptanceConfig, AcceptanceModel, get_preset, metrics, paper
-from dspark_sim.acceptance.cli import register
+from dspark_sim.commands.calibrate import register
 from dspark_sim.acceptance.replay import serve_full_blocks
 from dspark_sim.errors import InputError
 

@@ -214,7 +214,7 @@ def test_known_target_does_not_warn():
     (lambda: AcceptanceConfig.from_dict({"difficulty_sigma": True}, file="s.yaml"),
      "speculation.acceptance.difficulty_sigma"),
     (lambda: AcceptanceConfig.from_dict({"dataset": "mmlu"}, file="s.yaml"), "speculation.acceptance.dataset"),
-    (lambda: AcceptanceConfig.from_dict({"preset_file": "nowhere.json"}, file="/tmp/s.yaml"),
+    (lambda: AcceptanceConfig.from_dict({"preset_file": "nowhere.json"}, file="scenarios/s.yaml"),
      "speculation.acceptance.preset_file"),
     (lambda: AcceptanceConfig.from_dict(["dspark"], file="s.yaml"), "speculation.acceptance"),
 ])

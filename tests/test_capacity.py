@@ -11,13 +11,14 @@ from conftest import EXAMPLES, synthetic_scenario
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dspark_sim.capacity import cost_per_mtok, recommend
-from dspark_sim.capacity_search import (Evaluator, Probe, SloRule, bisect_rate, offered_rate, plan,
-                                        probe_scenario, replicas_for)
+from dspark_sim.capacity.plan import FLAGS, cost_per_mtok, plan, recommend, replicas_for
+from dspark_sim.capacity.search import Evaluator, Probe, bisect_rate, judge, offered_rate, probe_scenario
 from dspark_sim.cli import main
-from dspark_sim.compare import method_speculation
+from dspark_sim.config import build
+from dspark_sim.methods import method_speculation
 from dspark_sim.run import run_scenario
 from dspark_sim.scenario import load_scenario
+from dspark_sim.slo import Slo
 
 
 # -- the bisection on its own --------------------------------------------------------
@@ -81,21 +82,22 @@ def test_rule_attainment_counts_every_bound_and_the_queue():
     tpot = [10.0] * 9 + [math.nan]
     queue = [0.0] * 10
     ttft[0], tpot[1], queue[2] = 3000.0, 60.0, 6000.0
-    rule = SloRule(tpot_ms=50, ttft_ms=2000, attainment=0.7)
-    verdict = rule.judge(_fake_result(ttft, tpot, queue))
+    slo = Slo(tpot_ms=50, ttft_ms=2000, attainment=0.7, max_queue_ms=5000)
+    verdict = judge(slo, _fake_result(ttft, tpot, queue))
     assert verdict["attainment"] == pytest.approx(0.7) and verdict["passed"]
-    assert not SloRule(tpot_ms=50, ttft_ms=2000, attainment=0.71).judge(_fake_result(ttft, tpot, queue))["passed"]
+    strict = Slo(tpot_ms=50, ttft_ms=2000, attainment=0.71, max_queue_ms=5000)
+    assert not judge(strict, _fake_result(ttft, tpot, queue))["passed"]
     # rejected requests count as arrived but never as good
-    assert rule.judge(_fake_result(ttft, tpot, queue, arrived=20))["attainment"] == pytest.approx(0.35)
+    assert judge(slo, _fake_result(ttft, tpot, queue, arrived=20))["attainment"] == pytest.approx(0.35)
 
 
 def test_rule_p99_checks_each_percentile():
     ttft, tpot, queue = [100.0] * 200, [10.0] * 200, [0.0] * 200
-    rule = SloRule(tpot_ms=50, ttft_ms=2000, rule="p99")
-    assert rule.judge(_fake_result(ttft, tpot, queue))["passed"]
+    slo = Slo(tpot_ms=50, ttft_ms=2000, rule="p99", max_queue_ms=5000)
+    assert judge(slo, _fake_result(ttft, tpot, queue))["passed"]
     tpot[:3] = [90.0] * 3  # 1.5 % of requests above the bound: p99 is above it
-    assert not rule.judge(_fake_result(ttft, tpot, queue))["passed"]
-    assert not rule.judge(_fake_result([100.0] * 200, [10.0] * 200, queue, rejected=1))["passed"]
+    assert not judge(slo, _fake_result(ttft, tpot, queue))["passed"]
+    assert not judge(slo, _fake_result([100.0] * 200, [10.0] * 200, queue, rejected=1))["passed"]
 
 
 @pytest.mark.parametrize("kwargs,flag", [({"attainment": 1.5}, "--attainment"), ({"tpot_ms": 0}, "--slo-tpot-ms"),
@@ -104,13 +106,13 @@ def test_rule_rejects_bad_settings(kwargs, flag):
     from dspark_sim.errors import InputError
 
     with pytest.raises(InputError, match=flag):
-        SloRule(**{"tpot_ms": 50, **kwargs})
+        build(Slo, {"tpot_ms": 50, **kwargs}, None, None, FLAGS)
 
 
 def test_probe_warnings_are_shown_once_per_message():
     import warnings
 
-    from dspark_sim.capacity_search import OnceWarnings
+    from dspark_sim.capacity.search import OnceWarnings
 
     texts = ["no measured profile for h100/qwen3-8b", "no measured profile for h200/qwen3-8b",
              "request 17 rejected: prompt too long", "request 18 rejected: prompt too long",
@@ -123,10 +125,10 @@ def test_probe_warnings_are_shown_once_per_message():
 
 
 # -- the answer, checked by the simulator ------------------------------------------------
-def _search(scenario, method, rule, max_requests):
+def _search(scenario, method, slo, max_requests):
     spec = method_speculation(method, scenario.speculation)
     base = probe_scenario(scenario, 1.0, speculation=spec, max_requests=max_requests)
-    return base, bisect_rate(Evaluator(base, rule, offered_rate(base)), precision=0.02)
+    return base, bisect_rate(Evaluator(base, slo, offered_rate(base)), precision=0.02)
 
 
 def _attainment_at(base, multiplier):
@@ -143,8 +145,8 @@ def test_found_rate_meets_the_slo_and_ten_percent_more_does_not(write_scenario, 
     if source == "trace":
         data["workload"] = {"trace": str(EXAMPLES / "traces" / "azure_llm_2023_code.csv"), "domain": "code"}
     scenario = load_scenario(write_scenario(data))
-    rule = SloRule(tpot_ms=25, ttft_ms=500, attainment=0.9)
-    base, search = _search(scenario, method, rule, max_requests=400)
+    slo = Slo(tpot_ms=25, ttft_ms=500, attainment=0.9, max_queue_ms=5000)
+    base, search = _search(scenario, method, slo, max_requests=400)
     assert search.best is not None and search.first_fail is not None
     at_rate, done = _attainment_at(base, search.best.multiplier)
     above, _ = _attainment_at(base, search.best.multiplier * 1.1)
@@ -156,7 +158,7 @@ def test_found_rate_meets_the_slo_and_ten_percent_more_does_not(write_scenario, 
 def test_tpot_only_slo_is_still_bounded_by_the_queue_guard(write_scenario):
     data = synthetic_scenario(num_requests=300, rate_per_s=5.0, prompt=600, output=60, slo={"tpot_ms": 200})
     scenario = load_scenario(write_scenario(data))
-    _, search = _search(scenario, "none", SloRule(tpot_ms=200, max_queue_ms=2000), max_requests=300)
+    _, search = _search(scenario, "none", Slo(tpot_ms=200, max_queue_ms=2000), max_requests=300)
     assert search.first_fail is not None
     assert search.first_fail.p99_queue_ms > 2000
 
@@ -188,13 +190,24 @@ def test_plan_moves_to_tp2_when_the_weights_do_not_fit_one_gpu(write_scenario):
     data = synthetic_scenario(num_requests=60, rate_per_s=2.0, prompt=400, output=40, model="llama-3.1-70b",
                               gpu="h100", slo={"ttft_ms": 2000, "tpot_ms": 100})
     scenario = load_scenario(write_scenario(data))
-    rule = SloRule(tpot_ms=100, ttft_ms=2000)
+    slo = Slo(tpot_ms=100, ttft_ms=2000, max_queue_ms=5000)
     base_rate = offered_rate(probe_scenario(scenario, 1.0, max_requests=60))
-    p = plan(scenario, "h100", "none", rule, 25.0, base_rate, max_requests=60, tp_choices=(1, 2), precision=0.1)
+    p = plan(scenario, "h100", "none", slo, 25.0, base_rate, max_requests=60, tp_choices=(1, 2), precision=0.1)
     assert p.candidates[0].tp == 1 and p.candidates[0].search is None and "no KV cache" in p.candidates[0].note
     assert p.best.tp == 2
     assert p.best.replicas == replicas_for(25.0, p.best.search.rate_rps)
     assert p.best.gpus == 2 * p.best.replicas
+
+
+def test_plan_notes_a_tp_the_model_does_not_split_over(write_scenario):
+    """Qwen3-8B's 32 heads do not split 3 ways, and 16 GPUs span two H200 nodes: each TP is a
+    candidate with a note, not an error (the scenario it would probe could not exist)."""
+    scenario = load_scenario(write_scenario(synthetic_scenario(num_requests=20)))
+    slo = Slo(tpot_ms=100, ttft_ms=2000, max_queue_ms=5000)
+    p = plan(scenario, "h200", "none", slo, 1.0, 1.0, max_requests=20, tp_choices=(3, 16))
+    assert p.best is None and [c.tp for c in p.candidates] == [3, 16]
+    assert all(c.search is None and c.note.startswith("cannot split") for c in p.candidates)
+    assert "attention heads" in p.candidates[0].note and "node" in p.candidates[1].note
 
 
 # -- the command -------------------------------------------------------------------------

@@ -10,17 +10,18 @@ import numpy as np
 import pytest
 
 from dspark_sim.catalog import get_gpu, get_model
-from dspark_sim.cost import (ProfileCost, RooflineCost, StepWork, fit_profile, get_cost_model,
+from dspark_sim.cost import (ProfileCost, RooflineCost, StepWork, get_cost_model,
                              load_profile, project_profile)
 from dspark_sim.cost.base import CostModel, DraftWork
-from dspark_sim.cost.fit import _TargetModel, _target_rows
 from dspark_sim.cost.profile import shipped_profile_path
 from dspark_sim.cost.profile_format import (DraftFit, GpuRef, HostFit, Profile, TargetFit,
                                             profile_from_json_dict)
 from dspark_sim.cost.shapes import (hat_matrix, interp2_array, interp2_clamped, interp_array,
                                     interp_clamped, pad_tokens, pow2_array, pow2_scalar)
-from dspark_sim.cost.synthetic import default_grid, synthetic_raw
 from dspark_sim.errors import InputError
+from dspark_sim.profiling.fit import TargetModel, fit_profile
+from dspark_sim.profiling.rows import target_rows
+from dspark_sim.profiling.synthetic import default_grid, synthetic_raw
 
 MODEL, GPU = get_model("qwen3-8b"), get_gpu("h200")
 KNOWN_TARGET = TargetFit(bias_s=4e-4, req_s=3e-6, weights_s=4.5e-3, flop_s_per_token=2.8e-5,
@@ -91,8 +92,8 @@ def test_held_out_error_meets_the_targets(fitted):
 def test_profile_cost_is_the_fitted_formula(fitted):
     cost = ProfileCost(fitted)
     assert isinstance(cost, CostModel)
-    rows = _target_rows(fitted.grids)
-    vec = _TargetModel(fitted.target).predict(rows)
+    rows = target_rows(fitted.grids)
+    vec = TargetModel(fitted.target).predict(rows)
     scalar = [cost.step_s(StepWork(decode_reqs=r["reqs"], verify_tokens=r["tokens"],
                                    decode_context_tokens=r["reqs"] * r["context"]))
               for r in fitted.grids["verify"]]
@@ -409,12 +410,12 @@ def test_fit_reads_mixed_rows_and_the_splits_from_the_provenance(fitted):
 def test_fit_reads_spread_rows_as_verify_steps_at_the_spread_and_at_the_mean():
     """A ``spread`` row (lognormal contexts) is two verify rows: the step with its longest
     request, and the same step at the mean context (``uniform_s``)."""
-    from dspark_sim.cost.fit import _canonical_rows
+    from dspark_sim.profiling.rows import canonical_rows
 
     raw = {"verify": [{"reqs": 1, "tokens": 1, "context": 512, "step_s": 0.006}],
            "spread": [{"reqs": 64, "tokens": 256, "mean": 900, "sigma": 0.6, "context": 930,
                        "max_context": 3661, "step_s": 0.0188, "uniform_s": 0.0170}]}
-    rows = _canonical_rows(raw)["verify"]
+    rows = canonical_rows(raw)["verify"]
     assert rows[1:] == [{"reqs": 64, "tokens": 256, "context": 930, "max_context": 3661, "step_s": 0.0188},
                         {"reqs": 64, "tokens": 256, "context": 930, "step_s": 0.0170}]
     del raw["spread"][0]["reqs"]  # a malformed row: one line naming the key, no traceback

@@ -4,11 +4,11 @@ import pytest
 triton = pytest.importorskip("triton")
 pytest.importorskip("torch")
 
-from dspark_sim.kernels.decoder.compiles import StallLog, _knobs  # noqa: E402
+from dspark_sim.kernels.decoder.compiles import StallLog, runtime_knobs  # noqa: E402
 
 
 def test_stall_log_records_compiles_and_restores_the_hook():
-    rt = _knobs()
+    rt = runtime_knobs()
     if rt is None:
         pytest.skip("this Triton has no jit_post_compile_hook")
     outer = []

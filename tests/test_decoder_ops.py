@@ -94,7 +94,7 @@ def test_the_profiles_key_splits_are_the_attention_plans(width):
     decoder: its constants must give the plan's split count at every request count."""
     from dataclasses import replace
 
-    from dspark_sim.cost.fit import DECODER_MAX_SPLITS, DECODER_SPLIT_PROGRAMS_PER_SM
+    from dspark_sim.profiling.fit import DECODER_MAX_SPLITS, DECODER_SPLIT_PROGRAMS_PER_SM
     from dspark_sim.cost.shapes import SCALAR
     from dspark_sim.kernels.decoder.graphs import request_tier
     from test_cost_profile import KNOWN_TARGET

@@ -1,5 +1,5 @@
 """Serving loop: chunked prefill, admission cap, preemption, the simulator's CSV columns;
-the dspark.yaml reader; synthetic acceptance."""
+a scenario file read for the decoder; synthetic acceptance."""
 import csv
 
 import pytest
@@ -8,9 +8,10 @@ import yaml
 torch = pytest.importorskip("torch")
 
 from dspark_sim.errors import InputError  # noqa: E402
-from dspark_sim.kernels.decoder.engine import REQUEST_COLUMNS, STEP_COLUMNS, serve, write_csvs  # noqa: E402
+from dspark_sim.metrics.record import REQUEST_COLUMNS, STEP_COLUMNS  # noqa: E402
+from dspark_sim.kernels.decoder.engine import serve, write_csvs  # noqa: E402
 from dspark_sim.kernels.decoder.sequence import Sequence  # noqa: E402
-from dspark_sim.kernels.decoder.settings import load_settings  # noqa: E402
+from dspark_sim.kernels.decoder.launch import load_launch, trace_sequences  # noqa: E402
 from dspark_sim.kernels.decoder.tiny import greedy_reference, tiny_decoder  # noqa: E402
 
 
@@ -81,8 +82,10 @@ def _write(tmp_path, **over):
     (tmp_path / "sps.json").write_text('{"sample_batch_tokens": [1, 64], "sample_steps_per_sec": '
                                        '[100, 50], "max_batch_tokens": 4096}')
     (tmp_path / "sts.json").write_text('{"temperatures": [1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7]}')
+    (tmp_path / "t.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                                    "2023-11-16 18:17:03.0,40,10\n2023-11-16 18:17:04.0,30,8\n")
     data = {"model": "qwen3-8b", "gpu": "h200",
-            "deployment": {"max_running_requests": 32, "max_batched_tokens": 4096},
+            "deployment": {"max_running_requests": 32, "max_batched_tokens": 4096, "batching": "prefill_first"},
             "speculation": {"method": "dspark", "block_size": 7, "sps_table": "sps.json",
                             "sts": "sts.json", "acceptance": {"drafter": "dspark"}},
             "workload": {"trace": "t.csv", "domain": "math"}}
@@ -97,26 +100,38 @@ def _write(tmp_path, **over):
     return path
 
 
-def test_settings_read_the_tuner_export(tmp_path):
-    st = load_settings(_write(tmp_path), "qwen3-8b", device="cpu")
-    assert st.decoder.block_size == 7 and st.decoder.max_running_requests == 32
-    assert st.decoder.sts_temperatures[0] == 1.1 and st.sps["max_batch_tokens"] == 4096
-    assert st.domains == (("math", 1.0),)
+def test_the_decoder_reads_a_scenario_file(tmp_path):
+    launch = load_launch(_write(tmp_path), "qwen3-8b", device="cpu")
+    assert launch.conf.block_size == 7 and launch.conf.max_running_requests == 32
+    assert launch.conf.sts_temperatures[0] == 1.1 and launch.sps.max_batch_tokens == 4096
+    seqs = trace_sequences(launch, vocab_size=100)
+    assert [(len(s.tokens), s.max_tokens, s.domain, s.arrival_s) for s in seqs] == [(40, 10, 0, 0.0), (30, 8, 0, 1.0)]
+
+
+def test_the_whole_block_verified_is_static_with_the_dspark_drafter(tmp_path):
+    path = _write(tmp_path, speculation={"method": "static", "drafter": "dspark", "block_size": 7})
+    assert load_launch(path, device="cpu").conf.scheduler == "full"
+    path = _write(tmp_path, speculation={"method": "static", "block_size": 3})
+    assert load_launch(path, device="cpu").conf.method == "static"
 
 
 @pytest.mark.parametrize("over,key", [
     ({}, "model"),  # --model differs from the file
     ({"deployment__tp": 2}, "deployment.tp"),
+    ({"deployment__kv_cache_dtype": "fp8"}, "deployment.kv_cache_dtype"),
+    ({"deployment__routing_skew": 0.5}, "deployment.routing_skew"),
     ({"speculation__method": "threshold"}, "speculation.method"),
     ({"speculation__block_size": 5}, "sts"),  # 7 STS temperatures for a block of 5
     ({"speculation__max_verify_len": 12}, "max_verify_len"),
     ({"speculation__color": 1}, "speculation.color"),
     ({"deployment__batching": "mixed"}, "deployment.batching"),  # the decoder batches prefill_first
+    ({"speculation__sps_table": None}, "speculation.sps_table"),  # the scheduler needs a table
+    ({"speculation__drafter": "eagle3"}, "speculation.drafter"),
 ])
-def test_settings_reject_what_does_not_fit(tmp_path, over, key):
+def test_the_decoder_rejects_what_it_cannot_run(tmp_path, over, key):
     model = "qwen3-4b" if key == "model" else "qwen3-8b"
     with pytest.raises(InputError) as err:
-        load_settings(_write(tmp_path, **over), model, device="cpu")
+        load_launch(_write(tmp_path, **over), model, device="cpu")
     assert key in str(err.value) and "\n" not in str(err.value)
 
 

@@ -1,15 +1,16 @@
-"""The fidelity benchmark's traces: what the decoder served is what the simulator replays."""
+"""The fidelity suite's traces: what the decoder served is what the simulator replays."""
 import csv
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from dspark_sim.speculation.config import Speculation
+from dspark_sim.validation import cases, fidelity, report
+from dspark_sim.validation.replay import step_replay
 from dspark_sim.workload import read_trace
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import fidelity  # noqa: E402
+VALIDATION = Path(__file__).resolve().parents[1] / "profiles" / "h200" / "validation"
 
 
 def test_trace_of_a_decoder_run_replays_its_requests(tmp_path):
@@ -28,12 +29,12 @@ def test_trace_of_a_decoder_run_replays_its_requests(tmp_path):
 
 
 def test_synthetic_cases_are_deterministic_and_fit_the_decoder():
-    a = fidelity.synthetic(50, 10.0, 3)
-    b = fidelity.synthetic(50, 10.0, 3)
+    a = cases.synthetic(50, 10.0, 3)
+    b = cases.synthetic(50, 10.0, 3)
     assert all(np.array_equal(x, y) for x, y in zip(a, b))
     arrival, prompt, output = a
     assert arrival[0] == 0.0 and np.all(np.diff(arrival) >= 0)
-    assert (prompt + output).max() <= fidelity.MAX_MODEL_LEN - 16 and output.min() >= 64
+    assert (prompt + output).max() <= cases.MAX_MODEL_LEN - 16 and output.min() >= 64
 
 
 def test_compare_simulates_the_requests_a_decoder_run_served(tmp_path):
@@ -41,11 +42,11 @@ def test_compare_simulates_the_requests_a_decoder_run_served(tmp_path):
     requests, both runs and the plot land under runs/<case>, and the errors are finite."""
     import shutil
 
-    src = fidelity.VALIDATION / "real" / "visit4"
+    src = VALIDATION / "real" / "visit4"
     real = tmp_path / "real"
     shutil.copytree(src / "syn-light__dspark", real / "syn-light__dspark")
     shutil.copy(src / "sps_dspark.json", real / "sps_dspark.json")
-    [row] = fidelity.compare([real], tmp_path / "out")
+    [row] = fidelity.compare_cases(VALIDATION / "cases", [real], tmp_path / "out")
     case = tmp_path / "out" / "runs" / "syn-light__dspark"
     assert row["case"] == "syn-light__dspark" and row["method"] == "dspark"
     assert (case / "sim" / "requests.csv").is_file() and (case / "validate.png").is_file()
@@ -54,7 +55,7 @@ def test_compare_simulates_the_requests_a_decoder_run_served(tmp_path):
     assert all(np.isfinite(m["rel_error"]) for m in row["metrics"].values())
     summary = fidelity.summarise([row])
     assert summary["output_throughput"]["cases"] == 1
-    text = fidelity.markdown([row], summary, {}, "x", ("elsewhere", [row]))
+    text = report.markdown([row], summary, {}, "x", ("elsewhere", [row]))
     assert "## Replicate on another machine (`elsewhere`)" in text and text.count("| syn-light__dspark |") == 2
 
 
@@ -87,7 +88,8 @@ def test_step_replay_prices_each_served_step_and_the_gap_before_it(tmp_path):
     run.mkdir()
     with open(run / "steps.csv", "w", newline="") as f:
         csv.writer(f).writerows([cols] + rows)
-    got = fidelity.step_replay(run, "dspark", cost)
+    dspark = Speculation(method="dspark", drafter="dspark", block_size=7)
+    got = step_replay(run, dspark, cost)
     assert got["decode"]["steps"] == 2 and got["prefill"]["steps"] == 1
     for kind in ("decode", "prefill"):
         assert got[kind]["median_error"] == pytest.approx(1 / 1.1 - 1)
@@ -95,4 +97,4 @@ def test_step_replay_prices_each_served_step_and_the_gap_before_it(tmp_path):
     assert set(got["decode"]["by_running"]) == {"5-16", "129-256"}
     with open(run / "steps.csv", "w", newline="") as f:  # an older run: no work columns
         csv.writer(f).writerows([cols[:10]] + [r[:10] for r in rows])
-    assert fidelity.step_replay(run, "dspark", cost) is None
+    assert step_replay(run, dspark, cost) is None

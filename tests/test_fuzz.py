@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 
 from dspark_sim.catalog.gpus import GPUS
 from dspark_sim.cli import main
-from dspark_sim.scenario import DOMAINS, ROUTERS
+from dspark_sim.names import DOMAINS
+from dspark_sim.scenario import ROUTERS
 
 CASE_LIMIT_S = 30  # a generated case that runs longer than this is a hang, reported as a failure
 # Derandomized so CI sees the same cases every run; DSPARK_FUZZ_RANDOM=1 explores new ones.

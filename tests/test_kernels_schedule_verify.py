@@ -17,6 +17,7 @@ from dspark_sim.kernels import AdditiveSpsTensors, SpsTensors, schedule_verify, 
 from dspark_sim.kernels.baseline import schedule_verify_torch  # noqa: E402
 from dspark_sim.kernels.cases import schedule_case, synthetic_sps_table  # noqa: E402
 from dspark_sim.kernels.reference import calibrated_survival_ref, steps_per_sec_ref  # noqa: E402
+from dspark_sim.errors import InputError  # noqa: E402
 from dspark_sim.kernels.sps_tensors import sps_from_json_dict  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning")
@@ -144,9 +145,10 @@ def test_sps_json_forms_roundtrip(tmp_path):
     assert isinstance(again, SpsTensors) and torch.equal(again.probes, floor.probes)
     add = additive_table("cpu")
     assert isinstance(sps_from_json_dict(add.to_json_dict()), AdditiveSpsTensors)
-    with pytest.raises(ValueError, match="strictly increasing"):
-        SpsTensors.from_json_dict({"sample_batch_tokens": [4, 2], "sample_steps_per_sec": [1.0, 1.0]})
-    with pytest.raises(ValueError, match="max_batch_tokens"):
+    with pytest.raises(InputError, match="strictly increasing"):
+        SpsTensors.from_json_dict({"sample_batch_tokens": [4, 2], "sample_steps_per_sec": [1.0, 1.0],
+                                   "max_batch_tokens": 8})
+    with pytest.raises(InputError, match="max_batch_tokens"):
         SpsTensors.from_json_dict({"sample_batch_tokens": [1, 8], "sample_steps_per_sec": [1.0, 1.0], "max_batch_tokens": 4})
 
 

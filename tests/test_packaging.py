@@ -35,3 +35,32 @@ def test_ci_runs_the_readme_commands():
     ci = (REPO / ".ci" / "run").read_text()
     for command in commands:
         assert command in ci
+
+
+def test_package_data_is_the_profiles_and_presets_only():
+    """The wheel's data files: every shipped profile and table, the kernel configs and the presets;
+    no raw timings, validation runs or benchmark results."""
+    setup = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    include = setup["package-data"]["dspark_sim.profiles"]
+    exclude = setup.get("exclude-package-data", {}).get("dspark_sim.profiles", [])
+    shipped = {p for pattern in include for p in (REPO / "profiles").glob(pattern)}
+    shipped -= {p for pattern in exclude for p in (REPO / "profiles").glob(pattern)}
+    names = {str(p.relative_to(REPO / "profiles")) for p in shipped}
+    assert "h200/qwen3-8b.json" in names and "h200/qwen3-8b.sps_additive.json" in names
+    assert "b300/qwen3-8b.sps.json" in names and "h200/kernels.json" in names
+    assert not [n for n in names if "/raw/" in n or "/validation/" in n or n.count("/") > 1]
+    assert not [n for n in names if n.endswith(("_bench.json", "_check.json"))]
+    assert setup["package-data"]["dspark_sim.acceptance"] == ["presets.json"]
+
+
+def test_triton_is_the_pinned_version():
+    """The kernels are tested with the Triton the H200 numbers were measured with (the [gpu] pin)."""
+    import importlib.util
+
+    pin = next(r for r in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+               ["optional-dependencies"]["gpu"] if r.startswith("triton"))
+    if importlib.util.find_spec("triton") is None:
+        return  # the light install: conftest counts the skipped kernel tests, CI refuses them
+    import triton
+
+    assert pin == "triton==3.6.*" and triton.__version__.startswith("3.6."), (pin, triton.__version__)

@@ -2,11 +2,14 @@
 
 SGLang 0.5.23 and vLLM 0.33.0 are installed by ``.ci/engines`` into ``.engines/`` (set
 ``DSPARK_ENGINES`` to use another place); ``dspark_sim.tuner.enginecheck`` runs their
-parsers, loaders and the SGLang planner's budget function on the files (its docstring
-says exactly what is exercised). Without the engines these tests skip, except in CI
-(``CI`` set), where a missing engine fails. TensorRT-LLM cannot be installed here (its
-PyPI release downloads the wheel from NVIDIA's own index): its file is checked against
-the rules of ``tensorrt_llm/llmapi/llm_args.py`` transcribed in the test below.
+parsers, loaders, SGLang's DSpark start-up rules and its planner's budget function on the
+files (its docstring says exactly what is exercised): the tuner's Qwen3-8B exports of DSpark
+and every baseline, and DeepSeek-V4-Flash on 8 B300s (examples/v4_flash_b300.yaml: expert
+parallel, DP attention, FP8 KV, the DSpark drafter bundled in its checkpoint). Without the
+engines these tests skip, except in CI (``CI`` set), where a missing engine fails.
+TensorRT-LLM cannot be installed here (its PyPI release downloads the wheel from NVIDIA's
+own index): its file is checked against the rules of ``tensorrt_llm/llmapi/llm_args.py``
+transcribed in the test below.
 """
 from __future__ import annotations
 
@@ -17,13 +20,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from conftest import EXAMPLES
 from test_tuner_fixtures import run_tiny, sqlite_url
 
 from dspark_sim.catalog.drafters import PLACEHOLDER
 from dspark_sim.cost.sps import load_sps_table
-from dspark_sim.spec.dspark import VerifyLimits, candidates, production_budget, theta
-from dspark_sim.tuner import enginecheck
+from dspark_sim.speculation.dspark import VerifyLimits, candidates, production_budget, theta
+from dspark_sim.tuner import engines, enginecheck
 from dspark_sim.tuner.cli import main as tune_main
+from dspark_sim.tuner.scenarios import load_base
+from dspark_sim.tuner.tune import write_exports
 
 ROOT = Path(os.environ.get("DSPARK_ENGINES", Path(__file__).resolve().parents[1] / ".engines"))
 BASELINES = ("none", "static", "dflash", "schedule", "threshold")
@@ -152,6 +158,22 @@ TRT_TYPES = {"DSpark", "Eagle3", "DFlash", "MTP"}
 TRT_NEEDS_MODEL = {"DSpark", "Eagle3", "DFlash"}  # validate_speculative_model / the draft loaders
 
 
+def _follows_llm_args(args: dict) -> None:
+    """One TensorRT-LLM options file against the transcribed rules."""
+    assert args["cuda_graph_config"]["max_batch_size"] >= args["max_batch_size"]
+    spec = args.get("speculative_config")
+    if spec is None:
+        return
+    assert set(spec) <= TRT_SPEC_FIELDS and spec["decoding_type"] in TRT_TYPES
+    if spec["decoding_type"] in TRT_NEEDS_MODEL:
+        assert spec["speculative_model"]
+    schedule = spec.get("draft_len_schedule")
+    if schedule:  # smallest key maps to max_draft_len; none above it; the cap has a rule
+        assert schedule[min(schedule)] == spec["max_draft_len"]
+        assert max(schedule.values()) <= spec["max_draft_len"]
+        assert max(schedule) == args["max_batch_size"]
+
+
 def test_trtllm_exports_follow_llm_args_rules(exported):
     dirs, drafter = exported
     for method, d in dirs.items():
@@ -160,19 +182,8 @@ def test_trtllm_exports_follow_llm_args_rules(exported):
             assert not path.exists()
             continue
         args = _flags(d, "trtllm.yaml")
-        assert args["cuda_graph_config"]["max_batch_size"] >= args["max_batch_size"]
-        spec = args.get("speculative_config")
-        if method == "none":
-            assert spec is None
-            continue
-        assert set(spec) <= TRT_SPEC_FIELDS and spec["decoding_type"] in TRT_TYPES
-        if spec["decoding_type"] in TRT_NEEDS_MODEL:
-            assert spec["speculative_model"]
-        schedule = spec.get("draft_len_schedule")
-        if schedule:  # smallest key maps to max_draft_len; none above it; the cap has a rule
-            assert schedule[min(schedule)] == spec["max_draft_len"]
-            assert max(schedule.values()) <= spec["max_draft_len"]
-            assert max(schedule) == args["max_batch_size"]
+        _follows_llm_args(args)
+        assert (args.get("speculative_config") is None) == (method == "none")
     assert _flags(dirs["dspark"], "trtllm.yaml")["speculative_config"]["speculative_model"] == str(drafter.resolve())
 
 
@@ -185,3 +196,77 @@ def test_no_published_drafter_writes_a_marked_placeholder(tmp_path, capsys):
     assert _flags(out, "sglang.yaml")["speculative-draft-model-path"] == PLACEHOLDER
     assert _flags(out, "vllm.yaml")["speculative-config"]["model"] == PLACEHOLDER
     assert "every engine refuses them until it is replaced" in (out / "report.md").read_text()
+
+
+# -- DeepSeek-V4-Flash on 8 B300s: expert parallel, DP attention, FP8 KV, its DSpark drafter bundled
+V4_CHECKPOINT = "deepseek-ai/DeepSeek-V4-Flash-DSpark"
+
+
+@pytest.fixture(scope="module")
+def v4_exported(tmp_path_factory):
+    """examples/v4_flash_b300.yaml's own configuration exported as ``dspark-tune export`` writes a
+    trial: the tables and every engine's file."""
+    out = tmp_path_factory.mktemp("v4")
+    base = load_base(EXAMPLES / "v4_flash_b300.yaml")
+    record = {"trial": 0, "method": "dspark", "config": {"deployment": {}, "speculation": base["speculation"]},
+              "mean": {}, "seeds": [0], "feasible": True}
+    files, notes = write_exports(base, record, "v4", out, engines.FORMATS, out)
+    assert not notes and {"sglang.yaml", "vllm.yaml", "trtllm.yaml", "sps_table.json"} <= set(files)
+    return out
+
+
+def test_v4_flash_export_passes_sglang_parser_startup_rules_and_planner(v4_exported):
+    _need_engines()
+    [answer] = enginecheck.run("sglang", [v4_exported], ROOT)
+    flags = _flags(v4_exported, "sglang.yaml")
+    assert answer["speculative_algorithm"] == "DSPARK" and answer["speculative_dspark_block_size"] == 5
+    assert answer["max_running_requests"] == 512
+    startup = answer["startup"]  # what SGLang's DSpark start-up rules resolved
+    assert (startup["tp_size"], startup["ep_size"], startup["attn_dp_size"]) == (8, 8, 8)
+    assert startup["enable_dp_lm_head"] is True and startup["kv_cache_dtype"] == "fp8_e4m3"
+    assert startup["speculative_num_draft_tokens"] == 6  # the block of 5 and the anchor
+    assert startup["speculative_draft_model_path"] == flags["model-path"] == V4_CHECKPOINT
+    _same_budgets(answer, load_sps_table(flags["speculative-dspark-sps-table-path"]))
+
+
+def _edited(src: Path, name: str, old: str, new: str, dst: Path) -> Path:
+    """``dst`` holding ``src/name`` with ``old`` replaced by ``new`` (which must be there)."""
+    text = (src / name).read_text()
+    assert old in text
+    (dst / name).write_text(text.replace(old, new))
+    return dst
+
+
+def test_sglang_startup_rules_refuse_dp_attention_without_the_dp_lm_head(v4_exported, tmp_path):
+    """The start-up check is SGLang's own: drop one flag the V4 layout needs and it refuses."""
+    _need_engines()
+    edited = _edited(v4_exported, "sglang.yaml", "enable-dp-lm-head: true\n", "", tmp_path)
+    with pytest.raises(RuntimeError, match="enable-dp-lm-head"):
+        enginecheck.run("sglang", [edited], ROOT)
+
+
+def test_v4_flash_export_passes_vllm_fields_and_values(v4_exported):
+    _need_engines()
+    [answer] = enginecheck.run("vllm", [v4_exported], ROOT)
+    flags = answer["flags"]
+    assert (flags["tensor_parallel_size"], flags["data_parallel_size"], flags["enable_expert_parallel"]) == \
+        ("1", "8", True)
+    assert flags["kv_cache_dtype"] == "fp8" and flags["max_num_seqs"] == "64"  # 512 over 8 DP ranks
+    assert {"data_parallel_size", "enable_expert_parallel", "kv_cache_dtype", "max_num_seqs"} <= \
+        set(answer["values_checked"])
+    spec = answer["speculative_config"]
+    assert (spec["method"], spec["model"], spec["num_speculative_tokens"]) == ("dspark", V4_CHECKPOINT, 5)
+
+
+def test_vllm_check_refuses_a_bad_layout_value(v4_exported, tmp_path):
+    _need_engines()
+    edited = _edited(v4_exported, "vllm.yaml", "data-parallel-size: 8", "data-parallel-size: 0", tmp_path)
+    with pytest.raises(RuntimeError, match="data_parallel_size|greater than or equal"):
+        enginecheck.run("vllm", [edited], ROOT)
+
+
+def test_v4_flash_trtllm_export_follows_llm_args_rules(v4_exported):
+    args = _flags(v4_exported, "trtllm.yaml")
+    _follows_llm_args(args)
+    assert (args["moe_expert_parallel_size"], args["enable_attention_dp"]) == (8, True)
+    assert args["speculative_config"]["speculative_model"] == V4_CHECKPOINT

@@ -11,6 +11,7 @@ import optuna
 import pytest
 from test_tuner_fixtures import complete_trials, run_tiny, sqlite_url, tiny_scenario, tune_args
 
+from dspark_sim.slo import Slo
 from dspark_sim.tuner import runner
 from dspark_sim.tuner.cli import main as tune_main
 from dspark_sim.tuner.objective import Target
@@ -25,7 +26,7 @@ def _summary(trials):
 
 def test_same_seed_same_trials(tmp_path):
     base = load_base(tiny_scenario(tmp_path))
-    settings = Settings(base, Target(tpot_ms=40), load_space(tmp_path / "space.yaml"), trials=14, baselines=())
+    settings = Settings(base, Target(slo=Slo(tpot_ms=40)), load_space(tmp_path / "space.yaml"), trials=14, baselines=())
     runs = []
     for name in ("a", "b"):
         url = f"sqlite:///{tmp_path / name}.db"

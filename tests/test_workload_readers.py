@@ -12,7 +12,7 @@ import pytest
 from dspark_sim.errors import InputError
 from dspark_sim.workload import RequestChunk, TraceWarning, count_requests, detect_format, read_trace
 
-SHIPPED = Path("/work/shared/traces/azure_llm_2023_code.csv")
+SHIPPED = Path(__file__).resolve().parents[1] / "examples" / "traces" / "azure_llm_2023_code.csv"
 
 AZURE = """TIMESTAMP,ContextTokens,GeneratedTokens
 2023-11-16 18:17:03.9799600,4808,10

@@ -19,6 +19,7 @@ from dspark_sim.errors import InputError, run_reporting_errors
 from dspark_sim.tuner.honour import ENGINES
 
 DEFAULT_SCENARIO = Path("examples") / "tune_default.yaml"
+SLO_FLAGS = {"tpot_ms": "--slo-tpot-ms", "tok_per_s_user": "--slo-tok-per-s-user", "ttft_ms": "--slo-ttft-ms"}
 
 
 def tune_parser() -> argparse.ArgumentParser:
@@ -97,17 +98,21 @@ def study_name(base: dict, objective: str) -> str:
 
 def new_settings(args):
     """Settings for a new study from the flags (defaults filled in)."""
+    from dspark_sim.config import build
+    from dspark_sim.slo import Slo
     from dspark_sim.tuner.objective import Target
     from dspark_sim.tuner.scenarios import load_base
     from dspark_sim.tuner.space import load_space
     from dspark_sim.tuner.tune import BASELINES, Settings
 
-    target = Target(args.objective or "throughput", args.slo_tpot_ms, args.slo_tok_per_s_user, args.slo_ttft_ms)
+    slo = build(Slo, {"tpot_ms": args.slo_tpot_ms, "tok_per_s_user": args.slo_tok_per_s_user,
+                      "ttft_ms": args.slo_ttft_ms}, None, None, SLO_FLAGS)
+    target = Target(args.objective or "throughput", slo)
     base = load_base(args.scenario or default_scenario(), gpu=args.gpu, model=args.model,
                      slo=target.scenario_slo(), drafter=args.drafter)
     if not target.scenario_slo():  # no SLO flag: the scenario's own SLO is the constraint
-        slo = base.get("slo") or {}
-        target = Target(target.objective, slo.get("tpot_ms"), None, slo.get("ttft_ms"))
+        own = base.get("slo") or {}
+        target = Target(target.objective, Slo(tpot_ms=own.get("tpot_ms"), ttft_ms=own.get("ttft_ms")))
     baselines = default_baselines(base["model"]) if args.baselines is None \
         else tuple(b for b in args.baselines.split(",") if b)
     for b in baselines:

@@ -18,11 +18,22 @@ returned; a rejection is an exception from that code. What is exercised:
   the CUDA serving stack at module level; those imports are given inert
   placeholders, and the check proves that the budget function and every
   function it calls read no placeholder (only torch, msgspec, the real
-  ``dspark_sps`` module and the planner's own code).
+  ``dspark_sps`` module and the planner's own code). Then SGLang's DSpark
+  start-up rules, ``arg_groups/speculative_hook.py`` ``_handle_dspark`` (a draft
+  checkpoint, ``--enable-dp-lm-head`` under DP attention, the MoE all-to-all
+  backend, the verify window = block + 1, ...), on the parsed flags with the
+  environment the file's launch line sets and the device set to ``cuda`` (the
+  only hardware the rules read). The module ``speculative/dflash_utils.py``
+  (it loads the GPU kernels) is an inert placeholder there: only the draft
+  checkpoint's config reader uses it, SGLang calls that reader inside a ``try``,
+  and its answer matters only when no block size is given (exports give one).
 * vLLM 0.33.0: ``FlexibleArgumentParser.load_config_file`` (its YAML-to-flags
   conversion); each flag against the ``EngineArgs`` fields read from the
   installed ``vllm/engine/arg_utils.py`` (parsed, not imported: its imports need
-  the GPU stack); the ``speculative-config`` mapping against the imported
+  the GPU stack), and each value against the type of the ``vllm.config`` field the
+  argument's default comes from (``kv-cache-dtype``: ``CacheConfig.cache_dtype``;
+  ``data-parallel-size``: ``ParallelConfig``), or its own annotation where that is
+  built of builtin types (``max-num-seqs: int | None``); the ``speculative-config`` mapping against the imported
   ``SpeculativeConfig`` pydantic fields, every value validated by pydantic with
   the field's own type and constraints. ``SpeculativeConfig.__post_init__``
   (which downloads the drafter's config) is not run.
@@ -162,23 +173,99 @@ def check_sglang(out: Path) -> dict:
         budgets.append({"num_reqs": num_reqs, "budget": decision.budget,
                         "step_s": decision.predicted_step_seconds, "survival": survival.tolist()})
     result.update({"sps_table": type(sps).__name__, "sts_temperatures": list(sts.temperatures),
-                   "budgets": budgets})
+                   "budgets": budgets, "startup": _dspark_startup(args, out / "sglang.yaml")})
     return result
 
 
+def launch_env(config: Path) -> dict[str, str]:
+    """The ``NAME=value`` assignments of the launch line in an exported ``sglang.yaml``'s header."""
+    lines = [line.lstrip("# ").strip() for line in config.read_text().splitlines() if line.startswith("#")]
+    launch = next((line for line in lines if "sglang.launch_server" in line), "")
+    return dict(word.split("=", 1) for word in launch.split() if "=" in word and word.split("=", 1)[0].isupper())
+
+
+def _dspark_startup(args, config: Path) -> dict:
+    """SGLang's DSpark start-up rules on ``args`` (see the module docstring); what they resolved."""
+    os.environ.update(launch_env(config))
+    os.environ["HF_HUB_OFFLINE"] = "1"  # no download: the draft config reader fails inside its try
+    name = "sglang.srt.speculative.dflash_utils"
+    sys.modules.setdefault(name, _PlaceholderModule(name))
+    from sglang.srt.arg_groups import speculative_hook
+    from sglang.srt.arg_groups.overrides import resolved_view
+
+    args.device = "cuda"
+    speculative_hook._handle_dspark(args)
+    view = resolved_view(args)
+    return {key: getattr(view, key) for key in ("speculative_num_draft_tokens", "speculative_num_steps",
+                                                "speculative_draft_model_path", "tp_size", "ep_size",
+                                                "attn_dp_size", "enable_dp_lm_head", "kv_cache_dtype",
+                                                "max_running_requests")}
+
+
 # -- vLLM ------------------------------------------------------------------------
-def _engine_arg_fields(arg_utils: Path) -> set[str]:
-    """Field names of ``EngineArgs`` in vLLM's installed ``arg_utils.py`` (read, not imported)."""
+_BUILTIN_TYPES = {"int": int, "float": float, "str": str, "bool": bool, "None": None}
+
+
+def _engine_arg_types(arg_utils: Path) -> dict[str, object]:
+    """``EngineArgs`` fields in vLLM's installed ``arg_utils.py`` (read, not imported), each with
+    what checks its value: ``(config class, field)`` where the default is that config's field
+    (``CacheConfig.cache_dtype``, ``get_field(ParallelConfig, "...")``), else the annotation when
+    it is built of builtin types only (``int | None``), else None (the name alone is checked)."""
     tree = ast.parse(arg_utils.read_text())
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "EngineArgs")
-    return {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    out = {}
+    for node in cls.body:
+        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
+            continue
+        value, source = node.value, None
+        if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name):
+            source = (value.value.id, value.attr)
+        elif isinstance(value, ast.Call) and getattr(value.func, "id", None) == "get_field" and len(value.args) == 2 \
+                and isinstance(value.args[0], ast.Name) and isinstance(value.args[1], ast.Constant):
+            source = (value.args[0].id, value.args[1].value)
+        if source is None:
+            try:
+                source = eval(ast.unparse(node.annotation), {"__builtins__": {}}, dict(_BUILTIN_TYPES))
+            except (NameError, TypeError, SyntaxError):
+                source = None
+        out[node.target.id] = source
+    return out
+
+
+def _field_type(info):
+    """The type a pydantic field validates with, its constraints included."""
+    import typing
+
+    return typing.Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+
+
+def _value_type(source, config_module):
+    """The type a flag's value is validated with (see :func:`_engine_arg_types`), or None."""
+    if not isinstance(source, tuple):
+        return source
+    fields = getattr(getattr(config_module, source[0], None), "__pydantic_fields__", {})
+    return _field_type(fields[source[1]]) if source[1] in fields else None
+
+
+def _argv_flags(argv: list[str]) -> dict:
+    """``--name value`` pairs of an argument list by field name; a flag with no value (a true
+    boolean, as vLLM writes one from YAML) is ``True``."""
+    flags, i = {}, 0
+    while i < len(argv):
+        if not argv[i].startswith("--"):
+            raise ValueError(f"unexpected argument {argv[i]!r} in {argv}")
+        name = argv[i][2:].replace("-", "_")
+        has_value = i + 1 < len(argv) and not argv[i + 1].startswith("--")
+        flags[name] = argv[i + 1] if has_value else True
+        i += 2 if has_value else 1
+    return flags
 
 
 def check_vllm(out: Path) -> dict:
     """vLLM 0.33.0's answers for ``out/vllm.yaml``."""
     import importlib.util
-    import typing
 
+    import vllm.config
     from pydantic import TypeAdapter
 
     from vllm.config.speculative import SpeculativeConfig
@@ -186,21 +273,25 @@ def check_vllm(out: Path) -> dict:
 
     argv = FlexibleArgumentParser().load_config_file(str(out / "vllm.yaml"))
     root = Path(importlib.util.find_spec("vllm").submodule_search_locations[0])
-    fields = _engine_arg_fields(root / "engine" / "arg_utils.py")
-    flags = {a[2:].replace("-", "_"): v for a, v in zip(argv[::2], argv[1::2])}
-    unknown = sorted(set(flags) - fields)
+    fields = _engine_arg_types(root / "engine" / "arg_utils.py")
+    flags = _argv_flags(argv)
+    unknown = sorted(set(flags) - set(fields))
     if unknown:
         raise ValueError(f"not vLLM EngineArgs fields: {unknown}")
-    result = {"flags": flags}
+    checked = []
+    for name, value in flags.items():  # pydantic's lax mode reads "64" as the int 64, as argparse would
+        kind = None if name == "speculative_config" else _value_type(fields[name], vllm.config)
+        if kind is not None:
+            TypeAdapter(kind).validate_python(value)
+            checked.append(name)
+    result = {"flags": flags, "values_checked": checked}
     if "speculative_config" in flags:
         spec = json.loads(flags["speculative_config"])
         known = SpeculativeConfig.__pydantic_fields__
         if set(spec) - set(known):
             raise ValueError(f"not SpeculativeConfig fields: {sorted(set(spec) - set(known))}")
         for key, value in spec.items():
-            info = known[key]
-            kind = typing.Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
-            TypeAdapter(kind).validate_python(value)
+            TypeAdapter(_field_type(known[key])).validate_python(value)
         result["speculative_config"] = spec
     return result
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from dspark_sim.catalog import get_model
-from dspark_sim.catalog.drafters import PLACEHOLDER, published_drafter
+from dspark_sim.catalog.drafters import PLACEHOLDER, has_mtp, published_drafter
 from dspark_sim.metrics.outdir import atomic_write_text
 from dspark_sim.scenario import Scenario
 from dspark_sim.tuner.exports import SPS_FILE, STS_FILE
@@ -46,16 +46,20 @@ def _comments(lines: list[str]) -> str:
 
 def drafter_checkpoint(s: Scenario) -> str | None:
     """The drafter weights an engine loads for this trial: the scenario's, else the published
-    preset's, else :data:`PLACEHOLDER` (warned once); None when the target drafts for itself
-    (no speculation, or MTP layers inside the target checkpoint)."""
+    preset's (DeepSeek-V4's DSpark drafter: the target checkpoint it ships in), else
+    :data:`PLACEHOLDER` (warned once); None when there is no speculation or the drafter is
+    the target's own MTP layers."""
     spec = s.speculation
     if spec.method == "none":
         return None
+    model = get_model(s.model).name
+    if spec.drafter == "mtp" and has_mtp(model):
+        return None
     if spec.drafter == "dspark" and spec.drafter_checkpoint:
         return spec.drafter_checkpoint
-    preset = published_drafter(get_model(s.model).name, spec.drafter)
+    preset = published_drafter(model, spec.drafter)
     if preset is not None:
-        return None if spec.drafter == "mtp" else preset.checkpoint
+        return preset.checkpoint
     warnings.warn(f"no published {spec.drafter} drafter for {s.model}: engine configs name "
                   f"{PLACEHOLDER!r}, which the engines refuse; pass --drafter PATH (or set "
                   "speculation.drafter_checkpoint)")
@@ -81,7 +85,7 @@ def schedule_ranges(s: Scenario) -> list[tuple[int, int, int]]:
     for rule in s.speculation.schedule:
         last = cap if rule.max_batch_size is None else min(rule.max_batch_size, cap)
         if last >= first:
-            out.append((first, last, rule.num_draft_tokens))
+            out.append((first, last, rule.block_size))
         first = last + 1
     return out
 
@@ -92,15 +96,56 @@ def verify_window(s: Scenario) -> int:
 
 
 def _write(out: Path, name: str, header: list[str], notes: list[str], data: dict) -> str:
-    atomic_write_text(out / name, _comments(header + [""] + notes) + _yaml(data))
+    atomic_write_text(out / name, _comments(header + [""] + [n for n in notes if n]) + _yaml(data))
     return name
+
+
+def _layout(s: Scenario, engine: str) -> dict:
+    """The deployment's split and KV format as ``engine``'s flags: SGLang ``--ep-size``,
+    ``--attn-dp-size`` (0.5.23 ``arg_groups/fields/parallel.py``) with ``--enable-dp-lm-head``
+    (its ``speculative_hook.py`` refuses DSpark and DFlash under DP attention without it),
+    ``--kv-cache-dtype``; vLLM ``enable-expert-parallel``, ``data-parallel-size`` and
+    ``kv-cache-dtype`` (its DeepSeek-V4 recipe); TensorRT-LLM ``moe_expert_parallel_size``,
+    ``enable_attention_dp`` (``llm_args.py``) and ``kv_cache_config.dtype``. Nothing for a
+    plain TP deployment."""
+    dep, fp8 = s.deployment, s.deployment.kv_cache_dtype == "fp8"
+    if engine == "sglang":
+        out = {"ep-size": dep.ep} if dep.ep > 1 else {}
+        out.update({"attn-dp-size": dep.tp, "enable-dp-lm-head": True} if dep.dp_attention else {})
+        return {**out, **({"kv-cache-dtype": "fp8_e4m3"} if fp8 else {})}
+    if engine == "vllm":  # DP attention: one data-parallel rank a GPU, experts over all of them
+        out = {"tensor-parallel-size": 1, "data-parallel-size": dep.tp} if dep.dp_attention else {}
+        out.update({"enable-expert-parallel": True} if dep.ep > 1 else {})
+        return {**out, **({"kv-cache-dtype": "fp8"} if fp8 else {})}
+    out = {"moe_expert_parallel_size": dep.ep} if dep.ep > 1 else {}
+    out.update({"enable_attention_dp": True} if dep.dp_attention else {})
+    return {**out, **({"kv_cache_config": {"dtype": "fp8"}} if fp8 else {})}
+
+
+def _vllm_rank_caps(s: Scenario) -> tuple[int, int]:
+    """vLLM's ``max-num-seqs`` and ``max-num-batched-tokens``: they apply per data-parallel
+    rank (0.33.0 ``config/scheduler.py``), so under DP attention the replica's caps are split
+    over its ``tp`` ranks (rounded up)."""
+    dep = s.deployment
+    ranks = dep.tp if dep.dp_attention else 1
+    return -(-dep.max_running_requests // ranks), -(-dep.max_batched_tokens // ranks)
+
+
+def _model_path(s: Scenario) -> tuple[str, str]:
+    """``(checkpoint, note)``: the model's, or the one its DSpark drafter ships in."""
+    model = get_model(s.model)
+    if s.speculation.method == "dspark" and model.dspark_checkpoint:
+        return model.dspark_checkpoint, (f"{model.dspark_checkpoint}: {model.name} with its DSpark drafter "
+                                         "bundled; the drafter path names the same checkpoint")
+    return model.hf_id, ""
 
 
 # -- SGLang --------------------------------------------------------------------
 def sglang(s: Scenario, out: Path, header: list[str], final: Path) -> str:
     """``sglang.yaml``: flat hyphenated flags for ``python -m sglang.launch_server --config``."""
     spec, dep = s.speculation, s.deployment
-    flags = {"model-path": get_model(s.model).hf_id, "tp-size": dep.tp,
+    path, drafter_note = _model_path(s)
+    flags = {"model-path": path, "tp-size": dep.tp, **_layout(s, "sglang"),
              "max-running-requests": dep.max_running_requests,
              "chunked-prefill-size": dep.chunked_prefill_tokens or dep.max_batched_tokens,
              "max-prefill-tokens": dep.max_batched_tokens,
@@ -125,17 +170,19 @@ def sglang(s: Scenario, out: Path, header: list[str], final: Path) -> str:
             flags.update({"speculative-num-steps": k, "speculative-eagle-topk": 1})
         flags["speculative-num-draft-tokens"] = k + 1
     launch = " ".join(env + ["python -m sglang.launch_server --config sglang.yaml"])
-    return _write(out, "sglang.yaml", header, ["Launch:", f"  {launch}"], flags)
+    return _write(out, "sglang.yaml", header, ["Launch:", f"  {launch}", drafter_note], flags)
 
 
 # -- vLLM ----------------------------------------------------------------------
 def vllm(s: Scenario, out: Path, header: list[str], final: Path) -> str:
     """``vllm.yaml`` for ``vllm serve --config vllm.yaml`` with a ``speculative-config`` block."""
     spec, dep = s.speculation, s.deployment
-    args = {"model": get_model(s.model).hf_id, "tensor-parallel-size": dep.tp,
-            "max-num-seqs": dep.max_running_requests, "max-num-batched-tokens": dep.max_batched_tokens,
+    requests, tokens = _vllm_rank_caps(s)
+    path, drafter_note = _model_path(s)
+    args = {"model": path, "tensor-parallel-size": dep.tp, **_layout(s, "vllm"),
+            "max-num-seqs": requests, "max-num-batched-tokens": tokens,
             # capture sizes count tokens: R requests with full verify windows stay in a graph
-            "max-cudagraph-capture-size": dep.max_running_requests * verify_window(s)}
+            "max-cudagraph-capture-size": requests * verify_window(s)}
     if spec.method != "none":
         cfg = {"method": _VLLM_METHOD[spec.drafter]}
         checkpoint = drafter_checkpoint(s)
@@ -147,7 +194,10 @@ def vllm(s: Scenario, out: Path, header: list[str], final: Path) -> str:
         if spec.method == "schedule":
             cfg["num_speculative_tokens_per_batch_size"] = [list(r) for r in schedule_ranges(s)]
         args["speculative-config"] = cfg
-    notes = ["Launch:", "  vllm serve --config vllm.yaml"]
+    notes = ["Launch:", "  vllm serve --config vllm.yaml", drafter_note]
+    if dep.dp_attention:
+        notes.append(f"max-num-seqs and max-num-batched-tokens are per data-parallel rank: the replica's "
+                     f"{dep.max_running_requests} requests and {dep.max_batched_tokens} tokens over {dep.tp} ranks")
     if spec.method == "dspark":
         notes.append("vLLM profiles its own verify cost and sizes the budget itself (no SPS/STS file)")
     return _write(out, "vllm.yaml", header, notes, args)
@@ -157,7 +207,7 @@ def vllm(s: Scenario, out: Path, header: list[str], final: Path) -> str:
 def trtllm(s: Scenario, out: Path, header: list[str], final: Path) -> str:
     """``trtllm.yaml``: LLM API options with a ``speculative_config`` block."""
     spec, dep = s.speculation, s.deployment
-    args = {"tensor_parallel_size": dep.tp, "max_batch_size": dep.max_running_requests,
+    args = {"tensor_parallel_size": dep.tp, **_layout(s, "trtllm"), "max_batch_size": dep.max_running_requests,
             "max_num_tokens": dep.max_batched_tokens, "enable_chunked_prefill": True,
             "cuda_graph_config": {"max_batch_size": dep.max_running_requests, "enable_padding": True}}
     if spec.method != "none":
@@ -174,7 +224,8 @@ def trtllm(s: Scenario, out: Path, header: list[str], final: Path) -> str:
             cfg["max_draft_len"] = ranges[0][2]
             cfg["draft_len_schedule"] = {last: k for _, last, k in ranges}
         args["speculative_config"] = cfg
-    notes = ["Launch:", f"  trtllm-serve {get_model(s.model).hf_id} --extra_llm_api_options trtllm.yaml"]
+    path, drafter_note = _model_path(s)
+    notes = ["Launch:", f"  trtllm-serve {path} --extra_llm_api_options trtllm.yaml", drafter_note]
     if spec.method == "dspark":
         notes.append("DSparkDecodingConfig verifies the whole block (no confidence scheduling field)")
     return _write(out, "trtllm.yaml", header, notes, args)

@@ -8,11 +8,13 @@ they are reported (:mod:`dspark_sim.tuner.confirm`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import optuna
 
+from dspark_sim.config import check_choice, require
+from dspark_sim.slo import Slo
 from dspark_sim.tuner.scenarios import configure, to_scenario
 
 OBJECTIVES = ("throughput", "goodput", "pareto")
@@ -31,20 +33,16 @@ RECORDED = (THROUGHPUT, USER_SPEED, GOODPUT, "request_goodput", "slo_attainment"
 class Target:
     """The objective and the SLO a configuration must meet.
 
-    SLO checks (each on the worst seed): ``p99_tpot_ms <= tpot_ms``,
-    ``mean_tok_per_s_per_user >= tok_per_s_user``, ``p99_ttft_ms <= ttft_ms``.
+    SLO checks (each on the worst seed): ``p99_tpot_ms <= slo.tpot_ms``,
+    ``mean_tok_per_s_per_user >= slo.tok_per_s_user``, ``p99_ttft_ms <= slo.ttft_ms``.
     """
 
     objective: str = "throughput"
-    tpot_ms: float | None = None
-    tok_per_s_user: float | None = None
-    ttft_ms: float | None = None
+    slo: Slo = field(default_factory=Slo)
 
     def __post_init__(self) -> None:
-        if self.objective not in OBJECTIVES:
-            raise ValueError(f"objective must be one of {OBJECTIVES}")
-        if self.tpot_ms is not None and self.tok_per_s_user is not None:
-            raise ValueError("give at most one of tpot_ms and tok_per_s_user")
+        check_choice(self.objective, "objective", OBJECTIVES)
+        require(isinstance(self.slo, Slo), "slo", self.slo, "expected an Slo")
 
     @property
     def directions(self) -> list[str]:
@@ -57,36 +55,47 @@ class Target:
         return [GOODPUT if self.objective == "goodput" else THROUGHPUT]
 
     def scenario_slo(self) -> dict:
-        """The per-request SLO the simulator's goodput counts against."""
+        """The per-request SLO the simulator's goodput counts against, as a scenario's ``slo:``."""
         slo = {}
-        if self.tpot_ms is not None:
-            slo["tpot_ms"] = self.tpot_ms
-        if self.tok_per_s_user is not None:
-            slo["tpot_ms"] = 1e3 / self.tok_per_s_user
-        if self.ttft_ms is not None:
-            slo["ttft_ms"] = self.ttft_ms
+        if self.slo.tpot_ms is not None:
+            slo["tpot_ms"] = self.slo.tpot_ms
+        if self.slo.tok_per_s_user is not None:
+            slo["tpot_ms"] = 1e3 / self.slo.tok_per_s_user
+        if self.slo.ttft_ms is not None:
+            slo["ttft_ms"] = self.slo.ttft_ms
         return slo
 
     def violations(self, worst: dict) -> dict[str, float]:
         """Optuna constraint values by name (<= 0 means met), relative to each bound so they compare."""
-        out = {}
-        if self.tpot_ms is not None:
-            out["p99_tpot"] = _latency(worst["p99_tpot_ms"]) / self.tpot_ms - 1.0
-        if self.tok_per_s_user is not None:
-            out["tok_per_s_user"] = 1.0 - (worst[USER_SPEED] or 0.0) / self.tok_per_s_user
-        if self.ttft_ms is not None:
-            out["p99_ttft"] = _latency(worst["p99_ttft_ms"]) / self.ttft_ms - 1.0
+        out, slo = {}, self.slo
+        if slo.tpot_ms is not None:
+            out["p99_tpot"] = _latency(worst["p99_tpot_ms"]) / slo.tpot_ms - 1.0
+        if slo.tok_per_s_user is not None:
+            out["tok_per_s_user"] = 1.0 - (worst[USER_SPEED] or 0.0) / slo.tok_per_s_user
+        if slo.ttft_ms is not None:
+            out["p99_ttft"] = _latency(worst["p99_ttft_ms"]) / slo.ttft_ms - 1.0
         return out
 
     def describe(self) -> str:
-        parts = []
-        if self.tpot_ms is not None:
-            parts.append(f"p99 TPOT <= {self.tpot_ms:g} ms")
-        if self.tok_per_s_user is not None:
-            parts.append(f"mean tok/s/user >= {self.tok_per_s_user:g}")
-        if self.ttft_ms is not None:
-            parts.append(f"p99 TTFT <= {self.ttft_ms:g} ms")
+        parts, slo = [], self.slo
+        if slo.tpot_ms is not None:
+            parts.append(f"p99 TPOT <= {slo.tpot_ms:g} ms")
+        if slo.tok_per_s_user is not None:
+            parts.append(f"mean tok/s/user >= {slo.tok_per_s_user:g}")
+        if slo.ttft_ms is not None:
+            parts.append(f"p99 TTFT <= {slo.ttft_ms:g} ms")
         return ", ".join(parts) or "none"
+
+    def to_json(self) -> dict:
+        """Flat, as studies store it: objective, tpot_ms, tok_per_s_user, ttft_ms."""
+        return {"objective": self.objective, "tpot_ms": self.slo.tpot_ms,
+                "tok_per_s_user": self.slo.tok_per_s_user, "ttft_ms": self.slo.ttft_ms}
+
+    @classmethod
+    def from_json(cls, d: dict) -> Target:
+        """Inverse of :meth:`to_json`."""
+        return cls(d["objective"], Slo(ttft_ms=d.get("ttft_ms"), tpot_ms=d.get("tpot_ms"),
+                                       tok_per_s_user=d.get("tok_per_s_user")))
 
 
 def _latency(value: float | None) -> float:

@@ -139,9 +139,9 @@ def nearest_slo(job: Job) -> str | None:
         return None
     best = min(trials, key=lambda t: max(t.constraints.values()))
     worst, target = best.user_attrs["worst"], job.target
-    bounds = {"p99_tpot": ("p99 TPOT", "<=", worst.get("p99_tpot_ms"), target.tpot_ms, " ms"),
-              "p99_ttft": ("p99 TTFT", "<=", worst.get("p99_ttft_ms"), target.ttft_ms, " ms"),
-              "tok_per_s_user": ("mean tok/s/user", ">=", worst.get(USER_SPEED), target.tok_per_s_user, "")}
+    bounds = {"p99_tpot": ("p99 TPOT", "<=", worst.get("p99_tpot_ms"), target.slo.tpot_ms, " ms"),
+              "p99_ttft": ("p99 TTFT", "<=", worst.get("p99_ttft_ms"), target.slo.ttft_ms, " ms"),
+              "tok_per_s_user": ("mean tok/s/user", ">=", worst.get(USER_SPEED), target.slo.tok_per_s_user, "")}
     shown = {n: bounds[n] for n in best.constraints if n in bounds}
     binding = "; ".join(f"{label} (the nearest trial reaches {value:,.2f}{unit}, the SLO asks {op} {bound:g}{unit})"
                         for n, (label, op, value, bound, unit) in shown.items() if best.constraints[n] > 0)
@@ -195,7 +195,7 @@ def write(out: Path, jobs: list[Job], winners: dict[str, dict], info: dict) -> s
     main = jobs[0]
     table = rows(winners, jobs)
     unit = UNITS[main.target.objective]
-    pareto_plot(jobs, winners, out / "pareto.png", main.target.tok_per_s_user)
+    pareto_plot(jobs, winners, out / "pareto.png", main.target.slo.tok_per_s_user)
     imp = importances(main)
     lines = [f"# dspark-tune report: {main.study}", "",
              f"- scenario: `{info['scenario']}` ({info['model']} on {info['num_gpus']} x {info['gpu']})",

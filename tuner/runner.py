@@ -42,7 +42,7 @@ class Job:
 
     def open(self) -> optuna.Study:
         # a TPOT-bound study's trial 0 probes where the tail is smallest (space.tail_probe)
-        first = tail_probe(self.space) if self.target.tpot_ms is not None else None
+        first = tail_probe(self.space) if self.target.slo.tpot_ms is not None else None
         return storage.open_study(self.url, self.study, self.target.directions,
                                   storage.sampler(self.sampler_seed, first))
 

@@ -3,22 +3,22 @@
 Trials are built from the base file's mapping, not from dataclasses, so that
 ``dspark.yaml`` is byte for byte the scenario that was simulated: what
 ``dspark-sim run dspark.yaml`` replays is what the tuner scored. Every mapping
-is validated by ``dspark_sim.scenario.load_scenario`` before it runs.
+is validated by :meth:`dspark_sim.scenario.Scenario.from_dict` before it runs, and its
+errors name the base scenario file.
 """
 from __future__ import annotations
 
 import copy
 import os
-import tempfile
 from pathlib import Path
 
 import yaml
 
 from dspark_sim.catalog import get_model
-from dspark_sim.catalog.drafters import (PLACEHOLDER, Drafter, check_checkpoint, published_drafter,
-                                         trained_block_of)
-from dspark_sim.config import load_yaml
-from dspark_sim.scenario import Scenario, load_scenario
+from dspark_sim.catalog.drafters import (PLACEHOLDER, Drafter, absolute_checkpoint, check_checkpoint,
+                                         published_drafter, trained_block_of)
+from dspark_sim.config import load_yaml, located
+from dspark_sim.scenario import Scenario
 from dspark_sim.tuner.space import tier_ladder
 
 # Keys whose values are file paths (relative to the scenario file), as dotted paths.
@@ -36,7 +36,7 @@ def load_base(path: str | Path, *, gpu: str | None = None, model: str | None = N
     """
     path = Path(path).resolve()
     raw = load_yaml(path)
-    load_scenario(path)  # the file itself must be valid before anything is changed
+    Scenario.from_dict(raw, file=path)  # the file itself must be valid before anything is changed
     raw = rebase_paths(raw, path.parent, None)
     if gpu is not None:
         raw["gpu"] = gpu
@@ -44,13 +44,15 @@ def load_base(path: str | Path, *, gpu: str | None = None, model: str | None = N
         raw["model"] = model
     if slo:
         raw["slo"] = {**(raw.get("slo") or {}), **slo}
-    spec = raw.setdefault("speculation", {}) or {}
+    spec = dict(raw.get("speculation") or {})
     if drafter is not None:
-        spec["drafter_checkpoint"] = check_checkpoint(drafter, None, "--drafter", Path.cwd())
-    elif isinstance(spec.get("drafter_checkpoint"), str):  # a path relative to the file: absolute
-        spec["drafter_checkpoint"] = check_checkpoint(spec["drafter_checkpoint"], path,
-                                                      "speculation.drafter_checkpoint", path.parent)
-    raw["speculation"] = spec
+        with located(None, None, {"drafter_checkpoint": "--drafter"}):
+            spec["drafter_checkpoint"] = absolute_checkpoint(drafter, Path.cwd())
+            check_checkpoint(spec["drafter_checkpoint"])
+    elif spec.get("drafter_checkpoint") is not None:  # a path relative to the file: absolute
+        spec["drafter_checkpoint"] = absolute_checkpoint(spec["drafter_checkpoint"], path.parent)
+    if spec:
+        raw["speculation"] = spec
     to_scenario(raw, name_hint=path)  # and so must the overridden one
     return raw
 
@@ -72,9 +74,9 @@ def dspark_drafter(base: dict) -> Drafter:
             return preset
         return Drafter("dspark", PLACEHOLDER, scenario_block, "none published: scenario block size")
     block = trained_block_of(given) if Path(given).is_absolute() else None
-    if block is None and preset is not None and preset.checkpoint == given:
-        block = preset.trained_block
     source = "config.json" if block is not None else "unknown: scenario block size"
+    if block is None and preset is not None and preset.checkpoint == given:
+        block, source = preset.trained_block, preset.source
     return Drafter("dspark", given, block or scenario_block, source)
 
 
@@ -126,14 +128,8 @@ def configure(base: dict, config: dict, *, seed: int | None = None) -> dict:
 
 
 def to_scenario(raw: dict, *, name_hint: str | Path = "trial") -> Scenario:
-    """Validate ``raw`` through ``load_scenario`` (which needs a file) and return the Scenario."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{Path(name_hint).stem}-", suffix=".yaml")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(dump(raw))
-        return load_scenario(tmp)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    """The validated Scenario of the mapping ``raw`` (paths absolute); errors name ``name_hint``."""
+    return Scenario.from_dict(raw, file=name_hint)
 
 
 def dump(raw: dict) -> str:

@@ -7,7 +7,7 @@ settings the study was created with, from any machine that reaches the storage.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
@@ -64,7 +64,7 @@ class Settings:
         return out
 
     def to_json(self) -> dict:
-        return {"base": self.base, "target": asdict(self.target), "space": space_json(self.space),
+        return {"base": self.base, "target": self.target.to_json(), "space": space_json(self.space),
                 "trials": self.trials, "baseline_trials": self.baseline_trials,
                 "baselines": list(self.baselines), "seeds": list(self.seeds),
                 "confirm_seeds": list(self.confirm_seeds), "sampler_seed": self.sampler_seed,
@@ -78,7 +78,7 @@ class Settings:
 
     @classmethod
     def from_json(cls, d: dict) -> Settings:
-        return cls(d["base"], Target(**d["target"]), space_from_json(d["space"]), d["trials"],
+        return cls(d["base"], Target.from_json(d["target"]), space_from_json(d["space"]), d["trials"],
                    d["baseline_trials"], tuple(d["baselines"]), tuple(d["seeds"]),
                    tuple(d["confirm_seeds"]), d["sampler_seed"], d.get("engine", "sglang"))
 

@@ -24,10 +24,11 @@ from dspark_sim.acceptance import fit, metrics
 from dspark_sim.acceptance.config import AcceptanceConfig
 from dspark_sim.acceptance.inputs import AcceptanceTable, ConfidenceLog
 from dspark_sim.acceptance.model import AcceptanceModel
-from dspark_sim.acceptance.paper import AUC_BY_POSITION, DOMAINS, FIT_POSITIONS
+from dspark_sim.acceptance.paper import AUC_BY_POSITION, FIT_POSITIONS
 from dspark_sim.acceptance.preset import AcceptancePreset, get_preset
 from dspark_sim.acceptance.replay import serve_full_blocks
 from dspark_sim.metrics.outdir import atomic_write_text
+from dspark_sim.names import DOMAINS
 
 NUM_REQUESTS, STEPS = 2048, 16  # fitting draws, as for the built-in presets
 REPLAY_REQUESTS, REPLAY_TOKENS = 1200, 256

@@ -5,8 +5,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from dspark_sim.acceptance.paper import DATASETS
-from dspark_sim.acceptance.preset import DRAFTERS, MAX_POSITIONS
+from dspark_sim.acceptance.preset import MAX_POSITIONS
 from dspark_sim.errors import InputError
+from dspark_sim.names import DRAFTERS
 
 CALIBRATIONS = ("sts", "raw")
 

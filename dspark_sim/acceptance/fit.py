@@ -26,7 +26,7 @@ from scipy.optimize import brentq
 from scipy.special import expit
 
 from dspark_sim.acceptance import metrics
-from dspark_sim.acceptance.model import standard_noise
+from dspark_sim.acceptance.noise import standard_noise
 from dspark_sim.acceptance.paper import AUC_BY_POSITION, RAW_ECE_TARGET
 from dspark_sim.acceptance.preset import AcceptancePreset
 

@@ -23,9 +23,10 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from dspark_sim.acceptance.paper import DATASETS, DOMAINS
+from dspark_sim.acceptance.paper import DATASETS
 from dspark_sim.acceptance.preset import MAX_POSITIONS
 from dspark_sim.errors import InputError
+from dspark_sim.names import DOMAINS
 
 MIN_LOG_ROWS = 100
 _CLIP = 1e-6  # confidences of exactly 0 or 1 have no logit

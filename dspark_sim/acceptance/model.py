@@ -6,8 +6,10 @@ from dataclasses import replace
 import numpy as np
 
 from dspark_sim.acceptance.config import AcceptanceConfig
-from dspark_sim.acceptance.paper import DOMAINS, FIT_POSITIONS
+from dspark_sim.acceptance.noise import standard_noise
+from dspark_sim.acceptance.paper import FIT_POSITIONS
 from dspark_sim.acceptance.preset import MAX_POSITIONS, AcceptancePreset, PresetTable, builtin, extend
+from dspark_sim.names import DOMAINS
 
 AUC_REFIT_SEED = 7  # fixed, so an ``auc`` override gives the same head on every run
 
@@ -54,11 +56,11 @@ class AcceptanceModel:
         return other
 
     def _use(self, presets: list[AcceptancePreset]) -> None:
-        """Pack the presets into per-gamma arrays laid out for ``step``.
+        """Pack the presets into per-block-size arrays laid out for ``step``.
 
-        ``step`` works position-major ([gamma, R], contiguous over requests,
-        far faster in numpy than rows of gamma) and on negated logits, since
-        sigmoid(v) = 1 / (1 + exp(-v)). So table[gamma] is [4, gamma, domain]:
+        ``step`` works position-major ([block_size, R], contiguous over requests,
+        far faster in numpy than rows of block_size) and on negated logits, since
+        sigmoid(v) = 1 / (1 + exp(-v)). So table[b] is [4, b, domain]:
         -mu, then the head's slope, -bias and -noise, the last three divided
         by the STS temperature (not for raw confidences).
         """
@@ -79,29 +81,29 @@ class AcceptanceModel:
             return np.zeros(len(domain_idx))
         return rng.standard_normal(len(domain_idx)) * self._sigma[domain_idx, 0]
 
-    def step(self, difficulty: np.ndarray, domain_idx: np.ndarray, gamma: int,
+    def step(self, difficulty: np.ndarray, domain_idx: np.ndarray, block_size: int,
              rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """One draft step for R requests: (p_true, conf), both float64 [R, gamma], C-contiguous.
+        """One draft step for R requests: (p_true, conf), both float64 [R, block_size], C-contiguous.
 
         p_true[r, k] is the true conditional acceptance probability of draft
         k+1 given drafts 1..k were accepted; conf is what the scheduler sees
         (STS-calibrated or raw, per the config). Randomness: one
-        ``standard_noise`` draw of shape [2 gamma + 1, R] per call (block,
+        ``standard_noise`` draw of shape [2 block_size + 1, R] per call (block,
         position and head noise).
         """
         n = len(difficulty)
         if self.cfg.fixed_accept_prob is not None:
-            p = np.full((n, gamma), self.cfg.fixed_accept_prob)
+            p = np.full((n, block_size), self.cfg.fixed_accept_prob)
             return p, p.copy()
-        t = np.take(self._table[gamma], domain_idx, axis=2)
+        t = np.take(self._table[block_size], domain_idx, axis=2)
         sigma = np.take(self._sigma_t, domain_idx, axis=1)
-        z = standard_noise(rng, (2 * gamma + 1, n))
-        out = np.empty((2, gamma, n))
+        z = standard_noise(rng, (2 * block_size + 1, n))
+        out = np.empty((2, block_size, n))
         neg_x, neg_logit = out[0], out[1]
-        np.multiply(z[1:gamma + 1], sigma[2], out=neg_x)
+        np.multiply(z[1:block_size + 1], sigma[2], out=neg_x)
         neg_x += t[0]
         neg_x -= z[0] * sigma[1] + difficulty
-        np.multiply(z[gamma + 1:], t[3], out=neg_logit)
+        np.multiply(z[block_size + 1:], t[3], out=neg_logit)
         neg_logit += t[2]
         neg_logit += np.multiply(t[1], neg_x, out=t[1])
         np.exp(out, out=out)  # logits stay far inside exp's range: the noise is bounded
@@ -117,29 +119,6 @@ class AcceptanceModel:
         ok = rng.random(p_true.shape) < p_true
         run = _LEADING_ONES[ok @ _BIT_WEIGHTS[: p_true.shape[1]]]
         return np.minimum(run, num_drafts)
-
-
-def standard_noise(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-    """Zero-mean, unit-variance noise, float64 of ``shape``: the scaled sum of four random bytes.
-
-    An Irwin-Hall(4) approximation of the standard normal (excess kurtosis
-    -0.3, tails cut at 3.46 sd), about three times cheaper than
-    ``rng.standard_normal``, whose cost dominates a step. The fit draws its
-    common random numbers with this same function, so the presets are fitted
-    to exactly this noise.
-    """
-    n = int(np.prod(shape))
-    planes = rng.bit_generator.random_raw((n + 1) // 2).view(np.uint8)[: 4 * n].reshape(4, n)
-    total = planes[0].astype(np.int16)
-    total += planes[1]
-    total += planes[2]
-    total += planes[3]
-    z = np.multiply(total, _BYTE_SUM_INV_SD)
-    z -= 510.0 * _BYTE_SUM_INV_SD  # four times the byte mean 127.5
-    return z.reshape(shape)
-
-
-_BYTE_SUM_INV_SD = 1.0 / np.sqrt(4 * (256 ** 2 - 1) / 12)
 
 
 # Accepted-prefix length by bit pattern: the rows of ``ok`` become integers (bit k = draft k+1
@@ -165,7 +144,8 @@ def _override(preset: AcceptancePreset, cfg: AcceptanceConfig) -> AcceptancePres
         preset = replace(preset, difficulty_sigma=cfg.difficulty_sigma)
     if cfg.auc is None:
         return preset
-    from dspark_sim.acceptance.fit import refit_head  # the fitter (scipy.optimize) only when asked
+    # an ``auc`` override is a fit (scipy.optimize): only a scenario that asks for one loads the fitter
+    from dspark_sim.acceptance.fit import refit_head
 
     auc = (tuple(cfg.auc) + (cfg.auc[-1],) * FIT_POSITIONS)[:FIT_POSITIONS]
     return extend(refit_head(preset, auc, seed=AUC_REFIT_SEED))

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 
-DOMAINS = ("math", "code", "chat")
 FIT_POSITIONS = 7  # Table 1 and Fig. 2 use gamma = 7
 
 # Table 1 columns, in order, and the domain each belongs to. "math500" is the

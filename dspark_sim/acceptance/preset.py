@@ -20,10 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
-from dspark_sim.acceptance.paper import DATASETS, DOMAINS
+from dspark_sim.acceptance.paper import DATASETS
 from dspark_sim.errors import InputError
+from dspark_sim.names import DOMAINS, DRAFTERS
 
-DRAFTERS = ("dspark", "dflash", "eagle3", "mtp")
 MAX_POSITIONS = 16  # the largest block size (gamma) a scenario may ask for
 BUILTIN_PATH = Path(__file__).with_name("presets.json")
 _VECTORS = ("mu", "conf_slope", "conf_bias", "conf_noise", "sts_temperatures")
@@ -141,7 +141,7 @@ class PresetTable:
 
 @lru_cache(maxsize=1)
 def builtin() -> PresetTable:
-    """The presets shipped with the package (benchmarks/fit_acceptance.py writes them)."""
+    """The presets shipped with the package (:mod:`.builtin` fits them)."""
     return PresetTable.load(BUILTIN_PATH)
 
 

@@ -10,7 +10,7 @@ from dspark_sim.acceptance.model import AcceptanceModel
 
 @dataclass(frozen=True, slots=True)
 class StepLog:
-    """One row per request-step: request id, domain index [S]; confidences [S, gamma]; accepted drafts [S]."""
+    """One row per request-step: request id, domain index [S]; confidences [S, block_size]; accepted drafts [S]."""
 
     request: np.ndarray
     domain: np.ndarray
@@ -23,9 +23,9 @@ class StepLog:
         return 1.0 + float(rows.mean())
 
 
-def serve_full_blocks(model: AcceptanceModel, domain_idx: np.ndarray, output_tokens: int, gamma: int,
+def serve_full_blocks(model: AcceptanceModel, domain_idx: np.ndarray, output_tokens: int, block_size: int,
                       rng: np.random.Generator) -> StepLog:
-    """Run every request until it has ``output_tokens`` tokens, verifying all gamma drafts each step.
+    """Run every request until it has ``output_tokens`` tokens, verifying the whole block each step.
 
     Requests that accept less need more steps, so the log is step-weighted the
     way an engine's log (and the paper's accepted length per round) is.
@@ -36,8 +36,8 @@ def serve_full_blocks(model: AcceptanceModel, domain_idx: np.ndarray, output_tok
     active = np.arange(len(domain_idx))
     parts = []
     while active.size:
-        p_true, conf = model.step(difficulty[active], domain_idx[active], gamma, rng)
-        accepted = model.accept(p_true, gamma, rng)
+        p_true, conf = model.step(difficulty[active], domain_idx[active], block_size, rng)
+        accepted = model.accept(p_true, block_size, rng)
         parts.append((active, conf, accepted))
         generated[active] += accepted + 1
         active = active[generated[active] < output_tokens]

@@ -19,7 +19,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from dspark_sim.catalog.presets import MODELS, get_model
+from dspark_sim.config import check_choice, check_int, require
 from dspark_sim.errors import InputError
+from dspark_sim.names import DRAFTERS
 
 PLACEHOLDER = "FILL-ME-drafter-checkpoint"  # what exports carry when no drafter is known
 _HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -35,12 +38,19 @@ class Drafter:
     source: str
 
     def __post_init__(self) -> None:
-        if self.trained_block is not None and self.trained_block < 1:
-            raise ValueError(f"trained_block must be >= 1, got {self.trained_block}")
+        check_choice(self.kind, "kind", DRAFTERS)
+        check_int(self.trained_block, "trained_block", 1, optional=True)
 
 
 _VLLM_SPEC = "vllm 0.33.0 vllm/config/speculative.py (method auto-detection examples)"
 _DFLASH = "github.com/z-lab/dflash README.md (Model Support Plan)"
+# vLLM 0.33.0 vllm/config/speculative.py, SpeculativeConfig.__post_init__: "DeepSeek DSpark can
+# ship the weights inside the target checkpoint" (method dspark without a model loads the
+# target's); SGLang 0.5.23 srt/arg_groups/speculative_hook.py _handle_dspark likewise defaults
+# --speculative-draft-model-path to --model-path for such a checkpoint. Block 5: DeepSeek-V4's
+# production block (DSPARK.md section 1).
+_V4_BUNDLED = ("vllm 0.33.0 vllm/config/speculative.py (DSpark weights inside the target checkpoint); "
+               "block 5: DeepSeek-V4 production")
 _PRESETS: dict[str, tuple[Drafter, ...]] = {
     "qwen3-8b": (
         Drafter("dspark", "deepseek-ai/dspark_qwen3_8b_block7", 7, _VLLM_SPEC),
@@ -48,42 +58,61 @@ _PRESETS: dict[str, tuple[Drafter, ...]] = {
         Drafter("dflash", "z-lab/Qwen3-8B-DFlash-b16", 16, _DFLASH),
     ),
     "qwen3-4b": (Drafter("dflash", "z-lab/Qwen3-4B-DFlash-b16", 16, _DFLASH),),
-    # DeepSeek-V3 bundles one MTP layer in the target checkpoint
-    # (config.json num_nextn_predict_layers = 1): the drafter is the target itself.
-    "deepseek-v3": (Drafter("mtp", "deepseek-ai/DeepSeek-V3", 1,
-                            "huggingface.co/deepseek-ai/DeepSeek-V3/config.json num_nextn_predict_layers"),),
+    **{m.name: (Drafter("dspark", m.dspark_checkpoint, 5, _V4_BUNDLED),)
+       for m in MODELS.values() if m.dspark_checkpoint},
 }
-# Targets whose checkpoints carry MTP layers (an MTP baseline exists only for these).
-MTP_MODELS = frozenset(m for m, ds in _PRESETS.items() if any(d.kind == "mtp" for d in ds))
 
 
 def published_drafter(model: str, kind: str) -> Drafter | None:
-    """The published ``kind`` drafter of target ``model`` (a catalog name), or None."""
+    """The published ``kind`` drafter of target ``model`` (a catalog name), or None.
+
+    A target's own MTP layers are not listed: :func:`has_mtp` says whether it has them."""
     return next((d for d in _PRESETS.get(model, ()) if d.kind == kind), None)
+
+
+def has_mtp(model: str) -> bool:
+    """Whether the checkpoint of ``model`` carries MTP layers (its config's
+    ``num_nextn_predict_layers``, the catalog's ``mtp_layers``): the only targets an MTP
+    baseline exists for, and the drafter is the target checkpoint itself."""
+    return get_model(model).mtp_layers > 0
+
+
+def bundles_dspark(model: str) -> bool:
+    """Whether the DSpark drafter of ``model`` ships inside its checkpoint (DeepSeek-V4)."""
+    return bool(get_model(model).dspark_checkpoint)
 
 
 def chain_baseline_drafter(model: str) -> str:
     """The chain drafter a static baseline of ``model`` runs: MTP where the target has MTP layers,
     EAGLE-3 otherwise (Qwen3 has no MTP layers)."""
-    return "mtp" if model in MTP_MODELS else "eagle3"
+    return "mtp" if has_mtp(model) else "eagle3"
 
 
-def check_checkpoint(value: str, file, key: str, base: Path | None = None) -> str:
-    """A drafter checkpoint as given: a local path (must exist; made absolute) or a Hugging Face id.
+def is_path(value: str) -> bool:
+    """Whether a checkpoint value names a local path (it starts with ``/``, ``.`` or ``~``)."""
+    return value.startswith(("/", ".", "~"))
 
-    A value starting with ``/``, ``.`` or ``~`` is a path; anything else must look like ``org/name``.
-    """
-    if not isinstance(value, str) or not value.strip():
-        raise InputError(file, key, value, "expected a Hugging Face id (org/name) or a path")
-    if value.startswith(("/", ".", "~")):
-        path = Path(value).expanduser()
-        path = path if path.is_absolute() or base is None else (base / path)
-        if not path.exists():
-            raise InputError(file, key, value, "drafter checkpoint path not found")
-        return str(path.resolve())
-    if not _HF_ID.match(value):
-        raise InputError(file, key, value, "expected a Hugging Face id (org/name) or a path starting with / . or ~")
-    return value
+
+def absolute_checkpoint(value, base: Path):
+    """``value`` with a local path made absolute against ``base`` (``~`` expanded); a Hugging Face
+    id, or anything not a string, unchanged (:func:`check_checkpoint` judges it)."""
+    if not isinstance(value, str) or not is_path(value):
+        return value
+    path = Path(value).expanduser()
+    return str((path if path.is_absolute() else base / path).resolve())
+
+
+def check_checkpoint(value, key: str = "drafter_checkpoint") -> None:
+    """A drafter checkpoint: a Hugging Face id (``org/name``) or an absolute path that exists;
+    anything else raises one :class:`InputError` naming ``key``."""
+    require(isinstance(value, str) and bool(value.strip()), key, value,
+            "expected a Hugging Face id (org/name) or a path")
+    if is_path(value):
+        require(Path(value).is_absolute(), key, value, "expected an absolute path")
+        require(Path(value).exists(), key, value, "drafter checkpoint path not found")
+    else:
+        require(bool(_HF_ID.match(value)), key, value,
+                "expected a Hugging Face id (org/name) or a path starting with / . or ~")
 
 
 def trained_block_of(checkpoint: str) -> int | None:

@@ -172,6 +172,7 @@ class SpsAdditiveCostTable:
     alpha_seconds: tuple[float, ...]
     m_probes: tuple[int, ...]
     theta_seconds: tuple[float, ...]
+    max_batch_tokens: int | None = None  # our extension: caps the admissible B (SGLang ignores the key)
     _arrays: tuple = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -182,6 +183,8 @@ class SpsAdditiveCostTable:
         _check_axis("m_probes", self.m_probes, "theta_seconds", self.theta_seconds)
         if not (math.isfinite(self.bias_seconds) and self.bias_seconds > 0):
             raise InputError(None, "bias_seconds", self.bias_seconds, "must be > 0")
+        if self.max_batch_tokens is not None and self.max_batch_tokens < 1:
+            raise InputError(None, "max_batch_tokens", self.max_batch_tokens, "must be >= 1")
         object.__setattr__(self, "_arrays", tuple(np.asarray(getattr(self, k), dtype=np.float64)
                                                   for k in ("m_probes", "theta_seconds")))
 
@@ -204,9 +207,12 @@ class SpsAdditiveCostTable:
 
     def to_json_dict(self) -> dict:
         """The JSON object SGLang decodes, keys in its field order."""
-        return {"bias_seconds": self.bias_seconds, "bs_probes": list(self.bs_probes),
-                "alpha_seconds": list(self.alpha_seconds), "m_probes": list(self.m_probes),
-                "theta_seconds": list(self.theta_seconds)}
+        d = {"bias_seconds": self.bias_seconds, "bs_probes": list(self.bs_probes),
+             "alpha_seconds": list(self.alpha_seconds), "m_probes": list(self.m_probes),
+             "theta_seconds": list(self.theta_seconds)}
+        if self.max_batch_tokens is not None:
+            d["max_batch_tokens"] = self.max_batch_tokens
+        return d
 
     @classmethod
     def from_json_dict(cls, d: dict, *, file=None) -> SpsAdditiveCostTable:
@@ -214,9 +220,10 @@ class SpsAdditiveCostTable:
         try:
             if not isinstance(d, dict):
                 raise InputError(None, None, type(d).__name__, "must be a JSON object")
+            cap = None if d.get("max_batch_tokens") is None else _number(d, "max_batch_tokens", int)
             return cls(_number(d, "bias_seconds", float), _int_list(d, "bs_probes"),
                        _float_list(d, "alpha_seconds"), _int_list(d, "m_probes"),
-                       _float_list(d, "theta_seconds"))
+                       _float_list(d, "theta_seconds"), cap)
         except InputError as err:
             raise with_file(err, file) from None
 
@@ -228,12 +235,17 @@ class SpsAdditiveCostTable:
 SpsTable = SpsCostTable | SpsAdditiveCostTable
 
 
-def load_sps_table(path: str | Path) -> SpsTable:
-    """Read either SGLang table; the additive one is recognised by the key ``bias_seconds``."""
-    data = read_json(path)
+def sps_table_from_json_dict(data: object, *, file=None) -> SpsTable:
+    """Either SGLang table from its decoded JSON; the additive one is recognised by the key
+    ``bias_seconds``. The one reader of the format: everything else builds on its tables."""
     if isinstance(data, dict) and "bias_seconds" in data:
-        return SpsAdditiveCostTable.from_json_dict(data, file=path)
-    return SpsCostTable.from_json_dict(data, file=path)
+        return SpsAdditiveCostTable.from_json_dict(data, file=file)
+    return SpsCostTable.from_json_dict(data, file=file)
+
+
+def load_sps_table(path: str | Path) -> SpsTable:
+    """Read either SGLang table from a JSON file (:func:`sps_table_from_json_dict`)."""
+    return sps_table_from_json_dict(read_json(path), file=path)
 
 
 # -- tables derived from a cost model -----------------------------------------------

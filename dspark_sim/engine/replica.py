@@ -29,6 +29,8 @@ class Replica:
         self.prefill_cap = dep.chunked_prefill_tokens or dep.max_batched_tokens
         self.prefill_first = dep.batching == "prefill_first"
         self.kv_capacity = ctx.kv_capacity_tokens
+        self.kv_per_request = ctx.kv_request_tokens  # window and compressor state (DeepSeek-V4)
+        self.max_context = ctx.max_context
         self.policy = ctx.make_policy()
         self.waiting: deque[dict] = deque()
         self.running = Table()
@@ -42,8 +44,16 @@ class Replica:
         return len(self.waiting) + len(self.running)
 
     def submit(self, request: dict) -> None:
-        """Queue a new request (a row for :class:`Table`) and wake the loop if idle."""
-        if request["prefill_len"] + 1 > self.kv_capacity:
+        """Queue a new request (a row for :class:`Table`) and wake the loop if idle.
+
+        As SGLang does, a prompt as long as the model's context is rejected and the output
+        of a longer request is cut at the context."""
+        if self.max_context and request["prompt_tokens"] >= self.max_context:
+            self.ctx.collector.on_reject(request, "prompt longer than the model's context")
+            return
+        if self.max_context:
+            request["output_tokens"] = min(request["output_tokens"], self.max_context - request["prompt_tokens"])
+        if request["prefill_len"] + 1 + self.kv_per_request > self.kv_capacity:
             self.ctx.collector.on_reject(request, "prompt does not fit the KV cache")
             return
         self.waiting.append(request)
@@ -54,7 +64,7 @@ class Replica:
         run = self.running
         pending = int((run["prefill_len"] - run["prefilled"]).sum())
         while self.waiting and len(run) < self.max_running:
-            need = self.waiting[0]["prefill_len"]
+            need = self.waiting[0]["prefill_len"] + self.kv_per_request
             if kv_used + pending + need > self.kv_capacity:
                 break
             req = self.waiting.popleft()
@@ -81,7 +91,7 @@ class Replica:
         return c["prefilled"][:n] + c["generated"][:n] - c["kv_base"][:n]
 
     def _plan(self) -> dict | None:
-        self._admit(int(self._kv_tokens().sum()))
+        self._admit(int(self._kv_tokens().sum()) + len(self.running) * self.kv_per_request)
         while True:
             step = self._schedule()
             if step["kv_needed"] <= self.kv_capacity or len(self.running) <= 1:
@@ -107,7 +117,7 @@ class Replica:
             dec = dec[:0]  # decoding requests wait while prompts are prefilled
         num_dec = n if pre is None else dec.size
         p_true, verify_len, budget = None, None, 0
-        drafts = self.policy.drafts_for(num_dec) if num_dec else 0
+        drafts = self.policy.block_size_for(num_dec) if num_dec else 0
         verify_tokens = num_dec
         if drafts:
             p_true, conf = ctx.acceptance.step(c["difficulty"][:n][dec], c["domain"][:n][dec], drafts, self.rng)
@@ -129,9 +139,10 @@ class Replica:
         parts = ctx.cost.breakdown(work)
         return {"dec": dec, "pre": pre, "num_dec": num_dec, "chunk": chunk, "verify_len": verify_len,
                 "p_true": p_true, "budget": budget, "tokens": verify_tokens + prefill_tokens,
-                "prefill_tokens": prefill_tokens, "kv_needed": int(kv.sum()) + verify_tokens + prefill_tokens,
+                "prefill_tokens": prefill_tokens,
+                "kv_needed": int(kv.sum()) + n * self.kv_per_request + verify_tokens + prefill_tokens,
                 "step_s": sum(parts.values()), "draft_s": parts.get("draft_s", 0.0),
-                "sched_s": parts.get("sched_s", 0.0), "start_s": self.env.now}
+                "sched_s": parts.get("sched_s", 0.0), "start_s": self.env.now, "work": work}
 
     def _preempt_newest(self) -> None:
         """Recompute preemption: the last admitted request goes back to the queue head."""

@@ -1,8 +1,8 @@
 """Collects what the replicas report: per-request rows, per-step rows, token gaps.
 
-Per-request and per-step rows stream to CSV files as they happen (so a
-million-request run never holds a million row objects); the few columns the
-summary needs stay in compact numpy arrays.
+Per-request and per-step rows stream to the run record (:mod:`dspark_sim.metrics.record`)
+as they happen (so a million-request run never holds a million row objects); the few
+columns the summary needs stay in compact numpy arrays.
 """
 from __future__ import annotations
 
@@ -12,15 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from dspark_sim.scenario import DOMAINS
-
-REQUEST_COLUMNS = ("request_id", "arrival_s", "prompt_tokens", "output_tokens", "domain",
-                   "first_scheduled_s", "first_token_s", "finish_s", "queue_delay_ms", "ttft_ms",
-                   "tpot_ms", "e2el_ms", "num_steps", "num_preemptions", "accepted_tokens",
-                   "verified_drafts")
-STEP_COLUMNS = ("step", "start_s", "step_s", "running_reqs", "decode_reqs", "prefill_tokens",
-                "verify_tokens", "budget_k", "accepted_tokens", "draft_s", "sched_s", "replica")
-FLUSH_ROWS = 8192
+from dspark_sim.metrics.record import RecordWriter
+from dspark_sim.names import DOMAINS
 
 
 class Growing:
@@ -66,7 +59,7 @@ class Columns:
 
 
 class Collector:
-    """Receives engine events; writes ``requests.csv`` and ``steps.csv`` into ``out_dir``."""
+    """Receives engine events; writes the run record (``requests.csv``, ``steps.csv``) into ``out_dir``."""
 
     def __init__(self, out_dir: Path | None):
         self.requests = Growing({"arrival_s": np.float64, "finish_s": np.float64, "ttft_ms": np.float64,
@@ -79,13 +72,7 @@ class Collector:
                               "draft_s": "d", "sched_s": "d"})
         self.gaps = Growing({"gap_s": np.float64, "count": np.int64})
         self.rejected = 0
-        self._files = {}
-        self._buffers: dict[str, list[str]] = {"requests": [], "steps": []}
-        if out_dir is not None:
-            for name, cols in (("requests", REQUEST_COLUMNS), ("steps", STEP_COLUMNS)):
-                f = open(Path(out_dir) / f"{name}.csv", "w", newline="")
-                f.write(",".join(cols) + "\n")
-                self._files[name] = f
+        self.record = RecordWriter(out_dir) if out_dir is not None else None
 
     # -- events ---------------------------------------------------------------
     def on_reject(self, request: dict, why: str) -> None:
@@ -105,15 +92,18 @@ class Collector:
 
     def on_step(self, replica: int, step: dict, running: int, decoded: int, first_tokens: int) -> None:
         """One engine step: ``decoded`` tokens emitted by decoding requests (accepted drafts plus
-        bonus), ``first_tokens`` by requests whose prefill completed."""
+        bonus), ``first_tokens`` by requests whose prefill completed; ``step["work"]`` its
+        :class:`~dspark_sim.cost.base.StepWork`."""
         num_dec = step["num_dec"]
         verify = step["tokens"] - step["prefill_tokens"]
         self.steps.append(step["start_s"], step["step_s"], running, num_dec, verify, step["prefill_tokens"],
                           step["budget"], decoded + first_tokens, step["draft_s"], step["sched_s"])
-        if "steps" in self._files:
-            self._write("steps", [
-                f"{self.steps.n - 1},{step['start_s']:.6f},{step['step_s']:.9f},{running},{num_dec},"
-                f"{step['prefill_tokens']},{verify},{step['budget']},{decoded},{step['draft_s']:.9f},{step['sched_s']:.9f},{replica}"])
+        if self.record is not None:
+            work = step["work"]
+            self.record.step((self.steps.n - 1, step["start_s"], step["step_s"], running, num_dec,
+                              step["prefill_tokens"], verify, step["budget"], decoded, step["draft_s"],
+                              step["sched_s"], work.decode_context_tokens, work.decode_max_context,
+                              work.prefill_reqs, work.prefill_attn_tokens2, replica))
 
     def on_finish(self, rows: dict[str, np.ndarray], now: float) -> None:
         arrival = rows["arrival_s"]
@@ -128,32 +118,16 @@ class Collector:
                              output_tokens=out, domain=rows["domain"], accepted_tokens=rows["accepted_tokens"],
                              verified_drafts=rows["verified_drafts"], num_preemptions=rows["num_preemptions"],
                              num_steps=rows["num_steps"])
-        if "requests" in self._files:
-            self._write("requests", [
-                f"{r},{a:.6f},{p},{o},{DOMAINS[d]},{fs:.6f},{ft:.6f},{now:.6f},{q:.3f},{t:.3f},{tp:.4f},"
-                f"{e:.3f},{ns},{npre},{acc},{ver}"
-                for r, a, p, o, d, fs, ft, q, t, tp, e, ns, npre, acc, ver in zip(
-                    rows["rid"].tolist(), arrival.tolist(), rows["prompt_tokens"].tolist(), out.tolist(),
-                    rows["domain"].tolist(), rows["first_scheduled_s"].tolist(),
-                    rows["first_token_s"].tolist(), queue_ms.tolist(), ttft_ms.tolist(), tpot_ms.tolist(),
-                    e2el_ms.tolist(), rows["num_steps"].tolist(), rows["num_preemptions"].tolist(),
-                    rows["accepted_tokens"].tolist(), rows["verified_drafts"].tolist())])
-
-    # -- files ----------------------------------------------------------------
-    def _write(self, name: str, lines: list[str]) -> None:
-        buf = self._buffers[name]
-        buf += lines
-        if len(buf) >= FLUSH_ROWS:
-            self._flush(name)
-
-    def _flush(self, name: str) -> None:
-        buf = self._buffers[name]
-        if buf and name in self._files:
-            self._files[name].write("\n".join(buf) + "\n")
-        buf.clear()
+        if self.record is not None:
+            n = arrival.size
+            self.record.requests(zip(
+                rows["rid"].tolist(), arrival.tolist(), rows["prompt_tokens"].tolist(), out.tolist(),
+                [DOMAINS[d] for d in rows["domain"].tolist()], rows["first_scheduled_s"].tolist(),
+                rows["first_token_s"].tolist(), [now] * n, queue_ms.tolist(), ttft_ms.tolist(), tpot_ms.tolist(),
+                e2el_ms.tolist(), rows["num_steps"].tolist(), rows["num_preemptions"].tolist(),
+                rows["accepted_tokens"].tolist(), rows["verified_drafts"].tolist()))
 
     def close(self) -> None:
-        for name, f in self._files.items():
-            self._flush(name)
-            f.close()
-        self._files = {}
+        """Finish the record's files."""
+        if self.record is not None:
+            self.record.close()

@@ -6,7 +6,8 @@ from pathlib import Path
 import numpy as np
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib.pyplot on the Agg backend: plots go to files, no display needed."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -17,7 +18,7 @@ def _pyplot():
 
 def plot_run(result, out_dir: Path, max_points: int = 4000) -> list[Path]:
     """Write ``latency_cdf.png`` and ``timeline.png`` into ``out_dir``; return their paths."""
-    plt = _pyplot()
+    plt = pyplot()
     out_dir.mkdir(parents=True, exist_ok=True)
     req, steps = result.collector.requests, result.collector.steps
     paths = []

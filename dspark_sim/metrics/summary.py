@@ -1,11 +1,29 @@
-"""The run summary: ``vllm bench serve`` keys plus capacity and speculation metrics."""
+"""Every statistic a run is reduced to, defined once.
+
+:func:`summarize` gives a simulated run's ``summary.json`` (``vllm bench serve`` keys plus
+capacity and speculation metrics); :func:`record_metrics` gives the metrics of any run
+record, simulated or served, that ``validate`` and the fidelity comparison set side by
+side. Both take latency statistics from :func:`latency_stats`. Two figures come from
+different data, named apart: ITL in ``summary.json`` is over every per-token gap the
+simulator saw (:func:`token_gap_itl`), in a record over decode steps, each step's
+duration weighted by the requests it decoded (:func:`step_itl`: the ITL a served run's
+files give, so both sides of a comparison use it); the accept length in ``summary.json``
+counts the drafts requests had accepted, in a record the tokens decode steps emitted.
+"""
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
-from dspark_sim.scenario import DOMAINS, Slo
+from dspark_sim.metrics.record import Record
+from dspark_sim.names import DOMAINS
 
 PERCENTILES = (("mean", None), ("median", 50), ("p90", 90), ("p99", 99))
+RECORD_STATS = (("mean", None), ("p50", 50), ("p99", 99))
+# The columns record_metrics reads.
+RECORD_REQUESTS = ("request_id", "arrival_s", "output_tokens", "ttft_ms", "tpot_ms", "e2el_ms", "finish_s")
+RECORD_STEPS = ("step_s", "decode_reqs", "verify_tokens", "accepted_tokens", "prefill_tokens")
 
 
 def weighted_percentile(values: np.ndarray, counts: np.ndarray, q: float) -> float:
@@ -20,17 +38,23 @@ def weighted_percentile(values: np.ndarray, counts: np.ndarray, q: float) -> flo
     return float(v_lo + (v_hi - v_lo) * (pos - lo))
 
 
-def _stats(name: str, values: np.ndarray, out: dict) -> None:
+def latency_stats(name: str, values: np.ndarray, stats=PERCENTILES, empty=None) -> dict:
+    """``{label}_{name}_ms`` for each (label, percentile or None for the mean) of ``stats``,
+    over the values that are not NaN; ``empty`` when there are none."""
     values = values[~np.isnan(values)]
-    for label, q in PERCENTILES:
+    out = {}
+    for label, q in stats:
         key = f"{label}_{name}_ms"
         if values.size == 0:
-            out[key] = None
+            out[key] = empty
         else:
             out[key] = float(values.mean() if q is None else np.percentile(values, q))
+    return out
 
 
-def _itl_stats(gap_s: np.ndarray, count: np.ndarray, out: dict) -> None:
+def token_gap_itl(gap_s: np.ndarray, count: np.ndarray) -> dict:
+    """ITL statistics over per-token gaps: ``count[i]`` gaps of ``gap_s[i]`` seconds (summary.json)."""
+    out = {}
     for label, q in PERCENTILES:
         key = f"{label}_itl_ms"
         if count.sum() == 0:
@@ -39,17 +63,40 @@ def _itl_stats(gap_s: np.ndarray, count: np.ndarray, out: dict) -> None:
             out[key] = float((gap_s * count).sum() / count.sum() * 1e3)
         else:
             out[key] = weighted_percentile(gap_s, count, q) * 1e3
+    return out
 
 
-def good_mask(req, slo: Slo) -> np.ndarray:
-    """Requests that meet every SLO given (TPOT of single-token outputs counts as met)."""
-    ok = np.ones(req["ttft_ms"].size, dtype=bool)
-    if slo.ttft_ms is not None:
-        ok &= req["ttft_ms"] <= slo.ttft_ms
-    if slo.tpot_ms is not None:
-        tpot = req["tpot_ms"]
-        ok &= np.isnan(tpot) | (tpot <= slo.tpot_ms)
-    return ok
+def step_itl(step_s: np.ndarray, decode_reqs: np.ndarray) -> dict:
+    """ITL statistics over decode steps: each step's duration once per request it decoded (a record)."""
+    has = decode_reqs > 0
+    gaps, weights = step_s[has] * 1e3, decode_reqs[has].astype(np.int64)
+    out = {}
+    for label, q in RECORD_STATS:
+        if not weights.sum():
+            out[f"{label}_itl_ms"] = math.nan
+        elif q is None:
+            out[f"{label}_itl_ms"] = float((gaps * weights).sum() / weights.sum())
+        else:
+            out[f"{label}_itl_ms"] = weighted_percentile(gaps, weights, q)
+    return out
+
+
+def record_metrics(record: Record) -> dict:
+    """Throughput, latency statistics, accept length and verify tokens of a run record
+    (columns ``RECORD_REQUESTS`` and ``RECORD_STEPS``)."""
+    req, steps = record.requests, record.steps
+    duration = req["finish_s"].max() - req["arrival_s"].min() if req["finish_s"].size else 0.0
+    m = {"requests": int(req["request_id"].size),
+         "output_throughput": float(req["output_tokens"].sum() / duration) if duration > 0 else 0.0}
+    for name in ("ttft", "tpot", "e2el"):
+        m.update(latency_stats(name, req[f"{name}_ms"], RECORD_STATS, math.nan))
+    dec = steps["decode_reqs"]
+    m.update(step_itl(steps["step_s"], dec))
+    # steps.csv accepted_tokens: tokens the decoding requests emitted (accepted drafts + bonus)
+    m["mean_accept_length"] = float(steps["accepted_tokens"].sum() / dec.sum()) if dec.sum() else math.nan
+    has = dec > 0
+    m["mean_verify_tokens_per_step"] = float(steps["verify_tokens"][has].mean()) if has.any() else math.nan
+    return m
 
 
 def summarize(result) -> dict:
@@ -70,14 +117,14 @@ def summarize(result) -> dict:
          "total_token_throughput": rate(out_tok + in_tok),
          "output_throughput_per_gpu": rate(out_tok) / num_gpus}
     for name in ("ttft", "tpot", "e2el"):
-        _stats(name, req[f"{name}_ms"], s)
-    _itl_stats(gaps["gap_s"], gaps["count"], s)
-    _stats("queue_delay", req["queue_delay_ms"], s)
+        s.update(latency_stats(name, req[f"{name}_ms"]))
+    s.update(token_gap_itl(gaps["gap_s"], gaps["count"]))
+    s.update(latency_stats("queue_delay", req["queue_delay_ms"]))
     tpot = req["tpot_ms"]
     tpot = tpot[~np.isnan(tpot)]
     s["mean_tok_per_s_per_user"] = float((1e3 / tpot).mean()) if tpot.size else None
     if scen.slo.given:
-        good = good_mask(req, scen.slo)
+        good = scen.slo.good(req)
         s["request_goodput"] = rate(int(good.sum()))
         s["slo_attainment"] = float(good.mean()) if done else 0.0
     s.update(_speculation_stats(req, steps))

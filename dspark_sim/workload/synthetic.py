@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dspark_sim.config import Section
+from dspark_sim.config import Section, build, is_int, is_real
 from dspark_sim.errors import InputError
 from dspark_sim.workload.chunk import RequestChunk, rechunk
 from dspark_sim.workload.readers import CSV_FORMATS, MOONCAKE_KEYS, read_trace
@@ -64,14 +64,14 @@ class LengthDist:
     def __post_init__(self) -> None:
         if self.dist not in LENGTH_DISTS:
             _bad("dist", self.dist, f"expected one of {', '.join(LENGTH_DISTS)}")
-        if not _is_int(self.min_tokens) or self.min_tokens < 1:
+        if not is_int(self.min_tokens) or self.min_tokens < 1:
             _bad("min_tokens", self.min_tokens, "must be an integer >= 1")
         top = self.max_tokens
-        if top is not None and (not _is_int(top) or top < self.min_tokens):
+        if top is not None and (not is_int(top) or top < self.min_tokens):
             _bad("max_tokens", self.max_tokens, f"must be an integer >= min_tokens={self.min_tokens}")
         for name in ("mean", "sigma"):
             value = getattr(self, name)
-            if not _is_real(value) or value < 0:
+            if not is_real(value) or value < 0:
                 _bad(name, value, "must be a finite number >= 0")
         getattr(self, f"_check_{self.dist}")()
 
@@ -96,10 +96,10 @@ class LengthDist:
             if self.weights:
                 _bad("weights", list(self.weights), "weights apply to values, not to a trace file")
             return
-        if not all(_is_int(v) and v >= 1 for v in self.values):
+        if not all(is_int(v) and v >= 1 for v in self.values):
             _bad("values", list(self.values), "expected integers >= 1")
         if self.weights and (len(self.weights) != len(self.values)
-                             or not all(_is_real(w) and w >= 0 for w in self.weights)
+                             or not all(is_real(w) and w >= 0 for w in self.weights)
                              or sum(self.weights) <= 0):
             _bad("weights", list(self.weights), "expected one weight >= 0 per value, summing to > 0")
 
@@ -121,7 +121,7 @@ class LengthDist:
                 kwargs[name] = _as_tuple(kwargs[name], file, s.path(name))
         if "file" in kwargs:
             kwargs["file"] = _trace_path(s.string("file"), file, s.path("file"))
-        return _build(cls, kwargs, file, key)
+        return build(cls, kwargs, file, key)
 
     def sampler(self) -> Sampler:
         """A function ``(rng, n) -> int64 [n]`` drawing n lengths; loads a trace file now."""
@@ -165,13 +165,13 @@ class SyntheticConfig:
     output_tokens: LengthDist
 
     def __post_init__(self) -> None:
-        if not _is_int(self.num_requests) or not 1 <= self.num_requests <= MAX_REQUESTS:
+        if not is_int(self.num_requests) or not 1 <= self.num_requests <= MAX_REQUESTS:
             _bad("num_requests", self.num_requests, f"must be an integer in [1, {MAX_REQUESTS:,}]")
-        if not _is_real(self.rate_per_s) or self.rate_per_s <= 0:
+        if not is_real(self.rate_per_s) or self.rate_per_s <= 0:
             _bad("rate_per_s", self.rate_per_s, "must be a finite number > 0")
         if self.arrival not in ARRIVALS:
             _bad("arrival", self.arrival, f"expected one of {', '.join(ARRIVALS)}")
-        if not _is_real(self.cv) or self.cv <= 0:
+        if not is_real(self.cv) or self.cv <= 0:
             _bad("cv", self.cv, "must be a finite number > 0")
         if self.arrival != "gamma" and self.cv != 1.0:
             _bad("cv", self.cv, f"cv applies only to arrival 'gamma', not {self.arrival!r}")
@@ -192,7 +192,7 @@ class SyntheticConfig:
                 raise InputError(file, s.path(name), None, "missing key")
         for name in ("prompt_tokens", "output_tokens"):
             kwargs[name] = LengthDist.from_dict(kwargs[name], file=file, key=s.path(name))
-        return _build(cls, kwargs, file, key)
+        return build(cls, kwargs, file, key)
 
 
 def synthetic_requests(cfg: SyntheticConfig, seed: int, *, chunk_rows: int = 65536) -> Iterator[RequestChunk]:
@@ -200,9 +200,9 @@ def synthetic_requests(cfg: SyntheticConfig, seed: int, *, chunk_rows: int = 655
 
     Same (cfg, seed) gives bit-identical arrays for any ``chunk_rows``.
     """
-    if not _is_int(seed) or seed < 0:
+    if not is_int(seed) or seed < 0:
         raise InputError(None, "seed", seed, "must be an integer >= 0")
-    if not _is_int(chunk_rows) or chunk_rows < 1:
+    if not is_int(chunk_rows) or chunk_rows < 1:
         raise InputError(None, "chunk_rows", chunk_rows, "must be an integer >= 1")
     samplers = (cfg.prompt_tokens.sampler(), cfg.output_tokens.sampler())
     return rechunk(_blocks(cfg, seed, *samplers), chunk_rows)
@@ -234,25 +234,6 @@ def _gaps_s(cfg: SyntheticConfig, rng: np.random.Generator, n: int) -> np.ndarra
 # -- helpers ------------------------------------------------------------------------
 def _bad(key: str, value: object, why: str) -> None:
     raise InputError(None, key, value, why)
-
-
-def _build(cls, kwargs: dict, file, key: str):
-    """Construct ``cls``; errors from its own checks get the file and full key."""
-    try:
-        return cls(**kwargs)
-    except InputError as err:
-        raise InputError(file, f"{key}.{err.key}", err.value, err.why) from None
-    except TypeError as err:  # a value of a type no check anticipated
-        raise InputError(file, key, kwargs, f"invalid settings: {err}") from None
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
-def _is_real(value) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool) \
-        and math.isfinite(value)
 
 
 def _as_tuple(value, file, key: str) -> tuple:

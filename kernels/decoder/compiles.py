@@ -15,7 +15,8 @@ import torch
 ALLOC_COUNTERS = ("num_alloc_retries", "num_ooms", "num_device_alloc", "num_device_free")
 
 
-def _knobs():
+def runtime_knobs():
+    """Triton's runtime knobs when they carry the post-compile hook (Triton 3.4 and later), else None."""
     try:
         from triton import knobs
         return knobs.runtime if hasattr(knobs.runtime, "jit_post_compile_hook") else None
@@ -30,18 +31,18 @@ class StallLog:
     def __init__(self, device: torch.device | None = None):
         self.device = device
         self.compiles: list[tuple[float, str, str]] = []
-        self.available = _knobs() is not None
+        self.available = runtime_knobs() is not None
         self._previous = None
 
     def __enter__(self) -> "StallLog":
-        rt = _knobs()
+        rt = runtime_knobs()
         if rt is not None:
             self._previous = rt.jit_post_compile_hook
             rt.jit_post_compile_hook = self._hook
         return self
 
     def __exit__(self, *exc) -> None:
-        rt = _knobs()
+        rt = runtime_knobs()
         if rt is not None:
             rt.jit_post_compile_hook = self._previous
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dspark_sim.errors import InputError
+from dspark_sim.names import METHODS
 
-METHODS = ("none", "static", "dspark")
+DECODER_METHODS = tuple(m for m in METHODS if m in ("none", "static", "dspark"))  # what it can run
 SCHEDULERS = ("production", "algorithm1", "full")
 
 
@@ -32,7 +33,7 @@ class DecoderConfig:
     sts_temperatures: tuple[float, ...] = ()
     max_running_requests: int = 64
     max_batched_tokens: int = 8192
-    page_size: int = 16
+    kv_block_tokens: int = 16  # tokens a KV-cache page holds
     max_model_len: int = 16384
     kv_tokens: int = 0  # KV capacity in tokens; 0 = fit the free device memory
     draft_layers: int = 5
@@ -47,7 +48,7 @@ class DecoderConfig:
     source: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        self._require(self.method in METHODS, "method", self.method, f"expected one of {METHODS}")
+        self._require(self.method in DECODER_METHODS, "method", self.method, f"expected one of {DECODER_METHODS}")
         self._require(self.scheduler in SCHEDULERS, "scheduler", self.scheduler,
                       f"expected one of {SCHEDULERS}")
         self._require(self.method == "none" or 1 <= self.block_size <= 16, "block_size",
@@ -63,11 +64,11 @@ class DecoderConfig:
                       f"({self.block_size})")
         self._require(all(t > 0 for t in self.sts_temperatures), "sts", self.sts_temperatures,
                       "temperatures must be > 0")
-        for key in ("max_running_requests", "max_batched_tokens", "page_size", "max_model_len",
+        for key in ("max_running_requests", "max_batched_tokens", "kv_block_tokens", "max_model_len",
                     "draft_layers", "markov_rank", "lag_steps"):
             self._require(getattr(self, key) >= (0 if key == "lag_steps" else 1), key,
                           getattr(self, key), "out of range")
-        self._require(self.page_size & (self.page_size - 1) == 0, "page_size", self.page_size,
+        self._require(self.kv_block_tokens & (self.kv_block_tokens - 1) == 0, "kv_block_tokens", self.kv_block_tokens,
                       "must be a power of two")
         self._require(self.kernels in ("triton", "torch"), "kernels", self.kernels, "triton|torch")
         self._require(self.attention in ("triton", "torch"), "attention", self.attention,
@@ -93,3 +94,69 @@ class DecoderConfig:
     def temperatures(self) -> tuple[float, ...]:
         """STS temperatures, one per draft position (ones when none were given)."""
         return self.sts_temperatures or (1.0,) * max(self.gamma, 1)
+
+
+# A scenario key for each DecoderConfig field it sets, so errors name what the user wrote.
+SCENARIO_KEYS = {"block_size": "speculation.block_size", "lag_steps": "speculation.lag_steps",
+                 "min_verify_len": "speculation.min_verify_len", "max_verify_len": "speculation.max_verify_len",
+                 "survival_eps": "speculation.survival_eps", "sts": "speculation.sts",
+                 "max_running_requests": "deployment.max_running_requests",
+                 "max_batched_tokens": "deployment.max_batched_tokens",
+                 "kv_block_tokens": "deployment.kv_block_tokens", "method": "speculation.method"}
+
+
+def decoder_config(scenario, **overrides) -> DecoderConfig:
+    """The :class:`DecoderConfig` a scenario asks for; ``overrides`` are fields the command line sets.
+
+    The decoder drives one GPU with ``batching: prefill_first``; it runs no speculation,
+    a static MTP chain (``method: static``, ``drafter: mtp``), the DSpark block verified
+    whole (``static`` with ``drafter: dspark``) or DSpark's scheduler (``dspark``). Anything
+    else in the scenario is an InputError naming the file and the key.
+    """
+    from dspark_sim.acceptance.sts import load_sts_temperatures
+
+    file, dep, spec = scenario.file, scenario.deployment, scenario.speculation
+    for key, value, want, why in (("deployment.replicas", dep.replicas, 1, "the decoder drives one GPU"),
+                                  ("deployment.tp", dep.tp, 1, "no tensor parallelism"),
+                                  ("deployment.kv_cache_dtype", dep.kv_cache_dtype, "bf16", "the decoder's KV is bf16"),
+                                  ("deployment.routing_skew", dep.routing_skew, 0, "the decoder's own router "
+                                   "routes the tokens")):
+        if value != want:
+            raise InputError(file, key, value, why)
+    if dep.batching != "prefill_first":
+        raise InputError(file, "deployment.batching", dep.batching,
+                         "the decoder batches prefill_first (prefill-only steps while prompts are pending)")
+    method, scheduler = _decoder_method(scenario)
+    for key, value in (("schedule", spec.schedule), ("graph_tiers", spec.graph_tiers),
+                       ("pad_to_graph_tier", spec.pad_to_graph_tier)):
+        if value:
+            raise InputError(file, f"speculation.{key}", value, "not supported by the decoder")
+    batched = min(dep.chunked_prefill_tokens or dep.max_batched_tokens, dep.max_batched_tokens)
+    kwargs = dict(method=method, block_size=spec.block_size, scheduler=scheduler, lag_steps=spec.lag_steps,
+                  min_verify_len=spec.min_verify_len, max_verify_len=spec.max_verify_len,
+                  survival_eps=spec.survival_eps, max_running_requests=dep.max_running_requests,
+                  max_batched_tokens=batched, kv_block_tokens=dep.kv_block_tokens, seed=scenario.seed,
+                  source=None if file is None else str(file))
+    if spec.sts is not None:
+        kwargs["sts_temperatures"] = load_sts_temperatures(spec.sts, file=file)
+    try:
+        return DecoderConfig(**kwargs, **overrides)
+    except InputError as err:
+        key = SCENARIO_KEYS.get(err.key, err.key) if err.key not in overrides else err.key
+        raise InputError(file, key, err.value, err.why) from None
+
+
+def _decoder_method(scenario) -> tuple[str, str]:
+    """(method, scheduler) of the decoder for the scenario's speculation."""
+    spec, file = scenario.speculation, scenario.file
+    if spec.method == "none":
+        return "none", "production"
+    if spec.method == "static":
+        if spec.drafter not in ("mtp", "dspark"):
+            raise InputError(file, "speculation.drafter", spec.drafter, "the decoder drafts with mtp or dspark")
+        return ("static", "production") if spec.drafter == "mtp" else ("dspark", "full")
+    if spec.method == "dspark":
+        if spec.drafter != "dspark":
+            raise InputError(file, "speculation.drafter", spec.drafter, "method dspark drafts with dspark here")
+        return "dspark", spec.scheduler
+    raise InputError(file, "speculation.method", spec.method, "the decoder runs none, static or dspark")

@@ -59,7 +59,9 @@ class Decoder:
     def _setup(self, sps, acceptance) -> None:
         """The per-method state: graphs, SPS table, lag, synthetic acceptance, kernels."""
         conf, spec = self.conf, self.spec
-        self.graphs = Graphs(conf.cuda_graphs and self.device.type == "cuda" and not spec.is_moe)
+        # the torch MoE reference splits tokens by expert on the host: no graphs for it
+        self.graphs = Graphs(conf.cuda_graphs and self.device.type == "cuda"
+                             and not (spec.is_moe and conf.attention == "torch"))
         self.sps = sps.to(self.device) if sps is not None else None
         if conf.method == "dspark" and conf.scheduler != "full" and sps is None:
             raise ValueError("the dspark scheduler needs an SPS table (sps=...)")
@@ -369,6 +371,8 @@ class Decoder:
     def randomize_cache(self, seed: int = 0) -> None:
         """Fill both caches with N(0, 1) values, so timing never runs on zeros."""
         gen = torch.Generator(device=self.device).manual_seed(seed)
+        if hasattr(self.target, "randomize_cache"):  # caches a target keeps itself (DeepSeek-V4)
+            self.target.randomize_cache(gen)
         for c in (self.cache, self.draft_cache):
             if c is None:
                 continue

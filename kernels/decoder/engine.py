@@ -13,22 +13,14 @@ never garbage, and collections then scan only what serving allocates.
 """
 from __future__ import annotations
 
-import csv
 import gc
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dspark_sim.kernels.decoder.scheduler import Scheduler
-from dspark_sim.scenario import DOMAINS
-
-REQUEST_COLUMNS = ("request_id", "arrival_s", "prompt_tokens", "output_tokens", "domain",
-                   "first_scheduled_s", "first_token_s", "finish_s", "queue_delay_ms", "ttft_ms",
-                   "tpot_ms", "e2el_ms", "num_steps", "num_preemptions", "accepted_tokens",
-                   "verified_drafts")
-STEP_COLUMNS = ("step", "start_s", "step_s", "running_reqs", "decode_reqs", "prefill_tokens",
-                "verify_tokens", "budget_k", "accepted_tokens", "draft_s", "sched_s",
-                "decode_context_tokens", "decode_max_context", "prefill_reqs", "prefill_attn_tokens2")
+from dspark_sim.metrics.record import write_record
+from dspark_sim.names import DOMAINS
 
 
 class Clock:
@@ -142,13 +134,5 @@ def request_row(seq) -> dict:
 
 
 def write_csvs(run: Run, out_dir: str | Path) -> None:
-    """Write ``requests.csv`` and ``steps.csv`` (the simulator's columns) into ``out_dir``."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for name, cols, rows in (("requests", REQUEST_COLUMNS, run.requests),
-                             ("steps", STEP_COLUMNS, run.steps)):
-        with open(out_dir / f"{name}.csv", "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=cols)
-            w.writeheader()
-            for row in rows:
-                w.writerow({k: (f"{v:.6f}" if isinstance(v, float) else v) for k, v in row.items()})
+    """Write the run record (``requests.csv``, ``steps.csv``, the simulator's files) into ``out_dir``."""
+    write_record(out_dir, run.requests, run.steps)

@@ -25,7 +25,7 @@ def build_models(spec, conf, checkpoint=None, draft_checkpoint=None, init_std: f
     dtype = DTYPES[conf.dtype]
     feats = drafter_features(conf.method, spec)
     with torch.device(conf.device):
-        target = Target(spec, dtype)
+        target = _target(spec, conf, dtype)
         drafter = None
         if conf.method == "dspark":
             drafter = Block(spec, target, conf.block_size, conf.draft_layers, conf.markov_rank,
@@ -46,6 +46,19 @@ def build_models(spec, conf, checkpoint=None, draft_checkpoint=None, init_std: f
     return target, drafter
 
 
+def _target(spec, conf, dtype):
+    """The target for ``spec``: Qwen3-style layers, or DeepSeek-V4's (random weights, no drafter)."""
+    if spec.v4 is None:
+        return Target(spec, dtype)
+    from dspark_sim.errors import InputError
+    from dspark_sim.kernels.decoder.v4 import V4Target
+
+    if conf.method != "none":
+        raise InputError(conf.source, "method", conf.method,
+                         f"{spec.name} runs without a drafter in the decoder (a cost slice): use method none")
+    return V4Target(spec, dtype, conf.max_running_requests + 1, conf.max_model_len + conf.window + 1)
+
+
 def kv_capacity_tokens(spec, conf, draft_layers: int) -> int:
     """KV tokens to allocate: ``conf.kv_tokens``, else what free memory holds."""
     if conf.kv_tokens:
@@ -56,7 +69,7 @@ def kv_capacity_tokens(spec, conf, draft_layers: int) -> int:
     if not str(conf.device).startswith("cuda"):
         return want
     free, _ = torch.cuda.mem_get_info()
-    return max(conf.page_size * 4, min(want, (free - HEADROOM_BYTES) // per_token))
+    return max(conf.kv_block_tokens * 4, min(want, (free - HEADROOM_BYTES) // per_token))
 
 
 def build_caches(spec, conf, drafter):
@@ -64,13 +77,13 @@ def build_caches(spec, conf, drafter):
     dtype = DTYPES[conf.dtype]
     n_draft = len(drafter.layers) if drafter is not None else 0
     tokens = kv_capacity_tokens(spec, conf, n_draft)
-    num_pages = max(2, tokens // conf.page_size)
-    slots = num_pages * conf.page_size
+    num_pages = max(2, tokens // conf.kv_block_tokens)
+    slots = num_pages * conf.kv_block_tokens
     cache = KVCache(spec.num_layers, slots, spec.num_kv_heads, spec.head_dim, dtype, conf.device)
     draft = None
     if drafter is not None:
         draft = KVCache(n_draft, slots, spec.num_kv_heads, spec.head_dim, dtype, conf.device)
-    max_pages = -(-(conf.max_model_len + conf.window) // conf.page_size)
-    pages = Pages(num_pages, conf.page_size, conf.max_running_requests, max_pages, conf.device)
+    max_pages = -(-(conf.max_model_len + conf.window) // conf.kv_block_tokens)
+    pages = Pages(num_pages, conf.kv_block_tokens, conf.max_running_requests, max_pages, conf.device)
     rope = Rope(spec.head_dim, spec.rope_theta, conf.max_model_len + conf.window + 1, conf.device)
     return cache, draft, pages, rope

@@ -1,0 +1,27 @@
+"""The noise the acceptance model draws, shared by the sampler and the fit (common random numbers)."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def standard_noise(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """Zero-mean, unit-variance noise, float64 of ``shape``: the scaled sum of four random bytes.
+
+    An Irwin-Hall(4) approximation of the standard normal (excess kurtosis
+    -0.3, tails cut at 3.46 sd), about three times cheaper than
+    ``rng.standard_normal``, whose cost dominates a step. The fit draws its
+    common random numbers with this same function, so the presets are fitted
+    to exactly this noise.
+    """
+    n = int(np.prod(shape))
+    planes = rng.bit_generator.random_raw((n + 1) // 2).view(np.uint8)[: 4 * n].reshape(4, n)
+    total = planes[0].astype(np.int16)
+    total += planes[1]
+    total += planes[2]
+    total += planes[3]
+    z = np.multiply(total, _BYTE_SUM_INV_SD)
+    z -= 510.0 * _BYTE_SUM_INV_SD  # four times the byte mean 127.5
+    return z.reshape(shape)
+
+
+_BYTE_SUM_INV_SD = 1.0 / np.sqrt(4 * (256 ** 2 - 1) / 12)

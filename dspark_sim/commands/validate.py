@@ -1,0 +1,25 @@
+"""`dspark-sim validate`: the simulator against a real engine run of the same trace (:mod:`dspark_sim.validation.validate`)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from dspark_sim.validation.validate import format_rows, validate
+
+
+def run(args) -> int:
+    out = Path(args.out) if args.out else Path(args.real).with_name(Path(args.real).name + "-validate")
+    rows = validate(Path(args.scenario), Path(args.real), out)
+    print(json.dumps(rows, indent=2) if args.json else format_rows(rows))
+    if not args.json:
+        print(f"wrote {out}/ (validate.json, validate.png, sim/)")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("validate", help="compare a simulation with a real engine run of the same trace")
+    p.add_argument("--scenario", required=True, help="scenario YAML of the same trace slice, model, GPU and config")
+    p.add_argument("--real", required=True, help="run directory of the real engine (requests.csv, steps.csv)")
+    p.add_argument("--out", help="output directory (default <real>-validate)")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    p.set_defaults(func=run)

@@ -1,0 +1,138 @@
+"""The run record: ``requests.csv`` and ``steps.csv``, the files every run leaves, simulated or served.
+
+One row per finished request and one per engine step, with the same columns and number
+formats whoever wrote them: the simulator (:mod:`dspark_sim.metrics.collector`) and the
+real decoder (``dspark_sim.kernels.decoder.engine``) write through :class:`RecordWriter`;
+``validate``, the fidelity comparison and its step replay read through :func:`read_columns`
+and :func:`read_record`. A step row names its work in the cost model's terms
+(:class:`~dspark_sim.cost.base.StepWork`), so any run can be priced step by step.
+"""
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from dspark_sim.errors import InputError
+
+# column -> format of its value; the order is the file's
+REQUEST_FORMATS = {
+    "request_id": "{}", "arrival_s": "{:.6f}", "prompt_tokens": "{}", "output_tokens": "{}", "domain": "{}",
+    "first_scheduled_s": "{:.6f}", "first_token_s": "{:.6f}", "finish_s": "{:.6f}", "queue_delay_ms": "{:.3f}",
+    "ttft_ms": "{:.3f}", "tpot_ms": "{:.4f}", "e2el_ms": "{:.3f}", "num_steps": "{}", "num_preemptions": "{}",
+    "accepted_tokens": "{}",  # drafts the request had accepted
+    "verified_drafts": "{}",
+}
+STEP_FORMATS = {
+    "step": "{}", "start_s": "{:.6f}", "step_s": "{:.9f}", "running_reqs": "{}", "decode_reqs": "{}",
+    "prefill_tokens": "{}", "verify_tokens": "{}", "budget_k": "{}",
+    "accepted_tokens": "{}",  # tokens the decoding requests emitted (accepted drafts plus one each)
+    "draft_s": "{:.9f}", "sched_s": "{:.9f}",
+    # the step's work (StepWork): KV tokens of the decoding requests and their longest, prefill
+    # requests and their attention pairs, sum of chunk * (cached + chunk / 2)
+    "decode_context_tokens": "{}", "decode_max_context": "{}", "prefill_reqs": "{}",
+    "prefill_attn_tokens2": "{:.1f}",
+    "replica": "{}",
+}
+REQUEST_COLUMNS = tuple(REQUEST_FORMATS)
+STEP_COLUMNS = tuple(STEP_FORMATS)
+WORK_COLUMNS = ("decode_context_tokens", "decode_max_context", "prefill_reqs", "prefill_attn_tokens2")
+REQUEST_LINE = ",".join(REQUEST_FORMATS.values())
+STEP_LINE = ",".join(STEP_FORMATS.values())
+FLUSH_ROWS = 8192
+
+
+class RecordWriter:
+    """Streams ``requests.csv`` and ``steps.csv`` into ``out_dir``, buffered in blocks of rows.
+
+    ``requests`` and ``step`` take rows as sequences of values in column order.
+    """
+
+    def __init__(self, out_dir: str | Path):
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        self._files, self._buffers = {}, {}
+        for name, cols in (("requests", REQUEST_COLUMNS), ("steps", STEP_COLUMNS)):
+            f = open(out_dir / f"{name}.csv", "w", newline="")
+            f.write(",".join(cols) + "\n")
+            self._files[name], self._buffers[name] = f, []
+
+    def requests(self, rows: Iterable[Sequence]) -> None:
+        """Rows of finished requests, values in ``REQUEST_COLUMNS`` order."""
+        self._add("requests", [REQUEST_LINE.format(*row) for row in rows])
+
+    def step(self, row: Sequence) -> None:
+        """One step's row, values in ``STEP_COLUMNS`` order."""
+        self._add("steps", [STEP_LINE.format(*row)])
+
+    def _add(self, name: str, lines: list[str]) -> None:
+        buf = self._buffers[name]
+        buf += lines
+        if len(buf) >= FLUSH_ROWS:
+            self._flush(name)
+
+    def _flush(self, name: str) -> None:
+        buf = self._buffers[name]
+        if buf:
+            self._files[name].write("\n".join(buf) + "\n")
+        buf.clear()
+
+    def close(self) -> None:
+        """Write what is buffered and close both files."""
+        for name, f in self._files.items():
+            self._flush(name)
+            f.close()
+        self._files = {}
+
+
+def write_record(out_dir: str | Path, requests: Iterable[dict], steps: Iterable[dict]) -> None:
+    """Both files from rows given as mappings (a column missing from a step row is 0)."""
+    writer = RecordWriter(out_dir)
+    try:
+        writer.requests([row[c] for c in REQUEST_COLUMNS] for row in requests)
+        for row in steps:
+            writer.step([row.get(c, 0) for c in STEP_COLUMNS])
+    finally:
+        writer.close()
+
+
+def read_columns(path: Path, needs: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+    """Numeric columns of a record file as float64 arrays; a missing file or needed column is an
+    InputError, a missing ``optional`` column is left out."""
+    if not path.is_file():
+        raise InputError(path, None, None, "file not found")
+    with path.open(newline="") as f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if header is None:
+            raise InputError(path, None, None, "empty file")
+        for name in needs:
+            if name not in header:
+                raise InputError(path, f"column {name}", None, "missing column")
+        names = needs + tuple(n for n in optional if n in header)
+        idx = [header.index(n) for n in names]
+        rows = [[row[i] for i in idx] for row in reader]
+    out = {}
+    for j, name in enumerate(names):
+        try:
+            out[name] = np.array([float(r[j]) for r in rows])
+        except ValueError as err:
+            raise InputError(path, f"column {name}", None, f"not numeric ({err})") from None
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A run's numeric request and step columns, float64 arrays by column name."""
+
+    requests: dict[str, np.ndarray]
+    steps: dict[str, np.ndarray]
+
+
+def read_record(run_dir: Path, request_columns: tuple[str, ...], step_columns: tuple[str, ...]) -> Record:
+    """The named columns of ``run_dir``'s ``requests.csv`` and ``steps.csv``."""
+    return Record(read_columns(run_dir / "requests.csv", request_columns),
+                  read_columns(run_dir / "steps.csv", step_columns))

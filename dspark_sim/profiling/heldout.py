@@ -1,0 +1,32 @@
+"""Held-out error: k-fold cross-validation, and its summary (median, p90, max)."""
+from __future__ import annotations
+
+import numpy as np
+
+from dspark_sim.cost.profile_format import HeldOut
+from dspark_sim.profiling.stages import Rows
+
+
+def k_fold(n: int, folds: int, seed: int, predict) -> np.ndarray:
+    """Predictions of ``n`` rows, each made by ``predict(train, test)`` (index arrays) from a
+    fit without its fold."""
+    order = np.random.default_rng(seed).permutation(n)
+    pred = np.empty(n)
+    for fold in range(min(folds, n)):
+        test = order[fold::min(folds, n)]
+        pred[test] = predict(np.setdiff1d(order, test), test)
+    return pred
+
+
+def held_out(rows: Rows, fit_fn, predict_fn, folds: int, seed: int) -> np.ndarray:
+    """Relative errors of k-fold predictions, one per row."""
+    pred = k_fold(rows.step_s.size, folds, seed,
+                   lambda train, test: predict_fn(fit_fn(rows.take(train)), rows.take(test)))
+    return np.abs(pred / rows.step_s - 1.0)
+
+
+def summarize_errors(err: np.ndarray) -> HeldOut:
+    """Median, p90 and max of relative errors, and how many."""
+    if err.size == 0:
+        return HeldOut(0.0, 0.0, 0.0, 0)
+    return HeldOut(float(np.median(err)), float(np.percentile(err, 90)), float(err.max()), int(err.size))

@@ -1,0 +1,160 @@
+"""Raw profile -> fitted profile: fit, SGLang tables, projections to other GPUs, error table.
+
+For each raw file the profiler wrote (``raw_<model>.json``; a model timed as two layer
+slices, ``raw_<model>.slice<N>.json``, is first scaled to its whole layer count by
+:mod:`.slices`, and where the whole model was timed too the scaling's error is measured
+instead): fit ``<out>/<gpu>/<model>.json`` (held-out error inside; for an MoE model also
+the leave-one-level-out error and the communication assumptions), write SGLang's
+``<model>.sps.json`` and ``<model>.sps_additive.json`` beside it, project to the other
+shipped GPUs (``<out>/<gpu>/<model>.json`` and tables, never over a measured profile) and
+plot measured against fitted step time. ``dspark-profile fit`` runs it (:mod:`.cli`);
+docs/profiles.md holds the held-out error table it prints.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from pathlib import Path
+
+from dspark_sim.catalog import get_gpu, get_model
+from dspark_sim.cost.jsonio import read_json
+from dspark_sim.cost.profile import ProfileCost, load_profile, project_profile
+from dspark_sim.cost.profile_format import Profile
+from dspark_sim.cost.roofline import RooflineCost
+from dspark_sim.cost.sps import sps_from_cost_model
+from dspark_sim.errors import InputError
+from dspark_sim.profiling.fit import fit_profile, held_out_levels
+from dspark_sim.profiling.slices import slice_model, whole_from_slices
+from dspark_sim.profiling.synthetic import synthetic_raw
+
+SHIPPED_GPUS = ("h200", "b300", "b200", "h100")
+SYNTHETIC_MODELS = ("qwen3-4b", "qwen3-8b", "qwen3-14b", "qwen3-32b", "qwen3-30b-a3b")
+# The SGLang tables shipped beside each profile: DSpark's Qwen3 drafter (block, block size 7),
+# 2048 tokens of context a request, probes up to 8192 verify tokens.
+TABLE_ARGS = {"context_tokens_per_req": 2048, "max_batch_tokens": 8192, "block_size": 7}
+BEGIN, END = "<!-- held-out:begin -->", "<!-- held-out:end -->"
+
+
+def write_profile(profile: Profile, out_dir: Path) -> list[Path]:
+    """Save ``profile`` and its two SGLang tables under ``out_dir/<gpu>/``; returns the paths.
+
+    A projection never replaces a measured profile: it is skipped (returns []).
+    """
+    base = out_dir / profile.gpu / profile.model
+    # read the key alone: a profile of an older format_version is still a measured one
+    if profile.projection is not None and base.with_suffix(".json").is_file() \
+            and read_json(base.with_suffix(".json")).get("projection") is None:
+        return []
+    cost = ProfileCost(profile)
+    kind = "block" if "block" in profile.draft else None
+    profile.save(base.with_suffix(".json"))
+    for additive, suffix in ((False, ".sps.json"), (True, ".sps_additive.json")):
+        table = sps_from_cost_model(cost, additive=additive, draft_kind=kind, **TABLE_ARGS)
+        table.save(Path(f"{base}{suffix}"))
+    return [base.with_suffix(".json"), Path(f"{base}.sps.json"), Path(f"{base}.sps_additive.json")]
+
+
+def fit_raws(raws: list[tuple[str, dict, Path | None]], measured, out_dir: Path, img_dir: Path | None, *,
+             folds: int = 10, log=print) -> list[Profile]:
+    """Fit every (model, raw, file) measured on the GPU ``measured``, write the profile, its tables
+    and its projections under ``out_dir`` and (``img_dir``) its plot; returns the fitted profiles."""
+    from dspark_sim.profiling.plots import plot_fit
+
+    fitted = []
+    for model_name, raw, file in raws:
+        model = get_model(model_name, file=file)
+        seen = str(raw.get("provenance", {}).get("gpu", measured.name)).lower()
+        if measured.name not in seen.replace(" ", ""):
+            log(f"warning: {file} was measured on {seen!r}, filed under {measured.name}")
+        profile = moe_notes(fit_profile(raw, model, measured, folds=folds, file=file), raw, model, measured)
+        written = write_profile(profile, out_dir)
+        for other in SHIPPED_GPUS:
+            if other != measured.name:
+                files = write_profile(project_profile(profile, get_gpu(other)), out_dir)
+                if not files:
+                    log(f"kept measured {out_dir / other / model.name}.json (not replaced by a projection)")
+                written += files
+        if img_dir is not None:
+            plot_fit(profile, img_dir / f"profile_fit_{model.name}.png")
+        fitted.append(profile)
+        held = profile.held_out["all"]
+        log(f"{model.name}: held-out median {100 * held.median_rel_err:.2f} %, p90 "
+            f"{100 * held.p90_rel_err:.2f} % over {held.num_points} points; wrote {len(written)} files")
+    return fitted
+
+
+def moe_notes(profile: Profile, raw: dict, model, gpu) -> Profile:
+    """For an MoE model: the leave-one-level-out error (request levels) beside the k-fold one,
+    the communication assumptions its multi-GPU use adds, and the slices it was scaled from."""
+    if not model.is_moe:
+        return profile
+    from dspark_sim.cost.comm import describe
+
+    held = {**profile.held_out, "verify_levels": held_out_levels(raw, model, gpu)}
+    prov = {**profile.provenance, "communication_when_tp_gt_1": describe()}
+    source = profile.source
+    scaled = raw.get("provenance", {}).get("scaled_from_slices")
+    if scaled:
+        source += f"; the whole model scaled by layer count from {scaled[0]}- and {scaled[1]}-layer slices"
+    return replace(profile, held_out=held, provenance=prov, source=source,
+                   held_out_method=profile.held_out_method + "; verify_levels: each request count left out "
+                   "whole and predicted by a fit without it")
+
+
+def held_out_table(profiles: list[Profile]) -> str:
+    """Markdown table of held-out median / p90 relative error per section."""
+    sections = ["verify", "verify_levels", "prefill", "draft_block", "draft_chain", "step", "all"]
+    lines = ["| model | gpu | " + " | ".join(f"{s} median / p90" for s in sections) + " | points |",
+             "|---|---|" + "---|" * (len(sections) + 1)]
+    for p in profiles:
+        cells = [f"{100 * p.held_out[s].median_rel_err:.1f} % / {100 * p.held_out[s].p90_rel_err:.1f} %"
+                 if s in p.held_out else "-" for s in sections]
+        lines.append(f"| {p.model} | {p.gpu} | " + " | ".join(cells) + f" | {p.held_out['all'].num_points} |")
+    return "\n".join(lines)
+
+
+def measured_profiles(out_dir: Path) -> list[Profile]:
+    """Every measured (not projected) profile under ``out_dir/<gpu>/<model>.json``."""
+    from dspark_sim.catalog import MODELS
+
+    # profiles are named after catalog models; other JSON (benchmarks, kernel configs) sits beside them
+    paths = [p for p in sorted(out_dir.glob("*/*.json")) if p.stem in MODELS]
+    return [p for p in map(load_profile, paths) if p.projection is None]
+
+
+def update_docs(doc: Path, table: str, command: str) -> None:
+    """Replace the text between the held-out markers of ``doc`` with ``table``."""
+    text = doc.read_text(encoding="utf-8")
+    if BEGIN not in text or END not in text:
+        raise InputError(doc, None, None, f"missing the {BEGIN} / {END} markers")
+    body = f"{BEGIN}\nMade by `{command}`.\n\n{table}\n{END}"
+    doc.write_text(re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: body, text, flags=re.S),
+                   encoding="utf-8")
+
+
+def measured_raws(raw_dir: Path, models=None, log=print) -> tuple[list[tuple[str, dict, Path]], dict]:
+    """(model, raw JSON, path) of every ``raw_<model>.json`` in ``raw_dir`` (only ``models`` if
+    given), a model timed only as slices scaled to its whole (:mod:`.slices`); and the
+    slice-scaling error of each model timed both whole and as slices."""
+    out, slices = [], {}
+    for path in sorted(raw_dir.glob("raw_*.json")):
+        sliced = slice_model(path)
+        name = sliced or path.stem.removeprefix("raw_")
+        if models and name not in models:
+            continue
+        raw = read_json(path)
+        if isinstance(raw, dict) and isinstance(raw.get("provenance"), dict) \
+                and raw["provenance"].get("synthetic"):
+            raise InputError(path, "provenance.synthetic", True, "synthetic data; only measured raw files may be fitted")
+        if sliced:
+            slices.setdefault(name, []).append((raw, path))
+        else:
+            out.append((name, raw, path))
+    scaled, errors = whole_from_slices(slices, {name: raw for name, raw, _ in out}, log)
+    return out + scaled, errors
+
+
+def synthetic_raws(models, gpu) -> list[tuple[str, dict, Path | None]]:
+    """Raw files made from the roofline with noise, for a dry run of the pipeline (never shipped)."""
+    return [(name, synthetic_raw(RooflineCost(get_model(name), gpu)), None)
+            for name in (models or SYNTHETIC_MODELS)]

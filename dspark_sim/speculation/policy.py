@@ -1,0 +1,102 @@
+"""Speculation policies: how many drafts each running request verifies this step.
+
+Each policy maps the confidences the drafter reports (or nothing) to verify
+lengths that count the anchor, so ``sum(verify_len)`` is the verify tokens of
+the step. The engine draws true acceptance separately; policies never see it.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from dspark_sim.scenario import Speculation
+from dspark_sim.speculation import dspark
+from dspark_sim.speculation.dspark import SpsFn, VerifyLimits
+
+
+class Policy:
+    """Base: no speculation. Subclasses override :meth:`plan`."""
+
+    def __init__(self, spec: Speculation):
+        self.spec = spec
+        self.draft_kind = spec.draft_kind
+        self.block_size = spec.block_size if spec.method != "none" else 0
+
+    def block_size_for(self, num_reqs: int) -> int:
+        """Drafts produced per request this step (the drafter's work)."""
+        return self.block_size
+
+    def plan(self, conf: np.ndarray | None, num_reqs: int) -> tuple[np.ndarray, int]:
+        """Verify lengths [R] (anchor counted) and the budget K (extra tokens)."""
+        return np.ones(num_reqs, dtype=np.int64), 0
+
+
+class StaticPolicy(Policy):
+    """Verify every draft every step (MTP-k, EAGLE or DFlash chains)."""
+
+    def plan(self, conf, num_reqs):
+        k = min(self.block_size, self.spec.verify_cap - 1)
+        return np.full(num_reqs, 1 + k, dtype=np.int64), k * num_reqs
+
+
+class SchedulePolicy(Policy):
+    """k by batch-size range (SGLang --speculative-adaptive, TRT-LLM draft_len_schedule)."""
+
+    def block_size_for(self, num_reqs):
+        for rule in self.spec.schedule:
+            if rule.max_batch_size is None or num_reqs <= rule.max_batch_size:
+                return rule.block_size
+        return 0
+
+    def plan(self, conf, num_reqs):
+        k = self.block_size_for(num_reqs)
+        return np.full(num_reqs, 1 + k, dtype=np.int64), k * num_reqs
+
+
+class ThresholdPolicy(Policy):
+    """Verify while prefix survival >= threshold, within min/max verify length."""
+
+    def plan(self, conf, num_reqs):
+        spec = self.spec
+        drafts = (dspark.survival_of(conf) >= spec.threshold).sum(axis=1)
+        drafts = np.clip(drafts, spec.min_verify_len - 1, spec.verify_cap - 1)
+        return 1 + drafts, int(drafts.sum())
+
+
+class DSparkPolicy(Policy):
+    """DSpark's confidence scheduler: Algorithm 1 or the production variant."""
+
+    def __init__(self, spec: Speculation, sps: SpsFn, max_batch_tokens: int):
+        super().__init__(spec)
+        self.sps = sps
+        self.limits = VerifyLimits(spec.min_verify_len - 1, spec.verify_cap - 1,
+                                   spec.survival_eps, max_batch_tokens)
+        self._lagged: deque[dspark.Candidates] = deque(maxlen=spec.lag_steps)
+
+    def plan(self, conf, num_reqs):
+        survival = dspark.survival_of(conf)
+        if self.spec.scheduler == "algorithm1":
+            return dspark.algorithm1(survival, self.sps, self.limits)
+        # the budget comes from confidences lag_steps steps ago (fewer while warming up)
+        lagged = self._lagged[0] if self._lagged else None
+        tiers = self.spec.graph_tiers if self.spec.pad_to_graph_tier else ()
+        cands = dspark.candidates(survival, self.limits)
+        if self.spec.lag_steps:
+            self._lagged.append(cands)
+        return dspark.production(cands, lagged, self.sps, self.limits, tiers)
+
+
+def make_policy(spec: Speculation, sps: SpsFn | None, max_batch_tokens: int) -> Policy:
+    """The policy object for ``spec.method``."""
+    if spec.method == "none":
+        return Policy(spec)
+    if spec.method == "static":
+        return StaticPolicy(spec)
+    if spec.method == "schedule":
+        return SchedulePolicy(spec)
+    if spec.method == "threshold":
+        return ThresholdPolicy(spec)
+    if spec.method == "dspark":
+        return DSparkPolicy(spec, sps, max_batch_tokens)
+    raise ValueError(f"unknown speculation method {spec.method!r}")

@@ -1,0 +1,104 @@
+"""The fidelity suite's cases: trace slices and scenarios that the decoder and the simulator both run.
+
+One Azure-format trace per load (slices of the shipped Azure code trace, and synthetic
+Poisson traces from about one running request to a saturated 256) and one scenario per
+(trace, method) for no speculation, MTP-3 and DSpark's production scheduler, Qwen3-8B on
+the H200. The DSpark scenarios name one SPS table (``sps_dspark.json``, the table the
+simulator derives from the shipped profile, drafter included), so the decoder and the
+simulator schedule from the same numbers. Each scenario is read unchanged by
+``dspark-decode`` and by ``dspark-sim run``.
+"""
+from __future__ import annotations
+
+import csv
+import datetime as dt
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from dspark_sim.catalog import get_gpu
+from dspark_sim.cost import get_cost_model
+from dspark_sim.engine.simulator import scheduler_table
+from dspark_sim.errors import InputError
+from dspark_sim.scenario import Scenario
+from dspark_sim.workload import read_trace
+
+MODEL, GPU = "qwen3-8b", "h200"
+CASE_METHODS = {  # run in this order (DSpark first: its kernels take longest to warm up)
+    "dspark": {"method": "dspark", "drafter": "dspark", "block_size": 7, "scheduler": "production",
+               "lag_steps": 2, "sps_table": "sps_dspark.json"},
+    "mtp3": {"method": "static", "drafter": "mtp", "block_size": 3},
+    "none": {"method": "none"},
+}
+# name: (source, requests, load); azure: (first row, time_scale); synthetic: (rate/s, seed)
+TRACES = {
+    "azure-1x": ("azure", 40, (4000, 1.0)),
+    "azure-8x": ("azure", 100, (4000, 8.0)),
+    "syn-light": ("synthetic", 12, (0.4, 1)),
+    "syn-mid": ("synthetic", 120, (12.0, 2)),
+    "syn-high": ("synthetic", 300, (40.0, 3)),
+    "syn-sat": ("synthetic", 400, (1000.0, 4)),
+}
+DOMAIN = {"azure": "code", "synthetic": "math"}
+DEPLOYMENT = {"max_running_requests": 256, "max_batched_tokens": 8192, "batching": "prefill_first"}
+MAX_MODEL_LEN = 10240
+EPOCH = dt.datetime(2026, 1, 1)
+
+
+def write_trace(path: Path, arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray) -> None:
+    """An Azure-format CSV (TIMESTAMP, ContextTokens, GeneratedTokens)."""
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["TIMESTAMP", "ContextTokens", "GeneratedTokens"])
+        for a, p, o in zip(arrival_s, prompt, output):
+            w.writerow([f"{EPOCH + dt.timedelta(microseconds=round(float(a) * 1e6)):%Y-%m-%d %H:%M:%S.%f}",
+                        int(p), int(o)])
+
+
+def azure_slice(trace: Path, first: int, count: int, scale: float):
+    """Rows ``first..first+count`` of an Azure trace, time from 0, sped up ``scale``x."""
+    chunks = list(read_trace(trace, fmt="azure", max_requests=first + count))
+    a = np.concatenate([c.arrival_s for c in chunks])[first:]
+    p = np.concatenate([c.prompt_tokens for c in chunks])[first:]
+    o = np.concatenate([c.output_tokens for c in chunks])[first:]
+    return (a - a[0]) / scale, p, o
+
+
+def synthetic(count: int, rate: float, seed: int):
+    """Poisson arrivals; prompts lognormal (mean 768), outputs uniform 64..320."""
+    rng = np.random.default_rng(seed)
+    a = np.cumsum(rng.exponential(1.0 / rate, count))
+    a -= a[0]
+    p = np.clip(np.round(rng.lognormal(np.log(768) - 0.18, 0.6, count)), 32, 6000)
+    o = rng.integers(64, 321, count)
+    return a, p, o
+
+
+def make_cases(cases_dir: Path, azure_trace: Path) -> list[Path]:
+    """Write traces, scenarios and the SPS table into ``cases_dir``; returns the scenario paths.
+
+    ``azure_trace`` is the shipped Azure code trace the Azure cases slice."""
+    cases_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, (source, count, load) in TRACES.items():
+        a, p, o = azure_slice(azure_trace, load[0], count, load[1]) if source == "azure" \
+            else synthetic(count, *load)
+        if int((p + o).max()) > MAX_MODEL_LEN - 16:
+            raise InputError(None, "TRACES", name, f"a request exceeds max_model_len {MAX_MODEL_LEN}")
+        write_trace(cases_dir / f"{name}.csv", a, p, o)
+        for method, spec in CASE_METHODS.items():
+            scenario = {"name": f"{name}__{method}", "model": MODEL, "gpu": GPU,
+                        "workload": {"trace": f"{name}.csv", "format": "azure", "domain": DOMAIN[source]},
+                        "deployment": DEPLOYMENT, "speculation": spec, "seed": 0}
+            path = cases_dir / f"{name}__{method}.yaml"
+            path.write_text(yaml.safe_dump(scenario, sort_keys=False))
+            paths.append(path)
+    # the DSpark scenarios' table: derived from the shipped profile with the drafter's cost
+    probe = Scenario.from_dict({"model": MODEL, "gpu": GPU, "workload": {"trace": "syn-sat.csv"},
+                                "deployment": DEPLOYMENT,
+                                "speculation": {k: v for k, v in CASE_METHODS["dspark"].items()
+                                                if k != "sps_table"}}, file=cases_dir / "_probe.yaml")
+    table = scheduler_table(probe, get_cost_model(get_gpu(GPU).name, MODEL, warn=False))
+    table.save(cases_dir / "sps_dspark.json")
+    return paths

@@ -1,0 +1,124 @@
+"""A decoder and its requests from a scenario file: what ``dspark-decode`` and the fidelity runs share.
+
+The scenario is read by :class:`dspark_sim.scenario.Scenario` (the simulator's own reader,
+so both run the same file with the same defaults); :func:`decoder_config` takes what the
+decoder can honour and rejects the rest.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from dspark_sim.errors import InputError
+from dspark_sim.kernels.decoder.config import DecoderConfig, decoder_config
+from dspark_sim.names import DOMAINS
+from dspark_sim.scenario import Scenario, load_scenario
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """A scenario, the decoder's config for it, and the SGLang SPS table it schedules from (or None)."""
+
+    scenario: Scenario
+    conf: DecoderConfig
+    sps: object = None  # dspark_sim.cost.sps.SpsTable
+
+
+def load_launch(path, model: str | None = None, **overrides) -> Launch:
+    """Read the scenario at ``path`` for the decoder; ``model`` (``--model``) must match its model.
+
+    ``overrides`` are :class:`DecoderConfig` fields set by the command line.
+    """
+    from dspark_sim.cost.sps import load_sps_table
+
+    scenario = load_scenario(path)
+    if model and model.lower() != scenario.model:
+        raise InputError(scenario.file, "model", scenario.model,
+                         f"config was tuned for {scenario.model}, not --model {model}")
+    conf = decoder_config(scenario, **overrides)
+    spec = scenario.speculation
+    sps = load_sps_table(spec.sps_table) if spec.sps_table is not None else None
+    if conf.method == "dspark" and conf.scheduler != "full" and sps is None:
+        raise InputError(scenario.file, "speculation.sps_table", None, f"scheduler {conf.scheduler} needs an SPS table")
+    cap = getattr(sps, "max_batch_tokens", None)
+    if cap is not None and cap < conf.max_running_requests:
+        raise InputError(scenario.file, "speculation.sps_table", cap, "max_batch_tokens below "
+                         f"max_running_requests={conf.max_running_requests}: anchors alone overflow it")
+    return Launch(scenario, conf, sps)
+
+
+def check_draft_checkpoint(directory, conf: DecoderConfig) -> None:
+    """A drafter checkpoint must have been trained with the scenario's block size."""
+    if not directory:
+        return
+    cfg_path = Path(directory) / "config.json"
+    if cfg_path.exists():
+        cfg = json.loads(cfg_path.read_text())
+        if "block_size" in cfg and cfg["block_size"] != conf.block_size:
+            raise InputError(conf.source, "speculation.block_size", conf.block_size,
+                             f"the drafter checkpoint was trained with block_size {cfg['block_size']}")
+
+
+def build_decoder(spec, launch: Launch, checkpoint=None, draft_checkpoint=None):
+    """The :class:`~dspark_sim.kernels.decoder.decoder.Decoder` of ``launch`` for the model ``spec``."""
+    from dspark_sim.kernels.decoder.decoder import Decoder
+    from dspark_sim.kernels.sps_tensors import sps_tensors
+
+    if launch.conf.max_model_len < 64:
+        raise InputError(None, "--max-model-len", launch.conf.max_model_len, "must be >= 64")
+    sps = sps_tensors(launch.sps) if launch.sps is not None else None
+    return Decoder(spec, launch.conf, sps=sps, checkpoint=checkpoint, draft_checkpoint=draft_checkpoint,
+                   acceptance=launch.scenario.speculation.acceptance)
+
+
+def trace_sequences(launch: Launch, vocab_size: int, *, trace=None, max_requests: int | None = None,
+                    temperature: float = 1.0) -> list:
+    """One sequence per request of the scenario's trace (or ``trace``): random prompt tokens of the
+    trace's lengths, outputs cut to fit ``max_model_len``, domains drawn from the scenario's mix."""
+    from dspark_sim.kernels.decoder.sequence import Sequence
+    from dspark_sim.workload import read_trace
+
+    wl, conf = launch.scenario.workload, launch.conf
+    path = trace or wl.trace
+    if path is None:
+        raise InputError(launch.scenario.file, "workload.trace", None, "no trace: give --trace or --prompts")
+    rng, draw = np.random.default_rng(conf.seed), _domains(launch)
+    limit = conf.max_model_len - conf.window - 1
+    seqs = []
+    for chunk in read_trace(path, fmt=wl.format, time_scale=wl.time_scale, max_requests=max_requests or wl.max_requests):
+        for a, p, o in zip(chunk.arrival_s.tolist(), chunk.prompt_tokens.tolist(), chunk.output_tokens.tolist()):
+            out = int(min(o, limit - 1))
+            prompt = rng.integers(0, vocab_size, size=max(1, min(p, limit - out))).tolist()
+            seqs.append(Sequence(len(seqs), prompt, out, temperature, draw(rng), arrival_s=a))
+    return seqs
+
+
+def prompt_sequences(launch: Launch, path, *, max_tokens: int, max_requests: int | None = None,
+                     temperature: float = 1.0) -> list:
+    """One sequence per line of a JSONL prompt file (``{"prompt_ids": [...], "max_tokens": n}``)."""
+    from dspark_sim.kernels.decoder.sequence import Sequence
+
+    conf = launch.conf
+    rng, draw = np.random.default_rng(conf.seed), _domains(launch)
+    limit = conf.max_model_len - conf.window - 1
+    seqs = []
+    for i, line in enumerate(Path(path).read_text().splitlines()):
+        if not line.strip():
+            continue
+        item = json.loads(line)
+        ids = item.get("prompt_ids")
+        if ids is None:
+            raise InputError(path, f"line {i + 1}", None, "needs prompt_ids (token ids)")
+        seqs.append(Sequence(len(seqs), list(ids)[-limit:], int(item.get("max_tokens", max_tokens)),
+                             temperature, draw(rng)))
+    return seqs[:max_requests] if max_requests else seqs
+
+
+def _domains(launch: Launch):
+    """A function drawing one domain index (DOMAINS order) from the scenario's mix."""
+    names = [d for d, _ in launch.scenario.workload.domain_mix]
+    weights = np.array([w for _, w in launch.scenario.workload.domain_mix])
+    return lambda rng: DOMAINS.index(names[rng.choice(len(names), p=weights)])

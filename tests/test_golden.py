@@ -1,0 +1,19 @@
+"""The product's numbers on fixed inputs are those in tests/golden/ (benchmarks/golden.py).
+
+A change that moves them on purpose re-makes the files: ``python benchmarks/golden.py make``.
+"""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("name", ["summary", "errors", "compare", "capacity", "tune"])
+def test_output_is_golden(name):
+    # a process of its own: the commands set warning filters and caches the rest of the suite must not see
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "golden.py"), "check", "--only", name],
+                          capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]

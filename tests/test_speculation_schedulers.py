@@ -1,0 +1,119 @@
+"""DSpark schedulers against brute-force references on small batches (hypothesis)."""
+import itertools
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dspark_sim.speculation import dspark
+from dspark_sim.speculation.dspark import VerifyLimits
+
+
+def sps_curve(kind: int):
+    """A few step-time shapes: flat then linear (the ridge), jagged, and strictly linear."""
+    def fn(batch_tokens, num_reqs):
+        b = np.asarray(batch_tokens, dtype=float)
+        if kind == 0:
+            step = 0.005 + 0.0004 * np.maximum(b - 6, 0)
+        elif kind == 1:
+            step = 0.004 + 0.0003 * b + 0.002 * (b % 4 == 3)
+        else:
+            step = 0.001 * b
+        return 1.0 / step
+    return fn
+
+
+batches = st.integers(1, 4).flatmap(lambda r: st.integers(1, 4).flatmap(
+    lambda g: st.lists(st.floats(0.01, 0.999), min_size=r * g, max_size=r * g).map(
+        lambda xs: np.array(xs).reshape(r, g))))
+limits_st = st.builds(lambda lo, hi, eps: (lo, max(lo, hi), eps),
+                      st.integers(0, 2), st.integers(0, 4), st.sampled_from([0.0, 1e-6, 0.2, 0.5]))
+
+
+def brute_theta(surv, lengths, sps):
+    """Theta of explicit verify lengths (anchor counted)."""
+    tau = sum(1 + surv[r, : l - 1].sum() for r, l in enumerate(lengths))
+    b = int(np.sum(lengths))
+    return tau * sps(np.array([b]), len(lengths))[0]
+
+
+def admissible(surv, lo, hi, eps):
+    """Every verify-length vector a scheduler may return: prefix-closed, within limits."""
+    r, g = surv.shape
+    hi, lo = min(hi, g), min(lo, min(hi, g))
+    options = []
+    for row in surv:
+        ok = [lo + k for k in range(hi - lo + 1) if all(row[j] >= eps for j in range(lo, lo + k))]
+        options.append([1 + d for d in ok])
+    return [np.array(c) for c in itertools.product(*options)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(batches, limits_st, st.integers(0, 2))
+def test_production_budget_is_argmax_of_theta(conf, lim, kind):
+    lo, hi, eps = lim
+    surv = dspark.survival_of(conf)
+    limits = VerifyLimits(lo, hi, eps)
+    sps = sps_curve(kind)
+    cands = dspark.candidates(surv, limits)
+    lengths, budget = dspark.production(cands, None, sps, limits)
+    th = dspark.theta(cands, surv.shape[0], sps, limits)
+    assert budget == int(np.argmax(th))
+    # the chosen lengths reach the best Theta over all admissible vectors with that budget
+    best = max(brute_theta(surv, v, sps) for v in admissible(surv, lo, hi, eps)
+               if v.sum() == lengths.sum())
+    assert np.isclose(brute_theta(surv, lengths, sps), best)
+    _check_lengths(surv, lengths, lo, hi, eps)
+
+
+@settings(max_examples=300, deadline=None)
+@given(batches, limits_st, st.integers(0, 2))
+def test_algorithm1_stops_at_first_non_improving(conf, lim, kind):
+    lo, hi, eps = lim
+    surv = dspark.survival_of(conf)
+    limits = VerifyLimits(lo, hi, eps)
+    sps = sps_curve(kind)
+    lengths, budget = dspark.algorithm1(surv, sps, limits)
+    # replay the admissions one at a time, as the paper describes
+    r, g = surv.shape
+    hi_c, lo_c = min(hi, g), min(lo, min(hi, g))
+    order = sorted(((surv[i, j], i * g + j, i) for i in range(r) for j in range(lo_c, hi_c)
+                    if surv[i, j] >= eps), key=lambda t: (-t[0], t[1]))
+    current = np.full(r, 1 + lo_c)
+    value = brute_theta(surv, current, sps)
+    admitted = 0
+    for _, _, i in order:
+        trial = current.copy()
+        trial[i] += 1
+        new = brute_theta(surv, trial, sps)
+        if not new > value:
+            break
+        current, value, admitted = trial, new, admitted + 1
+    assert budget == admitted
+    assert np.array_equal(lengths, current)
+    _check_lengths(surv, lengths, lo, hi, eps)
+
+
+def _check_lengths(surv, lengths, lo, hi, eps):
+    r, g = surv.shape
+    assert lengths.min() >= 1 + min(lo, g) and lengths.max() <= 1 + min(hi, g)
+    for i, l in enumerate(lengths):
+        # every verified draft beyond the forced ones has survival >= eps; prefix order holds
+        assert all(surv[i, j] >= eps for j in range(min(lo, g), l - 1))
+
+
+def test_lagged_budget_applies_to_current_survival():
+    sps = sps_curve(0)
+    limits = VerifyLimits(0, 3)
+    lag = dspark.candidates(dspark.survival_of(np.full((2, 3), 0.99)), limits)
+    now = dspark.candidates(dspark.survival_of(np.array([[0.9, 0.9, 0.9], [0.1, 0.1, 0.1]])), limits)
+    lengths, budget = dspark.production(now, lag, sps, limits)
+    assert budget == dspark.production_budget(lag, 2, sps, limits)
+    # the top-K of current survival goes to the confident request first
+    assert lengths[0] >= lengths[1]
+
+
+def test_pad_to_graph_tier_fills_free_tokens():
+    assert dspark.pad_to_tier(3, 10, 20, (8, 16, 32), 1000) == 6
+    assert dspark.pad_to_tier(3, 10, 4, (8, 16, 32), 1000) == 4  # no more candidates
+    assert dspark.pad_to_tier(30, 10, 50, (8, 16, 32), 1000) == 30  # beyond the largest tier
