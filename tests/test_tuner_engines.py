@@ -153,7 +153,8 @@ def test_threshold_baseline_is_marked_not_expressible(exported):
 # TensorRT-LLM tensorrt_llm/llmapi/llm_args.py @ 0004396 (main; no release could be installed):
 # DecodingBaseConfig / *DecodingConfig fields and validators, transcribed. StrictBaseModel
 # (extra="forbid") rejects any other key.
-TRT_SPEC_FIELDS = {"decoding_type", "max_draft_len", "speculative_model", "draft_len_schedule", "block_size"}
+TRT_SPEC_FIELDS = {"decoding_type", "max_draft_len", "speculative_model", "draft_len_schedule", "block_size",
+                   "num_nextn_predict_layers"}
 TRT_TYPES = {"DSpark", "Eagle3", "DFlash", "MTP"}
 TRT_NEEDS_MODEL = {"DSpark", "Eagle3", "DFlash"}  # validate_speculative_model / the draft loaders
 
@@ -167,6 +168,8 @@ def _follows_llm_args(args: dict) -> None:
     assert set(spec) <= TRT_SPEC_FIELDS and spec["decoding_type"] in TRT_TYPES
     if spec["decoding_type"] in TRT_NEEDS_MODEL:
         assert spec["speculative_model"]
+    if spec["decoding_type"] == "MTP":  # MTPDecodingConfig: max_draft_len = num_nextn_predict_layers
+        assert spec["num_nextn_predict_layers"] == spec["max_draft_len"]
     schedule = spec.get("draft_len_schedule")
     if schedule:  # smallest key maps to max_draft_len; none above it; the cap has a rule
         assert schedule[min(schedule)] == spec["max_draft_len"]
@@ -270,3 +273,44 @@ def test_v4_flash_trtllm_export_follows_llm_args_rules(v4_exported):
     _follows_llm_args(args)
     assert (args["moe_expert_parallel_size"], args["enable_attention_dp"]) == (8, True)
     assert args["speculative_config"]["speculative_model"] == V4_CHECKPOINT
+
+
+# -- the MoE targets' drafters: Qwen3-30B-A3B (EAGLE-3 published, no DSpark drafter), DeepSeek-V4 MTP
+def _export_trial(base: dict, speculation: dict, out: Path) -> Path:
+    """One trial of ``base`` with ``speculation`` exported in every format into ``out``."""
+    record = {"trial": 0, "method": speculation["method"], "config": {"deployment": {}, "speculation": speculation},
+              "mean": {}, "seeds": [0], "feasible": True}
+    write_exports(base, record, "moe", out, engines.FORMATS, out)
+    return out
+
+
+def test_qwen3_moe_exports_name_its_eagle3_drafter_and_mark_the_missing_dspark_one(tmp_path):
+    _need_engines()
+    base = load_base(EXAMPLES / "tune_default.yaml", gpu="h200", model="qwen3-30b-a3b")
+    with pytest.warns(UserWarning, match="no published dspark drafter for qwen3-30b-a3b"):
+        dspark = _export_trial(base, {"method": "dspark", "block_size": 5}, tmp_path / "dspark")
+    static = _export_trial(base, {"method": "static", "drafter": "eagle3", "block_size": 3}, tmp_path / "static")
+    ours, eagle = enginecheck.run("sglang", [dspark, static], ROOT)
+    assert ours["speculative_draft_model_path"] == PLACEHOLDER  # the engine refuses it at load
+    assert (eagle["speculative_algorithm"], eagle["speculative_draft_model_path"]) == \
+        ("EAGLE3", "Tengyunw/qwen3_30b_moe_eagle3")
+    _, spec = enginecheck.run("vllm", [dspark, static], ROOT)
+    assert (spec["speculative_config"]["method"], spec["speculative_config"]["model"]) == \
+        ("eagle3", "Tengyunw/qwen3_30b_moe_eagle3")
+    _follows_llm_args(_flags(static, "trtllm.yaml"))
+
+
+def test_v4_flash_mtp_baseline_drafts_with_the_targets_own_layer(tmp_path):
+    """SGLang (NEXTN on DeepseekV4ForCausalLM) and vLLM (method mtp) load the MTP layer from the
+    target checkpoint: no drafter path in any engine's file."""
+    _need_engines()
+    base = load_base(EXAMPLES / "v4_flash_b300.yaml")
+    out = _export_trial(base, {"method": "static", "drafter": "mtp", "block_size": 1}, tmp_path)
+    [sgl] = enginecheck.run("sglang", [out], ROOT)
+    assert (sgl["speculative_algorithm"], sgl["speculative_draft_model_path"]) == ("NEXTN", None)
+    assert _flags(out, "sglang.yaml")["model-path"] == "deepseek-ai/DeepSeek-V4-Flash"
+    [vll] = enginecheck.run("vllm", [out], ROOT)
+    assert vll["speculative_config"] == {"method": "mtp", "num_speculative_tokens": 1}
+    trt = _flags(out, "trtllm.yaml")["speculative_config"]
+    _follows_llm_args(_flags(out, "trtllm.yaml"))
+    assert trt["decoding_type"] == "MTP" and "speculative_model" not in trt and trt["num_nextn_predict_layers"] == 1

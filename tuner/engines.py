@@ -223,6 +223,8 @@ def trtllm(s: Scenario, out: Path, header: list[str], final: Path) -> str:
             ranges = schedule_ranges(s)
             cfg["max_draft_len"] = ranges[0][2]
             cfg["draft_len_schedule"] = {last: k for _, last, k in ranges}
+        if spec.drafter == "mtp":  # MTPDecodingConfig sets max_draft_len from this field (default 1)
+            cfg["num_nextn_predict_layers"] = cfg["max_draft_len"]
         args["speculative_config"] = cfg
     path, drafter_note = _model_path(s)
     notes = ["Launch:", f"  trtllm-serve {path} --extra_llm_api_options trtllm.yaml", drafter_note]

@@ -58,6 +58,9 @@ _PRESETS: dict[str, tuple[Drafter, ...]] = {
         Drafter("dflash", "z-lab/Qwen3-8B-DFlash-b16", 16, _DFLASH),
     ),
     "qwen3-4b": (Drafter("dflash", "z-lab/Qwen3-4B-DFlash-b16", 16, _DFLASH),),
+    # the EAGLE-3 drafter SGLang's own tests pair with this target
+    "qwen3-30b-a3b": (Drafter("eagle3", "Tengyunw/qwen3_30b_moe_eagle3", None,
+                              "sglang 0.5.23 sglang/test/test_utils.py DEFAULT_DRAFT_MODEL_EAGLE_DP_ATTN"),),
     **{m.name: (Drafter("dspark", m.dspark_checkpoint, 5, _V4_BUNDLED),)
        for m in MODELS.values() if m.dspark_checkpoint},
 }
