@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from dspark_sim.catalog import get_gpu, get_model
-from dspark_sim.config import (Section, build, check_choice, check_int, check_real, is_real, load_yaml, located,
-                               require)
+from dspark_sim.config import (Section, build, check_bool, check_choice, check_int, check_real, is_real, load_yaml,
+                               located, require)
 from dspark_sim.errors import InputError
 from dspark_sim.names import DOMAINS
 from dspark_sim.slo import Slo
@@ -145,6 +145,7 @@ class Scenario:
     speculation: Speculation = field(default_factory=Speculation)
     slo: Slo = field(default_factory=Slo)
     seed: int = 0
+    exact: bool = False  # one simulation event per engine step (no skip-ahead); the same numbers
     file: Path | None = None
 
     def __post_init__(self) -> None:
@@ -155,6 +156,7 @@ class Scenario:
                           ("slo", Slo)):
             require(isinstance(getattr(self, name), cls), name, getattr(self, name), "expected a mapping")
         check_int(self.seed, "seed", 0, MAX_SEED)
+        check_bool(self.exact, "exact")
 
     def with_seed(self, seed: int) -> Scenario:
         return replace(self, seed=seed)
@@ -177,7 +179,8 @@ class Scenario:
         kwargs = dict(name=name, workload=workload, model=model.lower(), gpu=gpu.lower(),
                       deployment=Deployment.from_dict(top.raw("deployment"), file=file),
                       speculation=Speculation.from_dict(top.raw("speculation"), file=file, base=base),
-                      slo=Slo.from_dict(top.raw("slo"), file=file), seed=top.raw("seed", 0), file=file)
+                      slo=Slo.from_dict(top.raw("slo"), file=file), seed=top.raw("seed", 0),
+                      exact=top.raw("exact", False), file=file)
         top.done()
         return build(cls, kwargs, file, None)
 
