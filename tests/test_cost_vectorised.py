@@ -112,7 +112,7 @@ def test_exact_shapes_are_the_scalar_shapes():
 
 
 def test_stepworks_checks_its_shape():
-    with pytest.raises(ValueError, match="as long as the other fields"):
+    with pytest.raises(ValueError, match="as long as each other"):
         StepWorks(np.array([1, 2]), np.array([1, 2, 3]), 0)
     with pytest.raises(ValueError, match="1-D"):
         StepWorks(np.ones((2, 2), dtype=np.int64), 1, 0)

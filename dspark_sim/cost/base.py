@@ -92,18 +92,20 @@ class StepWorks:
     size: int = field(init=False, default=1)
 
     def __post_init__(self) -> None:
-        size = None
+        sizes = set()
         for name in _WORK_FIELDS:
-            value = getattr(self, name)
-            if isinstance(value, (list, tuple)):
+            value = self.__dict__[name]
+            if type(value) is np.ndarray:
+                if value.ndim != 1:
+                    raise ValueError(f"StepWorks.{name} must be 1-D, got shape {value.shape}")
+                sizes.add(value.size)
+            elif isinstance(value, (list, tuple)):
                 value = np.asarray(value, dtype=np.float64 if name == "prefill_attn_tokens2" else np.int64)
                 object.__setattr__(self, name, value)
-            if isinstance(value, np.ndarray):
-                if value.ndim != 1 or (size is not None and value.size != size):
-                    raise ValueError(f"StepWorks.{name} must be 1-D and as long as the other fields, "
-                                     f"got shape {value.shape}")
-                size = value.size
-        object.__setattr__(self, "size", 1 if size is None else size)
+                sizes.add(value.size)
+        if len(sizes) > 1:
+            raise ValueError(f"StepWorks fields must be as long as each other, got lengths {sorted(sizes)}")
+        object.__setattr__(self, "size", sizes.pop() if sizes else 1)
 
     def __len__(self) -> int:
         return self.size

@@ -171,12 +171,12 @@ class ProfileCost:
         kind = works.draft_kind
         if not arrays:
             out = list(self._fixed(kind, tuple(values)))
-        elif len(arrays) == 1:  # one varying column: look its distinct values up
-            column = values[arrays[0]]
-            keys, where = np.unique(column, return_inverse=True)
+        elif all(values[i] is values[arrays[0]] for i in arrays):  # one varying column: its distinct values
+            keys, where = np.unique(values[arrays[0]], return_inverse=True)
             rows = []
             for value in keys.tolist():
-                values[arrays[0]] = value
+                for i in arrays:
+                    values[i] = value
                 rows.append(self._fixed(kind, tuple(values)))
             out = list(np.array(rows, dtype=np.float64)[where.reshape(-1)].T)
         else:

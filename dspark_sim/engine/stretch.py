@@ -24,6 +24,7 @@ from dspark_sim.cost.base import StepWorks
 
 MAX_STEPS = 512  # steps drawn at once, at most
 MAX_DRAWS = 1 << 17  # request-positions drawn at once, at most (K * R * max(block_size, 1))
+_PERIOD = 1 << 128  # of PCG64, numpy's default bit generator (a replica's)
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,7 @@ def _finish(rep, steps: int, taken: int, decode, kv, verify, budget, block_size:
             return None
     k = slice(0, taken)
     dec = decode[k]
-    works = StepWorks(dec, verify[k], context[k], draft_kind=rep.policy.draft_kind,
+    works = StepWorks(dec, dec if verify is decode else verify[k], context[k], draft_kind=rep.policy.draft_kind,
                       draft_reqs=dec if block_size else 0, draft_block_size=block_size,
                       draft_context_tokens=context[k], decode_max_context=kv[k].max(axis=1), running_reqs=dec)
     parts = rep.ctx.cost.breakdown_array(works)
@@ -163,9 +164,7 @@ class _Draw:
         c, acc = rep.running.cols, rep.ctx.acceptance
         noise = acc.step_words(n, block_size)
         self.per_step = noise + n * block_size
-        bits = rep.rng.bit_generator
-        self.state = bits.state
-        words = bits.random_raw(steps * self.per_step).reshape(steps, self.per_step)
+        words = rep.rng.bit_generator.random_raw(steps * self.per_step).reshape(steps, self.per_step)
         p_true, conf = acc.steps(c["difficulty"][:n], c["domain"][:n], block_size, words[:, :noise])
         self.verify_len, self.budget = rep.policy.plan_many(conf, steps, n)
         self.accepted = acc.accept_words(p_true, self.verify_len - 1, words[:, noise:])
@@ -174,10 +173,8 @@ class _Draw:
         """Only the first ``taken`` steps run: the policy keeps their state, the random stream
         goes back to where they leave it."""
         self.rep.policy.commit(taken)
-        if taken < self.steps:
-            bits = self.rep.rng.bit_generator
-            bits.state = self.state
-            bits.advance(taken * self.per_step)
+        if taken < self.steps:  # PCG64 runs in a cycle of 2**128 words: this goes back
+            self.rep.rng.bit_generator.advance(_PERIOD - (self.steps - taken) * self.per_step)
 
 
 def _steps_to_draw(left: int, to_arrival_s: float, step_s: float, tokens_per_step: float, n: int,

@@ -156,7 +156,7 @@ class Ranked:
     (the same pairs in the same order as :func:`candidates` of that step).
     """
 
-    rows: np.ndarray  # int64 [K, W]
+    rows: np.ndarray | None  # int64 [K, W] (None where only Theta is wanted)
     survival: np.ndarray  # float64 [K, W]
     count: np.ndarray  # int64 [K]
     forced_reqs: np.ndarray  # int64 [R]
@@ -207,6 +207,20 @@ def theta_many(ranks: Ranked, num_reqs: int, sps: SpsFn, limits: VerifyLimits) -
     return cum
 
 
+def _budgets(cands: list[Candidates], num_reqs: int, sps: SpsFn, limits: VerifyLimits) -> list[int]:
+    """:func:`production_budget` of each of ``cands``, in one evaluation where they share their
+    forced drafts' count."""
+    forced = {int(c.forced_reqs.sum()) for c in cands}
+    if len(cands) == 1 or len(forced) > 1:
+        return [production_budget(c, num_reqs, sps, limits) for c in cands]
+    count = np.array([c.survival.size for c in cands])
+    survival = np.zeros((len(cands), int(count.max())))
+    for i, c in enumerate(cands):
+        survival[i, :c.survival.size] = c.survival
+    stacked = Ranked(None, survival, count, cands[0].forced_reqs, np.array([c.forced_tau for c in cands]))
+    return np.argmax(theta_many(stacked, num_reqs, sps, limits), axis=1)
+
+
 def verify_lengths_many(ranks: Ranked, budget: np.ndarray) -> np.ndarray:
     """:func:`verify_lengths` of every step, int64 [K, R]."""
     steps, width = ranks.rows.shape
@@ -223,7 +237,9 @@ def algorithm1_many(survival: np.ndarray, sps: SpsFn, limits: VerifyLimits) -> t
     th = theta_many(ranks, survival.shape[1], sps, limits)
     steps, width = ranks.survival.shape
     worse = np.ones((steps, width + 1), dtype=bool)  # a step with no worse admission takes all
-    worse[:, :width] = (np.diff(th, axis=1) <= 0) | (np.arange(width) >= ranks.count[:, None])
+    with np.errstate(invalid="ignore"):  # -inf - -inf past a step's count, masked below
+        rises = np.diff(th, axis=1) > 0
+    worse[:, :width] = ~rises | (np.arange(width) >= ranks.count[:, None])
     budget = np.argmax(worse, axis=1)
     return verify_lengths_many(ranks, budget), budget
 
@@ -237,8 +253,9 @@ def production_many(ranks: Ranked, held: list[Candidates], lag: int, sps: SpsFn,
     best = np.argmax(theta_many(ranks, num_reqs, sps, limits), axis=1)
     source = np.maximum(0, len(held) + np.arange(best.size) - lag)  # in held + these steps
     budget = best[np.maximum(source - len(held), 0)]
-    for k in np.flatnonzero(source < len(held)).tolist():
-        budget[k] = production_budget(held[source[k]], num_reqs, sps, limits)
+    early = np.flatnonzero(source < len(held))
+    if early.size:  # budgets from candidates kept from before these steps
+        budget[early] = _budgets([held[i] for i in source[early].tolist()], num_reqs, sps, limits)
     budget = np.minimum(budget, ranks.count)
     if tiers:
         base = num_reqs + int(ranks.forced_reqs.sum())
