@@ -14,6 +14,7 @@ from typing import Any
 from dspark_sim.catalog import get_gpu, get_model
 from dspark_sim.config import (Section, build, check_bool, check_choice, check_int, check_real, is_real, load_yaml,
                                located, require)
+from dspark_sim.cost.parallel import Parallel
 from dspark_sim.errors import InputError
 from dspark_sim.names import DOMAINS
 from dspark_sim.slo import Slo
@@ -22,10 +23,11 @@ from dspark_sim.workload import FORMATS, SyntheticConfig
 
 ROUTERS = ("round_robin", "least_outstanding")
 BATCHING = ("mixed", "prefill_first")
+KV_DTYPES = {"bf16": 2.0, "fp8": 1.0}  # bytes of one KV-cache element
 MAX_SEED = 2**63 - 1
 
-__all__ = ["BATCHING", "ROUTERS", "Deployment", "ScheduleRule", "Scenario", "Slo", "Speculation", "Workload",
-           "load_scenario"]
+__all__ = ["BATCHING", "KV_DTYPES", "ROUTERS", "Deployment", "ScheduleRule", "Scenario", "Slo", "Speculation",
+           "Workload", "load_scenario"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +99,12 @@ def _domain_mix(value: Any, file, key: str) -> tuple[tuple[str, float], ...]:
 
 @dataclass(frozen=True, slots=True)
 class Deployment:
-    """How the model is served: replicas, tensor parallelism and engine limits."""
+    """How the model is served: replicas, their GPUs and how the model splits over them, engine limits.
+
+    ``tp`` GPUs serve one replica; ``ep`` of them split the MoE layers' experts, and
+    ``dp_attention`` gives each its own requests (see :class:`~dspark_sim.cost.parallel.Parallel`).
+    Whether a model splits this way on a GPU is the :class:`Scenario`'s check.
+    """
 
     replicas: int = 1
     tp: int = 1
@@ -108,6 +115,10 @@ class Deployment:
     gpu_memory_fraction: float = 0.90
     kv_block_tokens: int = 16
     batching: str = "mixed"  # or "prefill_first": prefill-only steps while any prompt is pending
+    ep: int = 1  # expert parallel: the MoE layers' experts split over ep of the tp GPUs
+    dp_attention: bool = False  # attention data-parallel over the tp GPUs (each its own requests)
+    kv_cache_dtype: str = "bf16"  # or "fp8"
+    routing_skew: float = 0.0  # Zipf exponent of expert popularity; 0 = uniform routing
 
     def __post_init__(self) -> None:
         check_int(self.replicas, "replicas", 1, 4096)
@@ -119,10 +130,24 @@ class Deployment:
         check_real(self.gpu_memory_fraction, "gpu_memory_fraction", 0.05, 1.0)
         check_int(self.kv_block_tokens, "kv_block_tokens", 1)
         check_choice(self.batching, "batching", BATCHING)
+        check_int(self.ep, "ep", 1, 64)
+        check_bool(self.dp_attention, "dp_attention")
+        check_choice(self.kv_cache_dtype, "kv_cache_dtype", tuple(KV_DTYPES))
+        check_real(self.routing_skew, "routing_skew", 0, 4)
 
     @property
     def num_gpus(self) -> int:
         return self.replicas * self.tp
+
+    @property
+    def kv_dtype_bytes(self) -> float:
+        """Bytes of one KV-cache element."""
+        return KV_DTYPES[self.kv_cache_dtype]
+
+    @property
+    def parallel(self) -> Parallel:
+        """The replica's split over its GPUs (experts, attention heads or requests)."""
+        return Parallel(self.tp, self.ep, self.dp_attention)
 
     @classmethod
     def from_dict(cls, raw, *, file=None, key: str = "deployment") -> Deployment:
@@ -150,11 +175,11 @@ class Scenario:
 
     def __post_init__(self) -> None:
         require(isinstance(self.name, str) and bool(self.name), "name", self.name, "expected a string")
-        get_model(self.model, key="model")
-        get_gpu(self.gpu, key="gpu")
+        model, gpu = get_model(self.model, key="model"), get_gpu(self.gpu, key="gpu")
         for name, cls in (("workload", Workload), ("deployment", Deployment), ("speculation", Speculation),
                           ("slo", Slo)):
             require(isinstance(getattr(self, name), cls), name, getattr(self, name), "expected a mapping")
+        self.deployment.parallel.check(model, gpu, file=self.file)  # heads, experts and the node split as deployed
         check_int(self.seed, "seed", 0, MAX_SEED)
         check_bool(self.exact, "exact")
 

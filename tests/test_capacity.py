@@ -199,6 +199,17 @@ def test_plan_moves_to_tp2_when_the_weights_do_not_fit_one_gpu(write_scenario):
     assert p.best.gpus == 2 * p.best.replicas
 
 
+def test_plan_notes_a_tp_the_model_does_not_split_over(write_scenario):
+    """Qwen3-8B's 32 heads do not split 3 ways, and 16 GPUs span two H200 nodes: each TP is a
+    candidate with a note, not an error (the scenario it would probe could not exist)."""
+    scenario = load_scenario(write_scenario(synthetic_scenario(num_requests=20)))
+    slo = Slo(tpot_ms=100, ttft_ms=2000, max_queue_ms=5000)
+    p = plan(scenario, "h200", "none", slo, 1.0, 1.0, max_requests=20, tp_choices=(3, 16))
+    assert p.best is None and [c.tp for c in p.candidates] == [3, 16]
+    assert all(c.search is None and c.note.startswith("cannot split") for c in p.candidates)
+    assert "attention heads" in p.candidates[0].note and "node" in p.candidates[1].note
+
+
 # -- the command -------------------------------------------------------------------------
 def _cli(argv):
     out, err = io.StringIO(), io.StringIO()

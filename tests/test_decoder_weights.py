@@ -81,3 +81,15 @@ def test_moe_target_cache_matches_full_recompute():
 
     prompt = [3, 9, 4, 1]
     assert generate(dec, [prompt], max_tokens=6) == [greedy_reference(dec, prompt, 6)]
+
+
+def test_moe_target_fused_kernels_decode_like_the_reference():
+    """The same tiny MoE model served with the fused Triton MoE (interpreter) and with the
+    per-expert loop emits the same greedy tokens, through a DSpark drafter."""
+    from dspark_sim.kernels.decoder.tiny import generate
+
+    spec = tiny_spec(moe=True)
+    ref = tiny_decoder("dspark", spec=spec, agreeable=False, scheduler="full")
+    fused = tiny_decoder("dspark", spec=spec, agreeable=False, scheduler="full", attention="triton")
+    prompts = [[3, 9, 4, 1], [7, 2]]
+    assert generate(fused, prompts, max_tokens=5) == generate(ref, prompts, max_tokens=5)

@@ -60,11 +60,42 @@ def _untunable(s: Scenario, engine: str) -> list[str]:
     return lines
 
 
+def _layout(s: Scenario, engine: str) -> dict:
+    """The deployment's split and KV format as ``engine``'s flags: SGLang ``--ep-size``,
+    ``--attn-dp-size`` (0.5.23 ``arg_groups/fields/parallel.py``), ``--kv-cache-dtype``;
+    vLLM ``enable-expert-parallel``, ``data-parallel-size`` and ``kv-cache-dtype`` (its
+    DeepSeek-V4 recipe); TensorRT-LLM ``moe_expert_parallel_size``, ``enable_attention_dp``
+    (``llm_args.py``) and ``kv_cache_config.dtype``. Nothing for a plain TP deployment."""
+    dep, fp8 = s.deployment, s.deployment.kv_cache_dtype == "fp8"
+    if engine == "sglang":
+        out = {"ep-size": dep.ep} if dep.ep > 1 else {}
+        out.update({"attn-dp-size": dep.tp} if dep.dp_attention else {})
+        return {**out, **({"kv-cache-dtype": "fp8_e4m3"} if fp8 else {})}
+    if engine == "vllm":  # DP attention: one data-parallel rank a GPU, experts over all of them
+        out = {"tensor-parallel-size": 1, "data-parallel-size": dep.tp} if dep.dp_attention else {}
+        out.update({"enable-expert-parallel": True} if dep.ep > 1 else {})
+        return {**out, **({"kv-cache-dtype": "fp8"} if fp8 else {})}
+    out = {"moe_expert_parallel_size": dep.ep} if dep.ep > 1 else {}
+    out.update({"enable_attention_dp": True} if dep.dp_attention else {})
+    return {**out, **({"kv_cache_config": {"dtype": "fp8"}} if fp8 else {})}
+
+
+def _model_path(s: Scenario) -> tuple[str, str]:
+    """``(checkpoint, note)``: the model's, or the one with its DSpark drafter bundled."""
+    model = get_model(s.model)
+    if s.speculation.method == "dspark" and model.dspark_checkpoint:
+        return model.dspark_checkpoint, (f"{model.dspark_checkpoint}: {model.name} with its DSpark drafter "
+                                         "bundled (no --speculative-draft-model-path)")
+    return model.hf_id, ("Add --speculative-draft-model-path DRAFTER when the drafter is not bundled "
+                         "with the target.")
+
+
 # -- SGLang --------------------------------------------------------------------
 def sglang(s: Scenario, out: Path, header: list[str], final: Path) -> str:
     """``sglang.yaml``: flat hyphenated flags for ``python -m sglang.launch_server --config``."""
     spec, dep = s.speculation, s.deployment
-    flags = {"model-path": get_model(s.model).hf_id, "tp-size": dep.tp,
+    path, drafter_note = _model_path(s)
+    flags = {"model-path": path, "tp-size": dep.tp, **_layout(s, "sglang"),
              "max-running-requests": dep.max_running_requests,
              "chunked-prefill-size": dep.chunked_prefill_tokens or dep.max_batched_tokens,
              "max-prefill-tokens": dep.max_batched_tokens}
@@ -94,8 +125,7 @@ def sglang(s: Scenario, out: Path, header: list[str], final: Path) -> str:
                      "server flag for it confirmed in server_args.py; run DSPARK with "
                      "SGLANG_RAGGED_VERIFY_MODE=static and a patched threshold")
     launch = " ".join(env + ["python -m sglang.launch_server --config sglang.yaml"])
-    text = _comments(header + ["", "Launch:", f"  {launch}", "Add --speculative-draft-model-path DRAFTER "
-                               "when the drafter is not bundled with the target."]
+    text = _comments(header + ["", "Launch:", f"  {launch}", drafter_note]
                      + notes + _untunable(s, "SGLang")) + _yaml(flags)
     atomic_write_text(out / "sglang.yaml", text)
     return "sglang.yaml"
@@ -105,7 +135,7 @@ def sglang(s: Scenario, out: Path, header: list[str], final: Path) -> str:
 def vllm(s: Scenario, out: Path, header: list[str], final: Path) -> str:
     """``vllm.yaml`` for ``vllm serve --config vllm.yaml`` with a ``speculative-config`` block."""
     spec, dep = s.speculation, s.deployment
-    args = {"model": get_model(s.model).hf_id, "tensor-parallel-size": dep.tp,
+    args = {"model": _model_path(s)[0], "tensor-parallel-size": dep.tp, **_layout(s, "vllm"),
             "max-num-seqs": dep.max_running_requests, "max-num-batched-tokens": dep.max_batched_tokens}
     if dep.chunked_prefill_tokens:
         args["long-prefill-token-threshold"] = dep.chunked_prefill_tokens
@@ -134,7 +164,7 @@ def vllm(s: Scenario, out: Path, header: list[str], final: Path) -> str:
 def trtllm(s: Scenario, out: Path, header: list[str], final: Path) -> str:
     """``trtllm.yaml``: LLM API options with a ``speculative_config`` block."""
     spec, dep = s.speculation, s.deployment
-    args = {"tensor_parallel_size": dep.tp, "max_batch_size": dep.max_running_requests,
+    args = {"tensor_parallel_size": dep.tp, **_layout(s, "trtllm"), "max_batch_size": dep.max_running_requests,
             "max_num_tokens": dep.max_batched_tokens, "enable_chunked_prefill": True}
     notes = []
     if spec.method == "dspark":
@@ -155,7 +185,7 @@ def trtllm(s: Scenario, out: Path, header: list[str], final: Path) -> str:
         args["speculative_config"] = cfg
     elif spec.method == "threshold":
         notes.append(f"static confidence threshold {spec.threshold:g}: no TensorRT-LLM field")
-    text = _comments(header + ["", "Launch:", f"  trtllm-serve {get_model(s.model).hf_id} "
+    text = _comments(header + ["", "Launch:", f"  trtllm-serve {_model_path(s)[0]} "
                                "--extra_llm_api_options trtllm.yaml"]
                      + notes + _untunable(s, "TensorRT-LLM")) + _yaml(args)
     atomic_write_text(out / "trtllm.yaml", text)

@@ -21,10 +21,10 @@ STS_FILE = "sts.json"
 
 def scheduler_table(scenario: Scenario):
     """The SPS table the simulator's DSpark scheduler derives for ``scenario`` (engine/simulator.py)."""
-    from dspark_sim.cost import get_cost_model
+    from dspark_sim.cost import scenario_cost
     from dspark_sim.engine.simulator import scheduler_table as engine_table
 
-    cost = get_cost_model(scenario.gpu, scenario.model, scenario.deployment.tp, warn=False)
+    cost = scenario_cost(scenario, warn=False)
     return engine_table(scenario, cost)
 
 

@@ -13,7 +13,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Callable
 
-from dspark_sim.capacity.search import (Evaluator, OnceWarnings, Probe, Search, bisect_rate, describe, kv_fits,
+from dspark_sim.capacity.search import (Evaluator, OnceWarnings, Probe, Search, bisect_rate, describe, layout_note,
                                         offered_rate, probe_scenario)
 from dspark_sim.catalog import get_gpu
 from dspark_sim.config import check_int, check_real, is_int, require
@@ -119,9 +119,9 @@ def plan(scenario: Scenario, gpu: str, method: str, slo: Slo, target_rps: float,
          on_probe: Callable[[int, Probe], None] | None = None, once: OnceWarnings | None = None) -> Plan:
     """Search each TP in ``tp_choices`` (ascending) and keep the one needing the fewest GPUs.
 
-    A TP whose weights leave no KV cache is skipped; TPs at or above the best GPU
-    count so far cannot win and are not searched. Each search warm-starts at the
-    multiplier the previous TP sustained.
+    A TP the model does not split over, or whose weights leave no KV cache, is skipped
+    with a note; TPs at or above the best GPU count so far cannot win and are not
+    searched. Each search warm-starts at the multiplier the previous TP sustained.
     """
     spec = method_speculation(method, scenario.speculation, "--methods")
     candidates: list[Candidate] = []
@@ -131,10 +131,11 @@ def plan(scenario: Scenario, gpu: str, method: str, slo: Slo, target_rps: float,
     for tp in sorted(tp_choices):
         if best is not None and tp >= best.gpus:
             break
-        base = probe_scenario(scenario, 1.0, gpu=gpu, tp=tp, speculation=spec, max_requests=max_requests)
-        if not kv_fits(base):
-            candidates.append(Candidate(tp, note="weights leave no KV cache"))
+        note = layout_note(scenario, gpu=gpu, tp=tp)
+        if note is not None:
+            candidates.append(Candidate(tp, note=note))
             continue
+        base = probe_scenario(scenario, 1.0, gpu=gpu, tp=tp, speculation=spec, max_requests=max_requests)
         report = (lambda p, tp=tp: on_probe(tp, p)) if on_probe else None
         search = bisect_rate(Evaluator(base, slo, base_rate_rps, report, once), start=start, precision=precision,
                              max_sims=max_sims)

@@ -150,9 +150,17 @@ def probe_scenario(scenario: Scenario, multiplier: float, *, gpu: str | None = N
         syn = wl.synthetic
         cap = _min_cap(syn.num_requests, max_requests)
         wl = replace(wl, synthetic=replace(syn, rate_per_s=syn.rate_per_s * multiplier, num_requests=cap))
-    dep = replace(scenario.deployment, replicas=1, tp=tp or scenario.deployment.tp)
+    dep = _with_tp(scenario.deployment, tp or scenario.deployment.tp)
     return replace(scenario, workload=wl, deployment=dep, gpu=gpu or scenario.gpu,
                    speculation=speculation or scenario.speculation)
+
+
+def _with_tp(dep, tp: int):
+    """One replica of ``tp`` GPUs split as ``dep`` is: experts over all of them when ``dep``
+    spreads them over all its GPUs (else over the largest common part), attention
+    data-parallel when ``dep``'s is and ``tp`` > 1."""
+    ep = tp if dep.ep == dep.tp > 1 else math.gcd(dep.ep, tp)
+    return replace(dep, replicas=1, tp=tp, ep=ep, dp_attention=dep.dp_attention and tp > 1)
 
 
 def _min_cap(a: int | None, b: int | None) -> int | None:
@@ -179,16 +187,25 @@ def offered_rate(scenario: Scenario) -> float:
     return (n - 1) / last_s
 
 
-def kv_fits(scenario: Scenario) -> bool:
-    """Whether the model's weights leave KV cache on ``deployment.tp`` GPUs of ``scenario.gpu``."""
+def layout_note(scenario: Scenario, *, gpu: str | None = None, tp: int | None = None) -> str | None:
+    """Why one replica of ``scenario`` on ``tp`` GPUs of kind ``gpu`` (as :func:`probe_scenario`
+    builds it) cannot run: the model does not split over its GPUs, or its weights leave no KV
+    cache; None when it can. Asked before the probe scenario exists, which would refuse a split
+    that does not fit."""
     from dspark_sim.catalog import get_gpu, get_model
     from dspark_sim.engine.kv import kv_capacity_tokens
 
+    model, gpu_spec = get_model(scenario.model), get_gpu(gpu or scenario.gpu)
+    dep = _with_tp(scenario.deployment, tp or scenario.deployment.tp)
     try:
-        kv_capacity_tokens(get_model(scenario.model), get_gpu(scenario.gpu), scenario.deployment)
+        dep.parallel.check(model, gpu_spec)
+    except InputError as err:
+        return f"cannot split: {err.why}"
+    try:
+        kv_capacity_tokens(model, gpu_spec, dep)
     except InputError:
-        return False
-    return True
+        return "weights leave no KV cache"
+    return None
 
 
 class OnceWarnings:

@@ -10,6 +10,10 @@ Numbers are NVIDIA spec-sheet values, cited per entry. Conventions:
   * ``nvlink_bytes_per_s`` is the spec sheet's per-GPU NVLink figure, which
     counts both directions; one direction carries half
     (``nvlink_unidir_bytes_per_s``), the figure a ring all-reduce is bound by.
+  * ``fp4``: FP4 tensor cores (Blackwell; the HGX B200/B300 pages list FP4 Tensor Core
+    throughput, Hopper's datasheets none). ``gpus_per_node``: the NVLink domain of one
+    HGX board (8 GPUs), the widest tensor or expert parallel group the communication
+    model covers.
 """
 from __future__ import annotations
 
@@ -32,6 +36,8 @@ class GpuSpec:
     fp8_flops: float
     nvlink_bytes_per_s: float
     source: str
+    fp4: bool = False
+    gpus_per_node: int = 8
 
     def __post_init__(self) -> None:
         if isinstance(self.memory_bytes, bool) or not isinstance(self.memory_bytes, int) \
@@ -43,6 +49,10 @@ class GpuSpec:
             if not (isinstance(value, (int, float)) and value > 0 and value != float("inf")):
                 raise InputError(self.source or None, f"gpu {self.name}: {key}", value,
                                  "must be a positive finite number")
+        if isinstance(self.gpus_per_node, bool) or not isinstance(self.gpus_per_node, int) \
+                or self.gpus_per_node < 1:
+            raise InputError(self.source or None, f"gpu {self.name}: gpus_per_node", self.gpus_per_node,
+                             "must be a positive integer")
         if self.fp8_flops < self.bf16_flops:
             raise InputError(self.source or None, f"gpu {self.name}: fp8_flops", self.fp8_flops,
                              "is below bf16_flops")
@@ -77,12 +87,13 @@ _PRESETS = (
     GpuSpec("b200", memory_bytes=180 * GIB, hbm_bytes_per_s=8e12, bf16_flops=36e15 / 8 / 2,
             fp8_flops=72e15 / 8 / 2, nvlink_bytes_per_s=1.8e12,
             source="NVIDIA HGX B200 spec (nvidia.com/en-us/data-center/hgx/): 8 GPUs, 1.44 TB, "
-                   "bf16 36 / fp8 72 PFLOPS with sparsity; DGX B200 datasheet: 64 TB/s HBM3e"),
+                   "bf16 36 / fp8 72 PFLOPS with sparsity; DGX B200 datasheet: 64 TB/s HBM3e",
+            fp4=True),
     GpuSpec("b300", memory_bytes=288 * GIB, hbm_bytes_per_s=8e12, bf16_flops=36e15 / 8 / 2,
             fp8_flops=72e15 / 8 / 2, nvlink_bytes_per_s=1.8e12,
             source="NVIDIA HGX B300 (Blackwell Ultra) spec (nvidia.com/en-us/data-center/hgx/): "
                    "8 GPUs, 2.3 TB HBM3e, bf16 36 / fp8 72 PFLOPS with sparsity, "
-                   "NVLink 5 1.8 TB/s per GPU; 8 TB/s HBM3e per GPU"),
+                   "NVLink 5 1.8 TB/s per GPU; 8 TB/s HBM3e per GPU", fp4=True),
 )
 
 GPUS: dict[str, GpuSpec] = {g.name: g for g in _PRESETS}

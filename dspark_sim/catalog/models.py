@@ -9,12 +9,17 @@ Conventions:
     untied model, the LM head. MoE router weights count; DeepSeek's per-expert
     routing bias (256 floats a layer) and its MTP module (``num_nextn_predict_layers``)
     do not.
-  * ``dtype_bytes`` is bytes per stored element: 2 for bf16, 1 for fp8, 0.5 for int4.
+  * ``dtype_bytes`` is bytes per stored element: 2 for bf16, 1 for fp8, 0.5 for int4;
+    :meth:`ModelSpec.weight_bytes_as` prices each part at its checkpoint format instead.
+  * DeepSeek-V4 (``v4``): its hyper-connection mixing weights count as non-matmul
+    parameters, and so do the hash layers' token-to-expert tables (buffers, not counted).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from dspark_sim.catalog.formats import WeightFormat, get_format
+from dspark_sim.catalog.v4 import CompressedAttention
 from dspark_sim.errors import InputError
 
 
@@ -54,6 +59,14 @@ class ModelSpec:
     source: str = ""
     q_lora_rank: int = 0  # MLA query compression; 0 = full-rank queries
     qk_norm: bool = False  # Qwen3: an RMSNorm of head_dim on each of q and k
+    max_context: int = 0  # max_position_embeddings: the longest request served; 0 = unbounded
+    weight_format: str = "bf16"  # the checkpoint's (dspark_sim.catalog.formats)
+    v4: CompressedAttention | None = None  # DeepSeek-V4 hybrid attention and hyper-connections
+    mtp_layers: int = 0  # num_nextn_predict_layers: the model's own MTP module (an MoE layer)
+    dspark_layers: int = 5  # the DSpark drafter's backbone layers (DSPARK.md section 1)
+    dspark_moe: bool = False  # whether those layers are the target's MoE layers (DeepSeek-V4)
+    config_copy: str = ""  # a public copy of config.json the numbers were read from
+    dspark_checkpoint: str = ""  # a checkpoint with the DSpark drafter bundled (no draft model path)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -78,6 +91,18 @@ class ModelSpec:
             self._fail("kv_lora_rank", self.kv_lora_rank, "MLA needs both kv_lora_rank and rope_head_dim")
         if self.q_lora_rank and not self.kv_lora_rank:
             self._fail("q_lora_rank", self.q_lora_rank, "q_lora_rank applies only to MLA models")
+        for name in ("max_context", "mtp_layers", "dspark_layers"):
+            if getattr(self, name) < 0:
+                self._fail(name, getattr(self, name), "must be >= 0")
+        try:
+            get_format(self.weight_format)
+        except InputError as err:
+            self._fail("weight_format", self.weight_format, err.why)
+        if self.v4 is not None and (self.v4.num_layers != self.num_layers or self.is_mla
+                                    or self.v4.num_heads != self.num_heads
+                                    or self.v4.head_dim != self.head_dim or self.num_kv_heads != 1):
+            self._fail("v4", self.v4.num_layers, "V4 attention needs one ratio per layer, one KV head "
+                       "of head_dim, the model's heads and no MLA")
 
     def _check_moe(self) -> None:
         if self.num_experts == 0:
@@ -94,6 +119,19 @@ class ModelSpec:
 
     def _fail(self, key: str, value: object, why: str) -> None:
         raise InputError(self.source or None, f"model {self.name}: {key}", value, why)
+
+    def sliced(self, layers: int) -> "ModelSpec":
+        """The model cut to ``layers`` layers, as a profiler times it when the whole does not fit:
+        the first layers; for DeepSeek-V4 its compressed layers in order (CSA and HCA
+        alternating; the window-only layers left out)."""
+        from dataclasses import replace
+
+        if not 1 <= layers <= self.num_layers:
+            self._fail("num_layers", layers, f"a slice has 1..{self.num_layers} layers")
+        if self.v4 is None:
+            return replace(self, num_layers=layers, first_dense_layers=min(self.first_dense_layers, layers - 1))
+        ratios = tuple(r for r in self.v4.compress_ratios if r)[:layers]
+        return replace(self, num_layers=len(ratios), v4=replace(self.v4, compress_ratios=ratios))
 
     # -- shapes ---------------------------------------------------------------
     @property
@@ -122,12 +160,26 @@ class ModelSpec:
         kv = h * (self.kv_lora_rank + self.rope_head_dim) + self.kv_lora_rank * n * 2 * hd
         return q + kv + out
 
+    def attn_matmul_params(self) -> int:
+        """Attention matmul weights of all layers (V4: each layer's kind, compressors included)."""
+        if self.v4 is not None:
+            return sum(self.v4.attn_matmul_params(self.hidden_size, r) for r in self.v4.compress_ratios)
+        return self.num_layers * self._attn_params()
+
     def _layer_norm_params(self) -> int:
         """RMSNorm weights of one layer: two pre-norms plus attention-internal norms."""
         extra = 2 * self.head_dim if self.qk_norm else 0
         if self.is_mla:
             extra = self.q_lora_rank + self.kv_lora_rank
         return 2 * self.hidden_size + extra
+
+    def _norm_params(self) -> int:
+        """Non-matmul parameters of all layers (V4: sinks, compressor biases, hyper-connections)."""
+        if self.v4 is None:
+            return self.num_layers * self._layer_norm_params()
+        per_layer = 2 * self.hidden_size + self.v4.hc_params(self.hidden_size)
+        return sum(per_layer + self.v4.attn_other_params(r) for r in self.v4.compress_ratios) \
+            + self.v4.hc_head_params(self.hidden_size)
 
     def _expert_params(self) -> int:
         """One gated (SwiGLU) expert: gate, up and down projections."""
@@ -143,16 +195,26 @@ class ModelSpec:
 
     def _matmul_params(self, experts: int) -> int:
         """Weights every token multiplies by, with ``experts`` routed experts per MoE layer."""
-        dense_mlp, moe_mlp = self._mlp_params(experts)
+        return sum(self.params_by_part(experts)[:3])
+
+    def params_by_part(self, experts: int | None = None) -> tuple[int, int, int, int]:
+        """``(expert, linear, head, other)`` parameters with ``experts`` routed experts per MoE
+        layer (None: all): expert matmuls (routed and shared), the other matmuls (attention,
+        dense MLP, router), the LM head, and the rest (untied embedding, norms, mixing)."""
+        experts = self.num_experts if experts is None else experts
+        dense_mlp, _ = self._mlp_params(experts)
         dense_layers = self.num_layers - self.num_moe_layers
-        layers = self.num_layers * self._attn_params() + dense_layers * dense_mlp \
-            + self.num_moe_layers * moe_mlp
-        return layers + self.vocab_size * self.hidden_size  # LM head (tied or not)
+        expert = self.num_moe_layers * (experts + self.num_shared_experts) * self._expert_params() \
+            if self.is_moe else 0
+        router = self.num_moe_layers * self.hidden_size * self.num_experts
+        linear = self.attn_matmul_params() + dense_layers * dense_mlp + router
+        head = self.vocab_size * self.hidden_size  # tied or not, the head is read
+        return expert, linear, head, self._other_params()
 
     def _other_params(self) -> int:
         """Embedding table (when untied from the head) and all norm weights."""
         embed = 0 if self.tie_embeddings else self.vocab_size * self.hidden_size
-        return embed + self.num_layers * self._layer_norm_params() + self.hidden_size
+        return embed + self._norm_params() + self.hidden_size
 
     # -- derived sizes ----------------------------------------------------------
     @property
@@ -169,6 +231,18 @@ class ModelSpec:
         """Bytes of all weights stored at ``dtype_bytes`` per parameter."""
         return round(self.param_count * dtype_bytes)
 
+    def weight_bytes_as(self, fmt: WeightFormat, experts: int | None = None) -> float:
+        """Bytes of the weights in format ``fmt`` (each part at its own width), with
+        ``experts`` routed experts per MoE layer (None: all)."""
+        expert, linear, head, other = self.params_by_part(experts)
+        return expert * fmt.expert_bytes + linear * fmt.linear_bytes + head * fmt.embed_bytes \
+            + other * fmt.other_bytes
+
+    @property
+    def checkpoint_format(self) -> WeightFormat:
+        """The format the published checkpoint stores (``weight_format``)."""
+        return get_format(self.weight_format)
+
     def kv_bytes_per_token(self, dtype_bytes: float = 2) -> int:
         """KV-cache bytes one token occupies across all layers.
 
@@ -176,9 +250,16 @@ class ModelSpec:
         MLA: the compressed latent plus the shared rope key,
         ``kv_lora_rank + rope_head_dim`` elements a layer.
         """
+        if self.v4 is not None:
+            return round(self.v4.kv_bytes_per_token(dtype_bytes))
         per_layer = self.kv_lora_rank + self.rope_head_dim if self.is_mla \
             else 2 * self.num_kv_heads * self.head_dim
         return round(self.num_layers * per_layer * dtype_bytes)
+
+    def kv_bytes_per_request(self, dtype_bytes: float = 2) -> int:
+        """KV bytes a request holds whatever its length (V4: its sliding windows and
+        compressor state; 0 for caches linear in the context)."""
+        return round(self.v4.kv_bytes_per_request(dtype_bytes)) if self.v4 is not None else 0
 
     def linear_flops_per_token(self) -> int:
         """FLOPs of the matmuls one token runs through: 2 x active matmul weights (LM head included)."""
@@ -192,6 +273,9 @@ class ModelSpec:
         attends over the latent, ``kv_lora_rank + rope_head_dim`` wide for QK^T
         and ``kv_lora_rank`` wide for PV.
         """
+        if self.v4 is not None:  # the long-context slope: indexer and HCA grow, window and top-k do not
+            v = self.v4
+            return round(v.attn_flops_per_query(2.0 ** 20) - v.attn_flops_per_query(2.0 ** 20 - 1))
         if self.is_mla:
             width = 2 * self.kv_lora_rank + self.rope_head_dim
         else:
@@ -212,53 +296,3 @@ class ModelSpec:
         routed = self.num_moe_layers * self.num_experts * self._expert_params()
         touched = 1.0 - (1.0 - self.experts_per_token / self.num_experts) ** num_tokens
         return round((self.param_count - routed + routed * touched) * dtype_bytes)
-
-
-def _hf(hf_id: str) -> str:
-    return f"huggingface.co/{hf_id}/config.json"
-
-
-def _qwen3(name: str, hf_id: str, layers: int, hidden: int, heads: int, kv_heads: int,
-           intermediate: int, tie: bool) -> ModelSpec:
-    """A dense Qwen3: head_dim 128, vocab 151936, QK-norm, eps 1e-6, rope_theta 1e6."""
-    return ModelSpec(name, hf_id, layers, hidden, heads, kv_heads, 128, intermediate, 151936, tie,
-                     qk_norm=True, source=_hf(hf_id))
-
-
-def _llama31(name: str, hf_id: str, layers: int, hidden: int, heads: int, intermediate: int) -> ModelSpec:
-    """A Llama 3.1: 8 KV heads of 128, vocab 128256, untied, eps 1e-5, rope_theta 5e5."""
-    return ModelSpec(name, hf_id, layers, hidden, heads, 8, 128, intermediate, 128256, False,
-                     rms_norm_eps=1e-5, rope_theta=500000.0, source=_hf(hf_id))
-
-
-_PRESETS = (
-    _qwen3("qwen3-4b", "Qwen/Qwen3-4B", 36, 2560, 32, 8, 9728, tie=True),
-    _qwen3("qwen3-8b", "Qwen/Qwen3-8B", 36, 4096, 32, 8, 12288, tie=False),
-    _qwen3("qwen3-14b", "Qwen/Qwen3-14B", 40, 5120, 40, 8, 17408, tie=False),
-    _qwen3("qwen3-32b", "Qwen/Qwen3-32B", 64, 5120, 64, 8, 25600, tie=False),
-    ModelSpec("qwen3-30b-a3b", "Qwen/Qwen3-30B-A3B", num_layers=48, hidden_size=2048, num_heads=32,
-              num_kv_heads=4, head_dim=128, intermediate_size=6144, vocab_size=151936,
-              tie_embeddings=False, num_experts=128, experts_per_token=8, moe_intermediate_size=768,
-              qk_norm=True, source=_hf("Qwen/Qwen3-30B-A3B")),
-    _llama31("llama-3.1-8b", "meta-llama/Llama-3.1-8B", 32, 4096, 32, 14336),
-    _llama31("llama-3.1-70b", "meta-llama/Llama-3.1-70B", 80, 8192, 64, 28672),
-    # num_key_value_heads=128 in config.json; MLA caches the latent, not per-head K/V.
-    ModelSpec("deepseek-v3", "deepseek-ai/DeepSeek-V3", num_layers=61, hidden_size=7168, num_heads=128,
-              num_kv_heads=128, head_dim=128, intermediate_size=18432, vocab_size=129280,
-              tie_embeddings=False, num_experts=256, experts_per_token=8, moe_intermediate_size=2048,
-              num_shared_experts=1, first_dense_layers=3, kv_lora_rank=512, rope_head_dim=64,
-              q_lora_rank=1536, rms_norm_eps=1e-6, rope_theta=10000.0,
-              source=_hf("deepseek-ai/DeepSeek-V3")),
-)
-
-MODELS: dict[str, ModelSpec] = {m.name: m for m in _PRESETS}
-
-
-def get_model(name: str, *, file=None, key: str = "model") -> ModelSpec:
-    """The preset called ``name`` (a key of MODELS or a Hugging Face id), case-insensitive."""
-    if isinstance(name, str):
-        wanted = name.strip().lower()
-        for spec in _PRESETS:
-            if wanted in (spec.name, spec.hf_id.lower()):
-                return spec
-    raise InputError(file, key, name, f"unknown model; known: {', '.join(MODELS)}")

@@ -164,6 +164,13 @@ def pick(cond, value, other=0.0):
     return np.where(cond, value, other)
 
 
+def breakdown_steps(cost, works: StepWorks) -> dict[str, np.ndarray]:
+    """``cost.breakdown`` of each of ``works``' steps, float64 [N] per part: the plain
+    ``breakdown_array`` of a cost model that has no vectorised one."""
+    rows = [cost.breakdown(works.at(i)) for i in range(len(works))]
+    return {name: np.array([r[name] for r in rows], dtype=np.float64) for name in rows[0]}
+
+
 @runtime_checkable
 class CostModel(Protocol):
     """Seconds of one engine step; implementations must be cheap (< 10 us)."""

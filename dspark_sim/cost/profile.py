@@ -14,12 +14,14 @@ from pathlib import Path
 
 import numpy as np
 
-from dspark_sim.catalog import GpuSpec, get_gpu, get_model
+from dspark_sim.catalog import GpuSpec, get_gpu, get_model, served_format
 from dspark_sim.cost.base import CostModel, DraftWork, StepWork, StepWorks, per_step, pick
+from dspark_sim.cost.moe import Routing
+from dspark_sim.cost.parallel import Parallel, shard_factors
 from dspark_sim.cost.profile_format import (DRAFT_KINDS, FORMAT_VERSION, DraftFit, GpuRef, HeldOut,
                                             Profile, Projection, TargetFit, check_grids,
                                             load_profile, profile_from_json_dict)
-from dspark_sim.cost.roofline import RooflineCost
+from dspark_sim.cost.roofline import RooflineCost, RooflineParams
 from dspark_sim.cost.shapes import EXACT, SCALAR
 from dspark_sim.cost.terms import DecodeShape
 from dspark_sim.errors import InputError
@@ -34,21 +36,27 @@ class ProfileCost:
     """:class:`CostModel` evaluating a fitted :class:`Profile` (a few microseconds a step).
 
     tp > 1 divides every memory- and compute-bound term by ``tp`` (weights,
-    KV and FLOPs are sharded), keeps the fixed terms, and adds an all-reduce
-    time ``comm_s[0] + comm_s[1] * tokens``. Drafter kinds the profile lacks
-    are costed by ``fallback`` (or raise ``ValueError`` without one).
+    KV and FLOPs are sharded), keeps the fixed terms, and adds a communication
+    time ``comm_s[0] + comm_s[1] * tokens``. ``factors`` (see
+    :func:`~.parallel.shard_factors`) replaces the plain ``1 / tp`` by what one GPU
+    of the deployment holds and reads (expert parallel, DP attention, KV copies,
+    served weight format); ``note`` says so in ``source``. Drafter kinds the profile
+    lacks are costed by ``fallback`` (or raise ``ValueError`` without one).
     """
 
     def __init__(self, profile: Profile, *, tp: int = 1, comm_s: tuple[float, float] = (0.0, 0.0),
-                 fallback: CostModel | None = None, warn: bool = True):
+                 fallback: CostModel | None = None, warn: bool = True, factors: dict | None = None,
+                 note: str = ""):
         if tp < 1:
             raise ValueError(f"tp must be >= 1, got {tp}")
-        shard = {"memory": 1.0 / tp, "compute": 1.0 / tp}
+        f = factors or {"memory": 1.0 / tp, "compute": 1.0 / tp, "weights": 1.0 / tp, "kv": 1.0 / tp}
         self.profile, self.tp, self.fallback = profile, tp, fallback
         self.name = f"profile:{profile.gpu}/{profile.model}/tp{tp}"
-        self.source = profile.source + (f"; scaled from tp=1 to tp={tp}" if tp > 1 else "")
-        self._target = profile.target.scaled(shard) if tp > 1 else profile.target
-        self._drafts = {k: (d.scaled(shard) if tp > 1 else d) for k, d in profile.draft.items()}
+        self.source = profile.source + (f"; scaled from tp=1 to tp={tp}" if tp > 1 else "") + note
+        self._target, self._drafts = profile.target, dict(profile.draft)
+        if f != {"memory": 1.0, "compute": 1.0, "weights": 1.0, "kv": 1.0}:
+            self._target = _sharded(profile.target, f, ("kv_s_per_token", "kv_req_s_per_token"))
+            self._drafts = {k: _sharded(d, f, ("kv_s_per_token",)) for k, d in profile.draft.items()}
         self._comm0, self._comm1 = comm_s
         self._host = profile.host  # host time: fixed under tp and projection
         self._schedule = profile.schedule
@@ -222,6 +230,14 @@ class ProfileCost:
                                           works.draft_context_tokens, EXACT, fixed))
 
 
+def _sharded(fit, f: dict, kv_terms: tuple[str, ...]):
+    """``fit`` with memory and compute terms scaled, then weights and KV by their own factors."""
+    out = fit.scaled({"memory": f["memory"], "compute": f["compute"]})
+    changes = {"weights_s": fit.weights_s * f["weights"]}
+    changes.update({k: getattr(fit, k) * f["kv"] for k in kv_terms})
+    return replace(out, **changes)
+
+
 def project_profile(profile: Profile, to_gpu: GpuSpec) -> Profile:
     """``profile`` carried to ``to_gpu`` by spec-sheet ratios, keeping the measured efficiencies.
 
@@ -248,6 +264,14 @@ def project_profile(profile: Profile, to_gpu: GpuSpec) -> Profile:
                               compute_ratio=base.bf16_flops / to_gpu.bf16_flops))
 
 
+def scenario_cost(scenario, *, warn: bool = True) -> CostModel:
+    """:func:`get_cost_model` for one replica of ``scenario``'s deployment."""
+    dep = scenario.deployment
+    return get_cost_model(scenario.gpu, scenario.model, file=scenario.file, warn=warn,
+                          parallel=dep.parallel, kv_dtype_bytes=dep.kv_dtype_bytes,
+                          routing=Routing(dep.routing_skew))
+
+
 def _canonical(name: str, lookup) -> str:
     try:
         return lookup(name).name
@@ -263,42 +287,42 @@ def shipped_profile_path(gpu: str, model: str) -> Path | None:
 
 
 def get_cost_model(gpu: str, model: str, tp: int = 1, *, file=None, warn: bool = True,
-                   profile: str | Path | None = None) -> CostModel:
-    """The cost model for ``model`` on ``tp`` GPUs of kind ``gpu``.
+                   profile: str | Path | None = None, parallel: Parallel | None = None,
+                   kv_dtype_bytes: float = 2.0, routing: Routing = Routing()) -> CostModel:
+    """The cost model for ``model`` on one replica of ``tp`` GPUs of kind ``gpu``.
 
     The shipped ``profiles/<gpu>/<model>.json`` (or the ``profile`` file named,
     whose gpu and model must match) when there is one, else
     :class:`RooflineCost` with a warning saying so. ``file`` is the user file
     that named gpu and model, blamed in errors (as in ``get_model``).
+    ``parallel`` (expert parallel, DP attention; its ``tp`` wins) and
+    ``kv_dtype_bytes`` (1 for an FP8 KV cache) describe the deployment, ``routing`` the
+    spread of tokens over experts (the roofline's; a profile measured its own).
     """
+    par = parallel or Parallel(tp)
+    spec, gpu_spec = get_model(model, file=file), get_gpu(gpu, file=file)
+    params = RooflineParams(dtype_bytes=kv_dtype_bytes)
+    roofline = RooflineCost(spec, gpu_spec, params=params, parallel=par, routing=routing)
     path = Path(profile) if profile is not None else shipped_profile_path(gpu, model)
     if path is None:
         if warn:
             warnings.warn(f"no measured profile for {gpu}/{model}: using the roofline with assumed "
                           f"efficiencies (profile it with dspark-profile and fit it with dspark-profile fit to replace it)",
                           UserWarning, stacklevel=2)
-        return RooflineCost(get_model(model, file=file), get_gpu(gpu, file=file), tp)
+        return roofline
     loaded = load_profile(path)
     for key, want, lookup in (("gpu", gpu, get_gpu), ("model", model, get_model)):
         if getattr(loaded, key) != _canonical(want, lookup):
             raise InputError(path, key, getattr(loaded, key), f"the profile is not for {key} {want!r}")
-    roofline = _roofline_or_none(gpu, model, tp)
-    comm = (0.0, 0.0)
-    if tp > 1:
-        roofline = RooflineCost(get_model(model, file=file), get_gpu(gpu, file=file), tp)
-        one, two = (roofline.breakdown(StepWork(decode_reqs=1, verify_tokens=n))["comm_s"]
-                    for n in (1, 2))
-        comm = (2 * one - two, two - one)
-    return ProfileCost(loaded, tp=tp, comm_s=comm, fallback=roofline, warn=warn)
-
-
-def _roofline_or_none(gpu: str, model: str, tp: int) -> RooflineCost | None:
-    try:
-        return RooflineCost(get_model(model), get_gpu(gpu), tp)
-    except InputError:
-        return None
+    served = served_format(spec.weight_format, gpu_spec.fp4)
+    factors = shard_factors(spec, par, served, kv_dtype_bytes)
+    note = "" if served.name == "bf16" else f"; weights scaled from the measured bf16 to {served.name}"
+    if par.tp > 1:
+        note += f"; {roofline.source.split('; ', 1)[1]}"
+    return ProfileCost(loaded, tp=par.tp, comm_s=roofline.comm_terms if par.tp > 1 else (0.0, 0.0),
+                       fallback=roofline, warn=warn, factors=factors, note=note)
 
 
 __all__ = ["ProfileCost", "Profile", "TargetFit", "DraftFit", "HeldOut", "GpuRef", "Projection",
            "FORMAT_VERSION", "load_profile", "profile_from_json_dict", "check_grids",
-           "project_profile", "get_cost_model", "shipped_profile_path"]
+           "project_profile", "get_cost_model", "scenario_cost", "shipped_profile_path"]

@@ -1,23 +1,34 @@
 """Roofline cost model: bytes over bandwidth or FLOPs over FLOP/s, per kernel group.
 
 Each group of kernels (linear layers, decode attention, prefill attention, the
-drafter, tensor-parallel all-reduces) costs ``max(bytes / bw, flops / peak)``
-at an efficiency, and the groups run one after another, so their times add.
-It stands in for pairs of GPU and model that have no measured profile; the
-efficiencies are assumptions, stated in :class:`RooflineParams`.
+drafter) costs ``max(bytes / bw, flops / peak)`` at an efficiency, communication
+(:mod:`.comm`) adds its time, and the groups run one after another, so their
+times add. It stands in for pairs of GPU and model that have no measured profile;
+the efficiencies are assumptions, stated in :class:`RooflineParams`.
+
+What the model's config says enters as follows: weights are read at the bytes of
+the format the GPU serves the checkpoint in (:func:`~dspark_sim.catalog.served_format`),
+MoE layers read only the experts the step's tokens pick (:mod:`.moe`), the GEMMs
+run at the bf16 or FP8 tensor-core rate of that format, DeepSeek-V4's attention reads
+its window, indexer keys and gathered compressed entries
+(:class:`~dspark_sim.catalog.v4.CompressedAttention`), and the split over a replica's
+GPUs follows :class:`~.parallel.Parallel`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dspark_sim.catalog import GpuSpec, ModelSpec, served_format
 import numpy as np
 
-from dspark_sim.catalog import GpuSpec, ModelSpec
-from dspark_sim.cost.base import DraftWork, StepWork, StepWorks, per_step, pick
+from dspark_sim.cost.base import DraftWork, StepWork, StepWorks, breakdown_steps
+from dspark_sim.cost.comm import CommParams, comm_terms, describe
+from dspark_sim.cost.moe import Routing, expected_experts, expert_flops, imbalance
+from dspark_sim.cost.parallel import Parallel
 
-# DSpark's drafter for Qwen3 targets is a 5-layer backbone at the target's width
-# (DSPARK.md section 1); chain drafters (EAGLE-3, MTP) run one layer per token.
-BLOCK_DRAFTER_LAYERS = 5
+# DSpark's drafter for Qwen3 targets is a 5-layer backbone at the target's width, for
+# DeepSeek-V4 three MoE layers (DSPARK.md section 1; ModelSpec.dspark_layers); chain
+# drafters (EAGLE-3, MTP) run one layer per token, an MoE layer for a model with its own MTP.
 CHAIN_DRAFTER_LAYERS = 1
 MARKOV_RANK = 256
 
@@ -26,11 +37,12 @@ MARKOV_RANK = 256
 class RooflineParams:
     """Efficiencies and fixed costs of the roofline (assumed, not measured).
 
-    bw_eff / flops_eff: fraction of spec-sheet HBM bandwidth and dense bf16
+    bw_eff / flops_eff: fraction of spec-sheet HBM bandwidth and dense
     FLOP/s that kernels reach. step_overhead_s: scheduling and launch time of
     one engine step under CUDA graphs. kernel_launch_s: one sequential launch
     (the Markov loop and chain drafters pay it per position).
     allreduce_latency_s: latency of one tensor-parallel all-reduce.
+    dtype_bytes: bytes of one KV-cache element (2: bf16, 1: fp8).
     """
 
     bw_eff: float = 0.80
@@ -49,32 +61,35 @@ class RooflineParams:
 
 
 class RooflineCost:
-    """Step seconds of ``model`` on ``tp`` GPUs of kind ``gpu`` by roofline."""
+    """Step seconds of ``model`` on one replica of ``tp`` GPUs of kind ``gpu`` by roofline
+    (``parallel`` for expert parallelism and DP attention)."""
 
-    def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int = 1,
-                 params: RooflineParams | None = None):
-        self.model, self.gpu, self.tp = model, gpu, tp
-        self.params = params or RooflineParams()
-        self.name = f"roofline:{gpu.name}/{model.name}/tp{tp}"
-        self.source = "roofline with assumed efficiencies (no measured profile)"
-        p = self.params
+    def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int = 1, params: RooflineParams | None = None,
+                 *, parallel: Parallel | None = None, routing: Routing = Routing(),
+                 comm: CommParams | None = None):
+        par = parallel or Parallel(tp)
+        self.model, self.gpu, self.tp, self.parallel, self.routing = model, gpu, par.tp, par, routing
+        self.params = p = params or RooflineParams()
+        comm = comm or CommParams(allreduce_latency_s=p.allreduce_latency_s)
+        self.format = fmt = served_format(model.weight_format, gpu.fp4)
+        self.name = f"roofline:{gpu.name}/{model.name}/tp{par.tp}" + _suffix(par)
+        self.source = f"roofline with assumed efficiencies (no measured profile), {fmt.name} weights" \
+            + (f"; communication: {describe(comm)}" if par.tp > 1 else "")
         self._bw = gpu.hbm_bytes_per_s * p.bw_eff
-        self._flops = gpu.bf16_flops * p.flops_eff * tp
-        self._attn_flops = gpu.bf16_flops * p.attn_flops_eff * tp
-        self._kv_bytes_tok = model.kv_bytes_per_token(p.dtype_bytes) / tp
-        self._attn_flops_tok_ctx = model.attn_flops_per_token_per_ctx()
-        self._lin_flops_tok = model.linear_flops_per_token()
-        # an untied input embedding is gathered a few rows at a time, not streamed
-        embed_bytes = 0 if model.tie_embeddings else model.vocab_size * model.hidden_size * p.dtype_bytes
-        self._dense_weight_bytes = (model.weight_bytes(p.dtype_bytes) - embed_bytes) / tp
-        layer_bytes = _layer_weight_bytes(model, p.dtype_bytes)
-        self._head_bytes = model.vocab_size * model.hidden_size * p.dtype_bytes / tp
+        peak = gpu.fp8_flops if fmt.compute == "fp8" else gpu.bf16_flops
+        self._flops = peak * p.flops_eff * par.tp
+        self._attn_flops = gpu.bf16_flops * p.attn_flops_eff * par.tp
+        self._kv_share = par.kv_copies(model) / par.tp  # KV bytes a GPU reads per replica byte
+        self.comm_terms = self._comm0, self._comm1 = comm_terms(model, gpu, par, comm)
+        embed = 0 if model.tie_embeddings else model.vocab_size * model.hidden_size * fmt.embed_bytes
+        self._embed_bytes = embed / par.tp  # an untied input embedding is gathered a few rows, not streamed
+        self._imbalance = imbalance(model.num_experts, model.experts_per_token, par.ep, routing) \
+            if model.is_moe else 1.0
+        self._expert_flops_tok = expert_flops(model, 1) if model.is_moe else 0.0
+        self._other_flops_tok = model.linear_flops_per_token() - self._expert_flops_tok
+        self._head_bytes = model.vocab_size * model.hidden_size * fmt.embed_bytes / par.tp
         self._head_flops_tok = 2.0 * model.vocab_size * model.hidden_size
-        self._layer_bytes = layer_bytes / tp
-        self._layer_flops_tok = 2.0 * layer_bytes / p.dtype_bytes
-        self._draft_kv_bytes_tok = self._kv_bytes_tok / max(model.num_layers, 1)
-        self._allreduce_bytes_tok = 2.0 * model.hidden_size * p.dtype_bytes * (tp - 1) / tp
-        self._allreduces_per_step = 2 * model.num_layers if tp > 1 else 0
+        self._layer = _DraftLayers(self)
 
     # -- public -------------------------------------------------------------
     def step_s(self, work: StepWork) -> float:
@@ -84,99 +99,124 @@ class RooflineCost:
     def breakdown(self, work: StepWork) -> dict[str, float]:
         """Step seconds split into overhead, linear, attention, comms and draft."""
         tokens = work.verify_tokens + work.prefill_tokens
-        parts = {"overhead_s": self.params.step_overhead_s if tokens else 0.0,
-                 "linear_s": self._linear_s(tokens, max) if tokens else 0.0,
-                 "attn_s": self._attn_s(work.verify_tokens, work.decode_reqs, work.decode_context_tokens,
-                                        work.prefill_attn_tokens2, max),
-                 "comm_s": self._allreduce_s(tokens) if tokens else 0.0,
-                 "draft_s": self.draft_s(work.draft) if work.draft else 0.0}
-        return parts
+        return {"overhead_s": self.params.step_overhead_s if tokens else 0.0,
+                "linear_s": self._linear_s(tokens) if tokens else 0.0,
+                "attn_s": self._attn_s(work),
+                "comm_s": self._comm0 + self._comm1 * tokens if tokens else 0.0,
+                "draft_s": self.draft_s(work.draft) if work.draft else 0.0}
 
     def breakdown_array(self, works: StepWorks) -> dict[str, np.ndarray]:
-        """:meth:`breakdown` of N steps, float64 [N] per part, every number the scalar path's."""
-        size, tokens = len(works), works.batch_tokens
-        has = tokens > 0
-        draft = 0.0
-        if works.draft_kind is not None:
-            draft = pick((works.draft_reqs > 0) & (works.draft_block_size > 0),
-                         self._draft_s(works.draft_kind, works.draft_reqs, works.draft_block_size,
-                                       works.draft_context_tokens, np.maximum))
-        parts = {"overhead_s": pick(has, self.params.step_overhead_s),
-                 "linear_s": pick(has, self._linear_s(tokens, np.maximum)),
-                 "attn_s": self._attn_s(works.verify_tokens, works.decode_reqs, works.decode_context_tokens,
-                                        works.prefill_attn_tokens2, np.maximum),
-                 "comm_s": pick(has, self._allreduce_s(tokens)),
-                 "draft_s": draft}
-        return {name: per_step(v, size) for name, v in parts.items()}
+        """:meth:`breakdown` of N steps, float64 [N] per part: step by step (the roofline's
+        terms, MoE routing and DeepSeek-V4's attention among them, are scalar code)."""
+        return breakdown_steps(self, works)
 
     def draft_s(self, draft: DraftWork) -> float:
         """Seconds the drafter spends in one step."""
         if draft.num_reqs == 0 or draft.block_size == 0:
             return 0.0
-        return self._draft_s(draft.kind, draft.num_reqs, draft.block_size, draft.context_tokens, max)
+        if draft.kind == "block":
+            return self._block_draft_s(draft)
+        if draft.kind == "chain":
+            return self._chain_draft_s(draft)
+        raise ValueError(f"unknown draft kind {draft.kind!r}")
 
-    # -- parts: one formula for a step (Python numbers, ``max``) and for N steps (arrays, np.maximum)
-    def _draft_s(self, kind: str, reqs, block_size, context_tokens, maximum):
-        if kind == "block":
-            return self._block_draft_s(reqs, block_size, context_tokens, maximum)
-        if kind == "chain":
-            return self._chain_draft_s(reqs, block_size, context_tokens, maximum)
-        raise ValueError(f"unknown draft kind {kind!r}")
+    # -- parts --------------------------------------------------------------
+    def weight_read_bytes(self, tokens: int) -> float:
+        """Weight bytes one GPU reads in a forward over ``tokens`` tokens of the replica."""
+        m = self.model
+        experts = expected_experts(m.num_experts, m.experts_per_token, tokens, self.routing) \
+            if m.is_moe else None
+        return self.parallel.weight_bytes_per_gpu(m, self.format, experts) - self._embed_bytes
 
-    def _linear_s(self, tokens, maximum):
-        weight_bytes = self._dense_weight_bytes
-        if self.model.num_experts:
-            if isinstance(tokens, np.ndarray):
-                weight_bytes = np.array([self.model.activated_weight_bytes(t, self.params.dtype_bytes)
-                                         for t in tokens.tolist()], dtype=np.float64) / self.tp
+    def _linear_s(self, tokens: int) -> float:
+        flops = tokens * (self._other_flops_tok + self._expert_flops_tok * self._imbalance)
+        return max(self.weight_read_bytes(tokens) / self._bw, flops / self._flops)
+
+    def _attn_s(self, work: StepWork) -> float:
+        m, kv_b = self.model, self.params.dtype_bytes
+        decode_s = 0.0
+        if work.decode_reqs:
+            reqs, ctx = work.decode_reqs, work.decode_context_tokens
+            if m.v4 is not None:
+                mean = ctx / reqs
+                kv_bytes = m.v4.decode_bytes(reqs, work.verify_tokens, mean, kv_b)
+                flops = work.verify_tokens * m.v4.attn_flops_per_query(mean)
             else:
-                weight_bytes = self.model.activated_weight_bytes(tokens, self.params.dtype_bytes) / self.tp
-        return maximum(weight_bytes / self._bw, tokens * self._lin_flops_tok / self._flops)
+                kv_bytes = ctx * m.kv_bytes_per_token(kv_b)
+                flops = ctx * work.verify_tokens / reqs * m.attn_flops_per_token_per_ctx()
+            decode_s = max(kv_bytes * self._kv_share / self._bw, flops / self._attn_flops)
+        prefill = work.prefill_attn_tokens2 * m.attn_flops_per_token_per_ctx()
+        if m.v4 is not None:  # the window and the top-k: a constant number of keys a token
+            prefill += work.prefill_tokens * m.v4.attn_flops_per_query(m.v4.sliding_window + 4 * m.v4.index_topk)
+        return decode_s + prefill / self._attn_flops
 
-    def _attn_s(self, verify_tokens, decode_reqs, context_tokens, prefill_pairs, maximum):
-        kv_read_s = context_tokens * self._kv_bytes_tok / self._bw
-        if isinstance(decode_reqs, np.ndarray):
-            per_req = np.where(decode_reqs > 0, verify_tokens / np.maximum(decode_reqs, 1), 0.0)
-        else:
-            per_req = verify_tokens / decode_reqs if decode_reqs else 0.0
-        decode_flops = context_tokens * per_req * self._attn_flops_tok_ctx
-        decode_s = maximum(kv_read_s, decode_flops / self._attn_flops)
-        prefill_s = prefill_pairs * self._attn_flops_tok_ctx / self._attn_flops
-        return decode_s + prefill_s
-
-    def _allreduce_s(self, tokens):
-        """All-reduce seconds of a step with ``tokens`` > 0 (0 without tensor parallelism)."""
-        if not self._allreduces_per_step:
-            return 0.0
-        bytes_per = tokens * self._allreduce_bytes_tok
-        return self._allreduces_per_step * (self.params.allreduce_latency_s
-                                            + bytes_per / self.gpu.nvlink_unidir_bytes_per_s)
-
-    def _forward_s(self, layers: int, tokens, context_tokens, maximum):
+    def _forward_s(self, layer_bytes: float, layers: int, tokens: int, kv_bytes: float,
+                   layer_flops: float) -> float:
         """A small forward (drafter layers plus the LM head) over ``tokens`` positions."""
-        weight_bytes = layers * self._layer_bytes + self._head_bytes
-        flops = tokens * (layers * self._layer_flops_tok + self._head_flops_tok)
-        kv_bytes = layers * context_tokens * self._draft_kv_bytes_tok
-        return maximum((weight_bytes + kv_bytes) / self._bw, flops / self._flops)
+        weight_bytes = layers * layer_bytes + self._head_bytes
+        flops = tokens * (layers * layer_flops + self._head_flops_tok)
+        return max((weight_bytes + layers * kv_bytes * self._kv_share) / self._bw, flops / self._flops)
 
-    def _block_draft_s(self, reqs, block_size, context_tokens, maximum):
-        positions = reqs * block_size
-        backbone_s = self._forward_s(BLOCK_DRAFTER_LAYERS, positions, context_tokens, maximum)
+    def _block_draft_s(self, d: DraftWork) -> float:
+        m = self.model
+        positions = d.num_reqs * d.block_size
+        moe = m.dspark_moe
+        backbone_s = self._forward_s(self._layer.bytes(positions, moe), m.dspark_layers, positions,
+                                     self._layer.kv_bytes(d), self._layer.flops(moe))
         # Markov head: per position a rank-r update of the base logits and a sample.
-        markov_flops = positions * 2.0 * MARKOV_RANK * self.model.vocab_size
-        markov_bytes = positions * self.model.vocab_size * 4.0 * 2
-        markov_s = maximum(markov_bytes / self._bw, markov_flops / self._flops)
-        launches_s = block_size * 2 * self.params.kernel_launch_s
+        markov_flops = positions * 2.0 * MARKOV_RANK * m.vocab_size
+        markov_bytes = positions * m.vocab_size * 4.0 * 2
+        markov_s = max(markov_bytes / self._bw, markov_flops / self._flops)
+        launches_s = d.block_size * 2 * self.params.kernel_launch_s
         return backbone_s + markov_s + launches_s
 
-    def _chain_draft_s(self, reqs, block_size, context_tokens, maximum):
-        per_token_s = self._forward_s(CHAIN_DRAFTER_LAYERS, reqs, context_tokens, maximum)
-        return block_size * (per_token_s + 4 * self.params.kernel_launch_s)
+    def _chain_draft_s(self, d: DraftWork) -> float:
+        moe = self.model.mtp_layers > 0  # the model's own MTP module is one of its MoE layers
+        per_token_s = self._forward_s(self._layer.bytes(d.num_reqs, moe), CHAIN_DRAFTER_LAYERS, d.num_reqs,
+                                      self._layer.kv_bytes(d), self._layer.flops(moe))
+        return d.block_size * (per_token_s + 4 * self.params.kernel_launch_s)
 
 
-def _layer_weight_bytes(model: ModelSpec, dtype_bytes: float) -> float:
-    """Bytes of one dense transformer layer at the model's width (drafter layers)."""
+class _DraftLayers:
+    """Bytes and FLOPs of one drafter layer: dense at the target's width, or one of its MoE
+    layers (attention over a sliding window for DeepSeek-V4's drafter)."""
+
+    def __init__(self, cost: RooflineCost):
+        m, fmt, par = cost.model, cost.format, cost.parallel
+        self.cost = cost
+        self.dense_bytes = _dense_layer_params(m) * fmt.linear_bytes / par.tp
+        self.dense_flops = 2.0 * _dense_layer_params(m)
+        attn = m.attn_matmul_params() / m.num_layers
+        self.attn_bytes = attn * fmt.linear_bytes / par.attn_tp
+        self.expert_bytes = 3 * m.hidden_size * m.moe_intermediate_size * fmt.expert_bytes / par.tp
+        self.shared = m.num_shared_experts + m.num_experts * m.hidden_size / max(
+            1, 3 * m.hidden_size * m.moe_intermediate_size)  # the router, in expert units
+        self.moe_flops = 2.0 * attn + (expert_flops(m, 1) / m.num_moe_layers if m.is_moe else 0.0)
+
+    def bytes(self, tokens: int, moe: bool) -> float:
+        m = self.cost.model
+        if not (moe and m.is_moe):
+            return self.dense_bytes
+        touched = expected_experts(m.num_experts, m.experts_per_token, tokens, self.cost.routing)
+        return self.attn_bytes + (touched + self.shared) * self.expert_bytes
+
+    def flops(self, moe: bool) -> float:
+        return self.moe_flops if moe and self.cost.model.is_moe else self.dense_flops
+
+    def kv_bytes(self, d: DraftWork) -> float:
+        """KV bytes one drafter layer reads over the step's requests (replica total)."""
+        m, kv_b = self.cost.model, self.cost.params.dtype_bytes
+        if m.v4 is not None:  # V4's drafter attends over the sliding window alone
+            mean = d.context_tokens / d.num_reqs
+            return d.num_reqs * min(mean, m.v4.sliding_window) * m.head_dim * kv_b
+        return d.context_tokens * m.kv_bytes_per_token(kv_b) / m.num_layers
+
+
+def _dense_layer_params(model: ModelSpec) -> float:
+    """Matmul weights of one dense transformer layer at the model's width (drafter layers)."""
     h, d = model.hidden_size, model.head_dim
-    attn = h * d * (model.num_heads * 2 + model.num_kv_heads * 2)
-    mlp = 3 * h * model.intermediate_size
-    return (attn + mlp) * dtype_bytes
+    return h * d * (model.num_heads * 2 + model.num_kv_heads * 2) + 3 * h * model.intermediate_size
+
+
+def _suffix(par: Parallel) -> str:
+    return (f"/ep{par.ep}" if par.ep > 1 else "") + ("/dp-attn" if par.dp_attention else "")

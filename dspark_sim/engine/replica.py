@@ -30,6 +30,8 @@ class Replica:
         self.prefill_cap = dep.chunked_prefill_tokens or dep.max_batched_tokens
         self.prefill_first = dep.batching == "prefill_first"
         self.kv_capacity = ctx.kv_capacity_tokens
+        self.kv_per_request = ctx.kv_request_tokens  # window and compressor state (DeepSeek-V4)
+        self.max_context = ctx.max_context
         self.policy = ctx.make_policy()
         self.waiting: deque[dict] = deque()
         self.running = Table()
@@ -48,8 +50,16 @@ class Replica:
         return len(self.waiting) + len(self.running)
 
     def submit(self, request: dict) -> None:
-        """Queue a new request (a row for :class:`Table`) and wake the loop if idle."""
-        if request["prefill_len"] + 1 > self.kv_capacity:
+        """Queue a new request (a row for :class:`Table`) and wake the loop if idle.
+
+        As SGLang does, a prompt as long as the model's context is rejected and the output
+        of a longer request is cut at the context."""
+        if self.max_context and request["prompt_tokens"] >= self.max_context:
+            self.ctx.collector.on_reject(request, "prompt longer than the model's context")
+            return
+        if self.max_context:
+            request["output_tokens"] = min(request["output_tokens"], self.max_context - request["prompt_tokens"])
+        if request["prefill_len"] + 1 + self.kv_per_request > self.kv_capacity:
             self.ctx.collector.on_reject(request, "prompt does not fit the KV cache")
             return
         self.waiting.append(request)
@@ -60,7 +70,7 @@ class Replica:
         run = self.running
         pending = int((run["prefill_len"] - run["prefilled"]).sum())
         while self.waiting and len(run) < self.max_running:
-            need = self.waiting[0]["prefill_len"]
+            need = self.waiting[0]["prefill_len"] + self.kv_per_request
             if kv_used + pending + need > self.kv_capacity:
                 break
             req = self.waiting.popleft()
@@ -77,7 +87,7 @@ class Replica:
                 self.ctx.collector.advance(self.index, None)
                 yield self._wake
                 self.clock_s = self.env.now
-            self._admit(int(self._kv_tokens().sum()))
+            self._admit(int(self._kv_tokens().sum()) + len(self.running) * self.kv_per_request)
             stretch = self._stretch() if self.ctx.skip_ahead else None
             if stretch is not None:
                 self._apply_stretch(stretch)
@@ -157,7 +167,8 @@ class Replica:
         parts = ctx.cost.breakdown(work)
         return {"dec": dec, "pre": pre, "num_dec": num_dec, "chunk": chunk, "verify_len": verify_len,
                 "p_true": p_true, "budget": budget, "tokens": verify_tokens + prefill_tokens,
-                "prefill_tokens": prefill_tokens, "kv_needed": int(kv.sum()) + verify_tokens + prefill_tokens,
+                "prefill_tokens": prefill_tokens,
+                "kv_needed": int(kv.sum()) + n * self.kv_per_request + verify_tokens + prefill_tokens,
                 "step_s": sum(parts.values()), "draft_s": parts.get("draft_s", 0.0),
                 "sched_s": parts.get("sched_s", 0.0), "start_s": self.clock_s, "work": work}
 

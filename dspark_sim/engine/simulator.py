@@ -11,8 +11,8 @@ import numpy as np
 import simpy
 
 from dspark_sim.catalog import get_gpu, get_model
-from dspark_sim.cost import get_cost_model
-from dspark_sim.engine.kv import kv_capacity_tokens
+from dspark_sim.cost import scenario_cost
+from dspark_sim.engine.kv import kv_capacity_tokens, kv_request_tokens
 from dspark_sim.engine.replica import Replica
 from dspark_sim.engine.router import make_router
 from dspark_sim.metrics.collector import Collector
@@ -33,6 +33,8 @@ class SimContext:
     kv_capacity_tokens: int
     collector: Collector
     sps: object = None
+    kv_request_tokens: int = 0  # KV tokens every running request holds besides its length
+    max_context: int = 0  # the model's context: longer requests are rejected (0: no bound)
     skip_ahead: bool = True  # advance steady decode steps in stretches (engine/stretch.py)
     next_arrival_s: float = math.inf  # when the next request arrives (the stretches stop there)
 
@@ -61,7 +63,7 @@ def build_context(scenario: Scenario, collector: Collector) -> SimContext:
     dep = scenario.deployment
     model = get_model(scenario.model, file=scenario.file)
     gpu = get_gpu(scenario.gpu, file=scenario.file)
-    cost = get_cost_model(scenario.gpu, scenario.model, dep.tp, file=scenario.file)
+    cost = scenario_cost(scenario)
     spec = scenario.speculation
     acceptance = None
     if spec.method != "none":
@@ -71,7 +73,8 @@ def build_context(scenario: Scenario, collector: Collector) -> SimContext:
 
             acceptance = acceptance.with_sts(load_sts_temperatures(spec.sts, file=scenario.file))
     kv = kv_capacity_tokens(model, gpu, dep, file=scenario.file)
-    ctx = SimContext(scenario, cost, acceptance, kv, collector)
+    ctx = SimContext(scenario, cost, acceptance, kv, collector, kv_request_tokens=kv_request_tokens(model, dep),
+                     max_context=model.max_context)
     if spec.method == "dspark":
         ctx.sps = scheduler_sps(scenario, cost)
     return ctx

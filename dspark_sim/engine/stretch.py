@@ -133,7 +133,7 @@ def _finish(rep, steps: int, taken: int, decode, kv, verify, budget, block_size:
     the next arrival: (times, taken, step_s, parts, kv_peak, context, max_context), or None
     where not one step is left."""
     context = kv.sum(axis=1)
-    kv_needed = context + verify
+    kv_needed = context + verify + decode * rep.kv_per_request  # as a step plans it (replica.py)
     crowded = (kv_needed[:taken] > rep.kv_capacity) & (decode[:taken] > 1)  # a lone request stays
     if crowded.any():
         taken = int(crowded.argmax())

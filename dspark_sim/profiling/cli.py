@@ -4,7 +4,9 @@
     dspark-profile fit --raw-dir DIR [--gpu h200] [--out-dir profiles] [--img-dir DIR] [--docs FILE]
 
 ``fit`` turns every ``raw_<model>.json`` of ``--raw-dir`` into ``<out-dir>/<gpu>/<model>.json``
-with its SGLang tables, projects it to the other shipped GPUs, plots it against its points
+(two slices ``raw_<model>.slice<N>.json`` scaled to the whole model first; a model timed
+both ways writes the scaling's error to ``<out-dir>/<gpu>/slice_scaling.json``) with its
+SGLang tables, projects it to the other shipped GPUs, plots it against its points
 (``--img-dir``, default ``<out-dir>/plots``) and prints the held-out error table (into the
 markers of ``--docs`` when given). ``--synthetic`` is a dry run on roofline data with noise,
 into a scratch directory. Bad input prints one line and exits with code 2.
@@ -39,6 +41,7 @@ def fit(args) -> int:
     from dspark_sim.catalog import get_gpu
     from dspark_sim.profiling.pipeline import (fit_raws, held_out_table, measured_profiles, measured_raws,
                                                synthetic_raws, update_docs)
+    from dspark_sim.profiling.slices import write_slice_errors
 
     measured = get_gpu(args.gpu, key="--gpu")
     scratch = Path(tempfile.mkdtemp(prefix="dspark_profiles_")) if args.synthetic else None
@@ -46,12 +49,18 @@ def fit(args) -> int:
     if args.synthetic and args.out_dir is not None and (out_dir / "__init__.py").is_file():
         raise InputError(None, "--out-dir", str(out_dir), "--synthetic must not write into a shipped profiles folder")
     raw_dir = args.raw_dir or out_dir / measured.name / "raw"
-    raws = synthetic_raws(args.models, measured) if args.synthetic else measured_raws(raw_dir, args.models)
+
+    def log(line: str) -> None:
+        print(line, file=sys.stderr if line.startswith("warning:") else sys.stdout)
+
+    raws, slice_errors = ((synthetic_raws(args.models, measured), {}) if args.synthetic
+                          else measured_raws(raw_dir, args.models, log))
+    if slice_errors:
+        write_slice_errors(out_dir / measured.name / "slice_scaling.json", slice_errors, log)
     if not raws:
         print(f"no raw profiles under {raw_dir}: waiting for the profiler", file=sys.stderr)
         return 1
-    fitted = fit_raws(raws, measured, out_dir, args.img_dir or out_dir / "plots", folds=args.folds,
-                      log=lambda line: print(line, file=sys.stderr if line.startswith("warning:") else sys.stdout))
+    fitted = fit_raws(raws, measured, out_dir, args.img_dir or out_dir / "plots", folds=args.folds, log=log)
     # the table lists every measured profile in the folder, not only those fitted now
     table = held_out_table(fitted if args.synthetic else measured_profiles(out_dir))
     print(table)

@@ -27,7 +27,7 @@ import numpy as np
 from dspark_sim.catalog import GpuSpec, ModelSpec
 from dspark_sim.cost.base import DraftWork
 from dspark_sim.cost.jsonio import with_file
-from dspark_sim.cost.profile_format import DraftFit, GpuRef, Profile, TargetFit, check_grids
+from dspark_sim.cost.profile_format import DraftFit, GpuRef, HeldOut, Profile, TargetFit, check_grids
 from dspark_sim.cost.roofline import RooflineCost
 from dspark_sim.cost.shapes import ARRAY, hat_matrix, pad_tokens, pow2_array
 from dspark_sim.cost.terms import check_pad
@@ -313,3 +313,22 @@ def fit_profile(raw: dict, model: ModelSpec, gpu: GpuSpec, *, folds: int = 10, s
         held_out_method=f"{folds}-fold cross-validation over grid points (seed {seed}), both fit "
                         "stages refitted without the held-out fold",
         provenance=provenance, grids=grids)
+
+
+def held_out_levels(raw: dict, model: ModelSpec, gpu: GpuSpec, key: str = "reqs") -> HeldOut:
+    """Leave-one-level-out error of the target fit: for each level of ``key`` (request count)
+    among the verify rows, refit without every verify row at that level and predict them (at
+    the grid's edges, an extrapolation). The strict counterpart of the k-fold error."""
+    provenance = raw.get("provenance", {}) if isinstance(raw, dict) else {}
+    grids = check_grids(canonical_rows(raw))
+    pad = {**_pad_of(provenance), **_splits_of(provenance, model)}
+    rows = target_rows(grids)
+    verify = rows.section == "verify"
+    level = rows.cols[key]
+    errors = []
+    for value in np.unique(level[verify]):
+        test = np.flatnonzero(verify & (level == value))
+        train = np.setdiff1d(np.arange(rows.step_s.size), test)
+        pred = TargetModel(fit_target(rows.take(train), model, gpu, pad)).predict(rows.take(test))
+        errors.append(np.abs(pred / rows.step_s[test] - 1.0))
+    return summarize_errors(np.concatenate(errors) if errors else np.zeros(0))

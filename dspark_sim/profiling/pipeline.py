@@ -1,14 +1,19 @@
 """Raw profile -> fitted profile: fit, SGLang tables, projections to other GPUs, error table.
 
-For each raw file the profiler wrote (``raw_<model>.json``): fit ``<out>/<gpu>/<model>.json``
-(held-out error inside), write SGLang's ``<model>.sps.json`` and ``<model>.sps_additive.json``
-beside it, project to the other shipped GPUs (``<out>/<gpu>/<model>.json`` and tables,
-never over a measured profile) and plot measured against fitted step time. ``dspark-profile
-fit`` runs it (:mod:`.cli`); docs/profiles.md holds the held-out error table it prints.
+For each raw file the profiler wrote (``raw_<model>.json``; a model timed as two layer
+slices, ``raw_<model>.slice<N>.json``, is first scaled to its whole layer count by
+:mod:`.slices`, and where the whole model was timed too the scaling's error is measured
+instead): fit ``<out>/<gpu>/<model>.json`` (held-out error inside; for an MoE model also
+the leave-one-level-out error and the communication assumptions), write SGLang's
+``<model>.sps.json`` and ``<model>.sps_additive.json`` beside it, project to the other
+shipped GPUs (``<out>/<gpu>/<model>.json`` and tables, never over a measured profile) and
+plot measured against fitted step time. ``dspark-profile fit`` runs it (:mod:`.cli`);
+docs/profiles.md holds the held-out error table it prints.
 """
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from dspark_sim.catalog import get_gpu, get_model
@@ -18,7 +23,8 @@ from dspark_sim.cost.profile_format import Profile
 from dspark_sim.cost.roofline import RooflineCost
 from dspark_sim.cost.sps import sps_from_cost_model
 from dspark_sim.errors import InputError
-from dspark_sim.profiling.fit import fit_profile
+from dspark_sim.profiling.fit import fit_profile, held_out_levels
+from dspark_sim.profiling.slices import slice_model, whole_from_slices
 from dspark_sim.profiling.synthetic import synthetic_raw
 
 SHIPPED_GPUS = ("h200", "b300", "b200", "h100")
@@ -60,7 +66,7 @@ def fit_raws(raws: list[tuple[str, dict, Path | None]], measured, out_dir: Path,
         seen = str(raw.get("provenance", {}).get("gpu", measured.name)).lower()
         if measured.name not in seen.replace(" ", ""):
             log(f"warning: {file} was measured on {seen!r}, filed under {measured.name}")
-        profile = fit_profile(raw, model, measured, folds=folds, file=file)
+        profile = moe_notes(fit_profile(raw, model, measured, folds=folds, file=file), raw, model, measured)
         written = write_profile(profile, out_dir)
         for other in SHIPPED_GPUS:
             if other != measured.name:
@@ -77,9 +83,27 @@ def fit_raws(raws: list[tuple[str, dict, Path | None]], measured, out_dir: Path,
     return fitted
 
 
+def moe_notes(profile: Profile, raw: dict, model, gpu) -> Profile:
+    """For an MoE model: the leave-one-level-out error (request levels) beside the k-fold one,
+    the communication assumptions its multi-GPU use adds, and the slices it was scaled from."""
+    if not model.is_moe:
+        return profile
+    from dspark_sim.cost.comm import describe
+
+    held = {**profile.held_out, "verify_levels": held_out_levels(raw, model, gpu)}
+    prov = {**profile.provenance, "communication_when_tp_gt_1": describe()}
+    source = profile.source
+    scaled = raw.get("provenance", {}).get("scaled_from_slices")
+    if scaled:
+        source += f"; the whole model scaled by layer count from {scaled[0]}- and {scaled[1]}-layer slices"
+    return replace(profile, held_out=held, provenance=prov, source=source,
+                   held_out_method=profile.held_out_method + "; verify_levels: each request count left out "
+                   "whole and predicted by a fit without it")
+
+
 def held_out_table(profiles: list[Profile]) -> str:
     """Markdown table of held-out median / p90 relative error per section."""
-    sections = ["verify", "prefill", "draft_block", "draft_chain", "step", "all"]
+    sections = ["verify", "verify_levels", "prefill", "draft_block", "draft_chain", "step", "all"]
     lines = ["| model | gpu | " + " | ".join(f"{s} median / p90" for s in sections) + " | points |",
              "|---|---|" + "---|" * (len(sections) + 1)]
     for p in profiles:
@@ -108,19 +132,26 @@ def update_docs(doc: Path, table: str, command: str) -> None:
                    encoding="utf-8")
 
 
-def measured_raws(raw_dir: Path, models=None) -> list[tuple[str, dict, Path]]:
-    """(model, raw JSON, path) of every ``raw_<model>.json`` in ``raw_dir`` (only ``models`` if given)."""
-    out = []
+def measured_raws(raw_dir: Path, models=None, log=print) -> tuple[list[tuple[str, dict, Path]], dict]:
+    """(model, raw JSON, path) of every ``raw_<model>.json`` in ``raw_dir`` (only ``models`` if
+    given), a model timed only as slices scaled to its whole (:mod:`.slices`); and the
+    slice-scaling error of each model timed both whole and as slices."""
+    out, slices = [], {}
     for path in sorted(raw_dir.glob("raw_*.json")):
-        name = path.stem.removeprefix("raw_")
+        sliced = slice_model(path)
+        name = sliced or path.stem.removeprefix("raw_")
         if models and name not in models:
             continue
         raw = read_json(path)
         if isinstance(raw, dict) and isinstance(raw.get("provenance"), dict) \
                 and raw["provenance"].get("synthetic"):
             raise InputError(path, "provenance.synthetic", True, "synthetic data; only measured raw files may be fitted")
-        out.append((name, raw, path))
-    return out
+        if sliced:
+            slices.setdefault(name, []).append((raw, path))
+        else:
+            out.append((name, raw, path))
+    scaled, errors = whole_from_slices(slices, {name: raw for name, raw, _ in out}, log)
+    return out + scaled, errors
 
 
 def synthetic_raws(models, gpu) -> list[tuple[str, dict, Path | None]]:

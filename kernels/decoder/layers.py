@@ -12,6 +12,7 @@ from torch import nn
 
 from dspark_sim.kernels.decoder.attention import Attn, attention
 from dspark_sim.kernels.decoder.fused import add_rms_norm, norm_rope_, silu_mul
+from dspark_sim.kernels.decoder.moe import fused_moe, route_softmax
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, impl: str = "torch") -> torch.Tensor:
@@ -80,11 +81,9 @@ class Mlp(nn.Module):
 
 
 class Moe(nn.Module):
-    """Qwen3-MoE block: softmax router, top-k experts, renormalised weights.
-
-    Eager only: the per-expert token split has data-dependent shapes, so MoE
-    targets run without CUDA graphs.
-    """
+    """Qwen3-MoE block: softmax router, top-k experts, renormalised weights, run by the fused
+    kernels of :mod:`.moe` (CUDA-graph safe); ``impl="torch"`` runs the per-expert loop
+    reference (eager only)."""
 
     def __init__(self, spec, dtype):
         super().__init__()
@@ -95,24 +94,8 @@ class Moe(nn.Module):
         self.down = nn.Parameter(torch.empty(e, h, i, dtype=dtype))
 
     def forward(self, x, impl: str = "torch"):
-        probs = F.linear(x, self.router).float().softmax(-1)
-        weight, expert = probs.topk(self.top_k, dim=-1)
-        weight = weight / weight.sum(-1, keepdim=True)
-        out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
-        flat = expert.flatten()
-        order = flat.argsort()
-        counts = torch.bincount(flat, minlength=self.router.shape[0]).tolist()
-        tokens = order // self.top_k
-        start = 0
-        for e, n in enumerate(counts):
-            if n:
-                idx = tokens[start:start + n]
-                gate, up = F.linear(x[idx], self.gate_up[e]).chunk(2, dim=-1)
-                y = F.linear(F.silu(gate) * up, self.down[e])
-                w = weight.flatten()[order[start:start + n]]
-                out.index_add_(0, idx, y.float() * w[:, None])
-            start += n
-        return out.to(x.dtype)
+        weight, ids = route_softmax(F.linear(x, self.router), self.top_k)
+        return fused_moe(x, self.gate_up, self.down, weight, ids, impl)
 
 
 class Layer(nn.Module):

@@ -25,7 +25,7 @@ def build_models(spec, conf, checkpoint=None, draft_checkpoint=None, init_std: f
     dtype = DTYPES[conf.dtype]
     feats = drafter_features(conf.method, spec)
     with torch.device(conf.device):
-        target = Target(spec, dtype)
+        target = _target(spec, conf, dtype)
         drafter = None
         if conf.method == "dspark":
             drafter = Block(spec, target, conf.block_size, conf.draft_layers, conf.markov_rank,
@@ -44,6 +44,19 @@ def build_models(spec, conf, checkpoint=None, draft_checkpoint=None, init_std: f
         else:
             init_random(drafter, init_std, conf.seed + 1)
     return target, drafter
+
+
+def _target(spec, conf, dtype):
+    """The target for ``spec``: Qwen3-style layers, or DeepSeek-V4's (random weights, no drafter)."""
+    if spec.v4 is None:
+        return Target(spec, dtype)
+    from dspark_sim.errors import InputError
+    from dspark_sim.kernels.decoder.v4 import V4Target
+
+    if conf.method != "none":
+        raise InputError(conf.source, "method", conf.method,
+                         f"{spec.name} runs without a drafter in the decoder (a cost slice): use method none")
+    return V4Target(spec, dtype, conf.max_running_requests + 1, conf.max_model_len + conf.window + 1)
 
 
 def kv_capacity_tokens(spec, conf, draft_layers: int) -> int:

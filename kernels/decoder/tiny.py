@@ -23,6 +23,20 @@ def tiny_spec(vocab: int = 32, layers: int = 2, moe: bool = False) -> ModelSpec:
                      qk_norm=True, **extra)
 
 
+def tiny_v4_spec(vocab: int = 32, ratios: tuple[int, ...] = (0, 4, 128)) -> ModelSpec:
+    """A DeepSeek-V4-shaped model small enough for the Triton interpreter: a window of 8,
+    top-4 indexer, every kind of layer (window only, CSA, HCA)."""
+    from dspark_sim.catalog.v4 import CompressedAttention
+
+    attn = CompressedAttention(num_heads=16, head_dim=32, rope_head_dim=16, q_lora_rank=32, o_lora_rank=16,
+                               o_groups=4, sliding_window=8, compress_ratios=ratios, index_heads=16,
+                               index_head_dim=16, index_topk=4, hc_mult=4, hc_sinkhorn_iters=3)
+    return ModelSpec(name="tiny-v4", hf_id="", num_layers=len(ratios), hidden_size=64, num_heads=16,
+                     num_kv_heads=1, head_dim=32, intermediate_size=16, vocab_size=vocab, tie_embeddings=False,
+                     num_experts=8, experts_per_token=2, moe_intermediate_size=16, num_shared_experts=1,
+                     rope_theta=10000.0, v4=attn)
+
+
 @torch.no_grad()
 def make_agreeable(decoder, residual_scale: float = 0.05) -> None:
     """Make ``decoder``'s drafter agree with its target most of the time."""

@@ -2,7 +2,7 @@
 
     dspark-profile --gpu h200 --model qwen3-8b --out DIR \\
         [--part verify,draft,chain,prefill,step,kernels,mixed,sched,spread | all] [--max-seconds S] \\
-        [--resume RAW.json [--replace prefill,...] [--add step,...]] [--eager-steps]
+        [--resume RAW.json [--replace prefill,...] [--add step,...]] [--eager-steps] [--layers N]
 
 Writes ``DIR/raw_<model>.json``: a provenance block and the timed points
 ``verify: [{reqs, tokens, context, step_s}]``, ``draft: [{kind, reqs, gamma,
@@ -17,7 +17,11 @@ reqs, step_s, steps}]`` (the serving loop's host time between steps, ``reqs``
 requests running: bursts served by the real loop) and ``spread: [{reqs, tokens,
 mean, sigma, context, max_context, step_s, uniform_s}]`` (verify steps over
 lognormal contexts as served traffic holds them, and the same step at their mean;
-the fit reads both as verify rows). Random bf16
+the fit reads both as verify rows). ``--layers N`` times a slice of the model's first N
+layers (DeepSeek-V4: its compressed layers, CSA and HCA alternating) and writes
+``raw_<model>.slice<N>.json`` (``provenance.slice_layers``, ``provenance.layer_ratios``);
+``dspark-profile fit`` scales two slices to the whole model by layer count.
+A DeepSeek-V4 target runs without a drafter: its parts are verify and prefill. Random bf16
 weights; the grid is cut to ``--max-seconds`` (coarse points first), and points
 that do not fit in memory are skipped; both are listed under
 ``provenance.skipped``. ``--resume`` keeps the points of an earlier raw file
@@ -57,7 +61,10 @@ def parse_args(argv=None):
     p.add_argument("--device", default="cuda")
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--kv-tokens", type=int, default=0, help="KV capacity (0: fit free memory)")
+    p.add_argument("--layers", type=int, default=0, help="time a slice of this many layers (0: all)")
     args = p.parse_args(argv)
+    if args.layers < 0:
+        p.error("--layers must be >= 0")
     args.parts = PARTS if args.part == "all" else tuple(x for x in args.part.split(",") if x)
     args.replace = tuple(x for x in args.replace.split(",") if x)
     args.add = tuple(x for x in args.add.split(",") if x)
@@ -77,22 +84,35 @@ def parse_args(argv=None):
 
 def build(args):
     """The decoder the points run on: DSpark block drafter, gamma 8 (the largest timed)."""
-    from dspark_sim.catalog import get_model
     from dspark_sim.kernels.decoder import Decoder, DecoderConfig
     from dspark_sim.kernels.profiler.grid import CACHED, CHUNKS
 
+    spec = model_spec(args)
+    method = "none" if spec.v4 is not None else "dspark"  # V4 runs without a drafter here
+    conf = DecoderConfig(method=method, block_size=8, scheduler="full", max_running_requests=256,
+                         max_batched_tokens=max(CHUNKS), max_model_len=max(CACHED) + max(CHUNKS) + 64,
+                         kv_tokens=args.kv_tokens, dtype=args.dtype, device=args.device)
+    dec = Decoder(spec, conf)
+    dec.randomize_cache()
+    return dec
+
+
+def model_spec(args):
+    """The catalog model of ``--model``, cut to ``--layers`` layers when given."""
+    from dspark_sim.catalog import get_model
     from dspark_sim.errors import InputError
 
     try:
         spec = get_model(args.model)
     except InputError as err:  # named as the command-line flag it came from
         raise InputError("dspark-profile", "--model", args.model, err.why) from None
-    conf = DecoderConfig(method="dspark", block_size=8, scheduler="full", max_running_requests=256,
-                         max_batched_tokens=max(CHUNKS), max_model_len=max(CACHED) + max(CHUNKS) + 64,
-                         kv_tokens=args.kv_tokens, dtype=args.dtype, device=args.device)
-    dec = Decoder(spec, conf)
-    dec.randomize_cache()
-    return dec
+    if args.layers and args.layers > spec.num_layers:
+        raise InputError("dspark-profile", "--layers", args.layers, f"{spec.name} has {spec.num_layers} layers")
+    drafterless = ("draft", "chain", "step", "sched")
+    if spec.v4 is not None and any(p in drafterless for p in args.parts):
+        raise InputError("dspark-profile", "--part", ",".join(args.parts),
+                         f"{spec.name} runs without a drafter: its parts are verify, prefill, kernels, mixed, spread")
+    return spec.sliced(args.layers) if args.layers else spec
 
 
 def plan(stepper, part: str, eager: bool):
@@ -109,7 +129,8 @@ def plan(stepper, part: str, eager: bool):
         return ([(r, k) for k in grid.CHAIN_KS for r in grid.REQS], stepper.chain, ("reqs", "gamma"),
                 {"kind": "chain", "context": DRAFT_CONTEXT})
     if part == "prefill":
-        return ([(kind, c, k) for k in grid.CACHED for c in grid.CHUNKS for kind in grid.STEP_KINDS],
+        kinds = grid.STEP_KINDS if stepper.dec.drafter is not None else ("none",)
+        return ([(kind, c, k) for k in grid.CACHED for c in grid.CHUNKS for kind in kinds],
                 stepper.prefill_kind, ("kind", "chunk", "context"), {})
     if part == "mixed":
         return grid.mixed_points(), stepper.verify_mixed, ("reqs", "tokens", "short_context", "max_context"), {}
@@ -161,6 +182,12 @@ def profile(args) -> int:
     prov = {**provenance(), "gpu_label": args.gpu, "model": args.model, "dtype": args.dtype,
             "weights": "random", "sm_clocks_before": sm_clocks()}
     dec = build(args)
+    if args.layers:
+        spec = dec.spec
+        prov.update(slice_layers=spec.num_layers,
+                    layer_ratios=list(spec.v4.compress_ratios) if spec.v4 is not None else None)
+    if dec.spec.v4 is not None:  # V4's sparse attention streams a request's keys in one program
+        prov["attn_max_splits"] = 1
     print(f"profiling {args.model} on {args.gpu}: parts {','.join(args.parts)}", flush=True)
     stepper = Stepper(dec, reps=args.reps)
     total = sum(SHARE[p] for p in args.parts)
@@ -190,19 +217,21 @@ def profile(args) -> int:
                 "(one CUDA graph, token count padded to pad_limits/pad_steps tiers, requests to "
                 "request_tiers); draft block = DSpark backbone (5 layers) + Markov loop + "
                 "confidence head (one CUDA graph); draft chain = one layer run k times (one CUDA "
-                "graph); prefill = eager chunk forward per drafter kind (none, chain, block; rows "
-                "without kind: block), the chunk ending its prompt (first token sampled), wall "
-                "time with host, median of >= 5 synchronised calls after 3 warm-ups, GC off; step = whole Decoder.decode as "
-                "served (temperature 1, synthetic acceptance), wall time per step; kernels = one launch "
+                "graph); prefill = chunk forward per drafter kind (none, chain, block; rows "
+                "without kind: block) as served (a CUDA graph up to 512 tokens, eager above), the chunk "
+                "ending its prompt (first token sampled), wall time with host, median of >= 5 "
+                "synchronised calls after 3 warm-ups, GC off; step = whole decode steps as served "
+                "(step n+1 launched before step n's tokens are read; temperature 1, synthetic "
+                "acceptance), time between step ends; kernels = one launch "
                 "of schedule_verify (production) or accept, median of replays, inputs rotating; mixed = "
                 "verify steps (as verify) over requests of short_context tokens and one of max_context; "
-                "sched = the serving loop's gaps between decode steps (serve, GC frozen) with reqs "
-                "requests running, median of 12 after 3; spread = verify steps over lognormal "
+                "sched = the GPU's idle time between decode steps in the serving loop (serve, GC frozen, "
+                "steps overlapped) with reqs requests running, median of 12 after 3; spread = verify steps over lognormal "
                 "contexts (mean, sigma; context the mean drawn) and uniform_s the same at the mean")
     if old:
         prov["merged_from"] = [old.get("provenance", {})]
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    path = Path(args.out) / f"raw_{args.model}.json"
+    path = Path(args.out) / (f"raw_{args.model}.slice{args.layers}.json" if args.layers else f"raw_{args.model}.json")
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps({"provenance": prov, **out}, indent=1))
     tmp.replace(path)

@@ -1,0 +1,102 @@
+"""How one replica spreads a model over its GPUs: tensor, expert and data-parallel attention.
+
+``tp`` GPUs serve one replica (SGLang ``--tp``). Attention runs tensor-parallel
+(heads split over the GPUs) or, with ``dp_attention`` (SGLang
+``--enable-dp-attention``, vLLM ``--data-parallel-size`` with expert parallelism),
+data-parallel: every GPU holds the whole attention and its own share of the
+requests and their KV cache. The MoE layers split their experts over ``ep`` GPUs
+(expert parallel, ``--ep``) and each expert's width over ``tp / ep`` (MoE tensor
+parallel). Weight and KV bytes per GPU follow:
+
+* TP attention keeps ``max(1, tp / kv_heads)`` copies of each KV head (an MLA latent or
+  DeepSeek-V4's single KV head: one copy per GPU); DP attention keeps one;
+* TP attention splits the attention weights ``tp`` ways, DP attention copies them;
+* experts, dense MLPs and the vocabulary-parallel LM head split ``tp`` ways either way.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dspark_sim.catalog import FORMATS, GpuSpec, ModelSpec, WeightFormat
+from dspark_sim.errors import InputError
+
+
+@dataclass(frozen=True, slots=True)
+class Parallel:
+    """GPUs of one replica and how the model is split over them."""
+
+    tp: int = 1
+    ep: int = 1
+    dp_attention: bool = False
+
+    def __post_init__(self) -> None:
+        for key in ("tp", "ep"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"Parallel.{key} must be an integer >= 1, got {value!r}")
+
+    @property
+    def attn_tp(self) -> int:
+        """GPUs one request's attention is split over."""
+        return 1 if self.dp_attention else self.tp
+
+    def kv_copies(self, model: ModelSpec) -> int:
+        """GPUs holding a copy of each KV byte (1 under DP attention)."""
+        heads = 1 if model.is_mla or model.v4 is not None else model.num_kv_heads
+        return max(1, self.attn_tp // heads)
+
+    def weight_bytes_per_gpu(self, model: ModelSpec, fmt: WeightFormat, experts: float | None = None) -> float:
+        """Weight bytes one GPU holds (``experts`` None) or reads with ``experts`` routed
+        experts a layer touched across the replica."""
+        expert, linear, head, other = _parts(model, experts)
+        attn = model.attn_matmul_params()
+        embed = 0 if model.tie_embeddings else model.vocab_size * model.hidden_size  # vocabulary-parallel
+        split = expert * fmt.expert_bytes + (linear - attn) * fmt.linear_bytes + (head + embed) * fmt.embed_bytes
+        return split / self.tp + attn * fmt.linear_bytes / self.attn_tp + (other - embed) * fmt.other_bytes
+
+    def check(self, model: ModelSpec, gpu: GpuSpec, *, file=None, key: str = "deployment") -> None:
+        """Raise an InputError naming the key when ``model`` cannot be split this way on ``gpu``."""
+        def fail(name: str, value, why: str):
+            raise InputError(file, f"{key}.{name}", value, why)
+        if self.tp > gpu.gpus_per_node:
+            fail("tp", self.tp, f"spans more than one {gpu.name} node ({gpu.gpus_per_node} GPUs on NVLink): "
+                 "the communication model covers one NVLink domain")
+        if model.num_heads % self.attn_tp:
+            fail("tp", self.tp, f"{model.name} has {model.num_heads} attention heads, not divisible by {self.tp}")
+        heads = model.num_kv_heads
+        if not (model.is_mla or model.v4 is not None) and self.attn_tp % heads and heads % self.attn_tp:
+            fail("tp", self.tp, f"neither divides nor is divided by {model.name}'s {heads} KV heads")
+        if self.dp_attention and self.tp == 1:
+            fail("dp_attention", True, "needs tp > 1: it spreads requests over the replica's GPUs")
+        if self.ep > 1 and not model.is_moe:
+            fail("ep", self.ep, f"{model.name} has no experts to spread")
+        if self.tp % self.ep:
+            fail("ep", self.ep, f"must divide tp={self.tp} (the MoE layers' experts and widths share the GPUs)")
+        if model.is_moe and model.num_experts % self.ep:
+            fail("ep", self.ep, f"{model.name}'s {model.num_experts} experts do not split {self.ep} ways")
+        if model.is_moe and model.moe_intermediate_size % (self.tp // self.ep):
+            fail("tp", self.tp, f"{model.name}'s expert width {model.moe_intermediate_size} does not split "
+                 f"{self.tp // self.ep} ways (tp / ep)")
+
+
+def shard_factors(model: ModelSpec, par: Parallel, served: WeightFormat, kv_dtype_bytes: float = 2.0,
+                  measured: WeightFormat = FORMATS["bf16"]) -> dict[str, float]:
+    """What one GPU of the replica does, relative to the one GPU a profile measured the whole
+    model on (in ``measured`` weights, bf16 KV): ``weights`` (bytes held), ``kv`` (KV bytes read:
+    copies over GPUs, at ``kv_dtype_bytes``), ``compute`` (FLOPs, at the FP8 rate for an FP8
+    format, taken as twice bf16) and ``memory`` (other memory-bound work: split ``tp`` ways)."""
+    weights = par.weight_bytes_per_gpu(model, served) / model.weight_bytes_as(measured)
+    speed = 2.0 if served.compute == "fp8" and measured.compute == "bf16" else 1.0
+    return {"weights": weights, "kv": par.kv_copies(model) / par.tp * kv_dtype_bytes / 2.0,
+            "compute": 1.0 / (par.tp * speed), "memory": 1.0 / par.tp}
+
+
+def _parts(model: ModelSpec, experts: float | None):
+    if experts is None:
+        return model.params_by_part()
+    expert_all, linear, head, other = model.params_by_part(0)
+    routed = model.num_moe_layers * experts * 3 * model.hidden_size * model.moe_intermediate_size
+    return expert_all + routed, linear, head, other
+
+
+__all__ = ["Parallel", "shard_factors"]

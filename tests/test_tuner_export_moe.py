@@ -1,0 +1,40 @@
+"""Engine exports of an expert-parallel, DP-attention DeepSeek-V4 deployment: the layout's
+flags and the checkpoint with V4's DSpark drafter bundled."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import yaml
+from conftest import EXAMPLES
+
+from dspark_sim.scenario import load_scenario
+from dspark_sim.tuner import engines
+
+
+def export(s, fmt, tmp_path):
+    name = getattr(engines, fmt)(s, tmp_path, ["test"], tmp_path)
+    return yaml.safe_load((tmp_path / name).read_text()), (tmp_path / name).read_text()
+
+
+def test_v4_layout_in_every_engine(tmp_path):
+    s = load_scenario(EXAMPLES / "v4_flash_b300.yaml")
+    flags, text = export(s, "sglang", tmp_path)
+    assert flags["model-path"] == "deepseek-ai/DeepSeek-V4-Flash-DSpark" and "bundled" in text
+    assert (flags["tp-size"], flags["ep-size"], flags["attn-dp-size"]) == (8, 8, 8)
+    assert flags["kv-cache-dtype"] == "fp8_e4m3" and flags["speculative-dspark-block-size"] == 5
+    args, _ = export(s, "vllm", tmp_path)
+    assert (args["tensor-parallel-size"], args["data-parallel-size"], args["enable-expert-parallel"]) == (1, 8, True)
+    assert args["kv-cache-dtype"] == "fp8"
+    opts, _ = export(s, "trtllm", tmp_path)
+    assert (opts["moe_expert_parallel_size"], opts["enable_attention_dp"]) == (8, True)
+    assert opts["kv_cache_config"] == {"dtype": "fp8"}
+
+
+def test_plain_tp_adds_no_layout_flags(tmp_path):
+    s = load_scenario(EXAMPLES / "v4_flash_b300.yaml")
+    s = replace(s, deployment=replace(s.deployment, ep=1, dp_attention=False, kv_cache_dtype="bf16"),
+                speculation=replace(s.speculation, method="static", drafter="mtp"))
+    flags, text = export(s, "sglang", tmp_path)
+    assert not {"ep-size", "attn-dp-size", "kv-cache-dtype"} & set(flags)
+    assert flags["model-path"] == "deepseek-ai/DeepSeek-V4-Flash"  # MTP: the plain checkpoint
+    assert "--speculative-draft-model-path" in text
