@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import resource
@@ -115,6 +116,16 @@ def child(path: str, exact: bool) -> None:
                       "peak_mib": peak_mib}))
 
 
+def sliced(case: Case, requests: int) -> Case | None:
+    """``case`` cut to its first ``requests`` requests (None where it is not synthetic)."""
+    synthetic = (case.scenario or {}).get("workload", {}).get("synthetic")
+    if synthetic is None:
+        return None
+    workload = case.scenario["workload"] | {"synthetic": synthetic | {"num_requests": requests}}
+    return Case(case.name, f"{case.label.split(' (')[0]} first {requests:,} req, {case.label.split(', ')[-1]}",
+                case.scenario | {"workload": workload}, math.inf)
+
+
 def run_case(case: Case, tmp: Path, env: dict, exact: bool) -> dict:
     """Time ``case`` in a fresh process with ``env`` (PYTHONPATH picks the code)."""
     if case.scenario is None:
@@ -164,6 +175,8 @@ def load() -> float:
 
 
 def verdict(case: Case, r: dict) -> str:
+    if math.isinf(case.target_s):
+        return "slice"
     memory_ok = case.target_mib is None or r["peak_mib"] <= case.target_mib
     ok = r["wall_s"] <= case.target_s and memory_ok
     if case.scenario is None:  # the tuner: every trial within the target (it stops searching there)
@@ -199,6 +212,9 @@ def main() -> None:
     p.add_argument("--against", metavar="REV",
                    help="also time step-by-step mode ('exact') or the code of this git revision, interleaved")
     p.add_argument("--exact", action="store_true", help="time step-by-step mode (no skip-ahead)")
+    p.add_argument("--requests", type=int, metavar="N",
+                   help="only the first N requests of each synthetic case (a slice: no pass or fail, for the "
+                        "speed-up on a loaded machine)")
     p.add_argument("--repeat", type=int, default=1, help="runs per case (and per revision); the fastest counts")
     p.add_argument("--json", help="also write the rows here")
     p.add_argument("--markdown", help="also write the table, machine, load and command into this Markdown file")
@@ -210,6 +226,9 @@ def main() -> None:
     unknown = [n for n in names if n not in CASES]
     if unknown:
         p.error(f"unknown case {unknown[0]!r}; expected one of {', '.join(GROUPS)}, {', '.join(CASES)}")
+    cases = [CASES[n] if args.requests is None else sliced(CASES[n], args.requests) for n in names]
+    if None in cases:
+        p.error(f"--requests slices synthetic cases only, not {names[cases.index(None)]!r}")
     mode = "step-by-step (--exact)" if args.exact else "skip-ahead"
     other = "exact" if args.against == "exact" else "REV"
     lines = [f"machine: {_cpu_name()}, {os.cpu_count()} cores, python {platform.python_version()}; "
@@ -227,8 +246,7 @@ def main() -> None:
             old_env = base_env
         elif args.against:
             old_env = base_env | {"PYTHONPATH": str(code_of(args.against, tmp))}
-        for name in names:
-            case = CASES[name]
+        for name, case in zip(names, cases):
             before = load()
             new, old = [], []
             for _ in range(args.repeat):
@@ -238,7 +256,7 @@ def main() -> None:
             r = min(new, key=lambda x: x["wall_s"]) | {"case": name, "label": case.label,
                                                        "target_s": case.target_s, "target_mib": case.target_mib,
                                                        "load_before": before, "load_after": load()}
-            target = f"{case.target_s:g}s" + (f"/{case.target_mib:g}M" if case.target_mib else "")
+            target = "-" if math.isinf(case.target_s) else f"{case.target_s:g}s" + (f"/{case.target_mib:g}M" if case.target_mib else "")
             line = (f"{case.label:<46}{target:>9}{r['wall_s']:>9.2f}{r['cpu_s']:>8.2f}"
                     f"{r['steps'] if r['steps'] is not None else str(r['completed']) + ' tr':>9}"
                     f"{r['output_tokens'] / r['wall_s'] if r['output_tokens'] else 0:>11,.0f}"
@@ -262,6 +280,9 @@ def main() -> None:
             "same conditions (the two give the same run: steps, requests and tokens are checked equal)."
             if args.against == "exact" else f" The speed-up is the CPU seconds of revision {args.against} over "
             "this code's, both run interleaved in the same conditions.")
+        if args.requests is not None:
+            against += (f" Each case is cut to its first {args.requests:,} requests: a slice, timed for the "
+                        "speed-up; the targets are for whole cases.")
         text = (f"Made by `{command.strip()}` at commit {_commit()} on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. "
                 f"Measured, one run each (fastest of {args.repeat}). Targets: wall seconds on one core (peak MiB "
                 f"where given; the tuner: two workers, and every one of its {TUNE_TRIALS} trials done). `load` is "
