@@ -122,7 +122,8 @@ def sliced(case: Case, requests: int) -> Case | None:
     if synthetic is None:
         return None
     workload = case.scenario["workload"] | {"synthetic": synthetic | {"num_requests": requests}}
-    return Case(case.name, f"{case.label.split(' (')[0]} first {requests:,} req, {case.label.split(', ')[-1]}",
+    what, method = case.label.rsplit(", ", 1)
+    return Case(case.name, f"{what.split(' (')[0].removesuffix(' 100k req')}, first {requests:,} req, {method}",
                 case.scenario | {"workload": workload}, math.inf)
 
 
