@@ -40,6 +40,28 @@ class EngineCost:
         parts["eager_s"] = eager
         return parts
 
+    def breakdown_array(self, works) -> dict:
+        """:meth:`breakdown` of N steps (the skip-ahead path): the GPU's arrays plus the engine's."""
+        import numpy as np
+
+        parts = self.gpu.breakdown_array(works)
+        t = self.terms
+        dec = np.asarray(works.decode_reqs, dtype=float)
+        running = np.asarray(works.running_reqs, dtype=float) if np.any(works.running_reqs) \
+            else dec + np.asarray(works.prefill_reqs, dtype=float)
+        size = len(works)
+        has = np.broadcast_to(np.asarray(works.batch_tokens) > 0, (size,))
+        engine = np.where(has, t.step_host_s + t.step_host_s_per_req * np.broadcast_to(running, (size,)), 0.0)
+        eager = np.zeros(size)
+        limit = self.graph_max_tokens
+        if limit is not None and t.eager_step_s:
+            wide = has & (np.broadcast_to(np.asarray(works.prefill_reqs), (size,)) == 0) \
+                & (np.broadcast_to(np.asarray(works.verify_tokens), (size,)) > limit)
+            eager = np.where(wide, np.maximum(0.0, t.eager_step_s - sum(parts.values())), 0.0)
+        parts["engine_s"] = engine
+        parts["eager_s"] = eager
+        return parts
+
     def step_s(self, work: StepWork) -> float:
         """Seconds of one step: the GPU's plus the engine's."""
         return sum(self.breakdown(work).values())
