@@ -18,7 +18,7 @@ from dspark_sim.cost.parallel import Parallel
 from dspark_sim.errors import InputError
 from dspark_sim.names import DOMAINS
 from dspark_sim.slo import Slo
-from dspark_sim.speculation.config import ScheduleRule, Speculation
+from dspark_sim.speculation.config import ScheduleRule, Speculation, file_path
 from dspark_sim.workload import FORMATS, SyntheticConfig
 
 ROUTERS = ("round_robin", "least_outstanding")
@@ -119,6 +119,7 @@ class Deployment:
     dp_attention: bool = False  # attention data-parallel over the tp GPUs (each its own requests)
     kv_cache_dtype: str = "bf16"  # or "fp8"
     routing_skew: float = 0.0  # Zipf exponent of expert popularity; 0 = uniform routing
+    comm_curves: Path | None = None  # measured collectives (dspark-profile comm) pricing the communication
 
     def __post_init__(self) -> None:
         check_int(self.replicas, "replicas", 1, 4096)
@@ -150,10 +151,11 @@ class Deployment:
         return Parallel(self.tp, self.ep, self.dp_attention)
 
     @classmethod
-    def from_dict(cls, raw, *, file=None, key: str = "deployment") -> Deployment:
-        """Build from a scenario's ``deployment:`` mapping."""
+    def from_dict(cls, raw, *, file=None, key: str = "deployment", base: Path | None = None) -> Deployment:
+        """Build from a scenario's ``deployment:`` mapping (``comm_curves`` resolves against ``base``)."""
         s = Section(raw, file, key)
-        kwargs = {name: s.raw(name) for name in cls.__dataclass_fields__}
+        kwargs = {name: s.raw(name) for name in cls.__dataclass_fields__ if name != "comm_curves"}
+        kwargs["comm_curves"] = file_path(s, "comm_curves", base or Path.cwd())
         s.done()
         return build(cls, {k: v for k, v in kwargs.items() if v is not None}, file, key)
 
@@ -200,7 +202,7 @@ class Scenario:
             if not isinstance(value, str):
                 raise InputError(file, key, value, "expected a string")
         kwargs = dict(name=name, workload=workload, model=model.lower(), gpu=gpu.lower(),
-                      deployment=Deployment.from_dict(top.raw("deployment"), file=file),
+                      deployment=Deployment.from_dict(top.raw("deployment"), file=file, base=base),
                       speculation=Speculation.from_dict(top.raw("speculation"), file=file, base=base),
                       slo=Slo.from_dict(top.raw("slo"), file=file), seed=top.raw("seed", 0), file=file)
         top.done()
