@@ -88,3 +88,17 @@ def test_a_killed_rank_ends_the_run_with_one_line():
     killer.join()
     assert err.value.rank == 1 and "killed by signal 9" in str(err.value) and "\n" not in str(err.value)
     assert time.monotonic() - t0 < LIMIT_S
+
+
+def test_cli_rejects_a_tp_the_scenario_does_not_say_before_starting_a_rank(capsys):
+    from pathlib import Path
+
+    from dspark_sim.kernels.decoder.cli import main
+
+    case = Path(__file__).resolve().parents[1] / "profiles/h200/validation/cases_tp2/syn-light__none.yaml"
+    t0 = time.monotonic()
+    assert main(["--config", str(case), "--tp", "4", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "deployment.tp" in err and "--tp 2" in err
+    assert main(["--config", str(case), "--device", "cpu"]) == 2  # --tp 1 against tp: 2
+    assert multiprocessing.active_children() == [] and time.monotonic() - t0 < 30
