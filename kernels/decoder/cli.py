@@ -87,6 +87,8 @@ def run(args) -> int:
     kind = "cuda" if args.device.startswith("cuda") else "cpu"
     ctx = context_from_env(kind, args.moe_comm)
     if ctx is not None:  # torchrun started this process as one rank
+        if ctx.world != args.tp:
+            raise InputError("torchrun", "--nproc-per-node", ctx.world, f"must equal --tp {args.tp}")
         return serve_rank(ctx, args)
     _launch(args)  # bad input ends here, before any process starts
     try:

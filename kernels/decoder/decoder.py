@@ -56,7 +56,7 @@ class Decoder:
                 if model is not None:
                     model.spec = self.spec
         self.logit_buffers = self._logit_buffers()  # before the KV cache takes the free memory
-        self.cache, self.draft_cache, self.pages, self.rope = build_caches(self.spec, conf, self.drafter)
+        self.cache, self.draft_cache, self.pages, self.rope = build_caches(self.spec, conf, self.drafter, shard)
         self.rows = RowState(conf.max_running_requests, self.device)
         self.num_sms = (torch.cuda.get_device_properties(self.device).multi_processor_count
                         if self.device.type == "cuda" else 132)

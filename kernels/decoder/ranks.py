@@ -197,7 +197,8 @@ def _apply(decoder, op: str, seq, args, mirrors) -> None:
     if op == "attach":
         decoder.admit(seq)
     elif op == "reserve":
-        decoder.pages.reserve(seq, *args)
+        if not decoder.pages.reserve(seq, *args):
+            raise RuntimeError(f"rank {dist.get_rank()} ran out of KV pages where rank 0 did not")
     elif op == "truncate":
         decoder.pages.truncate(seq, *args)
     elif op == "release":

@@ -74,10 +74,21 @@ class Shard:
                        group=self.group)
         return x
 
+    def smallest(self, n: int) -> int:
+        """The smallest ``n`` any rank holds (sizes every rank must agree on)."""
+        t = torch.tensor([n], dtype=torch.int64, device=_device_of(self.group))
+        dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self.group)
+        return int(t)
+
     def span(self, n: int) -> slice:
         """This rank's share of ``n`` items (``n`` divisible by the world)."""
         k = n // self.world
         return slice(self.rank * k, (self.rank + 1) * k)
+
+
+def _device_of(group) -> str:
+    """Where tensors of ``group``'s collectives live: the GPU under NCCL, else the CPU."""
+    return f"cuda:{torch.cuda.current_device()}" if dist.get_backend(group) == "nccl" else "cpu"
 
 
 def check_split(spec, world: int, source=None) -> None:
