@@ -77,7 +77,7 @@ def test_a_killed_rank_ends_the_run_with_one_line():
             kids = multiprocessing.active_children()
             if len(kids) == 2:
                 time.sleep(6.0)  # past start-up: both ranks serving
-                sorted(kids, key=lambda p: p.name)[1].kill()
+                sorted(kids, key=lambda p: int(p.name.rsplit("-", 1)[1]))[1].kill()  # started second: rank 1
                 return
             time.sleep(0.05)
     killer = threading.Thread(target=kill_rank_1, daemon=True)

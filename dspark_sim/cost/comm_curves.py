@@ -68,6 +68,7 @@ class CommCurve:
         return s[i - 1] + w * (s[i] - s[i - 1])
 
     def to_json_dict(self) -> dict:
+        """``{bytes, seconds}`` as the file holds them."""
         return {"bytes": list(self.bytes), "seconds": list(self.seconds)}
 
 
@@ -99,6 +100,7 @@ class CommCurves:
         return f"{self.source} ({self.gpu}, tp {self.tp}, {self.measured_date})"
 
     def to_json_dict(self) -> dict:
+        """The file's JSON object."""
         return {"format_version": FORMAT_VERSION, "gpu": self.gpu, "tp": self.tp, "source": self.source,
                 "measured_date": self.measured_date, "provenance": self.provenance,
                 "curves": {op: c.to_json_dict() for op, c in self.curves.items()}}
@@ -175,6 +177,7 @@ class MeasuredComm:
         self.source = f"communication: {curves.label}"
 
     def seconds(self, tokens: float) -> float:
+        """Communication seconds of a step over ``tokens`` tokens of the replica."""
         if tokens <= 0:
             return 0.0
         m, par, c = self.model, self.par, self.curves.curves
@@ -182,7 +185,9 @@ class MeasuredComm:
         if not par.dp_attention:
             return 2 * m.num_layers * c["all_reduce"].seconds_at(act)
         a2a_layers = m.num_moe_layers if par.ep == par.tp else 0
-        gather = (m.num_layers - a2a_layers) * 2 * c["all_reduce"].seconds_at(act / 2) if m.num_layers > a2a_layers else 0.0
+        # gather and scatter on the other layers: two all-reduces of half the bytes each
+        gathered = m.num_layers - a2a_layers
+        gather = gathered * 2 * c["all_reduce"].seconds_at(act / 2) if gathered else 0.0
         if not a2a_layers:
             return gather
         pairs = tokens / par.tp * remote_destinations(m.experts_per_token, par.ep) * m.hidden_size

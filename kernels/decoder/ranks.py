@@ -122,6 +122,7 @@ class Leader:
         _send({"ops": ops, **msg}, self.group)
 
     def launch(self, decode: list, prefill: list):
+        """Broadcast the step and the host changes before it, then launch it here."""
         keys = [self._key(s)[0] for s in decode], [(self._key(s)[0], int(n)) for s, n in prefill]
         self._broadcast(launch=keys, step=self._steps)
         pending = self.decoder.launch(decode, prefill)
@@ -130,6 +131,7 @@ class Leader:
         return pending
 
     def finish(self, pending):
+        """Tell the followers to finish the step too, then finish it here."""
         self._broadcast(finish=pending.tp_step)
         self._muted += 1
         try:
@@ -138,6 +140,7 @@ class Leader:
             self._muted -= 1
 
     def fake_requests(self, count: int, context: int, rng, temperature: float = 1.0, domain: int = 0):
+        """Timing requests marked cached (:meth:`Decoder.fake_requests`), mirrored on every rank."""
         seqs = self.decoder.fake_requests(count, context, rng, temperature, domain)
         for s in seqs or ():
             self.log("cached", s, s.num_cached)
@@ -146,6 +149,7 @@ class Leader:
         return seqs
 
     def warmup(self) -> dict:
+        """Every rank warms up the same shapes in the same order."""
         self._broadcast(warmup=True)
         self._muted += 1
         try:
@@ -154,9 +158,11 @@ class Leader:
             self._muted -= 1
 
     def decode(self, seqs: list):
+        """One decode step over ``seqs``, waited for."""
         return self.finish(self.launch(seqs, []))
 
     def prefill(self, work: list):
+        """Prompt chunks ``work``, waited for."""
         return self.finish(self.launch([], work))
 
     def stop(self) -> None:

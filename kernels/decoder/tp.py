@@ -49,6 +49,7 @@ class RankContext:
 
     @property
     def leader(self) -> bool:
+        """Rank 0: runs the scheduler and writes the outputs."""
         return self.rank == 0
 
 

@@ -124,6 +124,7 @@ def steps_job(ctx, spec, kinds: tuple, reqs: tuple, context: int, steps: int, ov
 
 
 def parse(argv, what: str) -> argparse.Namespace:
+    """The arguments of ``dspark-profile comm`` or ``steps`` (``what``)."""
     p = argparse.ArgumentParser(prog=f"dspark-profile {what}")
     p.add_argument("--gpu", required=True, help="GPU name recorded in the file (e.g. h200)")
     p.add_argument("--tp", type=int, required=True, help="ranks (GPUs), one process each")
@@ -201,8 +202,9 @@ def _provenance(args, t0: float) -> dict:
     from dspark_sim.kernels.profiler.provenance import provenance
 
     nccl = ".".join(map(str, torch.cuda.nccl.version())) if args.device == "cuda" else None
-    return {**provenance(), "gpu_label": args.gpu, "tp": args.tp, "backend": "nccl" if args.device == "cuda" else "gloo",
-            "nccl": nccl, "elapsed_s": round(time.perf_counter() - t0, 1)}
+    backend = "nccl" if args.device == "cuda" else "gloo"
+    return {**provenance(), "gpu_label": args.gpu, "tp": args.tp, "backend": backend, "nccl": nccl,
+            "elapsed_s": round(time.perf_counter() - t0, 1)}
 
 
 __all__ = ["comm_sizes", "comm_job", "steps_job", "comm_main", "steps_main"]
