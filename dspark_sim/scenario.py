@@ -19,7 +19,7 @@ from dspark_sim.engines import Engine
 from dspark_sim.errors import InputError
 from dspark_sim.names import DOMAINS
 from dspark_sim.slo import Slo
-from dspark_sim.speculation.config import ScheduleRule, Speculation
+from dspark_sim.speculation.config import ScheduleRule, Speculation, file_path
 from dspark_sim.workload import FORMATS, SyntheticConfig
 
 ROUTERS = ("round_robin", "least_outstanding")
@@ -120,6 +120,7 @@ class Deployment:
     dp_attention: bool = False  # attention data-parallel over the tp GPUs (each its own requests)
     kv_cache_dtype: str = "bf16"  # or "fp8"
     routing_skew: float = 0.0  # Zipf exponent of expert popularity; 0 = uniform routing
+    comm_curves: Path | None = None  # measured collectives (dspark-profile comm) pricing the communication
 
     def __post_init__(self) -> None:
         check_int(self.replicas, "replicas", 1, 4096)
@@ -151,11 +152,13 @@ class Deployment:
         return Parallel(self.tp, self.ep, self.dp_attention)
 
     @classmethod
-    def from_dict(cls, raw, *, file=None, key: str = "deployment", defaults: dict | None = None) -> Deployment:
+    def from_dict(cls, raw, *, file=None, key: str = "deployment", defaults: dict | None = None,
+                  base: Path | None = None) -> Deployment:
         """Build from a scenario's ``deployment:`` mapping; ``defaults`` (the engine's) fill the keys
-        it does not give."""
+        it does not give (``comm_curves`` resolves against ``base``)."""
         s = Section(raw, file, key)
-        kwargs = {name: s.raw(name) for name in cls.__dataclass_fields__}
+        kwargs = {name: s.raw(name) for name in cls.__dataclass_fields__ if name != "comm_curves"}
+        kwargs["comm_curves"] = file_path(s, "comm_curves", base or Path.cwd())
         s.done()
         given = {k: v for k, v in kwargs.items() if v is not None}
         return build(cls, {**(defaults or {}), **given}, file, key)
@@ -207,7 +210,7 @@ class Scenario:
                 raise InputError(file, key, value, "expected a string")
         engine = Engine.from_dict(top.raw("engine"), file=file, base=base)
         kwargs = dict(name=name, workload=workload, model=model.lower(), gpu=gpu.lower(), engine=engine,
-                      deployment=_deployment(top.raw("deployment"), engine, gpu, model, file),
+                      deployment=_deployment(top.raw("deployment"), engine, gpu, model, file, base),
                       speculation=Speculation.from_dict(top.raw("speculation"), file=file, base=base),
                       slo=Slo.from_dict(top.raw("slo"), file=file), seed=top.raw("seed", 0),
                       exact=top.raw("exact", False), file=file)
@@ -215,15 +218,15 @@ class Scenario:
         return build(cls, kwargs, file, None)
 
 
-def _deployment(raw, engine: Engine, gpu: str, model: str, file) -> Deployment:
+def _deployment(raw, engine: Engine, gpu: str, model: str, file, base) -> Deployment:
     """The ``deployment:`` mapping with the engine's defaults for the keys it leaves out."""
     if engine.is_decoder:
-        return Deployment.from_dict(raw, file=file)
+        return Deployment.from_dict(raw, file=file, base=base)
     tp = raw.get("tp", 1) if isinstance(raw, dict) else 1
     tp = tp if isinstance(tp, int) and not isinstance(tp, bool) and tp >= 1 else 1
     defaults = engine.deployment_defaults(get_gpu(gpu, file=file, key="gpu"), tp,
                                           get_model(model, file=file, key="model"))
-    return Deployment.from_dict(raw, file=file, defaults=defaults)
+    return Deployment.from_dict(raw, file=file, defaults=defaults, base=base)
 
 
 def load_scenario(path: str | Path) -> Scenario:

@@ -98,3 +98,19 @@ def test_step_replay_prices_each_served_step_and_the_gap_before_it(tmp_path):
     with open(run / "steps.csv", "w", newline="") as f:  # an older run: no work columns
         csv.writer(f).writerows([cols[:10]] + [r[:10] for r in rows])
     assert step_replay(run, dspark, cost) is None
+
+
+def test_the_shipped_tp2_cases_are_remade_exactly_and_the_decoder_reads_them_at_tp_2(tmp_path):
+    """``benchmarks/fidelity.py cases --model qwen3-32b --tp 2 --traces syn-light syn-mid`` wrote them."""
+    pytest.importorskip("torch")
+    from dspark_sim.kernels.decoder.launch import load_launch
+
+    shipped = VALIDATION / "cases_tp2"
+    paths = cases.make_cases(tmp_path, Path(__file__).resolve().parents[1] / "examples" / "traces"
+                             / "azure_llm_2023_code.csv", model="qwen3-32b", tp=2, traces=("syn-light", "syn-mid"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in shipped.iterdir())
+    for p in tmp_path.iterdir():
+        assert p.read_bytes() == (shipped / p.name).read_bytes(), p.name
+    for p in paths:
+        launch = load_launch(p, "qwen3-32b", 2, device="cpu")
+        assert launch.scenario.deployment.tp == 2

@@ -144,7 +144,7 @@ class Speculation:
                       schedule=tuple(ScheduleRule.from_dict(r, file=file, key=f"{s.path('schedule')}[{i}]")
                                      for i, r in enumerate(schedule)),
                       graph_tiers=tuple(tiers) if isinstance(tiers, list) else tiers,
-                      sps_table=_path(s, "sps_table", base), sts=_path(s, "sts", base),
+                      sps_table=file_path(s, "sps_table", base), sts=file_path(s, "sts", base),
                       drafter_checkpoint=absolute_checkpoint(s.raw("drafter_checkpoint"), base))
         s.done()
         return build(cls, kwargs, file, key)
@@ -160,7 +160,8 @@ def _block_size(s: Section, default: int) -> int:
     return size if size is not None else alias if alias is not None else default
 
 
-def _path(s: Section, name: str, base: Path) -> Path | None:
+def file_path(s: Section, name: str, base: Path) -> Path | None:
+    """The existing file a section key names, resolved against ``base`` (None when the key is absent)."""
     value = s.raw(name)
     if value is None:
         return None

@@ -83,21 +83,28 @@ def synthetic(count: int, rate: float, seed: int, prompt_mean: int = 768):
     return a, p, o
 
 
-def make_cases(cases_dir: Path, azure_trace: Path) -> list[Path]:
+def make_cases(cases_dir: Path, azure_trace: Path, *, model: str = MODEL, tp: int = 1,
+               traces: tuple[str, ...] | None = None) -> list[Path]:
     """Write traces, scenarios and the SPS table into ``cases_dir``; returns the scenario paths.
 
-    ``azure_trace`` is the shipped Azure code trace the Azure cases slice."""
+    ``azure_trace`` is the shipped Azure code trace the Azure cases slice; ``model`` and ``tp``
+    (``deployment.tp``, one process per GPU in the decoder) name the deployment, ``traces`` a
+    subset of :data:`TRACES`."""
     cases_dir.mkdir(parents=True, exist_ok=True)
     paths = []
-    for name, (source, count, load, *batching) in TRACES.items():
+    for name in traces or TRACES:
+        if name not in TRACES:
+            raise InputError(None, "traces", name, f"expected some of {list(TRACES)}")
+        source, count, load, *batching = TRACES[name]
         a, p, o = azure_slice(azure_trace, load[0], count, load[1]) if source == "azure" \
             else synthetic(count, *load)
-        deployment = {**DEPLOYMENT, "batching": batching[0] if batching else DEPLOYMENT["batching"]}
+        deployment = {**DEPLOYMENT, "batching": batching[0] if batching else DEPLOYMENT["batching"],
+                      **({"tp": tp} if tp > 1 else {})}
         if int((p + o).max()) > MAX_MODEL_LEN - 16:
             raise InputError(None, "TRACES", name, f"a request exceeds max_model_len {MAX_MODEL_LEN}")
         write_trace(cases_dir / f"{name}.csv", a, p, o)
         for method, spec in CASE_METHODS.items():
-            scenario = {"name": f"{name}__{method}", "model": MODEL, "gpu": GPU,
+            scenario = {"name": f"{name}__{method}", "model": model, "gpu": GPU,
                         "workload": {"trace": f"{name}.csv", "format": "azure", "domain": DOMAIN[source]},
                         "deployment": deployment, "speculation": spec, "seed": 0}
             path = cases_dir / f"{name}__{method}.yaml"
@@ -107,10 +114,11 @@ def make_cases(cases_dir: Path, azure_trace: Path) -> list[Path]:
     # (the simulator imported here: serving the cases on a GPU needs only the names above)
     from dspark_sim.engine.simulator import scheduler_table
 
-    probe = Scenario.from_dict({"model": MODEL, "gpu": GPU, "workload": {"trace": "syn-sat.csv"},
-                                "deployment": DEPLOYMENT,
+    first = next(iter(traces or TRACES))  # the probe reads no rows; any written trace names it
+    probe = Scenario.from_dict({"model": model, "gpu": GPU, "workload": {"trace": f"{first}.csv"},
+                                "deployment": {**DEPLOYMENT, "tp": tp},
                                 "speculation": {k: v for k, v in CASE_METHODS["dspark"].items()
                                                 if k != "sps_table"}}, file=cases_dir / "_probe.yaml")
-    table = scheduler_table(probe, get_cost_model(get_gpu(GPU).name, MODEL, warn=False))
+    table = scheduler_table(probe, get_cost_model(get_gpu(GPU).name, model, tp, warn=False))
     table.save(cases_dir / "sps_dspark.json")
     return paths

@@ -27,8 +27,9 @@ class Launch:
     sps: object = None  # dspark_sim.cost.sps.SpsTable
 
 
-def load_launch(path, model: str | None = None, **overrides) -> Launch:
-    """Read the scenario at ``path`` for the decoder; ``model`` (``--model``) must match its model.
+def load_launch(path, model: str | None = None, tp: int = 1, **overrides) -> Launch:
+    """Read the scenario at ``path`` for the decoder; ``model`` (``--model``) must match its model,
+    ``tp`` (``--tp``) its ``deployment.tp``.
 
     ``overrides`` are :class:`DecoderConfig` fields set by the command line.
     """
@@ -38,7 +39,7 @@ def load_launch(path, model: str | None = None, **overrides) -> Launch:
     if model and model.lower() != scenario.model:
         raise InputError(scenario.file, "model", scenario.model,
                          f"config was tuned for {scenario.model}, not --model {model}")
-    conf = decoder_config(scenario, **overrides)
+    conf = decoder_config(scenario, tp, **overrides)
     spec = scenario.speculation
     sps = load_sps_table(spec.sps_table) if spec.sps_table is not None else None
     if conf.method == "dspark" and conf.scheduler != "full" and sps is None:
@@ -62,8 +63,9 @@ def check_draft_checkpoint(directory, conf: DecoderConfig) -> None:
                              f"the drafter checkpoint was trained with block_size {cfg['block_size']}")
 
 
-def build_decoder(spec, launch: Launch, checkpoint=None, draft_checkpoint=None):
-    """The :class:`~dspark_sim.kernels.decoder.decoder.Decoder` of ``launch`` for the model ``spec``."""
+def build_decoder(spec, launch: Launch, checkpoint=None, draft_checkpoint=None, shard=None):
+    """The :class:`~dspark_sim.kernels.decoder.decoder.Decoder` of ``launch`` for the model ``spec``
+    (``shard``: this rank's slice under tensor parallelism)."""
     from dspark_sim.kernels.decoder.decoder import Decoder
     from dspark_sim.kernels.sps_tensors import sps_tensors
 
@@ -71,7 +73,7 @@ def build_decoder(spec, launch: Launch, checkpoint=None, draft_checkpoint=None):
         raise InputError(None, "--max-model-len", launch.conf.max_model_len, "must be >= 64")
     sps = sps_tensors(launch.sps) if launch.sps is not None else None
     return Decoder(spec, launch.conf, sps=sps, checkpoint=checkpoint, draft_checkpoint=draft_checkpoint,
-                   acceptance=launch.scenario.speculation.acceptance)
+                   acceptance=launch.scenario.speculation.acceptance, shard=shard)
 
 
 def trace_sequences(launch: Launch, vocab_size: int, *, trace=None, max_requests: int | None = None,
