@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from dspark_sim.catalog import get_gpu, get_model
 from dspark_sim.config import load_yaml
 from dspark_sim.scenario import Scenario
 from dspark_sim.tuner.space import tier_ladder
@@ -30,6 +31,10 @@ def load_base(path: str | Path, *, gpu: str | None = None, model: str | None = N
 
     Validated on the way (bad input raises :class:`dspark_sim.errors.InputError`).
     """
+    if gpu is not None:
+        get_gpu(gpu, key="--gpu")  # a flag's error names the flag, not the scenario it overrides
+    if model is not None:
+        get_model(model, key="--model")
     path = Path(path).resolve()
     raw = load_yaml(path)
     Scenario.from_dict(raw, file=path)  # the file itself must be valid before anything is changed
