@@ -1,6 +1,7 @@
 """Wire a scenario into a simpy run: workload -> router -> replicas -> collector."""
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -9,11 +10,16 @@ import numpy as np
 import simpy
 
 from dspark_sim.catalog import get_gpu, get_model
+from dspark_sim.config import located
 from dspark_sim.cost import scenario_cost
+from dspark_sim.engine.admission import Admission
 from dspark_sim.engine.kv import kv_capacity_tokens, kv_request_tokens
 from dspark_sim.engine.replica import Replica
 from dspark_sim.engine.router import make_router
+from dspark_sim.errors import InputError
+from dspark_sim.limits import MAX_RUN_TOKENS
 from dspark_sim.metrics.collector import Collector
+from dspark_sim.metrics.invariants import check_run
 from dspark_sim.names import DOMAINS
 from dspark_sim.scenario import Scenario
 from dspark_sim.speculation.policy import make_policy
@@ -30,7 +36,7 @@ class SimContext:
     collector: Collector
     sps: object = None
     kv_request_tokens: int = 0  # KV tokens every running request holds besides its length
-    max_context: int = 0  # the model's context: longer requests are rejected (0: no bound)
+    admission: Admission | None = None  # which requests a replica serves; the others are rejected
 
     def make_policy(self):
         spec = self.scenario.speculation
@@ -48,6 +54,7 @@ class RunResult:
     kv_capacity_tokens: int
     kv_peak_tokens: int
     num_preemptions: int
+    longest_request_tokens: int | None = None  # prompt + output a replica serves at most
 
 
 def build_context(scenario: Scenario, collector: Collector) -> SimContext:
@@ -67,8 +74,9 @@ def build_context(scenario: Scenario, collector: Collector) -> SimContext:
 
             acceptance = acceptance.with_sts(load_sts_temperatures(spec.sts, file=scenario.file))
     kv = kv_capacity_tokens(model, gpu, dep, file=scenario.file)
-    ctx = SimContext(scenario, cost, acceptance, kv, collector, kv_request_tokens=kv_request_tokens(model, dep),
-                     max_context=model.max_context)
+    per_request = kv_request_tokens(model, dep)
+    ctx = SimContext(scenario, cost, acceptance, kv, collector, kv_request_tokens=per_request,
+                     admission=Admission.of(model.max_context, kv, per_request, spec))
     if spec.method == "dspark":
         ctx.sps = scheduler_sps(scenario, cost)
     return ctx
@@ -96,25 +104,77 @@ def simulate(scenario: Scenario, out_dir: Path | None = None, progress=None) -> 
     from dspark_sim.workload import read_trace, synthetic_requests
 
     collector = Collector(out_dir)
-    ctx = build_context(scenario, collector)
-    seeds = np.random.SeedSequence(scenario.seed).spawn(scenario.deployment.replicas + 1)
-    env = simpy.Environment()
-    replicas = [Replica(env, i, ctx, np.random.default_rng(s)) for i, s in enumerate(seeds[1:])]
-    router = make_router(scenario.deployment.router, replicas)
-    wl = scenario.workload
-    if wl.trace is not None:
-        chunks = read_trace(wl.trace, fmt=wl.format, time_scale=wl.time_scale, max_requests=wl.max_requests)
-    else:
-        chunks = synthetic_requests(wl.synthetic, scenario.seed)
-    counter = {"arrived": 0}
-    env.process(_arrivals(env, chunks, ctx, router, np.random.default_rng(seeds[0]), counter, progress))
     try:
-        env.run()
+        ctx = build_context(scenario, collector)
+        check_work_bound(scenario, ctx.admission)
+        seeds = np.random.SeedSequence(scenario.seed).spawn(scenario.deployment.replicas + 1)
+        env = simpy.Environment()
+        replicas = [Replica(env, i, ctx, np.random.default_rng(s)) for i, s in enumerate(seeds[1:])]
+        router = make_router(scenario.deployment.router, replicas)
+        wl = scenario.workload
+        if wl.trace is not None:
+            chunks = read_trace(wl.trace, fmt=wl.format, time_scale=wl.time_scale, max_requests=wl.max_requests)
+        else:
+            chunks = synthetic_requests(wl.synthetic, scenario.seed)
+        counter = {"arrived": 0}
+        env.process(_arrivals(env, chunks, ctx, router, np.random.default_rng(seeds[0]), counter, progress))
+        with located(scenario.file, None):  # the workload's own errors name the scenario file
+            env.run()
     finally:
         collector.close()
-    return RunResult(scenario, collector, counter["arrived"], env.now,
-                     ctx.kv_capacity_tokens, max(r.kv_peak for r in replicas),
-                     int(collector.requests["num_preemptions"].sum()))
+    result = RunResult(scenario, collector, counter["arrived"], env.now, ctx.kv_capacity_tokens,
+                       max(r.kv_peak for r in replicas), int(collector.requests["num_preemptions"].sum()),
+                       ctx.admission.longest_tokens)
+    check_run(result)
+    report_rejections(result, ctx.admission)
+    return result
+
+
+class AllRejected(InputError):
+    """Every request of a run was rejected: nothing can run. ``reasons``: the reasons given."""
+
+    def __init__(self, file, value, why: str, reasons: tuple[str, ...]):
+        super().__init__(file, "workload", value, why)
+        self.reasons = reasons
+
+
+def report_rejections(result: RunResult, admission: Admission) -> None:
+    """One warning line with the count of rejected requests and why; AllRejected when none ran."""
+    col = result.collector
+    if not col.rejected:
+        return
+    model = result.scenario.model
+    why = "; ".join(f"{n} {admission.explain(reason, model)}" for reason, n in sorted(col.rejected_by.items()))
+    if col.rejected == result.num_arrived:
+        raise AllRejected(result.scenario.file, f"{col.rejected} request(s)",
+                          f"every request is rejected, as vLLM and SGLang would refuse them ({why}): nothing "
+                          "to simulate", tuple(sorted(col.rejected_by)))
+    warnings.warn(f"{col.rejected} of {result.num_arrived} requests rejected, as vLLM and SGLang would refuse "
+                  f"them ({why}); counted as rejected in summary.json and requests.csv", RejectedWarning)
+
+
+class RejectedWarning(UserWarning):
+    """Requests of a run were rejected on arrival (counted in the run's outputs)."""
+
+
+def check_work_bound(scenario: Scenario, admission: Admission) -> None:
+    """Refuse, before it starts, a run whose work bound (requests x the longest request a replica
+    serves) exceeds limits.MAX_RUN_TOKENS; under it, no run can outgrow its bound."""
+    from dspark_sim.workload import count_requests
+
+    wl = scenario.workload
+    longest = max(admission.longest_tokens, 0)
+    if wl.synthetic is not None:
+        n = wl.synthetic.num_requests
+    elif wl.max_requests is not None and wl.max_requests * longest <= MAX_RUN_TOKENS:
+        return  # no need to count the trace's rows
+    else:
+        n = min(count_requests(wl.trace, wl.format), wl.max_requests or MAX_RUN_TOKENS)
+    if n * longest > MAX_RUN_TOKENS:
+        raise InputError(scenario.file, "workload", f"{n} requests",
+                         f"{n} requests of up to {longest} tokens each (the longest request a replica serves) "
+                         f"bound the run at {n * longest:.3g} tokens, above the {MAX_RUN_TOKENS:.3g} a run may "
+                         "simulate: split the workload")
 
 
 def _arrivals(env: simpy.Environment, chunks: Iterator, ctx: SimContext, router, rng, counter, progress):
@@ -136,7 +196,9 @@ def _arrivals(env: simpy.Environment, chunks: Iterator, ctx: SimContext, router,
             delay = arrival[i] - env.now
             if delay > 0:
                 yield env.timeout(delay)
-            router.route({"rid": rid, "arrival_s": arrival[i], "prompt_tokens": prompt[i],
+            # the clock may land an ulp short of the arrival time: a request is never seen
+            # before it arrives (no negative queue delay)
+            router.route({"rid": rid, "arrival_s": min(arrival[i], env.now), "prompt_tokens": prompt[i],
                           "output_tokens": output[i], "domain": dom[i], "difficulty": diff[i],
                           "prefill_len": prompt[i], "prefilled": 0, "generated": 0, "kv_base": 0,
                           "first_scheduled_s": -1.0, "first_token_s": -1.0, "last_token_s": -1.0,

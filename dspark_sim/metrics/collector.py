@@ -6,7 +6,6 @@ columns the summary needs stay in compact numpy arrays.
 """
 from __future__ import annotations
 
-import warnings
 from array import array
 from pathlib import Path
 
@@ -69,16 +68,22 @@ class Collector:
                                  "num_preemptions": np.int64, "num_steps": np.int64})
         self.steps = Columns({"start_s": "d", "step_s": "d", "running": "i", "decode_reqs": "i",
                               "verify_tokens": "i", "prefill_tokens": "i", "budget_k": "i", "emitted": "i",
-                              "draft_s": "d", "sched_s": "d"})
+                              "draft_s": "d", "sched_s": "d", "kv_tokens": "q"})
         self.gaps = Growing({"gap_s": np.float64, "count": np.int64})
         self.rejected = 0
+        self.rejected_by: dict[str, int] = {}  # reason (engine/admission.py) -> requests
         self.record = RecordWriter(out_dir) if out_dir is not None else None
 
     # -- events ---------------------------------------------------------------
-    def on_reject(self, request: dict, why: str) -> None:
+    def on_reject(self, request: dict, reason: str) -> None:
+        """A request refused on arrival: counted by reason, and a row with nan times in the record."""
         self.rejected += 1
-        if self.rejected == 1:
-            warnings.warn(f"request {request['rid']} rejected: {why} (further rejections counted)")
+        self.rejected_by[reason] = self.rejected_by.get(reason, 0) + 1
+        if self.record is not None:
+            nan = float("nan")
+            self.record.requests([(request["rid"], request["arrival_s"], request["prompt_tokens"],
+                                   request["output_tokens"], DOMAINS[request["domain"]], nan, nan, nan, nan, nan,
+                                   nan, nan, 0, 0, 0, 0, "rejected", reason)])
 
     def on_gaps(self, gaps: np.ndarray) -> None:
         if gaps.size == 0:
@@ -97,13 +102,14 @@ class Collector:
         num_dec = step["num_dec"]
         verify = step["tokens"] - step["prefill_tokens"]
         self.steps.append(step["start_s"], step["step_s"], running, num_dec, verify, step["prefill_tokens"],
-                          step["budget"], decoded + first_tokens, step["draft_s"], step["sched_s"])
+                          step["budget"], decoded + first_tokens, step["draft_s"], step["sched_s"],
+                          step["kv_needed"])
         if self.record is not None:
             work = step["work"]
             self.record.step((self.steps.n - 1, step["start_s"], step["step_s"], running, num_dec,
                               step["prefill_tokens"], verify, step["budget"], decoded, step["draft_s"],
                               step["sched_s"], work.decode_context_tokens, work.decode_max_context,
-                              work.prefill_reqs, work.prefill_attn_tokens2, replica))
+                              work.prefill_reqs, work.prefill_attn_tokens2, replica, step["kv_needed"]))
 
     def on_finish(self, rows: dict[str, np.ndarray], now: float) -> None:
         arrival = rows["arrival_s"]
@@ -125,7 +131,7 @@ class Collector:
                 [DOMAINS[d] for d in rows["domain"].tolist()], rows["first_scheduled_s"].tolist(),
                 rows["first_token_s"].tolist(), [now] * n, queue_ms.tolist(), ttft_ms.tolist(), tpot_ms.tolist(),
                 e2el_ms.tolist(), rows["num_steps"].tolist(), rows["num_preemptions"].tolist(),
-                rows["accepted_tokens"].tolist(), rows["verified_drafts"].tolist()))
+                rows["accepted_tokens"].tolist(), rows["verified_drafts"].tolist(), ["completed"] * n, [""] * n))
 
     def close(self) -> None:
         """Finish the record's files."""
