@@ -32,6 +32,8 @@ class Sequence:
     accepted: int = 0
     verified: int = 0
     done: bool = False
+    pending: int = 0  # most tokens launched, unfinished steps may still add (decode windows, a first token)
+    pending_min: int = 0  # fewest they add (one per decode step and per first token)
 
     def __post_init__(self) -> None:
         self.tokens = list(self.tokens)  # never alias the caller's prompt
