@@ -432,3 +432,28 @@ def test_every_listed_json_key_is_still_there(tmp_path, capsys):
     assert summary["requests"] == summary["completed"] == 3 and summary["rejected"] == 0
     assert summary["rejected_reasons"] == {}
     assert os.listdir(tmp_path / "out")
+
+
+# -- the invariants can fail ---------------------------------------------------------------------------
+@pytest.mark.parametrize("tamper,what", [
+    (lambda r: r.collector.requests["ttft_ms"].__setitem__(0, -1.0), "TTFT is negative"),
+    (lambda r: r.collector.requests["e2el_ms"].__setitem__(0, float("nan")), "E2E latency"),
+    (lambda r: r.collector.requests["finish_s"].__setitem__(0, -5.0), "finished before it arrived"),
+    (lambda r: r.collector.requests["output_tokens"].__setitem__(0, 10**6), "longer than"),
+    (lambda r: r.collector.requests["accepted_tokens"].__setitem__(0, 10**6), "accepted more drafts"),
+    (lambda r: r.collector.steps.cols["kv_tokens"].__setitem__(0, 10**12), "above the capacity"),
+    (lambda r: setattr(r, "num_arrived", r.num_arrived + 1), "requests arrived"),
+])
+def test_a_broken_invariant_is_an_internal_error_not_a_number(write_scenario, tamper, what):
+    from dspark_sim.engine.simulator import simulate
+    from dspark_sim.errors import InternalError
+    from dspark_sim.metrics.invariants import check_run
+    from dspark_sim.scenario import load_scenario
+
+    result = simulate(load_scenario(write_scenario(synthetic_scenario(num_requests=3, output=5,
+                                                                      speculation={"method": "dspark"}))))
+    check_run(result)
+    tamper(result)
+    with pytest.raises(InternalError, match=what) as err:
+        check_run(result)
+    assert str(err.value).startswith("internal error: invariant broken") and "bug in dspark-sim" in str(err.value)
