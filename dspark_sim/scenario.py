@@ -171,6 +171,7 @@ class Scenario:
     speculation: Speculation = field(default_factory=Speculation)
     slo: Slo = field(default_factory=Slo)
     seed: int = 0
+    exact: bool = False  # one simulation event per engine step (no skip-ahead); the same numbers
     file: Path | None = None
 
     def __post_init__(self) -> None:
@@ -181,6 +182,7 @@ class Scenario:
             require(isinstance(getattr(self, name), cls), name, getattr(self, name), "expected a mapping")
         self.deployment.parallel.check(model, gpu, file=self.file)  # heads, experts and the node split as deployed
         check_int(self.seed, "seed", 0, MAX_SEED)
+        check_bool(self.exact, "exact")
 
     def with_seed(self, seed: int) -> Scenario:
         return replace(self, seed=seed)
@@ -203,7 +205,8 @@ class Scenario:
         kwargs = dict(name=name, workload=workload, model=model.lower(), gpu=gpu.lower(),
                       deployment=Deployment.from_dict(top.raw("deployment"), file=file),
                       speculation=Speculation.from_dict(top.raw("speculation"), file=file, base=base),
-                      slo=Slo.from_dict(top.raw("slo"), file=file), seed=top.raw("seed", 0), file=file)
+                      slo=Slo.from_dict(top.raw("slo"), file=file), seed=top.raw("seed", 0),
+                      exact=top.raw("exact", False), file=file)
         top.done()
         return build(cls, kwargs, file, None)
 

@@ -1,6 +1,8 @@
 """Wire a scenario into a simpy run: workload -> router -> replicas -> collector."""
 from __future__ import annotations
 
+import math
+import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +26,8 @@ from dspark_sim.names import DOMAINS
 from dspark_sim.scenario import Scenario
 from dspark_sim.speculation.policy import make_policy
 
+EXACT_ENV = "DSPARK_SIM_EXACT"  # set to 1: every simulation steps one event per engine step
+
 
 @dataclass
 class SimContext:
@@ -37,6 +41,8 @@ class SimContext:
     sps: object = None
     kv_request_tokens: int = 0  # KV tokens every running request holds besides its length
     admission: Admission | None = None  # which requests a replica serves; the others are rejected
+    skip_ahead: bool = True  # advance steady decode steps in stretches (engine/stretch.py)
+    next_arrival_s: float = math.inf  # when the next request arrives (the stretches stop there)
 
     def make_policy(self):
         spec = self.scenario.speculation
@@ -85,12 +91,16 @@ def build_context(scenario: Scenario, collector: Collector) -> SimContext:
 def scheduler_table(scenario: Scenario, cost):
     """The SGLang SPS table the DSpark scheduler reads: the scenario's file, or one derived
     from the cost model (additive form, the drafter's cost in alpha)."""
-    from dspark_sim.cost.sps import load_sps_table, sps_from_cost_model
+    from dspark_sim.cost.sps import default_probes, load_sps_table, sps_from_cost_model
 
     spec, dep = scenario.speculation, scenario.deployment
     if spec.sps_table is not None:
         return load_sps_table(spec.sps_table)
-    return sps_from_cost_model(cost, max_batch_tokens=dep.max_batched_tokens, additive=True,
+    # probes reach every request count the deployment admits and every verify-token count
+    # it can ask for (R requests x the full window), so neither engine nor simulator clamps
+    reqs = default_probes(dep.max_running_requests)
+    tokens = max(dep.max_batched_tokens, dep.max_running_requests * (spec.block_size + 1))
+    return sps_from_cost_model(cost, num_reqs_probes=reqs, max_batch_tokens=tokens, additive=True,
                                draft_kind=spec.draft_kind, block_size=spec.block_size)
 
 
@@ -99,16 +109,26 @@ def scheduler_sps(scenario: Scenario, cost):
     return scheduler_table(scenario, cost).steps_per_sec_array
 
 
-def simulate(scenario: Scenario, out_dir: Path | None = None, progress=None) -> RunResult:
-    """Run the scenario to completion; per-request/step CSVs go to ``out_dir`` if given."""
+def simulate(scenario: Scenario, out_dir: Path | None = None, progress=None, *,
+             exact: bool | None = None) -> RunResult:
+    """Run the scenario to completion; per-request/step CSVs go to ``out_dir`` if given.
+
+    Steady decode steps advance in stretches (:mod:`dspark_sim.engine.stretch`) unless
+    ``exact`` asks for one simulation event per engine step (default: the scenario's
+    ``exact``, or the environment variable ``DSPARK_SIM_EXACT=1``, which reaches every
+    simulation of a command and its worker processes); both give the same numbers.
+    """
     from dspark_sim.workload import read_trace, synthetic_requests
 
-    collector = Collector(out_dir)
+    env = simpy.Environment()
+    collector = Collector(out_dir, scenario.deployment.replicas, lambda: env.now)
+    if exact is None:
+        exact = scenario.exact or os.environ.get(EXACT_ENV, "") not in ("", "0")
     try:
         ctx = build_context(scenario, collector)
+        ctx.skip_ahead = not exact
         check_work_bound(scenario, ctx.admission)
         seeds = np.random.SeedSequence(scenario.seed).spawn(scenario.deployment.replicas + 1)
-        env = simpy.Environment()
         replicas = [Replica(env, i, ctx, np.random.default_rng(s)) for i, s in enumerate(seeds[1:])]
         router = make_router(scenario.deployment.router, replicas)
         wl = scenario.workload
@@ -193,6 +213,7 @@ def _arrivals(env: simpy.Environment, chunks: Iterator, ctx: SimContext, router,
         dom = domain.tolist()
         diff = difficulty.tolist()
         for i in range(n):
+            ctx.next_arrival_s = arrival[i]
             delay = arrival[i] - env.now
             if delay > 0:
                 yield env.timeout(delay)
@@ -208,3 +229,4 @@ def _arrivals(env: simpy.Environment, chunks: Iterator, ctx: SimContext, router,
         counter["arrived"] = rid
         if progress is not None:
             progress(rid, env.now)
+    ctx.next_arrival_s = math.inf
