@@ -17,6 +17,8 @@ from dspark_sim.config import (Section, build, check_bool, check_choice, check_i
 from dspark_sim.cost.parallel import Parallel
 from dspark_sim.engines import Engine
 from dspark_sim.errors import InputError
+from dspark_sim.limits import (MAX_KV_BLOCK_TOKENS, MAX_REPLICAS, MAX_REQUESTS, MAX_RUNNING_REQUESTS, MAX_SEED,
+                               MAX_TIME_SCALE, MIN_TIME_SCALE)
 from dspark_sim.names import DOMAINS
 from dspark_sim.slo import Slo
 from dspark_sim.speculation.config import ScheduleRule, Speculation, file_path
@@ -25,7 +27,6 @@ from dspark_sim.workload import FORMATS, SyntheticConfig
 ROUTERS = ("round_robin", "least_outstanding")
 BATCHING = ("mixed", "prefill_first")
 KV_DTYPES = {"bf16": 2.0, "fp8": 1.0}  # bytes of one KV-cache element
-MAX_SEED = 2**63 - 1
 
 __all__ = ["BATCHING", "KV_DTYPES", "ROUTERS", "Deployment", "ScheduleRule", "Scenario", "Slo", "Speculation",
            "Workload", "load_scenario"]
@@ -47,8 +48,8 @@ class Workload:
                 "give exactly one of workload.trace and workload.synthetic")
         require(self.trace is None or Path(self.trace).is_file(), "trace", str(self.trace), "trace file not found")
         check_choice(self.format, "format", FORMATS, optional=True)
-        check_real(self.time_scale, "time_scale", 0, strict_min=True)
-        check_int(self.max_requests, "max_requests", 1, optional=True)
+        check_real(self.time_scale, "time_scale", MIN_TIME_SCALE, MAX_TIME_SCALE)
+        check_int(self.max_requests, "max_requests", 1, MAX_REQUESTS, optional=True)
         require(self.synthetic is None or isinstance(self.synthetic, SyntheticConfig), "synthetic", self.synthetic,
                 "expected a mapping")
         require(isinstance(self.domain_mix, tuple) and len(self.domain_mix) > 0
@@ -123,14 +124,14 @@ class Deployment:
     comm_curves: Path | None = None  # measured collectives (dspark-profile comm) pricing the communication
 
     def __post_init__(self) -> None:
-        check_int(self.replicas, "replicas", 1, 4096)
+        check_int(self.replicas, "replicas", 1, MAX_REPLICAS)
         check_int(self.tp, "tp", 1, 64)
-        check_int(self.max_running_requests, "max_running_requests", 1, 1 << 16)
+        check_int(self.max_running_requests, "max_running_requests", 1, MAX_RUNNING_REQUESTS)
         check_int(self.max_batched_tokens, "max_batched_tokens", 1, 1 << 20)
         check_int(self.chunked_prefill_tokens, "chunked_prefill_tokens", 1, 1 << 20, optional=True)
         check_choice(self.router, "router", ROUTERS)
         check_real(self.gpu_memory_fraction, "gpu_memory_fraction", 0.05, 1.0)
-        check_int(self.kv_block_tokens, "kv_block_tokens", 1)
+        check_int(self.kv_block_tokens, "kv_block_tokens", 1, MAX_KV_BLOCK_TOKENS)
         check_choice(self.batching, "batching", BATCHING)
         check_int(self.ep, "ep", 1, 64)
         check_bool(self.dp_attention, "dp_attention")

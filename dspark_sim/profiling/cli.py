@@ -20,11 +20,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from dspark_sim.errors import InputError, run_reporting_errors
+from dspark_sim.errors import ArgumentParser, InputError, run_reporting_errors
 
 
 def fit_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dspark-profile fit", description=__doc__.split("\n")[0])
+    p = ArgumentParser(prog="dspark-profile fit", description=__doc__.split("\n")[0])
     p.add_argument("--gpu", default="h200", help="the GPU the raw files were measured on")
     p.add_argument("--raw-dir", type=Path, help="folder of raw_<model>.json (default: <out-dir>/<gpu>/raw)")
     p.add_argument("--out-dir", type=Path, help="profiles folder to write (default: profiles, "
@@ -90,9 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     """``fit`` fits raw profiles; anything else runs the GPU profiler."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["fit"]:
-        return run_reporting_errors(fit, fit_parser().parse_args(argv[1:]))
+        return run_reporting_errors(fit, fit_parser().parse_args(argv[1:]), program="dspark-profile fit")
     if argv[:1] in (["comm"], ["steps"]):
-        return run_reporting_errors(_ranks, argv[0], argv[1:])
+        return run_reporting_errors(_ranks, argv[0], argv[1:], program=f"dspark-profile {argv[0]}")
     from dspark_sim.kernels.profiler.__main__ import main as profile
 
     return profile(argv)

@@ -110,6 +110,16 @@ class Speculation:
         cap = self.block_size + 1
         return min(cap, self.max_verify_len) if self.max_verify_len else cap
 
+    @property
+    def max_verify_tokens(self) -> int:
+        """Most tokens one request puts into a verify step (anchor counted): 1 without
+        speculation, a schedule's largest block plus one, else :attr:`verify_cap`."""
+        if self.method == "none":
+            return 1
+        if self.method == "schedule":
+            return 1 + max((r.block_size for r in self.schedule), default=0)
+        return self.verify_cap
+
     @classmethod
     def from_dict(cls, raw, *, file=None, key: str = "speculation", base: Path | None = None) -> Speculation:
         """Build from a scenario's ``speculation:`` mapping; paths resolve against ``base``.

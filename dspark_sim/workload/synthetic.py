@@ -17,14 +17,14 @@ import numpy as np
 
 from dspark_sim.config import Section, build, is_int, is_real
 from dspark_sim.errors import InputError
+from dspark_sim.limits import (MAX_ARRIVAL_S, MAX_CV, MAX_LENGTH_SIGMA, MAX_RATE_PER_S, MAX_REQUESTS, MAX_TOKENS,
+                               MIN_RATE_PER_S)
 from dspark_sim.workload.chunk import RequestChunk, rechunk
 from dspark_sim.workload.readers import CSV_FORMATS, MOONCAKE_KEYS, read_trace
 
 LENGTH_DISTS = ("lognormal", "empirical", "constant", "uniform")
 ARRIVALS = ("poisson", "gamma", "constant")
 BLOCK_ROWS = 65536
-MAX_REQUESTS = 10**9
-_NO_CAP_TOKENS = 2**53  # largest count float64 holds exactly
 _COMMON_KEYS = ("dist", "min_tokens", "max_tokens")
 _DIST_KEYS = {"lognormal": ("mean", "sigma"), "constant": ("mean",), "uniform": (),
               "empirical": ("values", "weights", "file", "column")}
@@ -64,15 +64,15 @@ class LengthDist:
     def __post_init__(self) -> None:
         if self.dist not in LENGTH_DISTS:
             _bad("dist", self.dist, f"expected one of {', '.join(LENGTH_DISTS)}")
-        if not is_int(self.min_tokens) or self.min_tokens < 1:
-            _bad("min_tokens", self.min_tokens, "must be an integer >= 1")
+        if not is_int(self.min_tokens) or not 1 <= self.min_tokens <= MAX_TOKENS:
+            _bad("min_tokens", self.min_tokens, f"must be an integer in [1, {MAX_TOKENS}]")
         top = self.max_tokens
-        if top is not None and (not is_int(top) or top < self.min_tokens):
-            _bad("max_tokens", self.max_tokens, f"must be an integer >= min_tokens={self.min_tokens}")
-        for name in ("mean", "sigma"):
+        if top is not None and (not is_int(top) or not self.min_tokens <= top <= MAX_TOKENS):
+            _bad("max_tokens", self.max_tokens, f"must be an integer in [min_tokens={self.min_tokens}, {MAX_TOKENS}]")
+        for name, most in (("mean", MAX_TOKENS), ("sigma", MAX_LENGTH_SIGMA)):
             value = getattr(self, name)
-            if not is_real(value) or value < 0:
-                _bad(name, value, "must be a finite number >= 0")
+            if not is_real(value) or not 0 <= value <= most:
+                _bad(name, value, f"must be a finite number in [0, {most:g}]")
         getattr(self, f"_check_{self.dist}")()
 
     def _check_lognormal(self) -> None:
@@ -96,8 +96,8 @@ class LengthDist:
             if self.weights:
                 _bad("weights", list(self.weights), "weights apply to values, not to a trace file")
             return
-        if not all(is_int(v) and v >= 1 for v in self.values):
-            _bad("values", list(self.values), "expected integers >= 1")
+        if not all(is_int(v) and 1 <= v <= MAX_TOKENS for v in self.values):
+            _bad("values", list(self.values), f"expected integers in [1, {MAX_TOKENS}]")
         if self.weights and (len(self.weights) != len(self.values)
                              or not all(is_real(w) and w >= 0 for w in self.weights)
                              or sum(self.weights) <= 0):
@@ -125,7 +125,7 @@ class LengthDist:
 
     def sampler(self) -> Sampler:
         """A function ``(rng, n) -> int64 [n]`` drawing n lengths; loads a trace file now."""
-        lo, hi = self.min_tokens, self.max_tokens if self.max_tokens is not None else _NO_CAP_TOKENS
+        lo, hi = self.min_tokens, self.max_tokens if self.max_tokens is not None else MAX_TOKENS
 
         def clamp(x: np.ndarray) -> np.ndarray:
             return np.clip(np.rint(x), lo, hi).astype(np.int64)
@@ -167,12 +167,16 @@ class SyntheticConfig:
     def __post_init__(self) -> None:
         if not is_int(self.num_requests) or not 1 <= self.num_requests <= MAX_REQUESTS:
             _bad("num_requests", self.num_requests, f"must be an integer in [1, {MAX_REQUESTS:,}]")
-        if not is_real(self.rate_per_s) or self.rate_per_s <= 0:
-            _bad("rate_per_s", self.rate_per_s, "must be a finite number > 0")
+        if not is_real(self.rate_per_s) or not MIN_RATE_PER_S <= self.rate_per_s <= MAX_RATE_PER_S:
+            _bad("rate_per_s", self.rate_per_s, f"must be a number in [{MIN_RATE_PER_S:g}, {MAX_RATE_PER_S:g}]")
+        if (self.num_requests - 1) / self.rate_per_s > MAX_ARRIVAL_S / 2:
+            _bad("rate_per_s", self.rate_per_s, f"{self.num_requests} requests at this rate arrive over "
+                 f"{(self.num_requests - 1) / self.rate_per_s:.3g} s, beyond half the simulated clock's "
+                 f"{MAX_ARRIVAL_S:g} s")
         if self.arrival not in ARRIVALS:
             _bad("arrival", self.arrival, f"expected one of {', '.join(ARRIVALS)}")
-        if not is_real(self.cv) or self.cv <= 0:
-            _bad("cv", self.cv, "must be a finite number > 0")
+        if not is_real(self.cv) or not 0 < self.cv <= MAX_CV:
+            _bad("cv", self.cv, f"must be a number in (0, {MAX_CV:g}]")
         if self.arrival != "gamma" and self.cv != 1.0:
             _bad("cv", self.cv, f"cv applies only to arrival 'gamma', not {self.arrival!r}")
         for name in ("prompt_tokens", "output_tokens"):
@@ -219,6 +223,11 @@ def _blocks(cfg: SyntheticConfig, seed: int, prompt: Sampler, output: Sampler) -
         # Prepending the carried clock keeps one left-to-right running sum across blocks.
         arrival_s = np.cumsum(np.concatenate(([clock_s], gaps_s)))[1:]
         clock_s = float(arrival_s[-1])
+        if clock_s > MAX_ARRIVAL_S:  # bursty Gamma gaps can outrun the mean rate
+            late = start + int(np.argmax(arrival_s > MAX_ARRIVAL_S))
+            raise InputError(None, "workload.synthetic.rate_per_s", cfg.rate_per_s,
+                             f"request {late} arrives at {float(arrival_s[late - start]):.3g} s, beyond the "
+                             f"simulated clock's {MAX_ARRIVAL_S:g} s")
         yield RequestChunk(arrival_s, prompt(rng, n), output(rng, n))
 
 

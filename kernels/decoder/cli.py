@@ -16,11 +16,11 @@ import json
 import sys
 from pathlib import Path
 
-from dspark_sim.errors import InputError
+from dspark_sim.errors import ArgumentParser, InputError, run_reporting_errors
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="dspark-decode", description=__doc__.split("\n")[0])
+    p = ArgumentParser(prog="dspark-decode", description=__doc__.split("\n")[0])
     p.add_argument("--config", required=True, help="a scenario file, e.g. the tuner's dspark.yaml")
     p.add_argument("--model", help="model preset, e.g. qwen3-8b (default: the config's)")
     p.add_argument("--checkpoint", help="Hugging Face checkpoint directory (safetensors)")
@@ -53,13 +53,31 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+MAX_TEMPERATURE = 100.0  # sampling temperatures beyond are a uniform draw in all but name
+
+
 def main(argv=None) -> int:
-    args = parse_args(argv)
-    try:
-        return run(args)
-    except InputError as err:
-        print(f"dspark-decode: {err}", file=sys.stderr)
-        return 2
+    return run_reporting_errors(run, parse_args(argv), program="dspark-decode")
+
+
+def check_flags(args) -> None:
+    """The command line's numbers and paths, each error naming its flag, before anything loads."""
+    from dspark_sim.config import check_int, check_real
+    from dspark_sim.kernels.decoder.launch import check_device
+    from dspark_sim.limits import MAX_REQUESTS, MAX_TOKENS
+
+    check_real(args.temperature, "--temperature", 0, MAX_TEMPERATURE)
+    check_int(args.max_tokens, "--max-tokens", 1, MAX_TOKENS)
+    check_int(args.max_requests, "--max-requests", 1, MAX_REQUESTS, optional=True)
+    check_int(args.max_model_len, "--max-model-len", 64, MAX_TOKENS)
+    for flag, path, is_dir in (("--config", args.config, False), ("--trace", args.trace, False),
+                               ("--prompts", args.prompts, False), ("--checkpoint", args.checkpoint, True),
+                               ("--draft-checkpoint", args.draft_checkpoint, True)):
+        if path is not None and not (Path(path).is_dir() if is_dir else Path(path).is_file()):
+            raise InputError(None, flag, path, f"no such {'directory' if is_dir else 'file'}")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise InputError(None, "--out", args.out, "exists and is not a directory")
+    check_device(args.device)
 
 
 def _launch(args):
@@ -67,6 +85,7 @@ def _launch(args):
     from dspark_sim.catalog import get_model
     from dspark_sim.kernels.decoder.launch import check_draft_checkpoint, load_launch
 
+    check_flags(args)
     synthetic = args.synthetic == "on" or (args.synthetic == "auto" and not args.checkpoint)
     launch = load_launch(args.config, args.model, args.tp, synthetic=synthetic, device=args.device,
                          dtype=args.dtype, kernels=args.kernels, cuda_graphs=not args.no_graphs,
@@ -104,8 +123,15 @@ def serve_rank(ctx, args) -> int:
     the serving loop and writes the outputs, the others follow it (:mod:`.ranks`)."""
     from dspark_sim.kernels.decoder.engine import serve, write_csvs
     from dspark_sim.kernels.decoder.launch import build_decoder, prompt_sequences, trace_sequences
+    from dspark_sim.metrics.outdir import atomic_dir
 
     launch, spec = _launch(args)
+    if args.prompts:  # the requests are read before the model is built: bad input fails fast
+        seqs = prompt_sequences(launch, args.prompts, max_tokens=args.max_tokens, max_requests=args.max_requests,
+                                temperature=args.temperature, vocab_size=spec.vocab_size)
+    else:
+        seqs = trace_sequences(launch, spec.vocab_size, trace=args.trace, max_requests=args.max_requests,
+                               temperature=args.temperature)
     if ctx is not None:
         from dataclasses import replace
 
@@ -125,20 +151,15 @@ def serve_rank(ctx, args) -> int:
         w = decoder.warmup()
         print(f"warm-up: {w['verify_points']} verify shapes, {w['prefill_steps']} prefill shapes, "
               f"{w['graphs']} CUDA graphs", flush=True)
-    if args.prompts:
-        seqs = prompt_sequences(launch, args.prompts, max_tokens=args.max_tokens, max_requests=args.max_requests,
-                                temperature=args.temperature)
-    else:
-        seqs = trace_sequences(launch, spec.vocab_size, trace=args.trace, max_requests=args.max_requests,
-                               temperature=args.temperature)
     result = serve(decoder, seqs, realtime=args.realtime)
     if ctx is not None:
         decoder.stop()
-    write_csvs(result, args.out)
-    if args.prompts:
-        with open(Path(args.out) / "outputs.jsonl", "w") as f:
-            for s in seqs:
-                f.write(json.dumps({"request_id": s.id, "output_ids": s.outputs}) + "\n")
+    with atomic_dir(args.out) as tmp:
+        write_csvs(result, tmp)
+        if args.prompts:
+            with open(tmp / "outputs.jsonl", "w") as f:
+                for s in seqs:
+                    f.write(json.dumps({"request_id": s.id, "output_ids": s.outputs}) + "\n")
     tokens = sum(r["output_tokens"] for r in result.requests)
     span = max((r["finish_s"] for r in result.requests), default=0.0)
     print(f"{len(result.requests)} requests, {tokens} tokens in {span:.2f} s "

@@ -51,6 +51,15 @@ def load_launch(path, model: str | None = None, tp: int = 1, **overrides) -> Lau
     return Launch(scenario, conf, sps)
 
 
+def check_device(device: str) -> None:
+    """``--device``: a CUDA device only where CUDA is (checked before any model is built)."""
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise InputError(None, "--device", device, "no CUDA device on this machine")
+
+
 def check_draft_checkpoint(directory, conf: DecoderConfig) -> None:
     """A drafter checkpoint must have been trained with the scenario's block size."""
     if not directory:
@@ -99,24 +108,48 @@ def trace_sequences(launch: Launch, vocab_size: int, *, trace=None, max_requests
 
 
 def prompt_sequences(launch: Launch, path, *, max_tokens: int, max_requests: int | None = None,
-                     temperature: float = 1.0) -> list:
-    """One sequence per line of a JSONL prompt file (``{"prompt_ids": [...], "max_tokens": n}``)."""
+                     temperature: float = 1.0, vocab_size: int | None = None) -> list:
+    """One sequence per line of a JSONL prompt file (``{"prompt_ids": [...], "max_tokens": n}``);
+    token ids must lie in the vocabulary (``vocab_size``, when given)."""
     from dspark_sim.kernels.decoder.sequence import Sequence
 
     conf = launch.conf
     rng, draw = np.random.default_rng(conf.seed), _domains(launch)
     limit = conf.max_model_len - conf.window - 1
     seqs = []
-    for i, line in enumerate(Path(path).read_text().splitlines()):
+    try:
+        lines = Path(path).read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(path, None, None, f"cannot read: {type(err).__name__}") from None
+    for i, line in enumerate(lines):
         if not line.strip():
             continue
-        item = json.loads(line)
-        ids = item.get("prompt_ids")
-        if ids is None:
-            raise InputError(path, f"line {i + 1}", None, "needs prompt_ids (token ids)")
-        seqs.append(Sequence(len(seqs), list(ids)[-limit:], int(item.get("max_tokens", max_tokens)),
-                             temperature, draw(rng)))
+        ids, tokens = _prompt_line(path, i + 1, line, max_tokens, vocab_size)
+        seqs.append(Sequence(len(seqs), ids[-limit:], tokens, temperature, draw(rng)))
+    if not seqs:
+        raise InputError(path, None, None, "no prompts")
     return seqs[:max_requests] if max_requests else seqs
+
+
+def _prompt_line(path, number: int, line: str, max_tokens: int, vocab_size: int | None) -> tuple[list[int], int]:
+    """(token ids, tokens to generate) of one prompt-file line, or an InputError naming the line."""
+    from dspark_sim.config import is_int
+    from dspark_sim.limits import MAX_TOKENS
+
+    try:
+        item = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise InputError(path, f"line {number}", line.strip()[:40], f"bad JSON: {err.msg}") from None
+    if not isinstance(item, dict) or item.get("prompt_ids") is None:
+        raise InputError(path, f"line {number}", None, "needs prompt_ids (token ids)")
+    ids, tokens = item["prompt_ids"], item.get("max_tokens", max_tokens)
+    top = vocab_size if vocab_size is not None else 2**31
+    if not isinstance(ids, list) or not ids or not all(is_int(t) and 0 <= t < top for t in ids):
+        raise InputError(path, f"line {number}: prompt_ids", ids, f"expected a non-empty list of token ids "
+                         f"in [0, {top})")
+    if not is_int(tokens) or not 1 <= tokens <= MAX_TOKENS:
+        raise InputError(path, f"line {number}: max_tokens", tokens, f"expected an integer in [1, {MAX_TOKENS}]")
+    return ids, tokens
 
 
 def _domains(launch: Launch):
