@@ -8,6 +8,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
+from dspark_sim.provenance import basis, provenance_line
 from dspark_sim.tuner.objective import THROUGHPUT, USER_SPEED, feasible, pareto_front
 from dspark_sim.tuner.runner import Job
 
@@ -153,6 +154,27 @@ def _table(table: list[dict], unit: str, pareto: bool) -> list[str]:
     return lines
 
 
+def _provenance_head(provenance: dict) -> list[str]:
+    """The line saying what is not measured, under the settings (none when all is measured)."""
+    line = provenance_line(list(provenance.values()))
+    return [f"- {line}", ""] if line else []
+
+
+def _provenance_table(jobs: list[Job], provenance: dict) -> list[str]:
+    """Per study: its cost model's basis and its acceptance (``provenance.json`` has the rest)."""
+    if not provenance:
+        return []
+    lines = ["## Where the numbers come from", "", "| method | cost model | acceptance | not measured |",
+             "|---|---|---|---|"]
+    for job in jobs:
+        block = provenance.get(job.study)
+        if block is not None:
+            acc = block["acceptance"]
+            lines.append(f"| {LABELS.get(job.method, job.method)} | {basis(block)} | {acc['kind']}: {acc['detail']} "
+                         f"| {'; '.join(block['caveats']) or 'nothing'} |")
+    return lines + [""]
+
+
 def write(out: Path, jobs: list[Job], winners: dict[str, dict], info: dict) -> str:
     """Write ``report.md`` and ``pareto.png`` into ``out``; returns the report text."""
     main = jobs[0]
@@ -167,6 +189,7 @@ def write(out: Path, jobs: list[Job], winners: dict[str, dict], info: dict) -> s
              f"finalists re-run on seeds {info['confirm_seeds']}",
              f"- storage: `{info['storage']}`; sampler: TPE seed {main.sampler_seed}; "
              f"wall time {info['wall_s']:.0f} s on {info['workers']} worker(s)", "",
+             *_provenance_head(info.get("provenance", {})),
              _headline(table, unit), "",
              "## Winner and baselines (same trace, same SLO, confirmed on fresh seeds)", "",
              *_table(table, unit, main.target.objective == "pareto"), "",
@@ -174,8 +197,10 @@ def write(out: Path, jobs: list[Job], winners: dict[str, dict], info: dict) -> s
              "## Parameter importances (DSpark study; PED-ANOVA over the knobs every trial has)", "",
              *(["| knob | importance |", "|---|---|", *(f"| {k} | {v:.3f} |" for k, v in imp.items())]
                if imp else ["(not enough complete trials)"]), "",
+             *_provenance_table(jobs, info.get("provenance", {})),
              "## Files", "",
              "- `dspark.yaml`: the winner as a scenario: `dspark-sim run dspark.yaml` replays it",
+             "- `provenance.json`: what each study's numbers rest on (cost model terms, acceptance)",
              "- `sglang.yaml` (+ `sps_table.json`, `sts.json`), `vllm.yaml`, `trtllm.yaml`: engine configs",
              f"- the study: `optuna-dashboard {info['storage']}`; other trials: "
              f"`dspark-tune export --study {main.study} --trial N --format sglang`", ""]

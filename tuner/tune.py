@@ -15,6 +15,8 @@ from optuna.trial import TrialState
 
 from dspark_sim.errors import InputError
 from dspark_sim.metrics.outdir import atomic_dir
+from dspark_sim.metrics.record import write_provenance
+from dspark_sim.provenance import basis, provenance_line, scenario_provenance
 from dspark_sim.tuner import engines, exports, report
 from dspark_sim.tuner.confirm import confirm
 from dspark_sim.tuner.objective import Target, feasible
@@ -109,10 +111,13 @@ def tune(settings: Settings, url: str, name: str, out: Path, *, workers: int = 1
     info = {"scenario": settings.base.get("name"), "model": scenario.model, "gpu": scenario.gpu,
             "num_gpus": scenario.deployment.num_gpus, "trials": settings.trials,
             "confirm_seeds": list(settings.confirm_seeds), "storage": url, "workers": workers,
-            "wall_s": time.monotonic() - started}
+            "wall_s": time.monotonic() - started,
+            "provenance": {job.study: scenario_provenance(to_scenario(configure(
+                settings.base, winners[job.study]["config"]))) for job in jobs if job.study in winners}}
     with atomic_dir(out) as tmp:
         if jobs[0].study in winners:
             write_exports(settings.base, winners[jobs[0].study], name, tmp, engines.FORMATS, out)
+        write_provenance(tmp, info["provenance"])
         report.write(tmp, jobs, winners, info)
     return winners
 
@@ -135,8 +140,11 @@ def write_exports(base: dict, record: dict, study: str, out: Path, formats,
     sibling): engine configs name the tables by absolute path under ``final``.
     """
     out = Path(out)
-    lines = header(study, record)
     scenario = to_scenario(configure(base, record["config"]))
+    prov = scenario_provenance(scenario)
+    lines = header(study, record) + [f"cost model: {basis(prov)}; acceptance: {prov['acceptance']['kind']} "
+                                     f"({prov['acceptance']['detail']})"]
+    lines += [line] if (line := provenance_line([prov])) else []
     files = exports.write_tables(scenario, out)
     writers = {"sglang": engines.sglang, "vllm": engines.vllm, "trtllm": engines.trtllm}
     for fmt in formats:

@@ -18,6 +18,7 @@ from dspark_sim.capacity.search import (Evaluator, OnceWarnings, Probe, Search, 
 from dspark_sim.catalog import get_gpu
 from dspark_sim.config import check_int, check_real, is_int, require
 from dspark_sim.methods import method_speculation
+from dspark_sim.provenance import basis, scenario_provenance
 from dspark_sim.scenario import Scenario
 from dspark_sim.slo import Slo
 
@@ -97,6 +98,7 @@ class Plan:
     target_rps: float
     candidates: tuple[Candidate, ...]
     best: Candidate | None
+    provenance: dict | None = None  # of the best TP's scenario (else the first searched); None if none
 
     def to_dict(self) -> dict:
         return {"gpu": self.gpu, "method": self.method, "target_rps": self.target_rps,
@@ -147,7 +149,11 @@ def plan(scenario: Scenario, gpu: str, method: str, slo: Slo, target_rps: float,
         candidates.append(cand)
         if best is None or _rank(cand) < _rank(best):
             best = cand
-    return Plan(gpu, method, target_rps, tuple(candidates), best)
+    searched = [c for c in candidates if c.search is not None]
+    shown = best or (searched[0] if searched else None)
+    prov = None if shown is None else scenario_provenance(
+        probe_scenario(scenario, 1.0, gpu=gpu, tp=shown.tp, speculation=spec, max_requests=max_requests))
+    return Plan(gpu, method, target_rps, tuple(candidates), best, prov)
 
 
 # -- rows ---------------------------------------------------------------------------------
@@ -161,7 +167,8 @@ def plan_row(p: Plan, prices: dict[str, float]) -> dict:
     row = {"gpu": p.gpu, "method": p.method, "tp": None, "rate_per_replica_rps": 0.0, "replicas": None,
            "gpus": None, "output_tok_per_s_per_gpu": None, "p99_tpot_ms": None, "p99_ttft_ms": None,
            "attainment": None, "mean_accept_length": None, "cost_per_mtok": None,
-           "cost_per_mtok_at_capacity": None, "note": _note(p)}
+           "cost_per_mtok_at_capacity": None, "note": _note(p),
+           "basis": basis(p.provenance) if p.provenance else None, "provenance": p.provenance}
     if p.best is None:
         return row
     b = p.best.search.best

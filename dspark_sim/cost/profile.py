@@ -19,7 +19,9 @@ from dspark_sim.cost.profile_format import (DRAFT_KINDS, FORMAT_VERSION, DraftFi
 from dspark_sim.cost.moe import Routing
 from dspark_sim.cost.parallel import Parallel, shard_factors
 from dspark_sim.cost.roofline import RooflineCost, RooflineParams
+from dspark_sim.cost.substitute import fill_host_terms
 from dspark_sim.cost.shapes import SCALAR
+from dspark_sim.cost.terms import STEP_KINDS
 from dspark_sim.errors import InputError
 
 PROFILES_PACKAGE = "dspark_sim.profiles"
@@ -34,12 +36,14 @@ class ProfileCost:
     :func:`~.parallel.shard_factors`) replaces the plain ``1 / tp`` by what one GPU
     of the deployment holds and reads (expert parallel, DP attention, KV copies,
     served weight format); ``note`` says so in ``source``. Drafter kinds the profile
-    lacks are costed by ``fallback`` (or raise ``ValueError`` without one).
+    lacks are costed by ``fallback`` (or raise ``ValueError`` without one). ``substitutes``:
+    the host terms filled from sibling profiles and how (:mod:`.substitute`), for
+    :meth:`provenance`.
     """
 
     def __init__(self, profile: Profile, *, tp: int = 1, comm_s: tuple[float, float] = (0.0, 0.0),
                  fallback: CostModel | None = None, warn: bool = True, factors: dict | None = None,
-                 note: str = ""):
+                 note: str = "", substitutes: dict[str, str] | None = None):
         if tp < 1:
             raise ValueError(f"tp must be >= 1, got {tp}")
         f = factors or {"memory": 1.0 / tp, "compute": 1.0 / tp, "weights": 1.0 / tp, "kv": 1.0 / tp}
@@ -54,6 +58,53 @@ class ProfileCost:
         self._host = profile.host  # host time: fixed under tp and projection
         self._schedule = profile.schedule
         self._warn_fallback = warn
+        self.substitutes = dict(substitutes or {})
+
+    def provenance(self) -> dict:
+        """Where each term of this cost model comes from (the ``cost_model`` block of a run's
+        provenance, :mod:`dspark_sim.provenance`): measured, projected, substituted, roofline
+        or missing, with the measurement it rests on."""
+        p, proj = self.profile, self.profile.projection
+        base = proj.measured_gpu.name if proj else p.gpu
+        timed = "projected" if proj else "measured"
+        how = (f"projected from {base} (measured {p.measured_date}) by spec-sheet ratios: memory x "
+               f"{proj.memory_ratio:.3g}, compute x {proj.compute_ratio:.3g}" if proj
+               else f"measured on {base}, {p.measured_date}")
+        terms = {"target": {"kind": timed, "detail": how}}
+        for kind in DRAFT_KINDS:
+            terms[f"draft_{kind}"] = {"kind": timed, "detail": how} if kind in p.draft else {
+                "kind": "roofline", "detail": f"no measured {kind} drafter: the roofline's, assumed efficiencies"}
+        host_how = f"measured on {base}, {p.measured_date} (host time, kept under projection and TP)"
+        for kind in STEP_KINDS:
+            name = f"host_{kind}"
+            terms[name] = self._host_term(name, kind in self._host, host_how)
+        terms["sched"] = self._host_term("sched", self._schedule is not None, host_how)
+        if self.tp > 1:
+            terms["comm"] = {"kind": "modelled", "detail": "communication from link specs, not measured"}
+        prov = p.provenance
+        return {
+            "kind": "profile", "name": self.name, "gpu": p.gpu, "model": p.model, "source": self.source,
+            "measured": {"gpu": base, "date": p.measured_date,
+                         "decoder_commit": prov.get("decoder_commit") or "not recorded",
+                         "decoder_sources_sha256": prov.get("decoder_sources_sha256") or "not recorded",
+                         "weights": prov.get("weights", "not recorded")},
+            "projected": None if proj is None else {
+                "from": base, "method": "spec-sheet ratios", "memory_ratio": proj.memory_ratio,
+                "compute_ratio": proj.compute_ratio},
+            "tp": {"size": self.tp, "measured": self.tp == 1,
+                   "detail": "measured at tp=1" if self.tp == 1 else
+                   f"measured at tp=1; tp={self.tp} by sharding ratios, communication modelled"},
+            "engine": getattr(p, "engine", None),
+            "held_out": {k: {"median": v.median_rel_err, "p90": v.p90_rel_err, "max": v.max_rel_err}
+                         for k, v in p.held_out.items()},
+            "terms": terms}
+
+    def _host_term(self, name: str, present: bool, how: str) -> dict:
+        if name in self.substitutes:
+            return {"kind": "substituted", "detail": self.substitutes[name]}
+        if present:
+            return {"kind": "measured", "detail": how}
+        return {"kind": "missing", "detail": "not measured and no sibling profile to substitute: priced 0"}
 
     def step_s(self, work: StepWork) -> float:
         """Seconds of one engine step (see :class:`StepWork`)."""
@@ -154,11 +205,20 @@ def project_profile(profile: Profile, to_gpu: GpuSpec) -> Profile:
 
 
 def scenario_cost(scenario, *, warn: bool = True) -> CostModel:
-    """:func:`get_cost_model` for one replica of ``scenario``'s deployment."""
+    """:func:`get_cost_model` for one replica of ``scenario``'s deployment; warns (``warn``) when a
+    host term its method uses is a substitute (:mod:`.substitute`)."""
     dep = scenario.deployment
-    return get_cost_model(scenario.gpu, scenario.model, file=scenario.file, warn=warn,
+    cost = get_cost_model(scenario.gpu, scenario.model, file=scenario.file, warn=warn,
                           parallel=dep.parallel, kv_dtype_bytes=dep.kv_dtype_bytes,
                           routing=Routing(dep.routing_skew))
+    if warn and isinstance(cost, ProfileCost):
+        spec = scenario.speculation
+        kind = spec.draft_kind if spec.method != "none" else None
+        for name in (f"host_{kind or 'none'}", "sched"):
+            if name in cost.substitutes:
+                warnings.warn(f"profile {cost.profile.gpu}/{cost.profile.model} has no measured {name} term: "
+                              f"{cost.substitutes[name]}", UserWarning, stacklevel=2)
+    return cost
 
 
 def _canonical(name: str, lookup) -> str:
@@ -199,7 +259,7 @@ def get_cost_model(gpu: str, model: str, tp: int = 1, *, file=None, warn: bool =
                           f"efficiencies (profile it with dspark-profile and fit it with dspark-profile fit to replace it)",
                           UserWarning, stacklevel=2)
         return roofline
-    loaded = load_profile(path)
+    loaded, substitutes = fill_host_terms(load_profile(path))
     for key, want, lookup in (("gpu", gpu, get_gpu), ("model", model, get_model)):
         if getattr(loaded, key) != _canonical(want, lookup):
             raise InputError(path, key, getattr(loaded, key), f"the profile is not for {key} {want!r}")
@@ -209,7 +269,7 @@ def get_cost_model(gpu: str, model: str, tp: int = 1, *, file=None, warn: bool =
     if par.tp > 1:
         note += f"; {roofline.source.split('; ', 1)[1]}"
     return ProfileCost(loaded, tp=par.tp, comm_s=roofline.comm_terms if par.tp > 1 else (0.0, 0.0),
-                       fallback=roofline, warn=warn, factors=factors, note=note)
+                       fallback=roofline, warn=warn, factors=factors, note=note, substitutes=substitutes)
 
 
 __all__ = ["ProfileCost", "Profile", "TargetFit", "DraftFit", "HeldOut", "GpuRef", "Projection",

@@ -48,6 +48,7 @@ class RunResult:
     kv_capacity_tokens: int
     kv_peak_tokens: int
     num_preemptions: int
+    provenance: dict | None = None  # where the cost and acceptance come from (dspark_sim.provenance)
 
 
 def build_context(scenario: Scenario, collector: Collector) -> SimContext:
@@ -112,9 +113,11 @@ def simulate(scenario: Scenario, out_dir: Path | None = None, progress=None) -> 
         env.run()
     finally:
         collector.close()
+    from dspark_sim.provenance import scenario_provenance
+
     return RunResult(scenario, collector, counter["arrived"], env.now,
                      ctx.kv_capacity_tokens, max(r.kv_peak for r in replicas),
-                     int(collector.requests["num_preemptions"].sum()))
+                     int(collector.requests["num_preemptions"].sum()), scenario_provenance(scenario, ctx.cost))
 
 
 def _arrivals(env: simpy.Environment, chunks: Iterator, ctx: SimContext, router, rng, counter, progress):
