@@ -4,8 +4,10 @@
                   [--draft-checkpoint DIR] (--trace FILE | --prompts FILE) --out DIR
 
 Random weights (no ``--checkpoint``) use synthetic acceptance from the config's
-acceptance model; real weights use real acceptance. Bad input prints one line
-and exits with code 2.
+acceptance model; real weights use real acceptance. What the run is (weights, acceptance)
+is printed at the start and written to ``provenance.json`` beside the record; with random
+weights or synthetic acceptance the tokens mean nothing and no ``outputs.jsonl`` is
+written. Bad input prints one line and exits with code 2.
 """
 from __future__ import annotations
 
@@ -55,6 +57,8 @@ def main(argv=None) -> int:
 def run(args) -> int:
     from dspark_sim.catalog import get_model
     from dspark_sim.kernels.decoder.engine import serve, write_csvs
+    from dspark_sim.metrics.outdir import atomic_write_text
+    from dspark_sim.metrics.record import write_provenance
     from dspark_sim.kernels.decoder.launch import (build_decoder, check_draft_checkpoint, load_launch,
                                                    prompt_sequences, trace_sequences)
 
@@ -64,6 +68,8 @@ def run(args) -> int:
                          max_model_len=args.max_model_len)
     spec = get_model(launch.scenario.model)
     check_draft_checkpoint(args.draft_checkpoint, launch.conf)
+    meta = run_provenance(args, launch, synthetic)
+    print(f"dspark-decode: {meta['summary']}", flush=True)
     decoder = build_decoder(spec, launch, args.checkpoint, args.draft_checkpoint)
     if args.warmup == "on" or (args.warmup == "auto" and decoder.graphs.enabled):
         w = decoder.warmup()
@@ -77,15 +83,41 @@ def run(args) -> int:
                                temperature=args.temperature)
     result = serve(decoder, seqs, realtime=args.realtime)
     write_csvs(result, args.out)
-    if args.prompts:
-        with open(Path(args.out) / "outputs.jsonl", "w") as f:
-            for s in seqs:
-                f.write(json.dumps({"request_id": s.id, "output_ids": s.outputs}) + "\n")
+    write_provenance(args.out, meta)
+    if args.prompts and meta["outputs_meaningful"]:
+        atomic_write_text(Path(args.out) / "outputs.jsonl", "".join(
+            json.dumps({"request_id": s.id, "output_ids": s.outputs}) + "\n" for s in seqs))
+    elif args.prompts:
+        print("outputs.jsonl not written: random weights or synthetic acceptance make the tokens meaningless")
     tokens = sum(r["output_tokens"] for r in result.requests)
     span = max((r["finish_s"] for r in result.requests), default=0.0)
     print(f"{len(result.requests)} requests, {tokens} tokens in {span:.2f} s "
           f"({tokens / max(span, 1e-9):.1f} tok/s); wrote {args.out}/requests.csv, steps.csv")
     return 0
+
+
+def run_provenance(args, launch, synthetic: bool) -> dict:
+    """What a ``dspark-decode`` run is: its weights, its acceptance (real, or synthetic from the
+    simulator's model, with the preset it draws from), and a one-line summary printed at start."""
+    from dspark_sim.provenance import acceptance_block
+
+    weights = f"checkpoint {args.checkpoint}" if args.checkpoint else "random (no --checkpoint)"
+    drafter = f"checkpoint {args.draft_checkpoint}" if args.draft_checkpoint else "random (no --draft-checkpoint)"
+    scenario = launch.scenario
+    if synthetic:
+        drawn = acceptance_block(scenario.speculation, scenario.model)
+        acc = {**drawn, "kind": "synthetic", "preset_kind": drawn["kind"]}
+        acc_text = f"synthetic acceptance drawn from the simulator's model ({acc['detail']})"
+    else:
+        acc = {"kind": "real", "detail": "the target's verification of the drafter's tokens"}
+        acc_text = "real acceptance"
+    meaningful = bool(args.checkpoint) and not synthetic
+    summary = (f"target weights {weights}; drafter weights {drafter}; {acc_text}; "
+               + ("step times and tokens are real" if meaningful else
+                  "step times are real, tokens and accept lengths are not a model's"))
+    return {"kind": "decoder", "model": scenario.model, "weights": weights, "drafter_weights": drafter,
+            "acceptance": acc, "temperature": args.temperature, "outputs_meaningful": meaningful,
+            "summary": summary}
 
 
 if __name__ == "__main__":
