@@ -193,12 +193,13 @@ def table(data: dict, replicate: dict | None = None) -> str:
 
 def header(data: dict) -> str:
     p = data["provenance"]
-    return (f"Measured {p.get('date')} on {p.get('gpu')} (host {p.get('host')}, {p.get('host_cpu')}; GPU "
+    return (f"Step times measured {p.get('date')} on {p.get('gpu')} (host {p.get('host')}, {p.get('host_cpu')}; GPU "
             f"{p.get('gpu_uuid')}; driver {p.get('driver')}, CUDA {p.get('cuda')}, torch {p.get('torch')}, triton "
             f"{p.get('triton')}); {p.get('model')}, {p.get('weights')}, acceptance {p.get('acceptance')}, "
             f"{p.get('context_tokens')} cached tokens per request; copy {data['copy']['gbps']:.0f} GB/s and bf16 "
             f"matrix rate {data['gemm']['tflops']:.0f} TFLOP/s measured in the same run; SM clocks before/after "
-            f"{p.get('sm_clocks_before')} / {p.get('sm_clocks_after')}.")
+            f"{p.get('sm_clocks_before')} / {p.get('sm_clocks_after')}. Acceptance synthetic (the simulator's "
+            f"model): tokens per step and the tok/s they give are not measured.")
 
 
 def main(argv=None) -> int:
