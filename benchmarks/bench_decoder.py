@@ -223,13 +223,12 @@ def main(argv=None) -> int:
     text = table(data)
     print(text)
     if args.doc:
-        write_doc(Path(args.doc), data, text)
+        write_doc(Path(args.doc), data)
     return 0
 
 
-def write_doc(path: Path, data: dict, text: str) -> None:
-    """Replace the generated block of ``path`` (between markers) with the table."""
-    start, end = "<!-- bench_decoder:begin -->", "<!-- bench_decoder:end -->"
+def block_text(data: dict) -> str:
+    """The doc block: what was measured where, and the tables."""
     prov = data["provenance"]
     head = (f"Step times measured {prov.get('date')} on {prov.get('gpu')} ({prov.get('sm_count')} SMs, driver "
             f"{prov.get('driver')}, CUDA {prov.get('cuda')}, torch {prov.get('torch')}, triton "
@@ -237,14 +236,16 @@ def write_doc(path: Path, data: dict, text: str) -> None:
             f"{prov.get('acceptance')}, {prov.get('context_tokens')} cached tokens per request, "
             f"temperature {prov.get('temperature')}; SM clocks before/after: "
             f"{prov.get('sm_clocks_before')} / {prov.get('sm_clocks_after')}. {SYNTHETIC_NOTE}")
-    block = f"{start}\n{head}\n\n{text}\n{end}"
-    doc = path.read_text() if path.exists() else ""
-    if start in doc and end in doc:
-        doc = doc[:doc.index(start)] + block + doc[doc.index(end) + len(end):]
-    else:
-        doc = doc + ("\n" if doc else "") + block + "\n"
-    path.write_text(doc)
+    return f"{head}\n\n{table(data)}"
+
+
+def write_doc(path: Path, data: dict) -> None:
+    """Replace the generated block of ``path`` (between markers) with the table."""
+    from outputs import write_block
+
+    write_block(path, "bench_decoder", block_text(data))
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).parent))
     sys.exit(main())

@@ -202,6 +202,11 @@ def header(data: dict) -> str:
             f"model): tokens per step and the tok/s they give are not measured.")
 
 
+def block_text(data: dict, replicate: dict | None) -> str:
+    """The doc block: what was measured where, and the table."""
+    return header(data) + "\n\n" + table(data, replicate)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--run", action="store_true")
@@ -220,7 +225,7 @@ def main(argv=None) -> int:
     text = table(data, replicate)
     print(text)
     if args.doc:
-        write_block(Path(args.doc), "targets", header(data) + "\n\n" + text)
+        write_block(Path(args.doc), "targets", block_text(data, replicate))
     return 0
 
 
