@@ -78,7 +78,7 @@ def caveats(cost_block: dict, acceptance: dict, uses: tuple[str, ...]) -> list[s
         proj = cost_block.get("projected")
         for kind, names in by_kind.items():
             if kind == "projected" and proj:
-                out.append(f"{cost_block['gpu']} {'/'.join(names)} projected from {proj['from']} "
+                out.append(f"{cost_block['gpu']}/{cost_block['model']} profile projected from {proj['from']} "
                            f"(measured {cost_block['measured']['date']}) by spec-sheet ratios")
             elif kind == "substituted":
                 out += [f"{name} substituted: {terms[name]['detail']}" for name in names]
@@ -108,7 +108,11 @@ def scenario_provenance(scenario, cost=None) -> dict:
         from dspark_sim.cost.profile import scenario_cost
 
         cost = scenario_cost(scenario, warn=False)
-    return provenance(cost, scenario.speculation, scenario.model)
+    block = provenance(cost, scenario.speculation, scenario.model)
+    if scenario.cost_scale != 1.0:
+        block["cost_model"]["time_scale"] = scenario.cost_scale
+        block["caveats"].append(f"every profiled step time x {scenario.cost_scale:g} (cost_scale)")
+    return block
 
 
 def basis(block: dict) -> str:

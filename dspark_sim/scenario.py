@@ -171,6 +171,7 @@ class Scenario:
     slo: Slo = field(default_factory=Slo)
     seed: int = 0
     file: Path | None = None
+    cost_scale: float = 1.0  # every profiled step time times this (sensitivity; the answers' intervals)
 
     def __post_init__(self) -> None:
         require(isinstance(self.name, str) and bool(self.name), "name", self.name, "expected a string")
@@ -180,6 +181,7 @@ class Scenario:
             require(isinstance(getattr(self, name), cls), name, getattr(self, name), "expected a mapping")
         self.deployment.parallel.check(model, gpu, file=self.file)  # heads, experts and the node split as deployed
         check_int(self.seed, "seed", 0, MAX_SEED)
+        check_real(self.cost_scale, "cost_scale", 0.1, 10.0)
 
     def with_seed(self, seed: int) -> Scenario:
         return replace(self, seed=seed)
@@ -202,7 +204,8 @@ class Scenario:
         kwargs = dict(name=name, workload=workload, model=model.lower(), gpu=gpu.lower(),
                       deployment=Deployment.from_dict(top.raw("deployment"), file=file),
                       speculation=Speculation.from_dict(top.raw("speculation"), file=file, base=base),
-                      slo=Slo.from_dict(top.raw("slo"), file=file), seed=top.raw("seed", 0), file=file)
+                      slo=Slo.from_dict(top.raw("slo"), file=file), seed=top.raw("seed", 0), file=file,
+                      cost_scale=top.raw("cost_scale", 1.0))
         top.done()
         return build(cls, kwargs, file, None)
 

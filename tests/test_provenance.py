@@ -107,4 +107,4 @@ def test_run_writes_provenance_beside_the_record_and_prints_one_line(tmp_path, w
     assert summary["provenance"] == sidecar
     assert sidecar["cost_model"]["projected"]["from"] == "h200"
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("provenance:")]
-    assert len(lines) == 1 and "b300 target/draft_block projected from h200" in lines[0]
+    assert len(lines) == 1 and "b300/qwen3-8b profile projected from h200" in lines[0]

@@ -17,12 +17,14 @@ from dspark_sim.capacity.search import (Evaluator, OnceWarnings, Probe, Search, 
                                         offered_rate, probe_scenario)
 from dspark_sim.catalog import get_gpu
 from dspark_sim.config import check_int, check_real, is_int, require
+from dspark_sim.intervals import corners, error_sources
 from dspark_sim.methods import method_speculation
 from dspark_sim.provenance import basis, scenario_provenance
 from dspark_sim.scenario import Scenario
 from dspark_sim.slo import Slo
 
 TP_CHOICES = (1, 2, 4, 8)
+INTERVAL_SIMS = 10  # probes per corner search of an interval (warm-started at the answer)
 DEFAULT_MAX_REQUESTS = 2000
 # Fields by the command-line flag that sets them, for error messages.
 FLAGS = {"tpot_ms": "--slo-tpot-ms", "ttft_ms": "--slo-ttft-ms", "attainment": "--attainment", "rule": "--rule",
@@ -99,6 +101,7 @@ class Plan:
     candidates: tuple[Candidate, ...]
     best: Candidate | None
     provenance: dict | None = None  # of the best TP's scenario (else the first searched); None if none
+    interval: dict | None = None  # the best TP searched again at the corners of its error sources
 
     def to_dict(self) -> dict:
         return {"gpu": self.gpu, "method": self.method, "target_rps": self.target_rps,
@@ -151,9 +154,30 @@ def plan(scenario: Scenario, gpu: str, method: str, slo: Slo, target_rps: float,
             best = cand
     searched = [c for c in candidates if c.search is not None]
     shown = best or (searched[0] if searched else None)
-    prov = None if shown is None else scenario_provenance(
-        probe_scenario(scenario, 1.0, gpu=gpu, tp=shown.tp, speculation=spec, max_requests=max_requests))
-    return Plan(gpu, method, target_rps, tuple(candidates), best, prov)
+    base = None if shown is None else probe_scenario(scenario, 1.0, gpu=gpu, tp=shown.tp, speculation=spec,
+                                                     max_requests=max_requests)
+    prov = None if base is None else scenario_provenance(base)
+    bounds = None
+    if best is not None:
+        bounds = corner_searches(base, slo, base_rate_rps, best.search.best.multiplier, once,
+                                 precision=precision, max_sims=min(max_sims, INTERVAL_SIMS))
+    return Plan(gpu, method, target_rps, tuple(candidates), best, prov, bounds)
+
+
+def corner_searches(base: Scenario, slo: Slo, base_rate_rps: float, start: float, once: OnceWarnings, *,
+                    precision: float, max_sims: int) -> dict | None:
+    """The sustained rate of ``base`` at the pessimistic and optimistic corners of its measured
+    error sources (:mod:`dspark_sim.intervals`), each searched from ``start``; None without
+    measured error sources (a roofline cost model)."""
+    src = error_sources(base)
+    if src is None:
+        return None
+    out = {"sources": src.to_dict()}
+    for name, corner in zip(("pessimistic", "optimistic"), corners(base, src)):
+        search = bisect_rate(Evaluator(corner, slo, base_rate_rps, None, once), start=start,
+                             precision=precision, max_sims=max_sims)
+        out[name] = search.best.to_dict() if search.best else None
+    return out
 
 
 # -- rows ---------------------------------------------------------------------------------
@@ -180,7 +204,32 @@ def plan_row(p: Plan, prices: dict[str, float]) -> dict:
     if price is not None and target_tok_per_s > 0 and b.output_tok_per_s > 0:
         row["cost_per_mtok"] = cost_per_mtok(price, p.best.gpus, target_tok_per_s)
         row["cost_per_mtok_at_capacity"] = cost_per_mtok(price, p.best.tp, b.output_tok_per_s)
+    row.update(interval_fields(p))
     return row
+
+
+def interval_fields(p: Plan) -> dict:
+    """The row's intervals: sustained rate, GPUs for the target and tok/s/GPU at the corners of
+    the plan's measured error sources (at its best TP); None where a corner has no answer."""
+    out = {"rate_per_replica_rps_interval": None, "gpus_interval": None, "output_tok_per_s_per_gpu_interval": None,
+           "interval_sources": None}
+    if p.interval is None:
+        return out
+    # the envelope of the nominal answer and both corners (a coarse corner search may land
+    # on either side of the nominal one)
+    nominal = p.best.search.best.to_dict()
+    found = [c for c in (p.interval["pessimistic"], p.interval["optimistic"]) if c]
+    tp = p.best.tp
+    out["interval_sources"] = p.interval["sources"]
+    if len(found) < 2:  # a corner sustains no rate tried: the low end is unknown
+        return out
+    rates = [c["rate_rps"] for c in (nominal, *found)]
+    out["rate_per_replica_rps_interval"] = [min(rates), max(rates)]
+    gpus = [tp * replicas_for(p.target_rps, r) for r in rates]
+    out["gpus_interval"] = [min(gpus), max(gpus)]
+    tok = [c["output_tok_per_s"] / tp for c in (nominal, *found)]
+    out["output_tok_per_s_per_gpu_interval"] = [min(tok), max(tok)]
+    return out
 
 
 def _note(p: Plan) -> str:

@@ -204,13 +204,22 @@ def project_profile(profile: Profile, to_gpu: GpuSpec) -> Profile:
                               compute_ratio=base.bf16_flops / to_gpu.bf16_flops))
 
 
+def time_scaled(profile: Profile, scale: float) -> Profile:
+    """``profile`` with every time term (memory, compute, fixed and host) multiplied by ``scale``."""
+    r = {"memory": scale, "compute": scale, "fixed": scale}
+    return replace(profile, target=profile.target.scaled(r), draft={k: d.scaled(r) for k, d in profile.draft.items()},
+                   host={k: replace(h, bias_s=h.bias_s * scale, req_s=h.req_s * scale) for k, h in profile.host.items()},
+                   schedule=None if profile.schedule is None else replace(
+                       profile.schedule, bias_s=profile.schedule.bias_s * scale, req_s=profile.schedule.req_s * scale))
+
+
 def scenario_cost(scenario, *, warn: bool = True) -> CostModel:
     """:func:`get_cost_model` for one replica of ``scenario``'s deployment; warns (``warn``) when a
     host term its method uses is a substitute (:mod:`.substitute`)."""
     dep = scenario.deployment
     cost = get_cost_model(scenario.gpu, scenario.model, file=scenario.file, warn=warn,
                           parallel=dep.parallel, kv_dtype_bytes=dep.kv_dtype_bytes,
-                          routing=Routing(dep.routing_skew))
+                          routing=Routing(dep.routing_skew), time_scale=scenario.cost_scale)
     if warn and isinstance(cost, ProfileCost):
         spec = scenario.speculation
         kind = spec.draft_kind if spec.method != "none" else None
@@ -237,7 +246,7 @@ def shipped_profile_path(gpu: str, model: str) -> Path | None:
 
 def get_cost_model(gpu: str, model: str, tp: int = 1, *, file=None, warn: bool = True,
                    profile: str | Path | None = None, parallel: Parallel | None = None,
-                   kv_dtype_bytes: float = 2.0, routing: Routing = Routing()) -> CostModel:
+                   kv_dtype_bytes: float = 2.0, routing: Routing = Routing(), time_scale: float = 1.0) -> CostModel:
     """The cost model for ``model`` on one replica of ``tp`` GPUs of kind ``gpu``.
 
     The shipped ``profiles/<gpu>/<model>.json`` (or the ``profile`` file named,
@@ -246,7 +255,9 @@ def get_cost_model(gpu: str, model: str, tp: int = 1, *, file=None, warn: bool =
     that named gpu and model, blamed in errors (as in ``get_model``).
     ``parallel`` (expert parallel, DP attention; its ``tp`` wins) and
     ``kv_dtype_bytes`` (1 for an FP8 KV cache) describe the deployment, ``routing`` the
-    spread of tokens over experts (the roofline's; a profile measured its own).
+    spread of tokens over experts (the roofline's; a profile measured its own). ``time_scale``
+    multiplies every term of a profile (a what-if, and the corners of an answer's interval,
+    :mod:`dspark_sim.intervals`); the roofline ignores it.
     """
     par = parallel or Parallel(tp)
     spec, gpu_spec = get_model(model, file=file), get_gpu(gpu, file=file)
@@ -260,6 +271,8 @@ def get_cost_model(gpu: str, model: str, tp: int = 1, *, file=None, warn: bool =
                           UserWarning, stacklevel=2)
         return roofline
     loaded, substitutes = fill_host_terms(load_profile(path))
+    if time_scale != 1.0:
+        loaded = time_scaled(loaded, time_scale)
     for key, want, lookup in (("gpu", gpu, get_gpu), ("model", model, get_model)):
         if getattr(loaded, key) != _canonical(want, lookup):
             raise InputError(path, key, getattr(loaded, key), f"the profile is not for {key} {want!r}")
