@@ -18,7 +18,7 @@ from dspark_sim.metrics.outdir import atomic_dir
 from dspark_sim.metrics.record import write_provenance
 from dspark_sim.provenance import basis, provenance_line, scenario_provenance
 from dspark_sim.tuner import engines, exports, report
-from dspark_sim.tuner.confirm import confirm
+from dspark_sim.tuner.confirm import confirm, winner_interval
 from dspark_sim.tuner.objective import Target, feasible
 from dspark_sim.tuner.runner import Job, run
 from dspark_sim.tuner.storage import open_storage, open_study
@@ -36,7 +36,7 @@ class Settings:
     target: Target
     space: SearchSpace
     trials: int = 200
-    baseline_trials: int = 40
+    baseline_trials: int = 200  # the same budget as DSpark's by default: a like-for-like comparison
     baselines: tuple[str, ...] = BASELINES
     seeds: tuple[int, ...] = (0, 1)
     confirm_seeds: tuple[int, ...] = (2, 3, 4)
@@ -107,9 +107,14 @@ def tune(settings: Settings, url: str, name: str, out: Path, *, workers: int = 1
     main.set_user_attr("settings", settings.to_json())
     run(jobs, workers, timeout_s, show_progress)
     winners = confirm(jobs, list(settings.confirm_seeds), workers)
+    if jobs[0].study in winners:  # the tuned config's interval, stored with it
+        winners[jobs[0].study]["interval"] = winner_interval(jobs[0], winners[jobs[0].study],
+                                                             list(settings.confirm_seeds))
+        jobs[0].open().set_user_attr("winner", winners[jobs[0].study])
     scenario = to_scenario(settings.base)
     info = {"scenario": settings.base.get("name"), "model": scenario.model, "gpu": scenario.gpu,
             "num_gpus": scenario.deployment.num_gpus, "trials": settings.trials,
+            "baseline_trials": settings.baseline_trials,
             "confirm_seeds": list(settings.confirm_seeds), "storage": url, "workers": workers,
             "wall_s": time.monotonic() - started,
             "provenance": {job.study: scenario_provenance(to_scenario(configure(
