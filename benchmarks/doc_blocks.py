@@ -5,7 +5,7 @@
 
 Each block sits between ``<!-- tag:begin -->`` and ``<!-- tag:end -->`` and is made by one
 script from committed files (a GPU run's JSON, the profiler's logs, the shipped
-profiles); ``check`` recomputes it and names every block that differs, so a table cannot
+profiles, the fidelity comparison's ``errors.json``: ``docs/validation.md`` whole); ``check`` recomputes it and names every block that differs, so a table cannot
 silently pair data of different runs or outlive the data it shows
 (``tests/test_doc_blocks.py``). Blocks made by timing benchmarks on this machine
 (``docs/tuning.md``'s studies, ``docs/bench/``) are not here: their figures are
@@ -64,19 +64,41 @@ BLOCKS = {
 }
 
 
+def _validation() -> str:
+    """docs/validation.md from the committed errors.json, with the runs its first line names."""
+    import re
+
+    from fidelity import VALIDATION
+    from dspark_sim.validation.report import markdown
+
+    head = (REPO / "docs" / "validation.md").read_text().split("\n", 3)[2]
+    made = re.search(r"compare --real (.*?)` from", head).group(1)
+    data = json.loads((VALIDATION / "errors.json").read_text())
+    replicate = (data["replicate"]["run"], data["replicate"]["cases"]) if "replicate" in data else None
+    return markdown(data["cases"], data["summary"], data["provenance"], made, replicate, VALIDATION / "real")
+
+
+# whole generated files -> their text from committed data
+FILES = {"docs/validation.md": _validation}
+
+
 def stale() -> list[str]:
-    """``doc:tag`` of every block whose text differs from what its data gives now."""
+    """``doc:tag`` of every block (``doc`` of every whole file) whose text differs from what its
+    data gives now."""
     from outputs import read_block
 
-    return [f"{doc}:{tag}" for (doc, tag), make in BLOCKS.items() if read_block(REPO / doc, tag) != make()]
+    out = [f"{doc}:{tag}" for (doc, tag), make in BLOCKS.items() if read_block(REPO / doc, tag) != make()]
+    return out + [doc for doc, make in FILES.items() if (REPO / doc).read_text() != make()]
 
 
 def write() -> None:
-    """Rewrite every block from its data."""
+    """Rewrite every block and whole file from its data."""
     from outputs import write_block
 
     for (doc, tag), make in BLOCKS.items():
         write_block(REPO / doc, tag, make())
+    for doc, make in FILES.items():
+        (REPO / doc).write_text(make())
 
 
 def main(argv=None) -> int:
