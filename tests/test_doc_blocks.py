@@ -23,6 +23,7 @@ def test_a_changed_block_is_caught(tmp_path, monkeypatch):
     doc.write_text(f"x\n<!-- bench_decoder:begin -->\n{text}\n<!-- bench_decoder:end -->\n")
     monkeypatch.setattr(doc_blocks, "REPO", tmp_path)
     monkeypatch.setattr(doc_blocks, "BLOCKS", {("docs/decoder.md", "bench_decoder"): doc_blocks._bench_decoder})
+    monkeypatch.setattr(doc_blocks, "FILES", {})
     assert doc_blocks.stale() == []
     doc.write_text(doc.read_text().replace("| none |", "| none (typed) |", 1))
     assert doc_blocks.stale() == ["docs/decoder.md:bench_decoder"]
