@@ -5,8 +5,8 @@ A block has three parts:
 - ``cost_model``: the cost model's own account (``ProfileCost.provenance`` /
   ``RooflineCost.provenance``): each term measured (GPU, date, decoder commit), projected
   from another GPU by spec-sheet ratios, substituted from a sibling profile, roofline or
-  missing; TP measured or not; the profile's held-out errors; an ``engine`` label (None
-  until profiles name the engine they were timed on).
+  missing; TP measured or not; the profile's held-out errors; the ``engine`` whose host
+  time the run prices (the scenario's ``engine:``, ``decoder project`` when not given).
 - ``acceptance``: ``preset`` (the built-in presets fitted to published tables), ``calibrated``
   (a preset file ``dspark-sim calibrate`` fitted to the user's log), ``substituted`` (another
   target's preset used for this one, named), ``fixed`` or ``none``; with the overrides the
@@ -109,6 +109,7 @@ def scenario_provenance(scenario, cost=None) -> dict:
 
         cost = scenario_cost(scenario, warn=False)
     block = provenance(cost, scenario.speculation, scenario.model)
+    block["cost_model"]["engine"] = scenario.engine.label
     if scenario.cost_scale != 1.0:
         block["cost_model"]["time_scale"] = scenario.cost_scale
         block["caveats"].append(f"every profiled step time x {scenario.cost_scale:g} (cost_scale)")

@@ -21,7 +21,6 @@ import yaml
 
 from dspark_sim.catalog import get_gpu
 from dspark_sim.cost import get_cost_model
-from dspark_sim.engine.simulator import scheduler_table
 from dspark_sim.errors import InputError
 from dspark_sim.scenario import Scenario
 from dspark_sim.workload import read_trace
@@ -105,6 +104,9 @@ def make_cases(cases_dir: Path, azure_trace: Path) -> list[Path]:
             path.write_text(yaml.safe_dump(scenario, sort_keys=False))
             paths.append(path)
     # the DSpark scenarios' table: derived from the shipped profile with the drafter's cost
+    # (the simulator imported here: serving the cases on a GPU needs only the names above)
+    from dspark_sim.engine.simulator import scheduler_table
+
     probe = Scenario.from_dict({"model": MODEL, "gpu": GPU, "workload": {"trace": "syn-sat.csv"},
                                 "deployment": DEPLOYMENT,
                                 "speculation": {k: v for k, v in CASE_METHODS["dspark"].items()
