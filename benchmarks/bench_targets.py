@@ -193,12 +193,30 @@ def table(data: dict, replicate: dict | None = None) -> str:
 
 def header(data: dict) -> str:
     p = data["provenance"]
-    return (f"Measured {p.get('date')} on {p.get('gpu')} (host {p.get('host')}, {p.get('host_cpu')}; GPU "
+    return (f"Step times measured {p.get('date')} on {p.get('gpu')} (host {p.get('host')}, {p.get('host_cpu')}; GPU "
             f"{p.get('gpu_uuid')}; driver {p.get('driver')}, CUDA {p.get('cuda')}, torch {p.get('torch')}, triton "
             f"{p.get('triton')}); {p.get('model')}, {p.get('weights')}, acceptance {p.get('acceptance')}, "
             f"{p.get('context_tokens')} cached tokens per request; copy {data['copy']['gbps']:.0f} GB/s and bf16 "
             f"matrix rate {data['gemm']['tflops']:.0f} TFLOP/s measured in the same run; SM clocks before/after "
-            f"{p.get('sm_clocks_before')} / {p.get('sm_clocks_after')}.")
+            f"{p.get('sm_clocks_before')} / {p.get('sm_clocks_after')}. Acceptance synthetic (the simulator's "
+            f"model): tokens per step and the tok/s they give are not measured.")
+
+
+def host_spread(data: dict, replicate: dict, data_path: str, replicate_path: str) -> dict:
+    """The host-to-host spread the intervals use (``dspark_sim.intervals``): the largest relative
+    difference of one overlapped step's time between the two GPUs' runs of this benchmark."""
+    get = {(r["method"], r["reqs"], r["overlap"]): r for r in data["rows"] if "error" not in r}
+    other = {(r["method"], r["reqs"], r["overlap"]): r for r in replicate["rows"] if "error" not in r}
+    diffs = [abs(other[k]["step_ms"] / r["step_ms"] - 1) for k, r in get.items() if k in other and k[2]]
+    return {"max_rel_diff": max(diffs), "steps_compared": len(diffs),
+            "source": f"largest overlapped step-time difference of {len(diffs)} (method, R) points timed on two "
+                      f"{data['provenance'].get('gpu')} hosts ({data_path} against {replicate_path}), "
+                      f"made by python benchmarks/bench_targets.py --replicate {replicate_path} --spread FILE"}
+
+
+def block_text(data: dict, replicate: dict | None) -> str:
+    """The doc block: what was measured where, and the table."""
+    return header(data) + "\n\n" + table(data, replicate)
 
 
 def main(argv=None) -> int:
@@ -208,6 +226,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", help="with --run: where to write the JSON")
     p.add_argument("--doc", help="write the table into this markdown file's targets block")
     p.add_argument("--replicate", help="the same benchmark from another GPU: steps compared")
+    p.add_argument("--spread", help="with --replicate: write the host-to-host spread JSON here "
+                                    "(profiles/<gpu>/host_spread.json, read by the answers' intervals)")
     p.add_argument("--model", default="qwen3-8b")
     p.add_argument("--context", type=int, default=1024)
     p.add_argument("--steps", type=int, default=24)
@@ -219,7 +239,10 @@ def main(argv=None) -> int:
     text = table(data, replicate)
     print(text)
     if args.doc:
-        write_block(Path(args.doc), "targets", header(data) + "\n\n" + text)
+        write_block(Path(args.doc), "targets", block_text(data, replicate))
+    if args.spread and replicate is not None:
+        rel = lambda path: str(Path(path).resolve().relative_to(HERE.parent))  # noqa: E731
+        write_result(args.spread, host_spread(data, replicate, rel(args.json), rel(args.replicate)))
     return 0
 
 

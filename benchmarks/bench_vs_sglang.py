@@ -244,6 +244,11 @@ def header(data: dict) -> str:
     return " ".join(lines) + " Full numbers: `profiles/h200/kernels_vs_sglang.json`."
 
 
+def block_text(data: dict) -> str:
+    """The doc block: what was measured where, and the tables."""
+    return header(data) + "\n\n" + tables(data)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--run", action="store_true", help="measure (a GPU, or --dry-run on the CPU)")
@@ -265,7 +270,7 @@ def main(argv=None) -> int:
     text = tables(data)
     print(text)
     if args.doc:
-        write_block(Path(args.doc), "vs_sglang", header(data) + "\n\n" + text)
+        write_block(Path(args.doc), "vs_sglang", block_text(data))
     return 0
 
 

@@ -70,7 +70,9 @@ def main() -> None:
              f"Made by `python benchmarks/dspark_frontier.py --model {args.model} --gpu {args.gpu}` on "
              f"{datetime.date.today().isoformat()}. Closed loop at each concurrency (every request "
              "arrives at once, at most C running), 1,000-request lognormal lengths (prompt mean 800, "
-             "output mean 400), acceptance from the Table 1 presets of the domain. Methods: `mtpK` "
+             "output mean 400), DSpark's acceptance from the Table 1 presets of the domain; the MTP rows' "
+             "acceptance is DeepSeek-V3's MTP preset, borrowed for Qwen3 (no Qwen3 MTP preset exists), so "
+             "DSpark's gain over MTP rests on that borrowed preset. Methods: `mtpK` "
              "verifies K chain drafts every step; `dspark` is the production scheduler over a "
              "7-token block; `dspark-full` is the same drafter verifying its whole block every step.\n"]
     with tempfile.TemporaryDirectory() as tmp:

@@ -4,6 +4,7 @@
     python benchmarks/fidelity.py cases --model qwen3-32b --tp 2 --traces syn-light syn-mid   # TP 2 cases
     python benchmarks/fidelity.py run --out DIR          # GPU: the decoder serves every case
     python benchmarks/fidelity.py compare --real DIR     # CPU: simulate every case, error table
+    python benchmarks/fidelity.py report --real DIR      # the doc again from the committed errors.json
 
 A driver of :mod:`dspark_sim.validation` on this repository's files: ``cases`` writes
 ``profiles/h200/validation/cases/`` (:mod:`~dspark_sim.validation.cases`); ``run`` has the
@@ -45,6 +46,17 @@ def compare(args) -> None:
     print(text)
 
 
+def report(args) -> None:
+    """docs/validation.md again from the committed ``errors.json`` (no simulation)."""
+    from dspark_sim.validation.report import markdown
+
+    data = json.loads((VALIDATION / "errors.json").read_text())
+    replicate = (data["replicate"]["run"], data["replicate"]["cases"]) if "replicate" in data else None
+    text = markdown(data["cases"], data["summary"], data["provenance"], " ".join(args.real) + (
+        f" --replicate {args.replicate}" if args.replicate else ""), replicate, VALIDATION / "real")
+    Path(args.doc).write_text(text)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -69,6 +81,11 @@ def main(argv=None) -> int:
     c.add_argument("--replicate", help="a decoder run on another machine: its cases' errors, "
                    "reported beside the main table")
     c.add_argument("--doc", default=str(REPO / "docs" / "validation.md"))
+    w = sub.add_parser("report", help="rewrite the doc from the committed errors.json (the --real and "
+                                      "--replicate named are those compare was given)")
+    w.add_argument("--real", required=True, nargs="+")
+    w.add_argument("--replicate")
+    w.add_argument("--doc", default=str(REPO / "docs" / "validation.md"))
     args = p.parse_args(argv)
     if args.cmd == "cases":
         out = Path(args.dir) if args.dir else CASES_DIR if args.tp == 1 else VALIDATION / f"cases_tp{args.tp}"
@@ -80,6 +97,8 @@ def main(argv=None) -> int:
         run_cases(CASES_DIR, Path(args.out), args.max_seconds, args.only,
                   Path(args.archive) if args.archive else None, args.methods, args.passes,
                   args.warm_requests, args.kv_tokens, not args.no_crosscheck)
+    elif args.cmd == "report":
+        report(args)
     else:
         compare(args)
     return 0

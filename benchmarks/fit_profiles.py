@@ -2,6 +2,7 @@
 
     python benchmarks/fit_profiles.py            # every profiles/h200/raw/raw_<model>.json
     python benchmarks/fit_profiles.py --synthetic   # dry run on roofline data, scratch output
+    python benchmarks/fit_profiles.py --levels-only # only the leave-one-level-out errors, fits kept
 
 Fits ``profiles/<gpu>/<model>.json`` with its SGLang tables and projections
 (:mod:`dspark_sim.profiling.pipeline`), plots ``docs/img/profile_fit_<model>.png`` and puts
@@ -24,8 +25,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--folds", type=int, default=10)
     ap.add_argument("--models", nargs="*", help="only these models")
     ap.add_argument("--synthetic", action="store_true", help="dry run on roofline data with noise")
+    ap.add_argument("--levels-only", action="store_true",
+                    help="only the leave-one-level-out errors of the shipped profiles (fitted numbers kept)")
     args = ap.parse_args(argv)
     flags = ["--gpu", args.gpu, "--folds", str(args.folds)] + (["--models", *args.models] if args.models else [])
+    flags += ["--levels-only"] if args.levels_only else []
     if args.synthetic:
         return fit(fit_parser().parse_args(flags + ["--synthetic"]))
     command = "python benchmarks/fit_profiles.py" + (f" --gpu {args.gpu}" if args.gpu != "h200" else "")

@@ -154,7 +154,7 @@ def held_out_rows() -> list[str]:
     for path in sorted(found):
         p = load(path)
         cells = [f"{100 * h.median_rel_err:.1f} / {100 * h.p90_rel_err:.1f} / {100 * h.max_rel_err:.1f} %"
-                 if h else "-" for h in (p.held_out.get("verify"), p.held_out.get("verify_levels"))]
+                 if h else "-" for h in (p.held_out.get("verify"), p.held_out.get("verify@reqs"))]
         out.append(f"| {p.model} | {p.source} | {cells[0]} | {cells[1]} | {p.held_out['all'].num_points} |")
     return out + [""]
 

@@ -6,11 +6,13 @@ import time
 from pathlib import Path
 
 from dspark_sim.metrics.outdir import atomic_dir
+from dspark_sim.metrics.record import write_provenance
 from dspark_sim.scenario import Scenario
 
 
 def run_scenario(scenario: Scenario, out: Path | None, *, plots: bool = True, show_progress: bool = True):
-    """Simulate and write ``summary.json``, ``requests.csv``, ``steps.csv``, ``plots/`` into ``out``.
+    """Simulate and write ``summary.json``, ``requests.csv``, ``steps.csv``, ``provenance.json``,
+    ``plots/`` into ``out``.
 
     Returns ``(summary, result)``. With ``out=None`` nothing is written.
     """
@@ -26,6 +28,7 @@ def run_scenario(scenario: Scenario, out: Path | None, *, plots: bool = True, sh
     with atomic_dir(out) as tmp:
         result = simulate(scenario, tmp, _progress(scenario, show_progress))
         summary = summarize(result)
+        write_provenance(tmp, summary["provenance"])
         if plots:
             from dspark_sim.metrics.plots import plot_run
 

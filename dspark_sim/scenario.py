@@ -179,6 +179,7 @@ class Scenario:
     seed: int = 0
     exact: bool = False  # one simulation event per engine step (no skip-ahead); the same numbers
     file: Path | None = None
+    cost_scale: float = 1.0  # every profiled step time times this (sensitivity; the answers' intervals)
     engine: Engine = field(default_factory=Engine)
 
     def __post_init__(self) -> None:
@@ -189,6 +190,7 @@ class Scenario:
             require(isinstance(getattr(self, name), cls), name, getattr(self, name), "expected a mapping")
         self.deployment.parallel.check(model, gpu, file=self.file)  # heads, experts and the node split as deployed
         check_int(self.seed, "seed", 0, MAX_SEED)
+        check_real(self.cost_scale, "cost_scale", 0.1, 10.0)
         check_bool(self.exact, "exact")
 
     def with_seed(self, seed: int) -> Scenario:
@@ -214,7 +216,7 @@ class Scenario:
                       deployment=_deployment(top.raw("deployment"), engine, gpu, model, file, base),
                       speculation=Speculation.from_dict(top.raw("speculation"), file=file, base=base),
                       slo=Slo.from_dict(top.raw("slo"), file=file), seed=top.raw("seed", 0),
-                      exact=top.raw("exact", False), file=file)
+                      exact=top.raw("exact", False), file=file, cost_scale=top.raw("cost_scale", 1.0))
         top.done()
         return build(cls, kwargs, file, None)
 

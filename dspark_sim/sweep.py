@@ -12,6 +12,7 @@ from pathlib import Path
 
 from dspark_sim.methods import method_speculation
 from dspark_sim.metrics.plots import pyplot
+from dspark_sim.provenance import basis, scenario_provenance
 from dspark_sim.run import run_scenario
 from dspark_sim.scenario import Scenario
 
@@ -43,22 +44,33 @@ def sweep(scenario: Scenario, methods: list[str], concurrency: list[int], *, num
                          "mean_accept_length": summary["mean_accept_length"],
                          "mean_verify_tokens_per_request": summary["mean_verify_tokens_per_request"],
                          "acceptance_rate": summary["acceptance_rate"],
-                         "mean_decode_batch_size": summary["mean_decode_batch_size"]})
+                         "mean_decode_batch_size": summary["mean_decode_batch_size"],
+                         "basis": basis(summary["provenance"]),
+                         "acceptance": summary["provenance"]["acceptance"]["kind"]})
             if progress:
                 progress(rows[-1])
     return rows
 
 
+def provenance_by_method(scenario: Scenario, methods: list[str]) -> dict[str, dict]:
+    """The provenance block (:mod:`dspark_sim.provenance`) of each method's runs in a sweep."""
+    return {name: scenario_provenance(replace(scenario, speculation=method_speculation(
+        name, scenario.speculation, scenario.file))) for name in methods}
+
+
 def format_table(rows: list[dict]) -> str:
-    """Rows as an aligned text table, with the gain over the first method at each concurrency."""
+    """Rows as an aligned text table, with the gain over the first method at each concurrency, what
+    each method's acceptance is (preset, calibrated, substituted) and its cost basis."""
     base = {r["concurrency"]: r["output_throughput_per_gpu"] for r in rows if r["method"] == rows[0]["method"]}
-    head = f"{'method':<14}{'conc':>6}{'tok/s/GPU':>12}{'tok/s/user':>12}{'accept len':>12}{'verify/req':>12}{'vs ' + rows[0]['method']:>12}"
+    head = (f"{'method':<14}{'conc':>6}{'tok/s/GPU':>12}{'tok/s/user':>12}{'accept len':>12}{'verify/req':>12}"
+            f"{'vs ' + rows[0]['method']:>12}  {'acceptance':<12}cost basis")
     lines = [head, "-" * len(head)]
     for r in rows:
         gain = r["output_throughput_per_gpu"] / base[r["concurrency"]] - 1 if base.get(r["concurrency"]) else 0.0
         lines.append(f"{r['method']:<14}{r['concurrency']:>6}{r['output_throughput_per_gpu']:>12.0f}"
                      f"{_f(r['mean_tok_per_s_per_user'], '.1f'):>12}{_f(r['mean_accept_length'], '.2f'):>12}"
-                     f"{_f(r['mean_verify_tokens_per_request'], '.2f'):>12}{gain:>+12.1%}")
+                     f"{_f(r['mean_verify_tokens_per_request'], '.2f'):>12}{gain:>+12.1%}  "
+                     f"{r.get('acceptance', '-'):<12}{r.get('basis', '-')}")
     return "\n".join(lines)
 
 

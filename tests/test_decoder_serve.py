@@ -210,3 +210,22 @@ def test_on_step_sees_every_row_and_production_sizes_the_budget_from_lagged_conf
     for (r, _, k), lag in zip(calls[2:], lags[2:]):  # K from the confidences two steps before
         assert k == host_budget(lag[0], r, dec.temps_host, dec.sps_host, dec.sps.max_batch_tokens, dec.conf)
     assert any(len(lag[0]) != r for (r, _, _), lag in zip(calls[2:], lags[2:]))  # requests finished
+
+
+@pytest.mark.parametrize("checkpoint,synthetic,meaningful", [(None, True, False), ("ckpt", True, False),
+                                                             ("ckpt", False, True)])
+def test_decode_run_says_what_it_is(tmp_path, checkpoint, synthetic, meaningful):
+    """Random weights and synthetic acceptance are named in the run's metadata and its start
+    line; only real weights with real acceptance make outputs worth writing."""
+    from argparse import Namespace
+
+    from dspark_sim.kernels.decoder.cli import run_provenance
+
+    launch = load_launch(_write(tmp_path), "qwen3-8b", device="cpu", synthetic=synthetic)
+    args = Namespace(checkpoint=checkpoint, draft_checkpoint=None, temperature=1.0)
+    meta = run_provenance(args, launch, synthetic)
+    assert meta["outputs_meaningful"] is meaningful
+    assert meta["acceptance"]["kind"] == ("synthetic" if synthetic else "real")
+    assert ("random (no --checkpoint)" in meta["summary"]) is (checkpoint is None)
+    if synthetic:
+        assert "synthetic acceptance" in meta["summary"] and "dspark/qwen3-8b" in meta["acceptance"]["detail"]

@@ -48,7 +48,8 @@ def tune_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="output directory (default runs/<study>)")
     p.add_argument("--seed", type=int, help="sampler seed (default: the scenario's seed)")
     p.add_argument("--seeds", type=int, help="simulation seeds per trial (default 2)")
-    p.add_argument("--baseline-trials", type=int, help="trials per baseline study (default 40)")
+    p.add_argument("--baseline-trials", type=int,
+                   help="trials per baseline study (default: --trials, the same budget as DSpark's)")
     p.add_argument("--baselines", help="comma list of none,static,schedule,threshold (default all; '' for none)")
     p.add_argument("--space", help="YAML overriding the search space (docs/tuning.md)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -139,7 +140,7 @@ def new_settings(args):
     seed = base.get("seed", 0) if args.seed is None else args.seed
     n_seeds = args.seeds or 2
     return Settings(base, target, load_space(args.space), trials=args.trials or 200,
-                    baseline_trials=40 if args.baseline_trials is None else args.baseline_trials,
+                    baseline_trials=(args.trials or 200) if args.baseline_trials is None else args.baseline_trials,
                     baselines=baselines, seeds=tuple(seed + i for i in range(n_seeds)),
                     confirm_seeds=tuple(seed + n_seeds + i for i in range(3)), sampler_seed=seed,
                     engine=args.engine or "sglang")

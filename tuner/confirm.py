@@ -12,14 +12,15 @@ the winner is the front's knee: the largest throughput/GPU x tok/s/user.
 from __future__ import annotations
 
 import multiprocessing
+import statistics
 
 import optuna
 from optuna.trial import TrialState
 
 from dspark_sim.tuner.objective import (THROUGHPUT, USER_SPEED, aggregate, feasible, pareto_front, simulate,
-                                        violation)
+                                        simulate_scenario, violation)
 from dspark_sim.tuner.runner import Job, quiet
-from dspark_sim.tuner.scenarios import configure
+from dspark_sim.tuner.scenarios import configure, to_scenario
 
 FINALISTS = 3
 ROUNDS = 3
@@ -82,8 +83,10 @@ def _record(job: Job, trial: optuna.trial.FrozenTrial, extra: list[dict]) -> dic
     summaries = list(trial.user_attrs["per_seed"]) + extra
     mean, worst = aggregate(summaries)
     constraints = job.target.violations(worst)
+    per_seed = [s.get(job.target.value_names[0]) or 0.0 for s in summaries]
     return {"trial": trial.number, "method": job.method, "config": trial.user_attrs["config"],
             "seeds": [s["seed"] for s in summaries], "mean": mean, "worst": worst,
+            "spread": statistics.stdev(per_seed) if len(per_seed) > 1 else 0.0,
             "values": [mean[name] or 0.0 for name in job.target.value_names], "constraints": constraints,
             "feasible": feasible(constraints), "search_values": list(trial.values)}
 
@@ -96,3 +99,32 @@ def _pick(records: list[dict], job: Job) -> dict:
     if job.target.objective == "pareto":
         return max(ok, key=lambda r: knee(r["mean"]))
     return max(ok, key=lambda r: r["values"][0])
+
+
+def margin(constraints: dict) -> float | None:
+    """The SLO margin: the smallest slack over the bounds, relative to each (< 0: missed)."""
+    return -max(constraints.values()) if constraints else None
+
+
+def winner_interval(job: Job, record: dict, seeds: list[int]) -> dict | None:
+    """The winner's objective and SLO margin at the corners of its measured error sources
+    (:mod:`dspark_sim.intervals`), each on ``seeds``, and the envelopes with the confirmed
+    figures; None for a roofline cost model."""
+    from dspark_sim.intervals import corners, error_sources
+
+    scenario = to_scenario(configure(job.base, record["config"]))
+    src = error_sources(scenario)
+    if src is None:
+        return None
+    out = {"sources": src.to_dict()}
+    values, margins = [record["values"][0]], [margin(record["constraints"])]
+    for name, corner in zip(("pessimistic", "optimistic"), corners(scenario, src)):
+        mean, worst = aggregate(simulate_scenario(corner, seeds))
+        found = job.target.violations(worst)
+        out[name] = {"value": mean[job.target.value_names[0]] or 0.0, "margin": margin(found),
+                     "feasible": feasible(found)}
+        values.append(out[name]["value"])
+        margins.append(out[name]["margin"])
+    out["value_interval"] = [min(values), max(values)]
+    out["margin_interval"] = None if None in margins else [min(margins), max(margins)]
+    return out

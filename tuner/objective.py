@@ -105,9 +105,13 @@ def _latency(value: float | None) -> float:
 
 def simulate(raw: dict, seeds: list[int]) -> list[dict]:
     """Summaries of the scenario mapping ``raw`` simulated once per seed."""
+    return simulate_scenario(to_scenario(raw), seeds)
+
+
+def simulate_scenario(scenario, seeds: list[int]) -> list[dict]:
+    """Summaries of ``scenario`` simulated once per seed."""
     from dspark_sim.run import run_scenario
 
-    scenario = to_scenario(raw)
     out = []
     for seed in seeds:
         summary, _ = run_scenario(scenario.with_seed(seed), None, plots=False, show_progress=False)

@@ -9,6 +9,7 @@ import optuna
 from optuna.trial import TrialState
 
 from dspark_sim.catalog.drafters import PLACEHOLDER
+from dspark_sim.provenance import basis, provenance_line
 from dspark_sim.tuner import honour
 from dspark_sim.tuner.objective import THROUGHPUT, USER_SPEED, feasible, pareto_front
 from dspark_sim.tuner.runner import Job
@@ -70,8 +71,11 @@ def rows(winners: dict[str, dict], jobs: list[Job]) -> list[dict]:
         if job is not main and ours is not None and main.target.objective == "pareto":
             value = matched_throughput(job, ours["mean"][USER_SPEED] or 0.0)
         comparable = job is not main and ours is not None and w["feasible"] and value
-        out.append({"job": job, "winner": w, "value": value,
-                    "gain": ours["values"][0] / value - 1.0 if comparable else None})
+        gain = ours["values"][0] / value - 1.0 if comparable else None
+        # the seed-to-seed spread of the difference: a gain within it is not called one
+        noise = (ours.get("spread", 0.0) ** 2 + w.get("spread", 0.0) ** 2) ** 0.5 / value if comparable else None
+        out.append({"job": job, "winner": w, "value": value, "gain": gain, "noise": noise,
+                    "significant": gain is not None and abs(gain) > noise})
     return out
 
 
@@ -155,29 +159,69 @@ def _headline(table: list[dict], unit: str) -> str:
     if ours is None:
         return "No DSpark trial completed."
     met = "meets" if ours["winner"]["feasible"] else "does NOT meet"
-    text = f"**Tuned DSpark: {ours['value']:,.1f} {unit}** ({met} the SLO)."
+    text = f"**Tuned DSpark: {ours['value']:,.1f} {unit}** ({met} the SLO)." + _interval(ours["winner"], unit)
     base = best_baseline(table)
     if base is None:
         compared = any(r["job"].method != "dspark" for r in table)
         return text + (" No baseline meets the SLO." if compared else " No baseline was compared (--baselines '').")
+    verdict = (f"DSpark gains **{base['gain']:+.1%}**" if base["significant"] else
+               f"DSpark's difference ({base['gain']:+.1%}) is within the seed-to-seed spread "
+               f"({base['noise']:.1%}): no gain is claimed")
     return (text + f" Best baseline: {LABELS.get(base['job'].method)} at {base['value']:,.1f} {unit}; "
-            f"DSpark gains **{base['gain']:+.1%}**.")
+            f"{verdict}.")
+
+
+def _interval(winner: dict, unit: str) -> str:
+    """The winner's interval over its measured error sources (``dspark_sim.intervals``)."""
+    iv = winner.get("interval")
+    if not iv:
+        return " No interval: the cost model is the roofline (no measured error sources)."
+    lo, hi = iv["value_interval"]
+    text = (f" Interval over the measured error sources (step time x (1 +- {iv['sources']['cost_rel']:.1%}), "
+            f"acceptance {iv['sources']['acceptance']}): {lo:,.1f} to {hi:,.1f} {unit}")
+    if iv["margin_interval"]:
+        m_lo, m_hi = iv["margin_interval"]
+        text += f"; SLO margin {m_lo:+.1%} to {m_hi:+.1%}"
+    return text + (". The SLO is missed at the pessimistic corner." if not iv["pessimistic"]["feasible"] else ".")
 
 
 def _table(table: list[dict], unit: str, pareto: bool) -> list[str]:
     value_head = f"{unit} at DSpark's tok/s/user" if pareto else unit
-    lines = [f"| method | trial | knobs | {value_head} | tok/s/user | p99 TPOT ms | p99 TTFT ms | SLO met | "
-             "DSpark gain |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [f"| method | trial | knobs | {value_head} (mean +- sd over seeds) | tok/s/user | p99 TPOT ms | "
+             "p99 TTFT ms | SLO met | DSpark gain |", "|---|---|---|---|---|---|---|---|---|"]
     for r in table:
         w, m = r["winner"], r["winner"]["mean"]
         gain = "-" if r["job"].method == "dspark" else ("misses SLO" if not w["feasible"] else
-                                                        "n/a" if r["gain"] is None else f"{r['gain']:+.1%}")
-        value = "-" if r["value"] is None else f"{r['value']:,.1f}"
+                                                        "n/a" if r["gain"] is None else
+                                                        f"{r['gain']:+.1%}" if r["significant"] else
+                                                        f"{r['gain']:+.1%} (within spread {r['noise']:.1%})")
+        value = "-" if r["value"] is None else f"{r['value']:,.1f} +- {w.get('spread', 0.0):,.1f}"
         speed, tpot, ttft = (m.get(k) for k in (USER_SPEED, "p99_tpot_ms", "p99_ttft_ms"))
         lines.append(f"| {LABELS.get(r['job'].method, r['job'].method)} | {w['trial']} | {knobs(w['config'])} | "
                      f"{value} | {speed or 0:.1f} | {tpot or 0:.1f} | {ttft or 0:,.0f} | "
                      f"{'yes' if w['feasible'] else 'no'} | {gain} |")
     return lines
+
+
+def _provenance_head(provenance: dict) -> list[str]:
+    """The line saying what is not measured, under the settings (none when all is measured)."""
+    line = provenance_line(list(provenance.values()))
+    return [f"- {line}", ""] if line else []
+
+
+def _provenance_table(jobs: list[Job], provenance: dict) -> list[str]:
+    """Per study: its cost model's basis and its acceptance (``provenance.json`` has the rest)."""
+    if not provenance:
+        return []
+    lines = ["## Where the numbers come from", "", "| method | cost model | acceptance | not measured |",
+             "|---|---|---|---|"]
+    for job in jobs:
+        block = provenance.get(job.study)
+        if block is not None:
+            acc = block["acceptance"]
+            lines.append(f"| {LABELS.get(job.method, job.method)} | {basis(block)} | {acc['kind']}: {acc['detail']} "
+                         f"| {'; '.join(block['caveats']) or 'nothing'} |")
+    return lines + [""]
 
 
 def _drafter_lines(drafter) -> list[str]:
@@ -201,10 +245,13 @@ def write(out: Path, jobs: list[Job], winners: dict[str, dict], info: dict) -> s
     lines = [f"# dspark-tune report: {main.study}", "",
              f"- scenario: `{info['scenario']}` ({info['model']} on {info['num_gpus']} x {info['gpu']})",
              f"- objective: {main.target.objective}; SLO: {main.target.describe()}",
-             f"- trials: {info['trials']} (DSpark) + baselines; seeds per trial: {list(main.seeds)}; "
+             f"- trials: {info['trials']} DSpark, {info.get('baseline_trials', '?')} per baseline"
+             f"{'' if info.get('baseline_trials') == info['trials'] else ' (UNEQUAL budgets: not like for like)'}; "
+             f"seeds per trial: {list(main.seeds)}; "
              f"finalists re-run on seeds {info['confirm_seeds']}",
              f"- storage: `{info['storage']}`; sampler: TPE seed {main.sampler_seed}; "
              f"wall time {info['wall_s']:.0f} s on {info['workers']} worker(s)", "",
+             *_provenance_head(info.get("provenance", {})),
              _headline(table, unit), "",
              *([nearest, ""] if (nearest := nearest_slo(main)) else []),
              "## Winner and baselines (same trace, same SLO, confirmed on fresh seeds)", "",
@@ -213,6 +260,7 @@ def write(out: Path, jobs: list[Job], winners: dict[str, dict], info: dict) -> s
              "## Parameter importances (DSpark study; PED-ANOVA over the knobs every trial has)", "",
              *(["| knob | importance |", "|---|---|", *(f"| {k} | {v:.3f} |" for k, v in imp.items())]
                if imp else ["(not enough complete trials)"]), "",
+             *_provenance_table(jobs, info.get("provenance", {})),
              "## Engines", "",
              f"Tuned for **{honour.NAMES[info['engine']]}**: a knob it has no field for is held at its "
              "behaviour, not searched. Which tuned knob each engine honours:", "",
@@ -220,6 +268,7 @@ def write(out: Path, jobs: list[Job], winners: dict[str, dict], info: dict) -> s
              *_drafter_lines(info["drafter"]), "",
              "## Files", "",
              "- `dspark.yaml`: the winner as a scenario: `dspark-sim run dspark.yaml` replays it",
+             "- `provenance.json`: what each study's numbers rest on (cost model terms, acceptance)",
              "- `sglang.yaml` (+ `sps_table.json`, `sts.json`), `vllm.yaml`, `trtllm.yaml`: engine configs "
              "(docs/tuning.md shows the command that starts each engine with them)",
              *(f"- {note}" for note in info.get("notes", [])),

@@ -17,8 +17,10 @@ from dspark_sim.errors import InputError
 from dspark_sim.metrics.outdir import atomic_dir
 from dspark_sim.catalog import get_model
 from dspark_sim.catalog.drafters import chain_baseline_drafter
+from dspark_sim.metrics.record import write_provenance
+from dspark_sim.provenance import basis, provenance_line, scenario_provenance
 from dspark_sim.tuner import engines, exports, honour, report
-from dspark_sim.tuner.confirm import confirm
+from dspark_sim.tuner.confirm import confirm, winner_interval
 from dspark_sim.tuner.objective import Target, feasible
 from dspark_sim.tuner.runner import Job, run
 from dspark_sim.tuner.storage import open_storage, open_study
@@ -36,7 +38,7 @@ class Settings:
     target: Target
     space: SearchSpace
     trials: int = 200
-    baseline_trials: int = 40
+    baseline_trials: int = 200  # the same budget as DSpark's by default: a like-for-like comparison
     baselines: tuple[str, ...] = BASELINES
     seeds: tuple[int, ...] = (0, 1)
     confirm_seeds: tuple[int, ...] = (2, 3, 4)
@@ -117,16 +119,24 @@ def tune(settings: Settings, url: str, name: str, out: Path, *, workers: int = 1
     main.set_user_attr("settings", settings.to_json())
     run(jobs, workers, timeout_s, show_progress)
     winners = confirm(jobs, list(settings.confirm_seeds), workers)
+    if jobs[0].study in winners:  # the tuned config's interval, stored with it
+        winners[jobs[0].study]["interval"] = winner_interval(jobs[0], winners[jobs[0].study],
+                                                             list(settings.confirm_seeds))
+        jobs[0].open().set_user_attr("winner", winners[jobs[0].study])
     scenario = to_scenario(settings.base)
     info = {"scenario": settings.base.get("name"), "model": scenario.model, "gpu": scenario.gpu,
             "num_gpus": scenario.deployment.num_gpus, "trials": settings.trials,
+            "baseline_trials": settings.baseline_trials,
             "confirm_seeds": list(settings.confirm_seeds), "storage": url, "workers": workers,
             "wall_s": time.monotonic() - started, "engine": settings.engine,
-            "drafter": dspark_drafter(settings.base), "notes": []}
+            "drafter": dspark_drafter(settings.base), "notes": [],
+            "provenance": {job.study: scenario_provenance(to_scenario(configure(
+                settings.base, winners[job.study]["config"]))) for job in jobs if job.study in winners}}
     with atomic_dir(out) as tmp:
         if jobs[0].study in winners:
             _, info["notes"] = write_exports(settings.base, winners[jobs[0].study], name, tmp, engines.FORMATS,
                                              out, settings.target.describe(), settings.engine)
+        write_provenance(tmp, info["provenance"])
         report.write(tmp, jobs, winners, info)
     return winners
 
@@ -157,8 +167,11 @@ def write_exports(base: dict, record: dict, study: str, out: Path, formats,
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    lines = header(study, record, slo)
     scenario = to_scenario(configure(base, record["config"]))
+    prov = scenario_provenance(scenario)
+    lines = header(study, record, slo) + [f"cost model: {basis(prov)}; acceptance: {prov['acceptance']['kind']} "
+                                          f"({prov['acceptance']['detail']})"]
+    lines += [line] if (line := provenance_line([prov])) else []
     files, notes = exports.write_tables(scenario, out), []
     for fmt in formats:
         if fmt == "dspark":

@@ -113,6 +113,17 @@ class PresetTable:
             raise InputError(path, "presets", [], "holds no presets")
         return cls(presets, str(path))
 
+    def resolve_target(self, drafter: str, target: str, *, file=None, key: str = "speculation.drafter") -> str:
+        """The preset target ``find`` uses for ``target``: itself when this table has a preset
+        for it, else the nearest (see :func:`nearest_target`)."""
+        mine = [p for p in self.presets if p.drafter == drafter]
+        if not mine:
+            known = sorted({p.drafter for p in self.presets})
+            raise InputError(file, key, drafter, f"no preset for this drafter in {self.source}; known: {', '.join(known)}")
+        name = normalize_target(target)
+        targets = list(dict.fromkeys(p.target for p in mine))
+        return name if name in targets else nearest_target(name, targets)
+
     def find(self, drafter: str, target: str, domain: str, *, file=None,
              key: str = "speculation.drafter") -> AcceptancePreset:
         """The preset for ``drafter`` and ``domain`` (a domain or a Table 1 dataset) nearest ``target``.
@@ -123,15 +134,10 @@ class PresetTable:
         """
         if domain not in DOMAINS and domain not in DATASETS:
             raise InputError(file, key, domain, f"unknown domain; known: {', '.join(DOMAINS + tuple(DATASETS))}")
-        mine = [p for p in self.presets if p.drafter == drafter]
-        if not mine:
-            known = sorted({p.drafter for p in self.presets})
-            raise InputError(file, key, drafter, f"no preset for this drafter in {self.source}; known: {', '.join(known)}")
-        name = normalize_target(target)
-        targets = list(dict.fromkeys(p.target for p in mine))
-        chosen = name if name in targets else nearest_target(name, targets)
-        if chosen != name:
+        chosen = self.resolve_target(drafter, target, file=file, key=key)
+        if chosen != normalize_target(target):
             warnings.warn(f"no {drafter} acceptance preset for {target!r}; using {chosen!r}", stacklevel=3)
+        mine = [p for p in self.presets if p.drafter == drafter]
         dataset = domain if domain in DATASETS else None
         for p in mine:
             if p.target == chosen and p.dataset == dataset and (dataset or p.domain == domain):

@@ -18,11 +18,14 @@ from dspark_sim.capacity.search import (Evaluator, OnceWarnings, Probe, Search, 
 from dspark_sim.catalog import get_gpu
 from dspark_sim.config import check_int, check_real, is_int, require
 from dspark_sim.limits import MAX_PRICE_PER_GPU_HOUR, MAX_RATE_PER_S, MAX_REPLICAS, MAX_REQUESTS
+from dspark_sim.intervals import corners, error_sources
 from dspark_sim.methods import method_speculation
+from dspark_sim.provenance import basis, scenario_provenance
 from dspark_sim.scenario import Scenario
 from dspark_sim.slo import Slo
 
 TP_CHOICES = (1, 2, 4, 8)
+INTERVAL_SIMS = 10  # probes per corner search of an interval (warm-started at the answer)
 DEFAULT_MAX_REQUESTS = 2000
 MAX_SIMS, MAX_JOBS = 1000, 256
 # Fields by the command-line flag that sets them, for error messages.
@@ -99,6 +102,8 @@ class Plan:
     target_rps: float
     candidates: tuple[Candidate, ...]
     best: Candidate | None
+    provenance: dict | None = None  # of the best TP's scenario (else the first searched); None if none
+    interval: dict | None = None  # the best TP searched again at the corners of its error sources
 
     def to_dict(self) -> dict:
         return {"gpu": self.gpu, "method": self.method, "target_rps": self.target_rps,
@@ -154,7 +159,32 @@ def plan(scenario: Scenario, gpu: str, method: str, slo: Slo, target_rps: float,
         candidates.append(cand)
         if best is None or _rank(cand) < _rank(best):
             best = cand
-    return Plan(gpu, method, target_rps, tuple(candidates), best)
+    searched = [c for c in candidates if c.search is not None]
+    shown = best or (searched[0] if searched else None)
+    base = None if shown is None else probe_scenario(scenario, 1.0, gpu=gpu, tp=shown.tp, speculation=spec,
+                                                     max_requests=max_requests)
+    prov = None if base is None else scenario_provenance(base)
+    bounds = None
+    if best is not None:
+        bounds = corner_searches(base, slo, base_rate_rps, best.search.best.multiplier, once,
+                                 precision=precision, max_sims=min(max_sims, INTERVAL_SIMS))
+    return Plan(gpu, method, target_rps, tuple(candidates), best, prov, bounds)
+
+
+def corner_searches(base: Scenario, slo: Slo, base_rate_rps: float, start: float, once: OnceWarnings, *,
+                    precision: float, max_sims: int) -> dict | None:
+    """The sustained rate of ``base`` at the pessimistic and optimistic corners of its measured
+    error sources (:mod:`dspark_sim.intervals`), each searched from ``start``; None without
+    measured error sources (a roofline cost model)."""
+    src = error_sources(base)
+    if src is None:
+        return None
+    out = {"sources": src.to_dict()}
+    for name, corner in zip(("pessimistic", "optimistic"), corners(base, src)):
+        search = bisect_rate(Evaluator(corner, slo, base_rate_rps, None, once), start=start,
+                             precision=precision, max_sims=max_sims)
+        out[name] = search.best.to_dict() if search.best else None
+    return out
 
 
 # -- rows ---------------------------------------------------------------------------------
@@ -168,7 +198,8 @@ def plan_row(p: Plan, prices: dict[str, float]) -> dict:
     row = {"gpu": p.gpu, "method": p.method, "tp": None, "rate_per_replica_rps": 0.0, "replicas": None,
            "gpus": None, "output_tok_per_s_per_gpu": None, "p99_tpot_ms": None, "p99_ttft_ms": None,
            "attainment": None, "mean_accept_length": None, "cost_per_mtok": None,
-           "cost_per_mtok_at_capacity": None, "note": _note(p)}
+           "cost_per_mtok_at_capacity": None, "note": _note(p),
+           "basis": basis(p.provenance) if p.provenance else None, "provenance": p.provenance}
     if p.best is None:
         return row
     b = p.best.search.best
@@ -180,7 +211,32 @@ def plan_row(p: Plan, prices: dict[str, float]) -> dict:
     if price is not None and target_tok_per_s > 0 and b.output_tok_per_s > 0:
         row["cost_per_mtok"] = cost_per_mtok(price, p.best.gpus, target_tok_per_s)
         row["cost_per_mtok_at_capacity"] = cost_per_mtok(price, p.best.tp, b.output_tok_per_s)
+    row.update(interval_fields(p))
     return row
+
+
+def interval_fields(p: Plan) -> dict:
+    """The row's intervals: sustained rate, GPUs for the target and tok/s/GPU at the corners of
+    the plan's measured error sources (at its best TP); None where a corner has no answer."""
+    out = {"rate_per_replica_rps_interval": None, "gpus_interval": None, "output_tok_per_s_per_gpu_interval": None,
+           "interval_sources": None}
+    if p.interval is None:
+        return out
+    # the envelope of the nominal answer and both corners (a coarse corner search may land
+    # on either side of the nominal one)
+    nominal = p.best.search.best.to_dict()
+    found = [c for c in (p.interval["pessimistic"], p.interval["optimistic"]) if c]
+    tp = p.best.tp
+    out["interval_sources"] = p.interval["sources"]
+    if len(found) < 2:  # a corner sustains no rate tried: the low end is unknown
+        return out
+    rates = [c["rate_rps"] for c in (nominal, *found)]
+    out["rate_per_replica_rps_interval"] = [min(rates), max(rates)]
+    gpus = [tp * replicas_for(p.target_rps, r) for r in rates]
+    out["gpus_interval"] = [min(gpus), max(gpus)]
+    tok = [c["output_tok_per_s"] / tp for c in (nominal, *found)]
+    out["output_tok_per_s_per_gpu_interval"] = [min(tok), max(tok)]
+    return out
 
 
 def _note(p: Plan) -> str:

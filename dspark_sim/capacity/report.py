@@ -7,16 +7,26 @@ from dspark_sim.metrics.plots import pyplot
 
 
 def format_table(rows: list[dict], header: str) -> str:
-    """Rows as an aligned text table under ``header``."""
-    head = (f"{'gpu':<6}{'method':<9}{'tp':>3}{'req/s/replica':>15}{'tok/s/GPU':>11}{'p99 TPOT':>10}"
-            f"{'attain':>8}{'replicas':>10}{'GPUs':>6}{'$/Mtok':>9}  note")
+    """Rows as an aligned text table under ``header``; ``cost basis`` says what each row's
+    cost model rests on (:func:`dspark_sim.provenance.basis`)."""
+    width = max([len("cost basis")] + [len(r.get("basis") or "-") for r in rows])
+    head = (f"{'gpu':<6}{'method':<9}{'tp':>3}{'req/s/replica':>15}{'(interval)':>14}{'tok/s/GPU':>11}"
+            f"{'(interval)':>12}{'p99 TPOT':>10}{'attain':>8}{'replicas':>10}{'GPUs':>6}{'(interval)':>11}"
+            f"{'$/Mtok':>9}  {'cost basis':<{width}}  note")
     lines = [header, head, "-" * len(head)]
     for r in rows:
         lines.append(f"{r['gpu']:<6}{r['method']:<9}{_f(r['tp'], 'd'):>3}{r['rate_per_replica_rps']:>15.3f}"
-                     f"{_f(r['output_tok_per_s_per_gpu'], '.0f'):>11}{_f(r['p99_tpot_ms'], '.1f'):>10}"
+                     f"{_range(r.get('rate_per_replica_rps_interval'), '.3g'):>14}"
+                     f"{_f(r['output_tok_per_s_per_gpu'], '.0f'):>11}"
+                     f"{_range(r.get('output_tok_per_s_per_gpu_interval'), '.0f'):>12}{_f(r['p99_tpot_ms'], '.1f'):>10}"
                      f"{_f(r['attainment'], '.1%'):>8}{_f(r['replicas'], 'd'):>10}{_f(r['gpus'], 'd'):>6}"
-                     f"{_f(r['cost_per_mtok'], '.3f'):>9}  {r['note']}")
+                     f"{_range(r.get('gpus_interval'), 'd'):>11}"
+                     f"{_f(r['cost_per_mtok'], '.3f'):>9}  {r.get('basis') or '-':<{width}}  {r['note']}")
     return "\n".join(lines)
+
+
+def _range(pair, fmt: str) -> str:
+    return "" if not pair else f"({format(pair[0], fmt)}-{format(pair[1], fmt)})"
 
 
 def _f(value, fmt: str) -> str:

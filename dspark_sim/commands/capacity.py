@@ -18,6 +18,7 @@ from dspark_sim.config import build
 from dspark_sim.errors import InputError
 from dspark_sim.methods import method_speculation
 from dspark_sim.metrics.outdir import atomic_dir
+from dspark_sim.provenance import provenance_line
 from dspark_sim.scenario import Scenario, load_scenario
 from dspark_sim.slo import RULES, Slo
 
@@ -110,6 +111,9 @@ def run(args) -> int:
         if not args.no_plots:
             plot(report["rows"], f"{scenario.model}: {scenario.name}", report["target_rps"], tmp / "capacity.png")
     print(format_table(report["rows"], header))
+    line = provenance_line([r["provenance"] for r in report["rows"] if r["provenance"]])
+    if line:
+        print(line)
     best = report["recommendation"]
     if best:
         cost = f", ${best['cost_per_mtok']:.3f}/M output tokens" if best["cost_per_mtok"] is not None else ""

@@ -10,7 +10,8 @@ from dspark_sim.limits import MAX_RUNNING_REQUESTS
 from dspark_sim.methods import METHOD_HELP, method_speculation
 from dspark_sim.metrics.outdir import atomic_dir
 from dspark_sim.scenario import load_scenario
-from dspark_sim.sweep import format_table, plot, sweep
+from dspark_sim.provenance import provenance_line
+from dspark_sim.sweep import format_table, plot, provenance_by_method, sweep
 
 DEFAULT_METHODS = "none,mtp1,mtp3,dspark"
 DEFAULT_CONCURRENCY = "1,8,32,64,128,256"
@@ -44,10 +45,15 @@ def run(args) -> int:
     rows = sweep(scenario, methods, concurrency, num_requests=args.requests,
                  progress=lambda r: (bar.update(1), bar.set_postfix_str(f"{r['method']}@{r['concurrency']}")))
     bar.close()
+    provenance = provenance_by_method(scenario, methods)
     with atomic_dir(out) as tmp:
-        (tmp / "compare.json").write_text(json.dumps({"scenario": scenario.name, "rows": rows}, indent=2) + "\n")
+        (tmp / "compare.json").write_text(json.dumps({"scenario": scenario.name, "rows": rows,
+                                                      "provenance": provenance}, indent=2) + "\n")
         plot(rows, f"{scenario.model} on {scenario.gpu}: {scenario.name}", tmp)
     print(format_table(rows))
+    line = provenance_line(list(provenance.values()))
+    if line:
+        print(line)
     print(f"wrote {out}/compare.json and frontier.png")
     return 0
 

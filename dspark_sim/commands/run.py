@@ -6,6 +6,7 @@ from pathlib import Path
 
 from dspark_sim.config import check_int
 from dspark_sim.limits import MAX_SEED
+from dspark_sim.provenance import provenance_line
 from dspark_sim.run import run_scenario
 from dspark_sim.scenario import load_scenario
 
@@ -53,7 +54,10 @@ def run(args) -> int:
     out = Path(args.out) if args.out else Path("runs") / scenario.name
     summary, _ = run_scenario(scenario, out, plots=not args.no_plots, show_progress=not args.quiet)
     print(format_summary(summary))
-    print(f"  wrote {out}/ (summary.json, requests.csv, steps.csv{', plots/' if not args.no_plots else ''}) "
+    line = provenance_line([summary["provenance"]])
+    if line:
+        print(line)
+    print(f"  wrote {out}/ (summary.json, requests.csv, steps.csv, provenance.json{', plots/' if not args.no_plots else ''}) "
           f"in {summary['sim_wall_s']:.1f} s")
     return 0
 

@@ -16,7 +16,7 @@ class EngineCost:
     """:class:`CostModel` of ``gpu`` plus an engine's host terms (see the module docstring)."""
 
     def __init__(self, gpu: CostModel, terms: EngineTerms, *, label: str, graph_max_tokens: int | None = None):
-        self.gpu, self.terms, self.graph_max_tokens = gpu, terms, graph_max_tokens
+        self.gpu, self.terms, self.graph_max_tokens, self.label = gpu, terms, graph_max_tokens, label
         self.name = f"{gpu.name}+{label.replace(' ', '-')}"
         self.source = f"{gpu.source}; engine {label}: {terms.source}"
 
@@ -24,6 +24,17 @@ class EngineCost:
         if name == "gpu":
             raise AttributeError(name)
         return getattr(self.gpu, name)
+
+    def provenance(self) -> dict:
+        """The GPU model's provenance (:mod:`dspark_sim.provenance`) with this engine named and
+        its host terms in place of the decoder's."""
+        block = self.gpu.provenance()
+        block["engine"] = self.label
+        host = {"kind": "engine", "detail": f"{self.label}'s host terms: {self.terms.source}"}
+        for name in block["terms"]:
+            if name.startswith("host_") or name == "sched":
+                block["terms"][name] = dict(host)
+        return block
 
     def breakdown(self, work: StepWork) -> dict[str, float]:
         """The GPU's parts plus ``engine_s`` (host scheduling) and ``eager_s`` (an eager step's floor)."""

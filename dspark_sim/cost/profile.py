@@ -23,8 +23,10 @@ from dspark_sim.cost.profile_format import (DRAFT_KINDS, FORMAT_VERSION, DraftFi
                                             Profile, Projection, TargetFit, check_grids,
                                             load_profile, profile_from_json_dict)
 from dspark_sim.cost.roofline import RooflineCost, RooflineParams
+from dspark_sim.cost.substitute import fill_host_terms
 from dspark_sim.cost.shapes import EXACT, SCALAR
-from dspark_sim.cost.terms import DecodeShape
+from dspark_sim.cost.terms import STEP_KINDS, DecodeShape
+from dspark_sim.engines import Engine
 from dspark_sim.errors import InputError
 
 PROFILES_PACKAGE = "dspark_sim.profiles"
@@ -42,14 +44,17 @@ class ProfileCost:
     :func:`~.parallel.shard_factors`) replaces the plain ``1 / tp`` by what one GPU
     of the deployment holds and reads (expert parallel, DP attention, KV copies,
     served weight format); ``note`` says so in ``source``. Drafter kinds the profile
-    lacks are costed by ``fallback`` (or raise ``ValueError`` without one). ``comm``, when
+    lacks are costed by ``fallback`` (or raise ``ValueError`` without one). ``substitutes``:
+    the host terms filled from sibling profiles and how (:mod:`.substitute`), for
+    :meth:`provenance`. ``comm``, when
     given, prices the communication instead of ``comm_s`` (an object with ``seconds(tokens)``:
     :class:`~.comm_curves.MeasuredComm`, measured collectives).
     """
 
     def __init__(self, profile: Profile, *, tp: int = 1, comm_s: tuple[float, float] = (0.0, 0.0),
                  fallback: CostModel | None = None, warn: bool = True, factors: dict | None = None,
-                 note: str = "", decoder_host: bool = True, comm=None):
+                 note: str = "", substitutes: dict[str, str] | None = None, decoder_host: bool = True,
+                 comm=None):
         if tp < 1:
             raise ValueError(f"tp must be >= 1, got {tp}")
         f = factors or {"memory": 1.0 / tp, "compute": 1.0 / tp, "weights": 1.0 / tp, "kv": 1.0 / tp}
@@ -66,7 +71,55 @@ class ProfileCost:
         self._host = profile.host if decoder_host else {}
         self._schedule = profile.schedule if decoder_host else None
         self._warn_fallback = warn
+        self.substitutes = dict(substitutes or {}) if decoder_host else {}
+        self.decoder_host = decoder_host
         self._memo: dict[tuple, tuple] = {}  # per batch shape: the terms without context (breakdown_array)
+
+    def provenance(self) -> dict:
+        """Where each term of this cost model comes from (the ``cost_model`` block of a run's
+        provenance, :mod:`dspark_sim.provenance`): measured, projected, substituted, roofline
+        or missing, with the measurement it rests on."""
+        p, proj = self.profile, self.profile.projection
+        base = proj.measured_gpu.name if proj else p.gpu
+        timed = "projected" if proj else "measured"
+        how = (f"projected from {base} (measured {p.measured_date}) by spec-sheet ratios: memory x "
+               f"{proj.memory_ratio:.3g}, compute x {proj.compute_ratio:.3g}" if proj
+               else f"measured on {base}, {p.measured_date}")
+        terms = {"target": {"kind": timed, "detail": how}}
+        for kind in DRAFT_KINDS:
+            terms[f"draft_{kind}"] = {"kind": timed, "detail": how} if kind in p.draft else {
+                "kind": "roofline", "detail": f"no measured {kind} drafter: the roofline's, assumed efficiencies"}
+        host_how = f"measured on {base}, {p.measured_date} (host time, kept under projection and TP)"
+        for kind in STEP_KINDS:
+            name = f"host_{kind}"
+            terms[name] = self._host_term(name, kind in self._host, host_how)
+        terms["sched"] = self._host_term("sched", self._schedule is not None, host_how)
+        if self.tp > 1:
+            terms["comm"] = {"kind": "modelled", "detail": "communication from link specs, not measured"}
+        prov = p.provenance
+        return {
+            "kind": "profile", "name": self.name, "gpu": p.gpu, "model": p.model, "source": self.source,
+            "measured": {"gpu": base, "date": p.measured_date,
+                         "decoder_commit": prov.get("decoder_commit") or "not recorded",
+                         "decoder_sources_sha256": prov.get("decoder_sources_sha256") or "not recorded",
+                         "weights": prov.get("weights", "not recorded")},
+            "projected": None if proj is None else {
+                "from": base, "method": "spec-sheet ratios", "memory_ratio": proj.memory_ratio,
+                "compute_ratio": proj.compute_ratio},
+            "tp": {"size": self.tp, "measured": self.tp == 1,
+                   "detail": "measured at tp=1" if self.tp == 1 else
+                   f"measured at tp=1; tp={self.tp} by sharding ratios, communication modelled"},
+            "engine": Engine().label if self.decoder_host else None,
+            "held_out": {k: {"median": v.median_rel_err, "p90": v.p90_rel_err, "max": v.max_rel_err}
+                         for k, v in p.held_out.items()},
+            "terms": terms}
+
+    def _host_term(self, name: str, present: bool, how: str) -> dict:
+        if name in self.substitutes:
+            return {"kind": "substituted", "detail": self.substitutes[name]}
+        if present:
+            return {"kind": "measured", "detail": how}
+        return {"kind": "missing", "detail": "not measured and no sibling profile to substitute: priced 0"}
 
     def step_s(self, work: StepWork) -> float:
         """Seconds of one engine step (see :class:`StepWork`)."""
@@ -276,16 +329,33 @@ def project_profile(profile: Profile, to_gpu: GpuSpec) -> Profile:
                               compute_ratio=base.bf16_flops / to_gpu.bf16_flops))
 
 
+def time_scaled(profile: Profile, scale: float) -> Profile:
+    """``profile`` with every time term (memory, compute, fixed and host) multiplied by ``scale``."""
+    r = {"memory": scale, "compute": scale, "fixed": scale}
+    return replace(profile, target=profile.target.scaled(r), draft={k: d.scaled(r) for k, d in profile.draft.items()},
+                   host={k: replace(h, bias_s=h.bias_s * scale, req_s=h.req_s * scale) for k, h in profile.host.items()},
+                   schedule=None if profile.schedule is None else replace(
+                       profile.schedule, bias_s=profile.schedule.bias_s * scale, req_s=profile.schedule.req_s * scale))
+
+
 def scenario_cost(scenario, *, warn: bool = True) -> CostModel:
     """:func:`get_cost_model` for one replica of ``scenario``'s deployment, under its engine: the
-    decoder's own host time comes with its profile; another engine's host terms replace it
+    decoder's own host time comes with its profile (warned about, ``warn``, when a host term its
+    method uses is a substitute, :mod:`.substitute`); another engine's host terms replace it
     (:class:`~dspark_sim.cost.engine.EngineCost`)."""
     dep, engine = scenario.deployment, scenario.engine
     gpu = get_cost_model(scenario.gpu, scenario.model, file=scenario.file, warn=warn,
                          parallel=dep.parallel, kv_dtype_bytes=dep.kv_dtype_bytes,
-                         routing=Routing(dep.routing_skew), decoder_host=engine.is_decoder,
-                         comm_curves=dep.comm_curves)
+                         routing=Routing(dep.routing_skew), time_scale=scenario.cost_scale,
+                         decoder_host=engine.is_decoder, comm_curves=dep.comm_curves)
     if engine.is_decoder:
+        if warn and isinstance(gpu, ProfileCost):
+            spec = scenario.speculation
+            kind = spec.draft_kind if spec.method != "none" else None
+            for name in (f"host_{kind or 'none'}", "sched"):
+                if name in gpu.substitutes:
+                    warnings.warn(f"profile {gpu.profile.gpu}/{gpu.profile.model} has no measured {name} term: "
+                                  f"{gpu.substitutes[name]}", UserWarning, stacklevel=2)
         return gpu
     from dspark_sim.cost.engine import EngineCost
 
@@ -309,7 +379,7 @@ def shipped_profile_path(gpu: str, model: str) -> Path | None:
 
 def get_cost_model(gpu: str, model: str, tp: int = 1, *, file=None, warn: bool = True,
                    profile: str | Path | None = None, parallel: Parallel | None = None,
-                   kv_dtype_bytes: float = 2.0, routing: Routing = Routing(),
+                   kv_dtype_bytes: float = 2.0, routing: Routing = Routing(), time_scale: float = 1.0,
                    decoder_host: bool = True, comm_curves: str | Path | None = None) -> CostModel:
     """The cost model for ``model`` on one replica of ``tp`` GPUs of kind ``gpu``.
 
@@ -319,9 +389,10 @@ def get_cost_model(gpu: str, model: str, tp: int = 1, *, file=None, warn: bool =
     that named gpu and model, blamed in errors (as in ``get_model``).
     ``parallel`` (expert parallel, DP attention; its ``tp`` wins) and
     ``kv_dtype_bytes`` (1 for an FP8 KV cache) describe the deployment, ``routing`` the
-    spread of tokens over experts (the roofline's; a profile measured its own).
-    ``decoder_host=False`` leaves out the decoder's measured host time (another engine's
-    host terms take its place).
+    spread of tokens over experts (the roofline's; a profile measured its own). ``time_scale``
+    multiplies every term of a profile (a what-if, and the corners of an answer's interval,
+    :mod:`dspark_sim.intervals`); the roofline ignores it. ``decoder_host=False`` leaves out
+    the decoder's measured host time (another engine's host terms take its place).
     ``comm_curves`` (a ``dspark-profile comm`` file) prices the communication from measured
     collectives, over the profile's own curves and in place of the link model.
     """
@@ -338,7 +409,9 @@ def get_cost_model(gpu: str, model: str, tp: int = 1, *, file=None, warn: bool =
                           f"efficiencies (profile it with dspark-profile and fit it with dspark-profile fit to replace it)",
                           UserWarning, stacklevel=2)
         return roofline
-    loaded = load_profile(path)
+    loaded, substitutes = fill_host_terms(load_profile(path))
+    if time_scale != 1.0:
+        loaded = time_scaled(loaded, time_scale)
     for key, want, lookup in (("gpu", gpu, get_gpu), ("model", model, get_model)):
         if getattr(loaded, key) != _canonical(want, lookup):
             raise InputError(path, key, getattr(loaded, key), f"the profile is not for {key} {want!r}")
@@ -376,8 +449,8 @@ def profile_cost(profile: Profile, spec, gpu_spec: GpuSpec, par: Parallel, roofl
     elif par.tp > 1:
         note += f"; {roofline.source.split('; ', 1)[1]}"
     return ProfileCost(profile, tp=par.tp, comm_s=roofline.comm_terms if par.tp > 1 else (0.0, 0.0),
-                       fallback=roofline, warn=warn, factors=factors, note=note, decoder_host=decoder_host,
-                       comm=comm)
+                       fallback=roofline, warn=warn, factors=factors, note=note, substitutes=substitutes,
+                       decoder_host=decoder_host, comm=comm)
 
 
 __all__ = ["ProfileCost", "Profile", "TargetFit", "DraftFit", "HeldOut", "GpuRef", "Projection",

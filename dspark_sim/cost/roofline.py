@@ -94,6 +94,18 @@ class RooflineCost:
         self._layer = _DraftLayers(self)
 
     # -- public -------------------------------------------------------------
+    def provenance(self) -> dict:
+        """The ``cost_model`` block of a run's provenance: every term a roofline estimate."""
+        how = {"kind": "roofline", "detail": "spec-sheet roofline with assumed efficiencies, not measured"}
+        terms = {name: how for name in ("target", "draft_block", "draft_chain", "host_none", "host_block",
+                                        "host_chain", "sched")}
+        if self.tp > 1:
+            terms["comm"] = {"kind": "modelled", "detail": "communication from link specs, not measured"}
+        return {"kind": "roofline", "name": self.name, "gpu": self.gpu.name, "model": self.model.name,
+                "source": self.source, "measured": None, "projected": None,
+                "tp": {"size": self.tp, "measured": False, "detail": "roofline"},
+                "engine": None, "held_out": None, "terms": terms}
+
     def step_s(self, work: StepWork) -> float:
         """Seconds of one engine step (see :class:`StepWork`)."""
         return sum(self.breakdown(work).values())

@@ -63,6 +63,7 @@ class RunResult:
     kv_peak_tokens: int
     num_preemptions: int
     longest_request_tokens: int | None = None  # prompt + output a replica serves at most
+    provenance: dict | None = None  # where the cost and acceptance come from (dspark_sim.provenance)
 
 
 def build_context(scenario: Scenario, collector: Collector) -> SimContext:
@@ -148,9 +149,11 @@ def simulate(scenario: Scenario, out_dir: Path | None = None, progress=None, *,
             env.run()
     finally:
         collector.close()
+    from dspark_sim.provenance import scenario_provenance
+
     result = RunResult(scenario, collector, counter["arrived"], env.now, ctx.kv_capacity_tokens,
                        max(r.kv_peak for r in replicas), int(collector.requests["num_preemptions"].sum()),
-                       ctx.admission.longest_tokens)
+                       ctx.admission.longest_tokens, scenario_provenance(scenario, ctx.cost))
     check_run(result)
     report_rejections(result, ctx.admission)
     return result

@@ -1,4 +1,5 @@
-"""The run record: ``requests.csv`` and ``steps.csv``, the files every run leaves, simulated or served.
+"""The run record: ``requests.csv`` and ``steps.csv``, the files every run leaves, simulated or served,
+and their sidecar ``provenance.json`` (what the numbers rest on: cost model, acceptance, weights).
 
 One row per finished request and one per engine step, with the same columns and number
 formats whoever wrote them: the simulator (:mod:`dspark_sim.metrics.collector`) and the
@@ -50,6 +51,7 @@ WORK_COLUMNS = ("decode_context_tokens", "decode_max_context", "prefill_reqs", "
 REQUEST_LINE = ",".join(REQUEST_FORMATS.values())
 STEP_LINE = ",".join(STEP_FORMATS.values())
 FLUSH_ROWS = 8192
+PROVENANCE_FILE = "provenance.json"  # beside requests.csv and steps.csv
 
 
 class RecordWriter:
@@ -177,3 +179,28 @@ def read_record(run_dir: Path, request_columns: tuple[str, ...], step_columns: t
     """The named columns of ``run_dir``'s ``requests.csv`` and ``steps.csv``."""
     return Record(read_columns(run_dir / "requests.csv", request_columns),
                   read_columns(run_dir / "steps.csv", step_columns))
+
+
+def write_provenance(out_dir: str | Path, block: dict) -> None:
+    """The record's sidecar ``provenance.json`` (see :mod:`dspark_sim.provenance`), written atomically."""
+    import json
+
+    from dspark_sim.metrics.outdir import atomic_write_text
+
+    atomic_write_text(Path(out_dir) / PROVENANCE_FILE, json.dumps(block, indent=2, sort_keys=True) + "\n")
+
+
+def read_provenance(run_dir: str | Path) -> dict | None:
+    """The record's ``provenance.json``, or None for a record written without one."""
+    import json
+
+    path = Path(run_dir) / PROVENANCE_FILE
+    if not path.is_file():
+        return None
+    try:
+        block = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise InputError(path, None, None, f"not valid JSON: {err}") from None
+    if not isinstance(block, dict):
+        raise InputError(path, None, type(block).__name__, "must be a JSON object")
+    return block

@@ -138,6 +138,7 @@ def summarize(result) -> dict:
     s["kv_capacity_tokens"] = result.kv_capacity_tokens
     s["kv_peak_fraction"] = result.kv_peak_tokens / result.kv_capacity_tokens
     s["per_domain"] = _per_domain(req)
+    s["provenance"] = result.provenance
     s["sim_wall_s"] = None  # filled by the caller; kept out of determinism checks
     return s
 

@@ -10,7 +10,8 @@
 both ways writes the scaling's error to ``<out-dir>/<gpu>/slice_scaling.json``) with its
 SGLang tables, projects it to the other shipped GPUs, plots it against its points
 (``--img-dir``, default ``<out-dir>/plots``) and prints the held-out error table (into the
-markers of ``--docs`` when given). ``--synthetic`` is a dry run on roofline data with noise,
+markers of ``--docs`` when given). ``--levels-only`` recomputes only the leave-one-level-out
+errors of the profiles already there (:mod:`.levels`). ``--synthetic`` is a dry run on roofline data with noise,
 into a scratch directory. Bad input prints one line and exits with code 2.
 """
 from __future__ import annotations
@@ -35,14 +36,17 @@ def fit_parser() -> argparse.ArgumentParser:
     p.add_argument("--folds", type=int, default=10, help="k of the k-fold held-out error")
     p.add_argument("--models", nargs="*", help="only these models")
     p.add_argument("--synthetic", action="store_true", help="dry run on roofline data with noise")
+    p.add_argument("--levels-only", action="store_true",
+                   help="only (re)compute the leave-one-level-out errors of the profiles already in --out-dir, "
+                        "keeping their fitted numbers")
     return p
 
 
 def fit(args) -> int:
     """Fit, project, tabulate and plot every raw profile; print the held-out error table."""
     from dspark_sim.catalog import get_gpu
-    from dspark_sim.profiling.pipeline import (fit_raws, held_out_table, measured_profiles, measured_raws,
-                                               synthetic_raws, update_docs)
+    from dspark_sim.profiling.pipeline import (add_level_errors, fit_raws, held_out_table, measured_profiles,
+                                               measured_raws, synthetic_raws, update_docs)
     from dspark_sim.profiling.slices import write_slice_errors
 
     measured = get_gpu(args.gpu, key="--gpu")
@@ -57,13 +61,16 @@ def fit(args) -> int:
 
     raws, slice_errors = ((synthetic_raws(args.models, measured), {}) if args.synthetic
                           else measured_raws(raw_dir, args.models, log))
-    if slice_errors:
+    if slice_errors and not args.levels_only:
         write_slice_errors(out_dir / measured.name / "slice_scaling.json", slice_errors, log)
     if not raws:
         print(f"no raw profiles under {raw_dir}: waiting for the profiler", file=sys.stderr)
         return 1
-    fitted = fit_raws(raws, measured, out_dir, args.img_dir or out_dir / "plots", folds=args.folds, log=log,
-                      raw_dir=None if args.synthetic else raw_dir)
+    if args.levels_only:
+        fitted = add_level_errors(raws, measured, out_dir, log)
+    else:
+        fitted = fit_raws(raws, measured, out_dir, args.img_dir or out_dir / "plots", folds=args.folds, log=log,
+                          raw_dir=None if args.synthetic else raw_dir)
     # the table lists every measured profile in the folder, not only those fitted now
     table = held_out_table(fitted if args.synthetic else measured_profiles(out_dir))
     print(table)

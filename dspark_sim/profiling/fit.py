@@ -14,7 +14,7 @@ Two stages per section (target forward; each drafter kind), see :mod:`.stages`:
    value, so extrapolation follows the physical shape.
 
 Held-out error: k-fold cross-validation over grid points, refitting both
-stages without the fold.
+stages without the fold; the strict, level-by-level error is :mod:`.levels`.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ import numpy as np
 from dspark_sim.catalog import GpuSpec, ModelSpec
 from dspark_sim.cost.base import DraftWork
 from dspark_sim.cost.jsonio import with_file
-from dspark_sim.cost.profile_format import DraftFit, GpuRef, HeldOut, Profile, TargetFit, check_grids
+from dspark_sim.cost.profile_format import DraftFit, GpuRef, Profile, TargetFit, check_grids
 from dspark_sim.cost.roofline import RooflineCost
 from dspark_sim.cost.shapes import ARRAY, hat_matrix, pad_tokens, pow2_array
 from dspark_sim.cost.terms import check_pad
@@ -143,6 +143,11 @@ def _splits_of(provenance: dict, model: ModelSpec) -> dict:
         out[key] = float(value)
     return {"split_target": out["attn_split_programs_per_sm"] * out["sm_count"] / model.num_kv_heads,
             "max_splits": max(1.0, out["attn_max_splits"])}
+
+
+def pad_and_splits(provenance: dict, model: ModelSpec) -> dict:
+    """The measured engine's graph token tiers and decode-attention key splits (fixed in the fit)."""
+    return {**_pad_of(provenance), **_splits_of(provenance, model)}
 
 
 WIDTH_TERMS = ("kv_width_ratio", "lat_width_ratio")
@@ -275,7 +280,7 @@ def fit_profile(raw: dict, model: ModelSpec, gpu: GpuSpec, *, folds: int = 10, s
         if not isinstance(provenance, dict):
             raise InputError(None, "provenance", provenance, "must be a JSON object")
         grids = check_grids(canonical_rows(raw))
-        pad = {**_pad_of(provenance), **_splits_of(provenance, model)}
+        pad = pad_and_splits(provenance, model)
     except InputError as err:
         raise with_file(err, file) from None
     rows_t = target_rows(grids)
@@ -313,22 +318,3 @@ def fit_profile(raw: dict, model: ModelSpec, gpu: GpuSpec, *, folds: int = 10, s
         held_out_method=f"{folds}-fold cross-validation over grid points (seed {seed}), both fit "
                         "stages refitted without the held-out fold",
         provenance=provenance, grids=grids)
-
-
-def held_out_levels(raw: dict, model: ModelSpec, gpu: GpuSpec, key: str = "reqs") -> HeldOut:
-    """Leave-one-level-out error of the target fit: for each level of ``key`` (request count)
-    among the verify rows, refit without every verify row at that level and predict them (at
-    the grid's edges, an extrapolation). The strict counterpart of the k-fold error."""
-    provenance = raw.get("provenance", {}) if isinstance(raw, dict) else {}
-    grids = check_grids(canonical_rows(raw))
-    pad = {**_pad_of(provenance), **_splits_of(provenance, model)}
-    rows = target_rows(grids)
-    verify = rows.section == "verify"
-    level = rows.cols[key]
-    errors = []
-    for value in np.unique(level[verify]):
-        test = np.flatnonzero(verify & (level == value))
-        train = np.setdiff1d(np.arange(rows.step_s.size), test)
-        pred = TargetModel(fit_target(rows.take(train), model, gpu, pad)).predict(rows.take(test))
-        errors.append(np.abs(pred / rows.step_s[test] - 1.0))
-    return summarize_errors(np.concatenate(errors) if errors else np.zeros(0))

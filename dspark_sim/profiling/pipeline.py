@@ -3,8 +3,8 @@
 For each raw file the profiler wrote (``raw_<model>.json``; a model timed as two layer
 slices, ``raw_<model>.slice<N>.json``, is first scaled to its whole layer count by
 :mod:`.slices`, and where the whole model was timed too the scaling's error is measured
-instead): fit ``<out>/<gpu>/<model>.json`` (held-out error inside; for an MoE model also
-the leave-one-level-out error and the communication assumptions), write SGLang's
+instead): fit ``<out>/<gpu>/<model>.json`` (k-fold and leave-one-level-out errors inside,
+:mod:`.levels`; for an MoE model also the communication assumptions), write SGLang's
 ``<model>.sps.json`` and ``<model>.sps_additive.json`` beside it, project to the other
 shipped GPUs (``<out>/<gpu>/<model>.json`` and tables, never over a measured profile) and
 plot measured against fitted step time. ``dspark-profile fit`` runs it (:mod:`.cli`);
@@ -23,7 +23,9 @@ from dspark_sim.cost.profile_format import Profile
 from dspark_sim.cost.roofline import RooflineCost
 from dspark_sim.cost.sps import sps_from_cost_model
 from dspark_sim.errors import InputError
-from dspark_sim.profiling.fit import fit_profile, held_out_levels
+from dspark_sim.profiling.fit import fit_profile
+from dspark_sim.profiling.levels import METHOD as LEVELS_METHOD
+from dspark_sim.profiling.levels import level_errors
 from dspark_sim.profiling.slices import slice_model, whole_from_slices
 from dspark_sim.profiling.synthetic import synthetic_raw
 
@@ -72,6 +74,7 @@ def fit_raws(raws: list[tuple[str, dict, Path | None]], measured, out_dir: Path,
         if measured.name not in seen.replace(" ", ""):
             log(f"warning: {file} was measured on {seen!r}, filed under {measured.name}")
         profile = moe_notes(fit_profile(raw, model, measured, folds=folds, file=file), raw, model, measured)
+        profile = with_level_errors(profile, raw, model, measured)
         if raw_dir is not None:
             profile = with_tp_errors(replace(profile, comm=comm), raw_dir, log)
         written = write_profile(profile, out_dir)
@@ -103,36 +106,75 @@ def comm_sets(raw_dir: Path, gpu: str) -> dict:
                              f"only curves measured on {gpu} go into its profiles")
         out[curves.tp] = curves
     return out
+def with_level_errors(profile: Profile, raw: dict, model, gpu) -> Profile:
+    """``profile`` with the leave-one-level-out errors of every term (:mod:`.levels`) beside the
+    k-fold ones (replacing any earlier level errors)."""
+    kept = {k: v for k, v in profile.held_out.items() if "@" not in k and k != "verify_levels"}
+    method = profile.held_out_method.split("; ")[0]
+    return replace(profile, held_out={**kept, **level_errors(raw, model, gpu)},
+                   held_out_method=f"{method}; {LEVELS_METHOD}")
+
+
+def add_level_errors(raws: list[tuple[str, dict, Path | None]], measured, out_dir: Path, log=print) -> list[Profile]:
+    """Put the leave-one-level-out errors into the shipped profiles of ``raws`` (measured on
+    ``measured``) and their projections, leaving every fitted number as it is (a refit on
+    another machine moves them by ~1e-4); returns the measured profiles."""
+    done = []
+    for model_name, raw, file in raws:
+        model = get_model(model_name, file=file)
+        path = out_dir / measured.name / f"{model.name}.json"
+        profile = with_level_errors(load_profile(path), raw, model, measured)
+        profile.save(path)
+        for other in SHIPPED_GPUS:
+            if other != measured.name:
+                write_profile(project_profile(profile, get_gpu(other)), out_dir)
+        held = {k: v for k, v in profile.held_out.items() if k.endswith("@largest")}
+        log(f"{model.name}: " + ", ".join(f"{k} median {100 * v.median_rel_err:.1f} % p90 "
+                                          f"{100 * v.p90_rel_err:.1f} %" for k, v in held.items()))
+        done.append(profile)
+    return done
 
 
 def moe_notes(profile: Profile, raw: dict, model, gpu) -> Profile:
-    """For an MoE model: the leave-one-level-out error (request levels) beside the k-fold one,
-    the communication assumptions its multi-GPU use adds, and the slices it was scaled from."""
+    """For an MoE model: the communication assumptions its multi-GPU use adds, and the slices
+    it was scaled from."""
     if not model.is_moe:
         return profile
     from dspark_sim.cost.comm import describe
 
-    held = {**profile.held_out, "verify_levels": held_out_levels(raw, model, gpu)}
     prov = {**profile.provenance, "communication_when_tp_gt_1": describe()}
     source = profile.source
     scaled = raw.get("provenance", {}).get("scaled_from_slices")
     if scaled:
         source += f"; the whole model scaled by layer count from {scaled[0]}- and {scaled[1]}-layer slices"
-    return replace(profile, held_out=held, provenance=prov, source=source,
-                   held_out_method=profile.held_out_method + "; verify_levels: each request count left out "
-                   "whole and predicted by a fit without it")
+    return replace(profile, provenance=prov, source=source)
 
 
 def held_out_table(profiles: list[Profile]) -> str:
-    """Markdown table of held-out median / p90 relative error per section."""
-    sections = ["verify", "verify_levels", "prefill", "draft_block", "draft_chain", "step", "all"]
+    """Markdown tables of held-out median / p90 relative error: k-fold per section, then per
+    term the leave-one-level-out errors (median / p90 / max) beside the k-fold one."""
+    sections = ["verify", "prefill", "draft_block", "draft_chain", "step", "sched", "all"]
     lines = ["| model | gpu | " + " | ".join(f"{s} median / p90" for s in sections) + " | points |",
              "|---|---|" + "---|" * (len(sections) + 1)]
     for p in profiles:
         cells = [f"{100 * p.held_out[s].median_rel_err:.1f} % / {100 * p.held_out[s].p90_rel_err:.1f} %"
                  if s in p.held_out else "-" for s in sections]
         lines.append(f"| {p.model} | {p.gpu} | " + " | ".join(cells) + f" | {p.held_out['all'].num_points} |")
+    axes = ["", "@reqs", "@context", "@chunk", "@largest"]
+    lines += ["", "Leave-one-level-out (median / p90 / max, %; the first column is k-fold):", "",
+              "| model | term | k-fold | by request count | by context | by prefill chunk | largest level |",
+              "|---|---|---|---|---|---|---|"]
+    for p in profiles:
+        for term in sections[:-1]:
+            if term not in p.held_out:
+                continue
+            cells = [_three(p.held_out.get(term + a)) for a in axes]
+            lines.append(f"| {p.model} | {term} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _three(h) -> str:
+    return "-" if h is None else f"{100 * h.median_rel_err:.1f} / {100 * h.p90_rel_err:.1f} / {100 * h.max_rel_err:.1f}"
 
 
 def measured_profiles(out_dir: Path) -> list[Profile]:

@@ -32,6 +32,9 @@ KEYS = ("output_throughput", "p50_tpot_ms", "mean_tpot_ms", "p99_tpot_ms", "mean
         "mean_e2el_ms", "mean_itl_ms", "mean_accept_length", "mean_verify_tokens_per_step")
 GOALS = {"output_throughput": 0.05, "p50_tpot_ms": 0.05, "p99_tpot_ms": 0.10, "mean_ttft_ms": 0.10,
          "p50_ttft_ms": 0.10, "p99_ttft_ms": 0.10}
+# Goals on the p90 over cases: twice the median's, so that no metric meets its goal on the
+# median while a tenth of the cases are far off.
+P90_GOALS = {key: 2 * goal for key, goal in GOALS.items()}
 
 
 def trace_of_run(run_dir: Path, path: Path) -> int:

@@ -4,7 +4,10 @@
                   [--draft-checkpoint DIR] (--trace FILE | --prompts FILE) --out DIR [--tp N]
 
 Random weights (no ``--checkpoint``) use synthetic acceptance from the config's
-acceptance model; real weights use real acceptance. ``--tp N`` runs one process per GPU
+acceptance model; real weights use real acceptance. What the run is (weights, acceptance)
+is printed at the start and written to ``provenance.json`` beside the record; with random
+weights or synthetic acceptance the tokens mean nothing and no ``outputs.jsonl`` is
+written. ``--tp N`` runs one process per GPU
 (tensor parallel, :mod:`.tp`), or joins the group when ``torchrun --nproc-per-node N``
 started it. Bad input prints one line and exits with code 2; a rank that fails ends the
 run with one line and a nonzero code.
@@ -124,8 +127,13 @@ def serve_rank(ctx, args) -> int:
     from dspark_sim.kernels.decoder.engine import serve, write_csvs
     from dspark_sim.kernels.decoder.launch import build_decoder, prompt_sequences, trace_sequences
     from dspark_sim.metrics.outdir import atomic_dir
+    from dspark_sim.metrics.record import write_provenance
 
     launch, spec = _launch(args)
+    synthetic = args.synthetic == "on" or (args.synthetic == "auto" and not args.checkpoint)
+    meta = run_provenance(args, launch, synthetic)
+    if ctx is None or ctx.leader:
+        print(f"dspark-decode: {meta['summary']}", flush=True)
     if args.prompts:  # the requests are read before the model is built: bad input fails fast
         seqs = prompt_sequences(launch, args.prompts, max_tokens=args.max_tokens, max_requests=args.max_requests,
                                 temperature=args.temperature, vocab_size=spec.vocab_size)
@@ -156,15 +164,42 @@ def serve_rank(ctx, args) -> int:
         decoder.stop()
     with atomic_dir(args.out) as tmp:
         write_csvs(result, tmp)
-        if args.prompts:
+        write_provenance(tmp, meta)
+        if args.prompts and meta["outputs_meaningful"]:
             with open(tmp / "outputs.jsonl", "w") as f:
                 for s in seqs:
                     f.write(json.dumps({"request_id": s.id, "output_ids": s.outputs}) + "\n")
+    if args.prompts and not meta["outputs_meaningful"]:
+        print("outputs.jsonl not written: random weights or synthetic acceptance make the tokens meaningless")
     tokens = sum(r["output_tokens"] for r in result.requests)
     span = max((r["finish_s"] for r in result.requests), default=0.0)
     print(f"{len(result.requests)} requests, {tokens} tokens in {span:.2f} s "
           f"({tokens / max(span, 1e-9):.1f} tok/s); wrote {args.out}/requests.csv, steps.csv")
     return 0
+
+
+def run_provenance(args, launch, synthetic: bool) -> dict:
+    """What a ``dspark-decode`` run is: its weights, its acceptance (real, or synthetic from the
+    simulator's model, with the preset it draws from), and a one-line summary printed at start."""
+    from dspark_sim.provenance import acceptance_block
+
+    weights = f"checkpoint {args.checkpoint}" if args.checkpoint else "random (no --checkpoint)"
+    drafter = f"checkpoint {args.draft_checkpoint}" if args.draft_checkpoint else "random (no --draft-checkpoint)"
+    scenario = launch.scenario
+    if synthetic:
+        drawn = acceptance_block(scenario.speculation, scenario.model)
+        acc = {**drawn, "kind": "synthetic", "preset_kind": drawn["kind"]}
+        acc_text = f"synthetic acceptance drawn from the simulator's model ({acc['detail']})"
+    else:
+        acc = {"kind": "real", "detail": "the target's verification of the drafter's tokens"}
+        acc_text = "real acceptance"
+    meaningful = bool(args.checkpoint) and not synthetic
+    summary = (f"target weights {weights}; drafter weights {drafter}; {acc_text}; "
+               + ("step times and tokens are real" if meaningful else
+                  "step times are real, tokens and accept lengths are not a model's"))
+    return {"kind": "decoder", "model": scenario.model, "weights": weights, "drafter_weights": drafter,
+            "acceptance": acc, "temperature": args.temperature, "outputs_meaningful": meaningful,
+            "summary": summary}
 
 
 if __name__ == "__main__":

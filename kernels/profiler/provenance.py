@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime
+import hashlib
 import os
 import platform
 import subprocess
@@ -39,6 +40,22 @@ def host_cpu() -> str:
     return f"{name}, {os.cpu_count()} logical cores"
 
 
+def decoder_code() -> dict:
+    """Which decoder timed the steps: the git commit of the source tree when it is a
+    checkout (else None), and a digest of the kernels' and decoder's sources either way."""
+    root = Path(__file__).resolve().parents[1]  # kernels/
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=20)
+        commit = out.stdout.strip() if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    return {"decoder_commit": commit, "decoder_sources_sha256": digest.hexdigest()[:16]}
+
+
 def provenance() -> dict:
     """The static part of the provenance block (clocks are added around the run)."""
     cuda = torch.cuda.is_available()
@@ -56,4 +73,5 @@ def provenance() -> dict:
         "host": platform.node(),
         "gpu_uuid": smi("uuid"),  # which card: two runs on one uuid shared a host
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **decoder_code(),
     }

@@ -1,0 +1,120 @@
+"""The generated tables in the docs, re-derived from the committed data they were made from.
+
+    python benchmarks/doc_blocks.py check     # each block against what its data gives now
+    python benchmarks/doc_blocks.py write     # rewrite every block from its data
+
+Each block sits between ``<!-- tag:begin -->`` and ``<!-- tag:end -->`` and is made by one
+script from committed files (a GPU run's JSON, the profiler's logs, the shipped
+profiles, the fidelity comparison's ``errors.json``: ``docs/validation.md`` whole); ``check`` recomputes it and names every block that differs, so a table cannot
+silently pair data of different runs or outlive the data it shows
+(``tests/test_doc_blocks.py``). Blocks made by timing benchmarks on this machine
+(``docs/tuning.md``'s studies, ``docs/bench/``) are not here: their figures are
+measurements of the moment, each with its command, machine and load beside it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+H200 = REPO / "profiles" / "h200"
+
+
+def _targets() -> str:
+    from bench_targets import block_text
+
+    return block_text(json.loads((H200 / "decoder_targets.json").read_text()),
+                      json.loads((H200 / "decoder_targets_replicate.json").read_text()))
+
+
+def _bench_decoder() -> str:
+    from bench_decoder import block_text
+
+    return block_text(json.loads((H200 / "decoder_bench.json").read_text()))
+
+
+def _graphs_vs_eager() -> str:
+    from graphs_vs_eager import block_text
+
+    return block_text("qwen3-8b")
+
+
+def _vs_sglang() -> str:
+    from bench_vs_sglang import block_text
+
+    return block_text(json.loads((H200 / "kernels_vs_sglang.json").read_text()))
+
+
+def _held_out() -> str:
+    from dspark_sim.profiling.pipeline import held_out_table, measured_profiles
+
+    return f"Made by `python benchmarks/fit_profiles.py`.\n\n{held_out_table(measured_profiles(REPO / 'profiles'))}"
+
+
+# (doc, tag) -> the block's text from committed data
+BLOCKS = {
+    ("docs/decoder.md", "targets"): _targets,
+    ("docs/decoder.md", "bench_decoder"): _bench_decoder,
+    ("docs/decoder.md", "graphs_vs_eager"): _graphs_vs_eager,
+    ("docs/kernels.md", "vs_sglang"): _vs_sglang,
+    ("docs/profiles.md", "held-out"): _held_out,
+}
+
+
+def _validation() -> str:
+    """docs/validation.md from the committed errors.json, with the runs its first line names."""
+    import re
+
+    from fidelity import VALIDATION
+    from dspark_sim.validation.report import markdown
+
+    head = (REPO / "docs" / "validation.md").read_text().split("\n", 3)[2]
+    made = re.search(r"compare --real (.*?)` from", head).group(1)
+    data = json.loads((VALIDATION / "errors.json").read_text())
+    replicate = (data["replicate"]["run"], data["replicate"]["cases"]) if "replicate" in data else None
+    return markdown(data["cases"], data["summary"], data["provenance"], made, replicate, VALIDATION / "real")
+
+
+# whole generated files -> their text from committed data
+FILES = {"docs/validation.md": _validation}
+
+
+def stale() -> list[str]:
+    """``doc:tag`` of every block (``doc`` of every whole file) whose text differs from what its
+    data gives now."""
+    from outputs import read_block
+
+    out = [f"{doc}:{tag}" for (doc, tag), make in BLOCKS.items() if read_block(REPO / doc, tag) != make()]
+    return out + [doc for doc, make in FILES.items() if (REPO / doc).read_text() != make()]
+
+
+def write() -> None:
+    """Rewrite every block and whole file from its data."""
+    from outputs import write_block
+
+    for (doc, tag), make in BLOCKS.items():
+        write_block(REPO / doc, tag, make())
+    for doc, make in FILES.items():
+        (REPO / doc).write_text(make())
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("command", choices=("check", "write"))
+    args = p.parse_args(argv)
+    if args.command == "write":
+        write()
+        print(f"wrote {len(BLOCKS)} blocks")
+        return 0
+    bad = stale()
+    for name in bad:
+        print(f"stale: {name} (python benchmarks/doc_blocks.py write)")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(HERE))
+    sys.exit(main())
