@@ -418,7 +418,7 @@ def get_cost_model(gpu: str, model: str, tp: int = 1, *, file=None, warn: bool =
     if extra:
         loaded = replace(loaded, comm={**loaded.comm, **extra})
     return profile_cost(loaded, spec, gpu_spec, par, roofline, warn=warn, kv_dtype_bytes=kv_dtype_bytes,
-                        decoder_host=decoder_host)
+                        decoder_host=decoder_host, substitutes=substitutes)
 
 
 def _curves(path, gpu_spec: GpuSpec) -> dict:
@@ -434,10 +434,12 @@ def _curves(path, gpu_spec: GpuSpec) -> dict:
 
 
 def profile_cost(profile: Profile, spec, gpu_spec: GpuSpec, par: Parallel, roofline: RooflineCost | None = None,
-                 *, warn: bool = True, kv_dtype_bytes: float = 2.0, decoder_host: bool = True) -> ProfileCost:
+                 *, warn: bool = True, kv_dtype_bytes: float = 2.0, decoder_host: bool = True,
+                 substitutes: dict[str, str] | None = None) -> ProfileCost:
     """``profile`` as the cost model of one replica split as ``par``: sharded, its measured
     communication curves in place of the roofline's link model where they cover the split;
-    ``decoder_host=False`` leaves out the decoder's measured host time."""
+    ``decoder_host=False`` leaves out the decoder's measured host time; ``substitutes``: the host
+    terms filled from sibling profiles (:mod:`.substitute`)."""
     roofline = roofline or RooflineCost(spec, gpu_spec, params=RooflineParams(dtype_bytes=kv_dtype_bytes),
                                         parallel=par)
     served = served_format(spec.weight_format, gpu_spec.fp4)
