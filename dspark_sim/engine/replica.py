@@ -5,7 +5,9 @@ while the concurrency cap and the KV cache allow, give decoding requests their
 verify tokens first, fill the rest of the token budget with prefill chunks
 (``batching: prefill_first``, SGLang without ``--enable-mixed-chunk``: a step
 with prompt work pending prefills only, and decoding requests wait), preempt the newest requests (recompute) when the KV cache would overflow, cost
-the step, advance time, then draw acceptance and emit tokens.
+the step, advance time, then draw acceptance and emit tokens. With a prefix cache
+(:mod:`.prefix`) a request prefills only what its prompt does not share with cached
+blocks, and cached blocks no request reads fill free KV until a step needs it.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ class Replica:
         self.kv_per_request = ctx.kv_request_tokens  # window and compressor state (DeepSeek-V4)
         self.max_context = ctx.max_context
         self.policy = ctx.make_policy()
+        self.prefix = ctx.make_prefix_cache()
         self.waiting: deque[dict] = deque()
         self.running = Table()
         self.kv_peak = 0
@@ -47,7 +50,9 @@ class Replica:
         """Queue a new request (a row for :class:`Table`) and wake the loop if idle.
 
         As SGLang does, a prompt as long as the model's context is rejected and the output
-        of a longer request is cut at the context."""
+        of a longer request is cut at the context. The request's prefix ``hash_ids`` go to
+        the prefix cache (when on), not into the row."""
+        hash_ids = request.pop("hash_ids", None)
         if self.max_context and request["prompt_tokens"] >= self.max_context:
             self.ctx.collector.on_reject(request, "prompt longer than the model's context")
             return
@@ -56,6 +61,8 @@ class Replica:
         if request["prefill_len"] + 1 + self.kv_per_request > self.kv_capacity:
             self.ctx.collector.on_reject(request, "prompt does not fit the KV cache")
             return
+        if hash_ids and self.prefix is not None:
+            self.prefix.register(request["rid"], hash_ids, request["prompt_tokens"])
         self.waiting.append(request)
         if not self._wake.triggered:
             self._wake.succeed()
@@ -64,12 +71,20 @@ class Replica:
         run = self.running
         pending = int((run["prefill_len"] - run["prefilled"]).sum())
         while self.waiting and len(run) < self.max_running:
-            need = self.waiting[0]["prefill_len"] + self.kv_per_request
+            req = self.waiting[0]
+            hit = self.prefix.lookup(req["rid"], req["prefill_len"]) if self.prefix is not None else None
+            cached = hit.tokens if hit is not None else 0
+            # cached blocks no request reads yet are free KV until this request pins them
+            need = req["prefill_len"] - cached + self.kv_per_request + (hit.idle_tokens if hit is not None else 0)
             if kv_used + pending + need > self.kv_capacity:
                 break
-            req = self.waiting.popleft()
+            self.waiting.popleft()
+            if hit is not None:
+                self.prefix.acquire(req["rid"], hit, self.env.now, first=req["first_scheduled_s"] < 0)
+                req["prefilled"] = cached
             if req["first_scheduled_s"] < 0:
                 req["first_scheduled_s"] = self.env.now
+                req["cached_tokens"] = cached
             run.append(req)
             pending += need
 
@@ -91,7 +106,7 @@ class Replica:
         return c["prefilled"][:n] + c["generated"][:n] - c["kv_base"][:n]
 
     def _plan(self) -> dict | None:
-        self._admit(int(self._kv_tokens().sum()) + len(self.running) * self.kv_per_request)
+        self._admit(int(self._kv_tokens().sum()) + len(self.running) * self.kv_per_request + self._kv_adjust())
         while True:
             step = self._schedule()
             if step["kv_needed"] <= self.kv_capacity or len(self.running) <= 1:
@@ -100,7 +115,16 @@ class Replica:
         if not step["tokens"]:
             return None
         self.kv_peak = max(self.kv_peak, min(step["kv_needed"], self.kv_capacity))
+        step["evicted_blocks"] = 0
+        if self.prefix is not None:  # make room for the step's tokens among the cached blocks
+            over = step["kv_needed"] + self.prefix.idle_tokens - self.kv_capacity
+            step["evicted_blocks"] = self.prefix.evict(over) if over > 0 else 0
         return step
+
+    def _kv_adjust(self) -> int:
+        """KV tokens the running requests hold beyond their summed lengths (negative when they
+        share cached blocks: those are counted once)."""
+        return self.prefix.kv_adjust if self.prefix is not None else 0
 
     def _schedule(self) -> dict:
         """Decode requests first (their verify tokens), then prefill chunks in admission order."""
@@ -140,7 +164,8 @@ class Replica:
         return {"dec": dec, "pre": pre, "num_dec": num_dec, "chunk": chunk, "verify_len": verify_len,
                 "p_true": p_true, "budget": budget, "tokens": verify_tokens + prefill_tokens,
                 "prefill_tokens": prefill_tokens,
-                "kv_needed": int(kv.sum()) + n * self.kv_per_request + verify_tokens + prefill_tokens,
+                "kv_needed": int(kv.sum()) + n * self.kv_per_request + verify_tokens + prefill_tokens
+                + self._kv_adjust(),
                 "step_s": sum(parts.values()), "draft_s": parts.get("draft_s", 0.0),
                 "sched_s": parts.get("sched_s", 0.0), "start_s": self.env.now, "work": work}
 
@@ -152,6 +177,8 @@ class Replica:
         mask = np.zeros(len(run), dtype=bool)
         mask[i] = True
         run.remove(mask)
+        if self.prefix is not None:
+            self.prefix.release(req["rid"], finished=False)
         req["num_preemptions"] += 1
         req["prefill_len"] = req["prompt_tokens"] + req["generated"]
         req["prefilled"] = 0
@@ -183,7 +210,11 @@ class Replica:
         self.ctx.collector.on_step(self.index, step, n, emitted, first_tokens)
         finished = c["generated"][:n] >= c["output_tokens"][:n]
         if finished.any():
-            self.ctx.collector.on_finish(self.running.take(finished), now)
+            rows = self.running.take(finished)
+            if self.prefix is not None and self.prefix.chains:
+                for rid in rows["rid"].tolist():
+                    self.prefix.release(rid, finished=True)
+            self.ctx.collector.on_finish(rows, now)
             self.running.remove(finished)
 
     def _advance_prefill(self, pre: np.ndarray, chunk: np.ndarray, now: float) -> int:
@@ -192,6 +223,8 @@ class Replica:
         prefilled = c["prefilled"][:n]
         prefilled[pre] += chunk
         c["num_steps"][:n][pre[chunk > 0]] += 1
+        if self.prefix is not None and self.prefix.chains:
+            self.prefix.advance(c["rid"][:n][pre], prefilled[pre], now)
         done = pre[prefilled[pre] >= c["prefill_len"][:n][pre]]
         if not done.size:
             return 0

@@ -11,6 +11,7 @@ import simpy
 from dspark_sim.catalog import get_gpu, get_model
 from dspark_sim.cost import scenario_cost
 from dspark_sim.engine.kv import kv_capacity_tokens, kv_request_tokens
+from dspark_sim.engine.prefix import PrefixCache
 from dspark_sim.engine.replica import Replica
 from dspark_sim.engine.router import make_router
 from dspark_sim.metrics.collector import Collector
@@ -31,10 +32,18 @@ class SimContext:
     sps: object = None
     kv_request_tokens: int = 0  # KV tokens every running request holds besides its length
     max_context: int = 0  # the model's context: longer requests are rejected (0: no bound)
+    prefix_block_tokens: int = 0  # the prefix cache's block (0: the cache is off)
+    saw_prefixes: bool = False  # some request carried prefix hash ids
 
     def make_policy(self):
         spec = self.scenario.speculation
         return make_policy(spec, self.sps, self.scenario.deployment.max_batched_tokens)
+
+    def make_prefix_cache(self) -> PrefixCache | None:
+        """A replica's own prefix cache, or None when the deployment turns it off."""
+        if not self.prefix_block_tokens:
+            return None
+        return PrefixCache(self.prefix_block_tokens, self.scenario.workload.hash_block_tokens)
 
 
 @dataclass
@@ -48,6 +57,7 @@ class RunResult:
     kv_capacity_tokens: int
     kv_peak_tokens: int
     num_preemptions: int
+    prefix: dict | None = None  # the prefix caches' counters, when requests carried hash ids
 
 
 def build_context(scenario: Scenario, collector: Collector) -> SimContext:
@@ -68,7 +78,8 @@ def build_context(scenario: Scenario, collector: Collector) -> SimContext:
             acceptance = acceptance.with_sts(load_sts_temperatures(spec.sts, file=scenario.file))
     kv = kv_capacity_tokens(model, gpu, dep, file=scenario.file)
     ctx = SimContext(scenario, cost, acceptance, kv, collector, kv_request_tokens=kv_request_tokens(model, dep),
-                     max_context=model.max_context)
+                     max_context=model.max_context,
+                     prefix_block_tokens=dep.prefix_block(model) if dep.prefix_cache else 0)
     if spec.method == "dspark":
         ctx.sps = scheduler_sps(scenario, cost)
     return ctx
@@ -93,19 +104,13 @@ def scheduler_sps(scenario: Scenario, cost):
 
 def simulate(scenario: Scenario, out_dir: Path | None = None, progress=None) -> RunResult:
     """Run the scenario to completion; per-request/step CSVs go to ``out_dir`` if given."""
-    from dspark_sim.workload import read_trace, synthetic_requests
-
     collector = Collector(out_dir)
     ctx = build_context(scenario, collector)
     seeds = np.random.SeedSequence(scenario.seed).spawn(scenario.deployment.replicas + 1)
     env = simpy.Environment()
     replicas = [Replica(env, i, ctx, np.random.default_rng(s)) for i, s in enumerate(seeds[1:])]
     router = make_router(scenario.deployment.router, replicas)
-    wl = scenario.workload
-    if wl.trace is not None:
-        chunks = read_trace(wl.trace, fmt=wl.format, time_scale=wl.time_scale, max_requests=wl.max_requests)
-    else:
-        chunks = synthetic_requests(wl.synthetic, scenario.seed)
+    chunks = scenario.workload.requests(scenario.seed)
     counter = {"arrived": 0}
     env.process(_arrivals(env, chunks, ctx, router, np.random.default_rng(seeds[0]), counter, progress))
     try:
@@ -114,7 +119,22 @@ def simulate(scenario: Scenario, out_dir: Path | None = None, progress=None) -> 
         collector.close()
     return RunResult(scenario, collector, counter["arrived"], env.now,
                      ctx.kv_capacity_tokens, max(r.kv_peak for r in replicas),
-                     int(collector.requests["num_preemptions"].sum()))
+                     int(collector.requests["num_preemptions"].sum()),
+                     prefix_counters(ctx, replicas) if ctx.saw_prefixes else None)
+
+
+def prefix_counters(ctx: SimContext, replicas) -> dict:
+    """The replicas' prefix-cache counters summed (all zero with the cache off), and its block."""
+    from dataclasses import fields
+
+    from dspark_sim.engine.prefix import Counters
+
+    caches = [r.prefix.counters for r in replicas if r.prefix is not None]
+    out = {f.name: sum(getattr(c, f.name) for c in caches) for f in fields(Counters)}
+    out["peak_tokens"] = max((c.peak_tokens for c in caches), default=0)  # the fullest replica's
+    out.update(enabled=bool(caches), block_tokens=ctx.prefix_block_tokens,
+               hash_block_tokens=ctx.scenario.workload.hash_block_tokens)
+    return out
 
 
 def _arrivals(env: simpy.Environment, chunks: Iterator, ctx: SimContext, router, rng, counter, progress):
@@ -132,6 +152,8 @@ def _arrivals(env: simpy.Environment, chunks: Iterator, ctx: SimContext, router,
         output = chunk.output_tokens.tolist()
         dom = domain.tolist()
         diff = difficulty.tolist()
+        hash_ids = chunk.hash_ids if chunk.hash_ids is not None else [None] * n
+        ctx.saw_prefixes = ctx.saw_prefixes or any(hash_ids)
         for i in range(n):
             delay = arrival[i] - env.now
             if delay > 0:
@@ -141,7 +163,7 @@ def _arrivals(env: simpy.Environment, chunks: Iterator, ctx: SimContext, router,
                           "prefill_len": prompt[i], "prefilled": 0, "generated": 0, "kv_base": 0,
                           "first_scheduled_s": -1.0, "first_token_s": -1.0, "last_token_s": -1.0,
                           "num_steps": 0, "num_preemptions": 0, "accepted_tokens": 0,
-                          "verified_drafts": 0})
+                          "verified_drafts": 0, "cached_tokens": 0, "hash_ids": hash_ids[i]})
             rid += 1
         counter["arrived"] = rid
         if progress is not None:

@@ -66,7 +66,7 @@ class Collector:
                                  "tpot_ms": np.float64, "e2el_ms": np.float64, "queue_delay_ms": np.float64,
                                  "prompt_tokens": np.int64, "output_tokens": np.int64, "domain": np.int8,
                                  "accepted_tokens": np.int64, "verified_drafts": np.int64,
-                                 "num_preemptions": np.int64, "num_steps": np.int64})
+                                 "num_preemptions": np.int64, "num_steps": np.int64, "cached_tokens": np.int64})
         self.steps = Columns({"start_s": "d", "step_s": "d", "running": "i", "decode_reqs": "i",
                               "verify_tokens": "i", "prefill_tokens": "i", "budget_k": "i", "emitted": "i",
                               "draft_s": "d", "sched_s": "d"})
@@ -103,7 +103,7 @@ class Collector:
             self.record.step((self.steps.n - 1, step["start_s"], step["step_s"], running, num_dec,
                               step["prefill_tokens"], verify, step["budget"], decoded, step["draft_s"],
                               step["sched_s"], work.decode_context_tokens, work.decode_max_context,
-                              work.prefill_reqs, work.prefill_attn_tokens2, replica))
+                              work.prefill_reqs, work.prefill_attn_tokens2, replica, step["evicted_blocks"]))
 
     def on_finish(self, rows: dict[str, np.ndarray], now: float) -> None:
         arrival = rows["arrival_s"]
@@ -117,7 +117,7 @@ class Collector:
                              e2el_ms=e2el_ms, queue_delay_ms=queue_ms, prompt_tokens=rows["prompt_tokens"],
                              output_tokens=out, domain=rows["domain"], accepted_tokens=rows["accepted_tokens"],
                              verified_drafts=rows["verified_drafts"], num_preemptions=rows["num_preemptions"],
-                             num_steps=rows["num_steps"])
+                             num_steps=rows["num_steps"], cached_tokens=rows["cached_tokens"])
         if self.record is not None:
             n = arrival.size
             self.record.requests(zip(
@@ -125,7 +125,7 @@ class Collector:
                 [DOMAINS[d] for d in rows["domain"].tolist()], rows["first_scheduled_s"].tolist(),
                 rows["first_token_s"].tolist(), [now] * n, queue_ms.tolist(), ttft_ms.tolist(), tpot_ms.tolist(),
                 e2el_ms.tolist(), rows["num_steps"].tolist(), rows["num_preemptions"].tolist(),
-                rows["accepted_tokens"].tolist(), rows["verified_drafts"].tolist()))
+                rows["accepted_tokens"].tolist(), rows["verified_drafts"].tolist(), rows["cached_tokens"].tolist()))
 
     def close(self) -> None:
         """Finish the record's files."""

@@ -25,6 +25,7 @@ REQUEST_FORMATS = {
     "ttft_ms": "{:.3f}", "tpot_ms": "{:.4f}", "e2el_ms": "{:.3f}", "num_steps": "{}", "num_preemptions": "{}",
     "accepted_tokens": "{}",  # drafts the request had accepted
     "verified_drafts": "{}",
+    "cached_tokens": "{}",  # prompt tokens its first prefill read from the prefix cache
 }
 STEP_FORMATS = {
     "step": "{}", "start_s": "{:.6f}", "step_s": "{:.9f}", "running_reqs": "{}", "decode_reqs": "{}",
@@ -36,6 +37,7 @@ STEP_FORMATS = {
     "decode_context_tokens": "{}", "decode_max_context": "{}", "prefill_reqs": "{}",
     "prefill_attn_tokens2": "{:.1f}",
     "replica": "{}",
+    "evicted_blocks": "{}",  # prefix-cache blocks evicted to make room for the step
 }
 REQUEST_COLUMNS = tuple(REQUEST_FORMATS)
 STEP_COLUMNS = tuple(STEP_FORMATS)

@@ -31,6 +31,7 @@ class Sequence:
     num_preemptions: int = 0
     accepted: int = 0
     verified: int = 0
+    cached_tokens: int = 0  # prompt tokens its first prefill read from the prefix cache
     done: bool = False
 
     def __post_init__(self) -> None:
