@@ -61,41 +61,35 @@ def profile_table(model: str, decoder, context: int, conf):
     return sps_from_json_dict(table, decoder.device), table
 
 
-def measure(decoder, reqs: int, context: int, steps: int, domain: int, seed: int) -> dict:
-    """Decode ``steps`` timed steps of ``reqs`` requests; tokens and seconds."""
+def measure(decoder, reqs: int, context: int, steps: int, domain: int, seed: int, overlap: bool = True) -> dict:
+    """Decode ``steps`` timed steps of ``reqs`` requests as served (``overlap``: step n+1
+    launched before step n's tokens are read; steps that captured a graph left out);
+    tokens and seconds, the device time of the draft and the target forward, and the
+    GPU's idle time between steps (host time the overlap did not hide)."""
     import numpy as np
 
-    from dspark_sim.kernels.profiler.steps import timed_decode
+    from dspark_sim.kernels.profiler.steps import overlapped_steps, sync_steps
 
     seqs = decoder.fake_requests(reqs, context, np.random.default_rng(seed), domain=domain)
     if seqs is None:
         raise RuntimeError(f"out of KV pages at {reqs} requests")
-    times, emitted, verify, draft = [], 0, [], []
-
     try:
-        calm = warm = 0
-        while calm < 3 and warm < 40:  # warm: no new graph in three steps running
-            fresh, _, _ = timed_decode(decoder, seqs)
-            calm, warm = (0 if fresh else calm + 1), warm + 1
-        for _ in range(3 * steps):
-            fresh, dt, st = timed_decode(decoder, seqs)
-            if fresh:  # a capture inflates this step: leave it out
-                continue
-            times.append(dt)
-            emitted += st.accepted_tokens
-            verify.append(st.verify_tokens)
-            draft.append(st.draft_s)
-            if len(times) >= steps:
-                break
+        timed = (overlapped_steps if overlap else sync_steps)(decoder, seqs, steps)
     finally:
         for s in seqs:
             decoder.release(s)
+    times = [t for t, _, _ in timed]
+    emitted = sum(st.accepted_tokens for _, st, _ in timed)
     total = sum(times)
     return {"reqs": reqs, "steps": len(times), "step_ms": 1e3 * statistics.median(times),
             "tok_per_s_per_user": emitted / reqs / total, "tok_per_s": emitted / total,
             "tokens_per_step_per_user": emitted / reqs / len(times),
-            "verify_tokens_per_step": statistics.mean(verify),
-            "draft_share": sum(draft) / total}
+            "verify_tokens_per_step": statistics.mean(st.verify_tokens for _, st, _ in timed),
+            "draft_share": sum(st.draft_s for _, st, _ in timed) / total,
+            "draft_ms": 1e3 * statistics.median(st.draft_s for _, st, _ in timed),
+            "verify_ms": 1e3 * statistics.median(st.verify_s for _, st, _ in timed),
+            "exposed_host_ms": 1e3 * statistics.median(g for _, _, g in timed if g is not None)
+            if any(g is not None for _, _, g in timed) else None}
 
 
 def run(args) -> dict:
@@ -138,9 +132,11 @@ def run(args) -> dict:
                 continue
             try:
                 if sps0 is not None and args.sps == "probe":
-                    dec.sps, row["sps_table"] = sps_table(dec, reqs, args.context, conf.window)
+                    sps, row["sps_table"] = sps_table(dec, reqs, args.context, conf.window)
+                    dec.set_sps(sps)
                 elif sps0 is not None:
-                    dec.sps, row["sps_table"] = profile_table(args.model, dec, args.context, conf)
+                    sps, row["sps_table"] = profile_table(args.model, dec, args.context, conf)
+                    dec.set_sps(sps)
                 dec.graphs.clear()
                 row.update(measure(dec, reqs, args.context, args.steps, domain, args.seed))
             except Exception as err:  # keep the other rows; the miss is reported

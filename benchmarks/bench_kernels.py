@@ -188,7 +188,7 @@ def _swap(a: dict, variant: str) -> dict:
 def bench_schedule(R, gamma, mode, lag, compiled: dict, dev, rep_ms: float, dry: bool, with_torch_graph: bool) -> dict:
     case = schedule_case(R, gamma, dev, seed=R + gamma, lag=lag)
     row = {"kernel": "schedule_verify", "mode": mode, "lag": lag, "R": R, "gamma": gamma,
-           "config": autotune.lookup("schedule_verify", {"R": sched_mod._block_rows(R), "G": max(2, 1 << (gamma - 1).bit_length())}, dev)}
+           "config": autotune.lookup("schedule_verify", dict(zip("RG", sched_mod.block_shape(R, gamma))), dev)}
     try:
         out = schedule_verify(**case, mode=mode)
         cpu_case = dict(case, conf=case["conf"].cpu(), temperatures=case["temperatures"].cpu(), sps=case["sps"].to("cpu"),

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import optuna
+from outputs import write_block
 
 REPO = Path(__file__).resolve().parents[1]
 LIMIT_S = 600  # the brief: 200 trials on the shipped trace in 10 minutes on 2 cores
@@ -82,16 +83,6 @@ def markdown(results: list[dict], args) -> str:
             lines.append(f"| {method} | {row['trials']} | {row['tok_s_gpu'] or 0:.1f} | {row['tok_s_user'] or 0:.1f} "
                          f"| {'yes' if row['feasible'] else 'no'} | {gain} |")
     return "\n".join(lines)
-
-
-def write_block(path: Path, tag: str, text: str) -> None:
-    """Replace the block between ``<!-- tag:begin -->`` and ``<!-- tag:end -->`` (or append it)."""
-    begin, end = f"<!-- {tag}:begin -->", f"<!-- {tag}:end -->"
-    doc = path.read_text()
-    block = f"{begin}\n{text}\n{end}"
-    doc = doc[:doc.index(begin)] + block + doc[doc.index(end) + len(end):] if begin in doc \
-        else doc.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(doc)
 
 
 def machine() -> str:

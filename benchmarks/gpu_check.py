@@ -1,5 +1,7 @@
 """Correctness on the GPU before timing: the attention kernel against its reference
-(bf16, Qwen3 head shapes) and the decoder with CUDA graphs against target-only greedy.
+(bf16, Qwen3 head shapes), the decoder with CUDA graphs against target-only greedy
+(steps overlapped and waited for, ``prefill_first`` and ``mixed`` batching, prompt steps
+through their graphs), and the schedule_verify tests run natively (R = 4096 included).
 
     python benchmarks/gpu_check.py [--out FILE]
 """
@@ -52,27 +54,50 @@ def attention_cases() -> list[dict]:
 
 
 def decoder_cases() -> list[dict]:
-    from dspark_sim.kernels.decoder.tiny import generate, greedy_reference, tiny_decoder
+    from dspark_sim.kernels.decoder.engine import serve
+    from dspark_sim.kernels.decoder.sequence import Sequence
+    from dspark_sim.kernels.decoder.tiny import greedy_reference, tiny_decoder
 
     prompts = [[3, 1, 4], [1, 5, 9, 2, 6, 5, 3, 5, 8], list(range(2, 19))]
     base = dict(device="cuda", cuda_graphs=True, kernels="triton", attention="triton")
     ref = [greedy_reference(tiny_decoder("none", device="cuda"), p, 16) for p in prompts]
     rows = []
-    for method, over in (("none", {}), ("static", {"block_size": 3}),
-                         ("dspark", {"scheduler": "full"}), ("dspark", {"scheduler": "production"})):
-        dec = tiny_decoder(method, **base, **over)
-        out = generate(dec, prompts, max_tokens=16)
-        rows.append({"case": f"graphs {method} {over}", "ok": out == ref,
-                     "graphs": len(dec.graphs.entries)})
+    for method, over, runs in (("none", {}, (("prefill_first", True), ("prefill_first", False), ("mixed", True))),
+                               ("static", {"block_size": 3}, (("mixed", True),)),
+                               ("dspark", {"scheduler": "full"}, (("prefill_first", True),)),
+                               ("dspark", {"scheduler": "production"}, (("prefill_first", True), ("mixed", True)))):
+        for batching, overlap in runs:
+            dec = tiny_decoder(method, **base, **over, batching=batching, max_batched_tokens=24,
+                               max_running_requests=3)
+            seqs = [Sequence(i, p, 16, arrival_s=0.001 * i) for i, p in enumerate(prompts)]
+            steps = serve(dec, seqs, overlap=overlap).steps
+            rows.append({"case": f"graphs {method} {over} {batching} overlap={overlap}",
+                         "ok": [s.outputs for s in seqs] == ref, "graphs": len(dec.graphs.entries),
+                         "mixed_steps": sum(1 for r in steps if r["decode_reqs"] and r["prefill_tokens"])})
     return rows
+
+
+def kernel_tests() -> list[dict]:
+    """The schedule_verify tests, natively on the GPU (the CPU runs them interpreted)."""
+    import os
+    import subprocess
+
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_kernels_schedule_verify.py",
+           "-k", "every_path or budget_given or 4096 or brute_force or lagged"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=dict(os.environ, TRITON_INTERPRET="0"))
+    tail = (res.stdout + res.stderr).strip().splitlines()
+    return [{"case": "tests/test_kernels_schedule_verify.py natively (every path, R = 4096)", "ok": res.returncode == 0,
+             "summary": tail[-1] if tail else ""}]
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--out")
+    p.add_argument("--only", default="attention,decoder,kernels", help="which checks (comma list)")
     args = p.parse_args(argv)
     rows = []
-    for fn in (attention_cases, decoder_cases):
+    checks = {"attention": attention_cases, "decoder": decoder_cases, "kernels": kernel_tests}
+    for fn in (checks[name] for name in args.only.split(",")):
         try:
             rows += fn()
         except Exception as err:  # report and go on: the timing runs still tell something

@@ -9,7 +9,9 @@
 # again and keeps the old points beside them (a second process, pooled); replace: parts
 # re-timed from scratch);
 # "bench" runs the decoder table, "bench-dspark" its DSpark rows only (SPS table from the
-# profile), "fidelity" the decoder on trace slices (benchmarks/fidelity.py).
+# profile), "fidelity" the decoder on trace slices (benchmarks/fidelity.py), "targets" the
+# decoder's speed targets (benchmarks/bench_targets.py), "sglang" our kernels beside
+# SGLang's (benchmarks/bench_vs_sglang.py; its wheel carried in .sglang/).
 set -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
@@ -17,13 +19,16 @@ mkdir -p "$OUT"
 # dspark_sim.kernels lives in kernels/: a shim package tree maps it without pip.
 SHIM=/tmp/dspark_shim; rm -rf $SHIM; mkdir -p $SHIM; cp -r dspark_sim $SHIM/
 for d in kernels tuner profiles; do ln -s "$PWD/$d" $SHIM/dspark_sim/$d; done
-export PYTHONPATH=$SHIM${PYTHONPATH:+:$PYTHONPATH} PYTHONSAFEPATH=1  # the repo root must not shadow the shim
+# the repo root must not shadow the shim; benchmarks/ is named (the scripts import their shared modules)
+export PYTHONPATH=$SHIM:$PWD/benchmarks${PYTHONPATH:+:$PYTHONPATH} PYTHONSAFEPATH=1
 python3 -c "import dspark_sim.kernels.decoder, torch; print('import ok', torch.__version__, torch.cuda.get_device_name(0))" || exit 1
 for arg in "$@"; do
   case "$arg" in
-    check) python3 benchmarks/gpu_check.py --out "$OUT/gpu_check.json" 2>&1 | tee "$OUT/check.log" ;;
+    check) python3 benchmarks/gpu_check.py --out "$OUT/gpu_check.json" --only "${CHECK_ONLY:-attention,decoder,kernels}" 2>&1 | tee "$OUT/check.log" ;;
     bench) python3 benchmarks/bench_decoder.py --run --out "$OUT/decoder_bench.json" --max-seconds "${BENCH_S:-240}" 2>&1 | tee "$OUT/bench.log" | grep -v '^{' ;;
     fidelity) python3 benchmarks/fidelity.py run --out /tmp/fidelity --archive "$OUT/fidelity.tgz" --max-seconds "${FIDELITY_S:-300}" ${FIDELITY_ARGS:-} 2>&1 | tee "$OUT/fidelity.log" | tail -30 ;;
+    targets) python3 benchmarks/bench_targets.py --run --out "$OUT/targets.json" --max-seconds "${TARGETS_S:-240}" 2>&1 | tee "$OUT/targets.log" | grep -v '^\[' ;;
+    sglang) python3 benchmarks/bench_vs_sglang.py --run --out "$OUT/vs_sglang.json" --budget-s "${SGLANG_S:-150}" --sections "${SGLANG_SECTIONS:-schedule,accept}" 2>&1 | tee "$OUT/vs_sglang.log" | tail -40 ;;
     bench-dspark) python3 benchmarks/bench_decoder.py --run --methods dspark-full dspark --out "$OUT/decoder_bench_dspark.json" --max-seconds "${BENCH_S:-120}" 2>&1 | tee "$OUT/bench.log" | grep -v '^{' ;;
     *:*) IFS=: read -r m s parts resume replace <<< "$arg"
          extra=(--part "${parts:-all}")
@@ -32,7 +37,7 @@ for arg in "$@"; do
          [ "$resume" = resume-graphs ] && extra+=(--resume "$src")
          [ "$resume" = add ] && extra+=(--resume "$src" --add "$parts")
          [ -n "$replace" ] && extra+=(--replace "$replace")
-         python3 -m dspark_sim.kernels.profiler --gpu h200 --model "$m" --out "$OUT" --max-seconds "$s" "${extra[@]}" >> "$OUT/profile.log" 2>&1
+         python3 -m dspark_sim.profiling.cli --gpu h200 --model "$m" --out "$OUT" --max-seconds "$s" "${extra[@]}" >> "$OUT/profile.log" 2>&1
          tail -3 "$OUT/profile.log" ;;
   esac
 done

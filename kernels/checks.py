@@ -20,7 +20,8 @@ def _want(cond: bool, msg) -> None:
         raise ValueError(msg())
 
 
-def check_schedule_args(conf, temperatures, sps, min_verify_len, max_verify_len, survival_eps, mode, lag_conf):
+def check_schedule_args(conf, temperatures, sps, min_verify_len, max_verify_len, survival_eps, mode, lag_conf,
+                        budget_k=None):
     """Validate schedule_verify's inputs; return (min_len, max_len) resolved,
     both counting the anchor (1..gamma+1)."""
     _want(conf.dim() == 2 and conf.dtype == torch.float32,
@@ -42,6 +43,10 @@ def check_schedule_args(conf, temperatures, sps, min_verify_len, max_verify_len,
             and lag_conf.shape[0] >= 1,
             lambda: f"lag_conf: want fp32 [R_lag, {gamma}], got {lag_conf.dtype} {tuple(lag_conf.shape)}",
         )
+    if budget_k is not None:
+        _want(mode == "production" and lag_conf is None,
+              lambda: "budget_k replaces the budget search: mode='production' and no lag_conf")
+        _want(int(budget_k) >= 0, lambda: f"budget_k must be >= 0, got {budget_k}")
     max_len = gamma + 1 if max_verify_len is None else int(max_verify_len)
     min_len = int(min_verify_len)
     _want(1 <= min_len <= max_len <= gamma + 1,

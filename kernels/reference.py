@@ -65,11 +65,12 @@ def _candidates(a: torch.Tensor, max_len: int, eps: float) -> list:
 
 
 def schedule_verify_ref(
-    conf, temperatures, sps, *, min_verify_len=1, max_verify_len=None, survival_eps=1e-6, mode="production", lag_conf=None
+    conf, temperatures, sps, *, min_verify_len=1, max_verify_len=None, survival_eps=1e-6, mode="production", lag_conf=None,
+    budget_k=None,
 ):
     """Loop reference of :func:`dspark_sim.kernels.schedule_verify` (same contract)."""
     min_len, max_len = check_schedule_args(
-        conf, temperatures, sps, min_verify_len, max_verify_len, survival_eps, mode, lag_conf
+        conf, temperatures, sps, min_verify_len, max_verify_len, survival_eps, mode, lag_conf, budget_k
     )
     R, gamma = conf.shape
     a = calibrated_survival_ref(conf, temperatures)
@@ -79,7 +80,9 @@ def schedule_verify_ref(
     def theta(tau: float, k: int) -> float:
         return tau * steps_per_sec_ref(sps, R, R + k)
 
-    if mode == "algorithm1":
+    if budget_k is not None:
+        k = int(budget_k)
+    elif mode == "algorithm1":
         k, tau = 0, float(R)
         for v, _, _ in cands:
             if k + 1 > k_limit or theta(tau + v, k + 1) <= theta(tau, k):

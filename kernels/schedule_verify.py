@@ -1,10 +1,11 @@
-"""schedule_verify: DSpark's verify-length scheduler in one launch (DSPARK.md section 3).
+"""schedule_verify: DSpark's verify-length scheduler without host synchronisation (DSPARK.md section 3).
 
-One program does everything, so the launch needs no host synchronisation:
+Small batches (padded R x gamma up to :data:`SINGLE_MAX`) run in one program, one launch:
 STS temperature scaling, prefix survival products, one bitonic sort of every
-admissible (request, position) survival across the batch (R x gamma up to 256 x 16),
-prefix sums, SPS table look-ups by binary search, the budget (argmax of Theta, or
-Algorithm 1's early stop), the per-request counts among the top-K, and the clamps.
+admissible (request, position) survival across the batch, prefix sums, SPS table
+look-ups by binary search, the budget (argmax of Theta, or Algorithm 1's early stop),
+the per-request counts among the top-K, and the clamps. Larger batches, any R, run the
+same rule over many programs in three launches (:mod:`.schedule_verify_multi`).
 
 Semantics (the loop reference :func:`~dspark_sim.kernels.reference.schedule_verify_ref`
 is the definition):
@@ -21,6 +22,8 @@ is the definition):
 * Each request gets verify_len = clamp(1 + its count among the K best *current*
   candidates, min_verify_len, max_verify_len). min_verify_len can force tokens in
   below survival_eps or past max_batch_tokens: it is a hard floor.
+* ``budget_k`` given (an int: the caller sized the budget, as SGLang's host planner does
+  from lagged confidences): K = that number, no Theta search.
 * budget_k = sum(verify_len) - R; theta = Theta of the returned lengths, from the
   current survivals: (R + sum_r sum_{j < verify_len_r - 1} a[r, j]) * SPS(sum(verify_len)).
 """
@@ -33,68 +36,14 @@ import triton.language as tl
 
 from . import autotune
 from .checks import check_schedule_args
+from .schedule_parts import steps_per_sec, survival
+from .schedule_verify_multi import multi_path, run_multi
 from .sps_tensors import SpsTensors
 
 __all__ = ["schedule_verify"]
 
-MAX_SORT_ELEMS = 4096
+SINGLE_MAX = 1024  # padded R x gamma up to which one program does it all: on the H200 it won to 1,024, lost at 2,048
 _NO_LIMIT = 2**30
-
-
-@triton.jit
-def _count_le(probes_ptr, n, x, LOG_P: tl.constexpr):
-    """bisect_right: how many of the n sorted probes are <= x (elementwise, x int32)."""
-    pos = x * 0
-    for i in tl.static_range(LOG_P):
-        cand = pos + (1 << (LOG_P - 1 - i))
-        probe = tl.load(probes_ptr + cand - 1, mask=cand <= n, other=0)
-        pos = tl.where((cand <= n) & (probe <= x), cand, pos)
-    return pos
-
-
-@triton.jit
-def _interp_clamped(xs_ptr, ys_ptr, n, x, LOG_P: tl.constexpr):
-    """Linear interpolation of (xs, ys) at integer x, clamped to the end values."""
-    hi = _count_le(xs_ptr, n, x, LOG_P)
-    lo = tl.minimum(tl.maximum(hi - 1, 0), n - 1)
-    hi = tl.minimum(hi, n - 1)
-    x0 = tl.load(xs_ptr + lo).to(tl.float32)
-    x1 = tl.load(xs_ptr + hi).to(tl.float32)
-    y0 = tl.load(ys_ptr + lo)
-    y1 = tl.load(ys_ptr + hi)
-    frac = tl.where(x1 > x0, (x.to(tl.float32) - x0) / tl.where(x1 > x0, x1 - x0, 1.0), 0.0)
-    return y0 + frac * (y1 - y0)
-
-
-@triton.jit
-def _steps_per_sec(b, R, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr, theta_ptr, n_m,
-                   ADDITIVE: tl.constexpr, LOG_P: tl.constexpr):
-    """SPS at b batch tokens (elementwise) for R requests."""
-    if ADDITIVE:
-        step_s = (bias_s + _interp_clamped(bs_ptr, alpha_ptr, n_bs, R, LOG_P)
-                  + _interp_clamped(m_ptr, theta_ptr, n_m, b, LOG_P))
-        sps = 1.0 / step_s
-    else:
-        idx = tl.maximum(_count_le(probes_ptr, n_p, b, LOG_P) - 1, 0)
-        sps = tl.load(sps_ptr + idx)
-    return sps
-
-
-@triton.jit
-def _survival(conf_ptr, stride_r, stride_g, temp_ptr, R, gamma, BLOCK_R: tl.constexpr, BLOCK_G: tl.constexpr):
-    """Calibrated prefix survival, position-major: a[j, r], fp32 [BLOCK_G, BLOCK_R], 0 outside."""
-    rr = tl.arange(0, BLOCK_R)
-    jj = tl.arange(0, BLOCK_G)[:, None]
-    run = tl.full([BLOCK_R], 1.0, tl.float32)
-    a = tl.zeros([BLOCK_G, BLOCK_R], tl.float32)
-    # A sequential product (not a scan) keeps a[j + 1] <= a[j] exact in fp32.
-    for j in tl.static_range(BLOCK_G):
-        c = tl.load(conf_ptr + rr * stride_r + j * stride_g, mask=rr < tl.where(j < gamma, R, 0), other=0.0)
-        inv_t = 1.0 / tl.load(temp_ptr + j, mask=j < gamma, other=1.0)
-        # sigmoid(logit(c) / T) = 1 / (1 + ((1 - c) / c) ** (1 / T)); exact at c = 0 and c = 1.
-        run = run * (1.0 / (1.0 + tl.exp2((tl.log2(1.0 - c) - tl.log2(c)) * inv_t)))
-        a = tl.where(jj == j, run[None, :], a)
-    return a
 
 
 @triton.jit
@@ -116,17 +65,17 @@ def _budget(ranked, R, max_bt, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_p
     tau = R + tl.cumsum(gain_a, 0)  # tau after admitting kk + 1 candidates
     b = R + kk + 1
     ok = (ranked >= 0) & (b <= max_bt)
-    sps = _steps_per_sec(b, R, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr, theta_ptr, n_m,
-                         ADDITIVE, LOG_P)
+    sps = steps_per_sec(b, R, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr, theta_ptr, n_m,
+                        ADDITIVE, LOG_P)
     if ALGORITHM1:
-        sps_prev = _steps_per_sec(b - 1, R, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr, theta_ptr, n_m,
-                                  ADDITIVE, LOG_P)
+        sps_prev = steps_per_sec(b - 1, R, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr, theta_ptr, n_m,
+                                 ADDITIVE, LOG_P)
         # Theta(k) - Theta(k-1), written so that a flat SPS step leaves only a_k * SPS (no cancellation).
         gain = tau * (sps - sps_prev) + gain_a * sps_prev
         k = tl.min(tl.where((gain <= 0) | (ok == 0), kk, SIZE), 0)
     else:
-        theta0 = R * _steps_per_sec(R, R, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr, theta_ptr, n_m,
-                                    ADDITIVE, LOG_P)
+        theta0 = R * steps_per_sec(R, R, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr, theta_ptr, n_m,
+                                   ADDITIVE, LOG_P)
         theta = tl.where(ok, tau * sps, -1.0)
         best = tl.max(theta, 0)
         first = tl.min(tl.where(theta == best, kk + 1, SIZE + 1), 0)
@@ -150,19 +99,22 @@ def _top_k_counts(flat, ranked, k, BLOCK_R: tl.constexpr, BLOCK_G: tl.constexpr)
 
 # Shape-dependent integers are not specialised on (== 1, % 16): one binary per block shape.
 @triton.jit(do_not_specialize=["stride_cr", "stride_lr", "R", "R_lag", "gamma", "min_len", "max_len", "max_bt",
-                               "n_p", "n_bs", "n_m"])
+                               "n_p", "n_bs", "n_m", "budget"])
 def _schedule_verify_kernel(
     conf_ptr, stride_cr, stride_cg, lag_ptr, stride_lr, stride_lg, temp_ptr,
     probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr, theta_ptr, n_m,
     len_ptr, k_ptr, theta_out_ptr,
-    R, R_lag, gamma, min_len, max_len, max_bt, eps,
+    R, R_lag, gamma, min_len, max_len, max_bt, eps, budget,
     BLOCK_R: tl.constexpr, BLOCK_G: tl.constexpr,
-    ALGORITHM1: tl.constexpr, HAS_LAG: tl.constexpr, ADDITIVE: tl.constexpr, LOG_P: tl.constexpr,
+    ALGORITHM1: tl.constexpr, HAS_LAG: tl.constexpr, HAS_BUDGET: tl.constexpr, ADDITIVE: tl.constexpr,
+    LOG_P: tl.constexpr,
 ):
-    a = _survival(conf_ptr, stride_cr, stride_cg, temp_ptr, R, gamma, BLOCK_R, BLOCK_G)
+    a = survival(conf_ptr, stride_cr, stride_cg, temp_ptr, R, gamma, BLOCK_R, BLOCK_G)
     flat, ranked = _ranked(a, R, gamma, max_len, eps, BLOCK_R, BLOCK_G)
-    if HAS_LAG:
-        a_lag = _survival(lag_ptr, stride_lr, stride_lg, temp_ptr, R_lag, gamma, BLOCK_R, BLOCK_G)
+    if HAS_BUDGET:
+        k = budget
+    elif HAS_LAG:
+        a_lag = survival(lag_ptr, stride_lr, stride_lg, temp_ptr, R_lag, gamma, BLOCK_R, BLOCK_G)
         _, sizing = _ranked(a_lag, R_lag, gamma, max_len, eps, BLOCK_R, BLOCK_G)
         k = _budget(sizing, R, max_bt, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr, theta_ptr, n_m,
                     BLOCK_G * BLOCK_R, ALGORITHM1, ADDITIVE, LOG_P)
@@ -179,16 +131,24 @@ def _schedule_verify_kernel(
     tl.store(k_ptr, b - R)
     jj = tl.arange(0, BLOCK_G)[:, None]
     tau = R + tl.sum(tl.sum(tl.where(jj < lens[None, :] - 1, a, 0.0), 1), 0)
-    sps = _steps_per_sec(b, R, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr, theta_ptr, n_m,
-                         ADDITIVE, LOG_P)
+    sps = steps_per_sec(b, R, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr, theta_ptr, n_m,
+                        ADDITIVE, LOG_P)
     tl.store(theta_out_ptr, tau * sps)
 
 
-def _block_rows(n: int) -> int:
-    return max(16, triton.next_power_of_2(n))
+def block_shape(R: int, gamma: int) -> tuple[int, int]:
+    """``(block_r, block_g)``: the padded request and position counts a launch works on."""
+    return max(16, triton.next_power_of_2(R)), max(2, triton.next_power_of_2(gamma))
 
 
-def _table_args(sps, device):
+def path_for(R: int, gamma: int) -> str:
+    """Which implementation runs a batch: ``single`` (one program) up to :data:`SINGLE_MAX`
+    padded survivals, else ``pairwise`` or ``merge`` (:mod:`.schedule_verify_multi`)."""
+    block_r, block_g = block_shape(R, gamma)
+    return "single" if block_r * block_g <= SINGLE_MAX else multi_path(block_r * block_g)
+
+
+def table_args(sps, device):
     """Kernel arguments for either table form; the unused form gets dummies."""
     if isinstance(sps, SpsTensors):
         t = sps.to(device) if sps.probes.device != device else sps
@@ -203,9 +163,11 @@ def _table_args(sps, device):
 
 
 def schedule_verify(
-    conf, temperatures, sps, *, min_verify_len=1, max_verify_len=None, survival_eps=1e-6, mode="production", lag_conf=None
+    conf, temperatures, sps, *, min_verify_len=1, max_verify_len=None, survival_eps=1e-6, mode="production", lag_conf=None,
+    budget_k=None,
 ):
-    """Choose per-request verify lengths for one DSpark step, in one launch.
+    """Choose per-request verify lengths for one DSpark step, with no host synchronisation
+    (one launch up to :data:`SINGLE_MAX` padded survivals, three above, any R).
 
     Args:
         conf: fp32 [R, gamma], raw draft confidences of the current step, in [0, 1].
@@ -215,39 +177,51 @@ def schedule_verify(
         survival_eps: candidates with survival below it are never admitted.
         mode: ``"production"`` (budget = argmax of Theta) or ``"algorithm1"`` (early stop).
         lag_conf: fp32 [R_lag, gamma], the confidences that size the budget (production only).
+        budget_k: int, a budget sized by the caller (production only, no ``lag_conf``): the
+            kernel takes the top ``budget_k`` current candidates and searches nothing.
 
     Returns:
         verify_len int32 [R] (1..gamma+1, anchor included), budget_k int32 [1] (sum - R),
         theta fp32 [1] (predicted accepted tokens per second of the returned schedule).
     """
-    return run_schedule(conf, temperatures, sps, None, min_verify_len, max_verify_len, survival_eps, mode, lag_conf)
+    return run_schedule(conf, temperatures, sps, None, min_verify_len, max_verify_len, survival_eps, mode, lag_conf,
+                        budget_k)
+
+
+def log_probes(n_probes: int) -> int:
+    """Binary-search depth over a table of ``n_probes`` probes, rounded up to a multiple of 4
+    so that few kernel variants compile."""
+    return max(4, (n_probes.bit_length() + 3) & ~3)
 
 
 def run_schedule(conf, temperatures, sps, cfg, min_verify_len=1, max_verify_len=None, survival_eps=1e-6,
-                 mode="production", lag_conf=None):
-    """schedule_verify with an explicit launch config (None: the tuned profile's)."""
+                 mode="production", lag_conf=None, budget_k=None, path=None):
+    """schedule_verify with an explicit launch config (None: the tuned profile's) and, for
+    benchmarks and tests, an explicit ``path`` (``single``, ``pairwise``, ``merge``)."""
     min_len, max_len = check_schedule_args(conf, temperatures, sps, min_verify_len, max_verify_len, survival_eps, mode,
-                                           lag_conf)
+                                           lag_conf, budget_k)
     R, gamma = conf.shape
     lag = conf if lag_conf is None else lag_conf
     # one row block for both: each (block, lag block) pair would be another binary, and a
     # sort over thousands of elements compiles for seconds in the middle of a serving step
-    block_r, block_g = _block_rows(max(R, lag.shape[0])), max(2, triton.next_power_of_2(gamma))
-    if block_r * block_g > MAX_SORT_ELEMS:
-        raise ValueError(f"schedule_verify sorts at most {MAX_SORT_ELEMS} survivals; got R={R}, gamma={gamma}")
-    table, additive, n_probes, max_bt = _table_args(sps, conf.device)
+    block_r, block_g = block_shape(max(R, lag.shape[0]), gamma)
+    path = path or path_for(max(R, lag.shape[0]), gamma)
+    table, additive, n_probes, max_bt = table_args(sps, conf.device)
     lens = torch.empty(R, dtype=torch.int32, device=conf.device)
-    budget_k = torch.empty(1, dtype=torch.int32, device=conf.device)
+    k_out = torch.empty(1, dtype=torch.int32, device=conf.device)
     theta = torch.empty(1, dtype=torch.float32, device=conf.device)
+    if path != "single":
+        run_multi(conf, lag_conf, temperatures, table, additive, log_probes(n_probes), (lens, k_out, theta),
+                  min_len, max_len, max_bt, float(survival_eps), mode, budget_k, merge=path == "merge")
+        return lens, k_out, theta
     cfg = cfg or autotune.lookup("schedule_verify", {"R": block_r, "G": block_g}, conf.device)
     _schedule_verify_kernel[(1,)](
         conf, conf.stride(0), conf.stride(1), lag, lag.stride(0), lag.stride(1), temperatures,
         *table,
-        lens, budget_k, theta,
-        R, lag.shape[0], gamma, min_len, max_len, max_bt, float(survival_eps),
+        lens, k_out, theta,
+        R, lag.shape[0], gamma, min_len, max_len, max_bt, float(survival_eps), 0 if budget_k is None else int(budget_k),
         BLOCK_R=block_r, BLOCK_G=block_g,
-        ALGORITHM1=mode == "algorithm1", HAS_LAG=lag_conf is not None, ADDITIVE=additive,
-        LOG_P=max(4, (n_probes.bit_length() + 3) & ~3),  # rounded up: few variants compile
-        num_warps=cfg["num_warps"],
+        ALGORITHM1=mode == "algorithm1", HAS_LAG=lag_conf is not None, HAS_BUDGET=budget_k is not None,
+        ADDITIVE=additive, LOG_P=log_probes(n_probes), num_warps=cfg["num_warps"],
     )
-    return lens, budget_k, theta
+    return lens, k_out, theta

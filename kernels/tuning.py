@@ -23,7 +23,6 @@ from .autotune import (
     row_stats_space,
     schedule_space,
     shape_key,
-    triton_next_pow2,
 )
 
 def sweep_shapes(vocabs=(151936, 129280), requests=(1, 8, 32, 64, 128, 256), gammas=(5, 7)) -> list[dict]:
@@ -103,7 +102,8 @@ def run_compile_job(job: tuple, device: str = "cuda", vocab: int = 151936) -> st
             sched = importlib.import_module(__package__ + ".schedule_verify")
             case = schedule_case(cfg["R"], 7, dev, seed=0, lag=flag == "lag")
             sched.run_schedule(**{k: case[k] for k in ("conf", "temperatures", "sps")}, cfg=cfg,
-                               mode="algorithm1" if flag == "algorithm1" else "production", lag_conf=case["lag_conf"])
+                               mode="algorithm1" if flag == "algorithm1" else "production", lag_conf=case["lag_conf"],
+                               path="single")
         else:
             acc = importlib.import_module(__package__ + ".accept")
             args, W = accept_case(8, 7, vocab, dev, seed=0)
@@ -183,12 +183,12 @@ def tune(shapes: list[dict], *, rep_ms: float = 10.0, budget_s: float = 600.0, k
                     found[kernel][k] = cfg
                     log(f"tune {kernel} {k}: {cfg} {ms * 1e3:.1f} us")
         del args
-        block_r, block_g = sched._block_rows(shape["R"]), max(2, triton_next_pow2(shape["gamma"]))
+        block_r, block_g = sched.block_shape(shape["R"], shape["gamma"])
         k = shape_key({"R": block_r, "G": block_g})
         if "schedule_verify" in kernels and k not in found["schedule_verify"]:
             case = schedule_case(shape["R"], shape["gamma"], dev, seed=0)
             space = schedule_space(block_r, block_g)
-            cfg, ms = _tune_one(lambda c: lambda: sched.run_schedule(**case, cfg=c), space, rep_ms, graph=True)
+            cfg, ms = _tune_one(lambda c: lambda: sched.run_schedule(**case, cfg=c, path="single"), space, rep_ms, graph=True)
             if cfg is not None:
                 found["schedule_verify"][k] = cfg
                 log(f"tune schedule_verify {k}: {cfg} {ms * 1e3:.1f} us")

@@ -47,3 +47,37 @@ def test_triton_kernels_in_the_loop(reference):
     """Attention, schedule_verify and accept as Triton kernels (interpreter on CPU)."""
     dec = tiny_decoder("dspark", kernels="triton", attention="triton")
     assert generate(dec, PROMPTS[:2], max_tokens=6) == [r[:6] for r in reference[:2]]
+
+
+@pytest.mark.parametrize("method,over", [("none", {}), ("static", {"block_size": 3}),
+                                         ("dspark", {"scheduler": "production"})])
+@pytest.mark.parametrize("pad", [False, True])
+def test_mixed_batching_and_overlap_keep_greedy_outputs(method, over, pad, reference):
+    """``mixed`` batching (prompt chunks beside decode windows in one forward), steps
+    overlapped or not, prompt steps padded to graph tiers or exact: target greedy."""
+    from dspark_sim.kernels.decoder.engine import serve
+    from dspark_sim.kernels.decoder.sequence import Sequence
+
+    for overlap in (True, False):
+        dec = tiny_decoder(method, batching="mixed", max_batched_tokens=24, max_running_requests=3, **over)
+        dec.pad_prefill = pad
+        seqs = [Sequence(i, p, 12, arrival_s=0.001 * i) for i, p in enumerate(PROMPTS)]
+        rows = serve(dec, seqs, overlap=overlap).steps
+        assert [s.outputs for s in seqs] == reference
+        assert any(r["decode_reqs"] and r["prefill_tokens"] for r in rows)  # steps mixed both
+        assert max(r["prefill_tokens"] for r in rows) <= 24
+
+
+@pytest.mark.parametrize("method,over", [("static", {"block_size": 3}), ("dspark", {"scheduler": "full"})])
+def test_unwritten_buffers_never_reach_the_outputs(method, over, reference, monkeypatch):
+    """Every fresh buffer holds NaN, as uninitialised memory may: the padded tokens, which
+    the Triton attention leaves unwritten, still give the sink request finite logits (the
+    reference accept judges them), and the outputs stay target greedy."""
+    empty = torch.empty
+
+    def nan_empty(*args, **kw):
+        t = empty(*args, **kw)
+        return t.fill_(float("nan")) if t.is_floating_point() else t
+    monkeypatch.setattr(torch, "empty", nan_empty)
+    dec = tiny_decoder(method, attention="triton", **over)
+    assert generate(dec, PROMPTS[:2], max_tokens=6) == [r[:6] for r in reference[:2]]

@@ -1,9 +1,9 @@
 """KV rollback: after rejected drafts the cache equals one that never saw them."""
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
+from dspark_sim.kernels.decoder import step as steps  # noqa: E402
 from dspark_sim.kernels.decoder.sequence import Sequence  # noqa: E402
 from dspark_sim.kernels.decoder.tiny import tiny_decoder  # noqa: E402
 
@@ -19,17 +19,21 @@ def _prefilled(dec):
 
 
 def _verify(dec, seq, window):
-    """Verify ``window`` (anchor + drafts) for ``seq`` and commit like a decode step."""
-    vlen = np.array([len(window)])
-    rows = np.array([seq.row])
-    assert dec.pages.reserve(seq, len(seq.tokens) + len(window))
+    """Verify ``window`` (anchor + drafts) for ``seq`` and commit like a decode step: the
+    device moves the anchor, the host appends the tokens and returns the pages past them."""
+    n = len(window)
+    assert dec.pages.reserve(seq, len(seq.tokens) + n)
     dec.pages.flush()
-    win = torch.tensor([window])
-    logits, n = dec._verify(win, vlen, np.array([len(seq.tokens) - 1]) + vlen, rows, 1)
-    temp = torch.zeros(1)
-    accepted, out = dec._accept_step(logits, win, None, vlen, temp, len(window) - 1)
-    dec._commit([seq], accepted.numpy(), out.numpy(), vlen)
-    return int(accepted[0])
+    rows, vlen, win = torch.tensor([seq.row]), torch.tensor([n], dtype=torch.int32), torch.tensor([window])
+    logits = dec._verify(win, vlen, rows, n, 1)
+    tab = {"rows": rows, "nl": vlen, "temp": torch.zeros(1)}
+    accepted, out = steps._accept(dec, logits, tab, win, None, 1, 1, greedy=True)
+    steps._commit(dec, tab, accepted, out, 1)
+    a = int(accepted[0])
+    seq.extend(out[0, :a + 1].tolist())
+    seq.num_cached = len(seq.tokens) - 1
+    dec.pages.truncate(seq, seq.num_cached)
+    return a
 
 
 def test_rollback_leaves_cache_as_if_never_verified():

@@ -39,7 +39,8 @@ def test_chunked_prefill_cap_and_csvs(tmp_path):
         assert tuple(next(csv.reader(f))) == STEP_COLUMNS
 
 
-def test_step_rows_cover_the_whole_cycle_and_record_the_work():
+@pytest.mark.parametrize("overlap", [False, True])
+def test_step_rows_cover_the_whole_cycle_and_record_the_work(overlap):
     """Back-to-back steps tile the timeline (a row starts where the last one ended, the
     gap before the GPU work in ``sched_s``); each row carries the work the cost model
     prices; the garbage collector is left as it was."""
@@ -47,10 +48,12 @@ def test_step_rows_cover_the_whole_cycle_and_record_the_work():
 
     dec = tiny_decoder("dspark", max_running_requests=3, max_batched_tokens=8)
     seqs = _seqs(3, out=5)
-    steps = serve(dec, seqs).steps
+    steps = serve(dec, seqs, overlap=overlap).steps
     for a, b in zip(steps, steps[1:]):
         assert b["start_s"] == pytest.approx(a["start_s"] + a["step_s"], abs=1e-9)
-    assert all(0 <= r["sched_s"] < r["step_s"] for r in steps)
+    # without overlap the gap lies inside the row; with it, it ran while the last step did
+    assert all(0 <= r["sched_s"] < r["step_s"] if not overlap else 0 <= r["sched_s"] <= r["step_s"]
+               for r in steps)
     pre = [r for r in steps if r["prefill_tokens"]]
     assert pre and all(r["prefill_reqs"] >= 1 and r["decode_context_tokens"] == 0 for r in pre)
     assert all(r["prefill_attn_tokens2"] >= r["prefill_tokens"] ** 2 / (2 * r["prefill_reqs"]) for r in pre)
@@ -115,6 +118,12 @@ def test_the_whole_block_verified_is_static_with_the_dspark_drafter(tmp_path):
     assert load_launch(path, device="cpu").conf.method == "static"
 
 
+def test_the_decoder_batches_as_the_scenario_says(tmp_path):
+    assert load_launch(_write(tmp_path), device="cpu").conf.batching == "prefill_first"
+    path = _write(tmp_path, deployment={"max_running_requests": 32, "max_batched_tokens": 4096})
+    assert load_launch(path, device="cpu").conf.batching == "mixed"  # the scenario's default
+
+
 @pytest.mark.parametrize("over,key", [
     ({}, "model"),  # --model differs from the file
     ({"deployment__tp": 2}, "deployment.tp"),
@@ -124,7 +133,7 @@ def test_the_whole_block_verified_is_static_with_the_dspark_drafter(tmp_path):
     ({"speculation__block_size": 5}, "sts"),  # 7 STS temperatures for a block of 5
     ({"speculation__max_verify_len": 12}, "max_verify_len"),
     ({"speculation__color": 1}, "speculation.color"),
-    ({"deployment__batching": "mixed"}, "deployment.batching"),  # the decoder batches prefill_first
+    ({"deployment__batching": "chunky"}, "deployment.batching"),
     ({"speculation__sps_table": None}, "speculation.sps_table"),  # the scheduler needs a table
     ({"speculation__drafter": "eagle3"}, "speculation.drafter"),
 ])
@@ -178,20 +187,26 @@ def test_verify_points_reach_every_graph_key():
     assert all(request_tier(r, 8) == rp and r <= n <= 4 * r for rp, r, n in pts)
 
 
-def test_on_step_sees_every_row_and_production_always_runs_the_lagged_kernel():
-    dec = tiny_decoder("dspark", synthetic=True, scheduler="production", lag_steps=2, kernels="triton")
-    calls, schedule = [], dec._schedule
+def test_on_step_sees_every_row_and_production_sizes_the_budget_from_lagged_confidences():
+    """The kernel sizes the budget from the current confidences until two steps have passed;
+    then the host sizes it from the confidences of two steps before (no wait: they came back
+    then) and the kernel takes that many of the current ones."""
+    from dspark_sim.kernels.decoder.decoder import host_budget
 
-    def recording(conf, *args, lag_conf=None, **kw):
-        calls.append((conf.shape[0], None if lag_conf is None else lag_conf.shape[0]))
-        return schedule(conf, *args, lag_conf=lag_conf, **kw)
+    dec = tiny_decoder("dspark", synthetic=True, scheduler="production", lag_steps=2, kernels="triton")
+    calls, schedule, lags = [], dec._schedule, []
+
+    def recording(conf, *args, lag_conf=None, budget_k=None, **kw):
+        calls.append((conf.shape[0], None if lag_conf is None else lag_conf.shape[0], budget_k))
+        lags.append([x.copy() for x in dec.lag])
+        return schedule(conf, *args, lag_conf=lag_conf, budget_k=budget_k, **kw)
     dec._schedule = recording
     seen = []
     seqs = [Sequence(i, [1, 2, 3, 4 + i], 10 + 3 * i, temperature=1.0) for i in range(3)]
     run = serve(dec, seqs, on_step=seen.append)
     assert seen == run.steps and len(seen) > 3
-    # every step hands the kernel a lag (the current confidences until two steps have
-    # passed), so serving meets one kernel binary per row block, as the warm-up compiled
-    assert calls and all(lag is not None for _, lag in calls)
-    assert calls[0][0] == calls[0][1] == 3
-    assert any(r != lag for r, lag in calls)  # requests finished: the lag is older and larger
+    assert calls[0] == (3, 3, None) and calls[1] == (3, 3, None)  # the current confidences size it
+    assert all(k is not None and lag is None for _, lag, k in calls[2:])
+    for (r, _, k), lag in zip(calls[2:], lags[2:]):  # K from the confidences two steps before
+        assert k == host_budget(lag[0], r, dec.temps_host, dec.sps_host, dec.sps.max_batch_tokens, dec.conf)
+    assert any(len(lag[0]) != r for (r, _, _), lag in zip(calls[2:], lags[2:]))  # requests finished

@@ -127,7 +127,7 @@ def test_replicas_split_load(write_scenario, tmp_path):
 
 
 def test_prefill_first_holds_decoding_while_prompts_are_pending(write_scenario, tmp_path):
-    """batching: prefill_first (SGLang's default, the decoder's policy) never mixes a prefill
+    """batching: prefill_first (SGLang's default) never mixes a prefill
     chunk and decode tokens in one step; mixed (vLLM) does, and decodes faster meanwhile."""
     over = {"max_batched_tokens": 2048}
     mixed = synthetic_scenario(num_requests=30, rate_per_s=20.0, prompt=3000, output=100, deployment=over)

@@ -17,6 +17,7 @@ from dspark_sim.kernels import AdditiveSpsTensors, SpsTensors, schedule_verify, 
 from dspark_sim.kernels.baseline import schedule_verify_torch  # noqa: E402
 from dspark_sim.kernels.cases import schedule_case, synthetic_sps_table  # noqa: E402
 from dspark_sim.kernels.reference import calibrated_survival_ref, steps_per_sec_ref  # noqa: E402
+from dspark_sim.kernels.schedule_verify import path_for, run_schedule  # noqa: E402
 from dspark_sim.errors import InputError  # noqa: E402
 from dspark_sim.kernels.sps_tensors import sps_from_json_dict  # noqa: E402
 
@@ -77,6 +78,48 @@ def test_max_batch_tokens_is_a_hard_cap():
             out = schedule_verify(**case, mode=mode)
             assert_same(out, schedule_verify_ref(**case, mode=mode))
             assert int(out[0].sum()) <= sps.max_batch_tokens
+
+
+@pytest.mark.parametrize("path", ["single", "pairwise", "merge"])
+@pytest.mark.parametrize("R,gamma,mode,lag,table,kw", [
+    (5, 5, "production", False, "floor", {}),
+    (40, 7, "algorithm1", False, "floor", {}),
+    (33, 7, "production", True, "additive", {}),
+    (20, 16, "production", False, "additive", {"min_verify_len": 2, "max_verify_len": 9, "survival_eps": 0.05}),
+    (61, 3, "algorithm1", False, "additive", {}),
+])
+def test_every_path_matches_reference(path, R, gamma, mode, lag, table, kw):
+    """The one-program kernel and both many-program paths give the reference's schedule."""
+    sps = synthetic_sps_table(device=DEVICE) if table == "floor" else additive_table()
+    case = schedule_case(R, gamma, DEVICE, seed=R + gamma, lag=lag, sps=sps)
+    out = run_schedule(**case, cfg=None, mode=mode, path=path, **kw)
+    assert_same(out, schedule_verify_ref(**case, mode=mode, **kw))
+
+
+@pytest.mark.parametrize("path", ["single", "pairwise", "merge"])
+def test_budget_given_takes_the_top_k(path):
+    """``budget_k`` (sized by the caller from lagged confidences) replaces the search;
+    a budget above the admissible candidates takes them all."""
+    case = schedule_case(30, 7, DEVICE, seed=4)
+    for k in (0, 1, 17, 10_000):
+        out = run_schedule(**case, cfg=None, path=path, budget_k=k, survival_eps=0.3)
+        assert_same(out, schedule_verify_ref(**case, budget_k=k, survival_eps=0.3))
+    with pytest.raises(ValueError, match="budget_k"):
+        schedule_verify(**case, mode="algorithm1", budget_k=3)
+
+
+def test_any_batch_size_4096_requests_at_block_16():
+    """R = 4096 at block 16 (65,536 survivals, the many-program merge path) equals the
+    loop reference, searching the budget and with a budget given, and repeats bit for bit."""
+    assert path_for(4096, 16) == "merge" and path_for(256, 16) == "pairwise" and path_for(64, 8) == "single"
+    sps = synthetic_sps_table(max_batch_tokens=80_000, device=DEVICE)
+    case = schedule_case(4096, 16, DEVICE, seed=1, sps=sps)
+    out = schedule_verify(**case)
+    assert_same(out, schedule_verify_ref(**case))
+    assert 0 < int(out[1]) < 4096 * 16
+    for x, y in zip(out, schedule_verify(**case)):
+        assert torch.equal(x, y)
+    assert_same(schedule_verify(**case, budget_k=20_000), schedule_verify_ref(**case, budget_k=20_000))
 
 
 def test_extreme_confidences_and_temperatures():

@@ -49,7 +49,8 @@ def test_package_data_is_the_profiles_and_presets_only():
     assert "h200/qwen3-8b.json" in names and "h200/qwen3-8b.sps_additive.json" in names
     assert "b300/qwen3-8b.sps.json" in names and "h200/kernels.json" in names
     assert not [n for n in names if "/raw/" in n or "/validation/" in n or n.count("/") > 1]
-    assert not [n for n in names if n.endswith(("_bench.json", "_check.json"))]
+    assert not [n for n in names if n.endswith(("_bench.json", "_check.json", "_vs_sglang.json"))
+                or "/decoder_targets" in n]
     assert setup["package-data"]["dspark_sim.acceptance"] == ["presets.json"]
 
 

@@ -1,12 +1,14 @@
 """The fidelity suite's cases: trace slices and scenarios that the decoder and the simulator both run.
 
-One Azure-format trace per load (slices of the shipped Azure code trace, and synthetic
-Poisson traces from about one running request to a saturated 256) and one scenario per
-(trace, method) for no speculation, MTP-3 and DSpark's production scheduler, Qwen3-8B on
-the H200. The DSpark scenarios name one SPS table (``sps_dspark.json``, the table the
-simulator derives from the shipped profile, drafter included), so the decoder and the
-simulator schedule from the same numbers. Each scenario is read unchanged by
-``dspark-decode`` and by ``dspark-sim run``.
+One Azure-format trace per load (slices of the shipped Azure code trace, synthetic
+Poisson traces from about one running request to a saturated 256, and long prompts of
+several thousand tokens at two loads) and one scenario per (trace, method) for no
+speculation, MTP-3 and DSpark's production scheduler, Qwen3-8B on the H200, batching
+``prefill_first`` (``mixed`` for the ``-mixed`` cases, which serve their base case's trace
+with prompt chunks beside the decode windows). The DSpark scenarios name one SPS table
+(``sps_dspark.json``, the table the simulator derives from the shipped profile, drafter
+included), so the decoder and the simulator schedule from the same numbers. Each scenario
+is read unchanged by ``dspark-decode`` and by ``dspark-sim run``.
 """
 from __future__ import annotations
 
@@ -31,7 +33,9 @@ CASE_METHODS = {  # run in this order (DSpark first: its kernels take longest to
     "mtp3": {"method": "static", "drafter": "mtp", "block_size": 3},
     "none": {"method": "none"},
 }
-# name: (source, requests, load); azure: (first row, time_scale); synthetic: (rate/s, seed)
+# name: (source, requests, load[, batching]); azure: (first row, time_scale); synthetic:
+# (rate/s, seed[, mean prompt tokens]). Batching prefill_first unless named: the "-mixed"
+# cases serve their base case's trace with prompt chunks beside the decode windows.
 TRACES = {
     "azure-1x": ("azure", 40, (4000, 1.0)),
     "azure-8x": ("azure", 100, (4000, 8.0)),
@@ -39,6 +43,10 @@ TRACES = {
     "syn-mid": ("synthetic", 120, (12.0, 2)),
     "syn-high": ("synthetic", 300, (40.0, 3)),
     "syn-sat": ("synthetic", 400, (1000.0, 4)),
+    "long-light": ("synthetic", 16, (0.25, 5, 4000)),
+    "long-mid": ("synthetic", 60, (1.5, 6, 4000)),
+    "syn-mid-mixed": ("synthetic", 120, (12.0, 2), "mixed"),
+    "long-mid-mixed": ("synthetic", 60, (1.5, 6, 4000), "mixed"),
 }
 DOMAIN = {"azure": "code", "synthetic": "math"}
 DEPLOYMENT = {"max_running_requests": 256, "max_batched_tokens": 8192, "batching": "prefill_first"}
@@ -65,12 +73,13 @@ def azure_slice(trace: Path, first: int, count: int, scale: float):
     return (a - a[0]) / scale, p, o
 
 
-def synthetic(count: int, rate: float, seed: int):
-    """Poisson arrivals; prompts lognormal (mean 768), outputs uniform 64..320."""
+def synthetic(count: int, rate: float, seed: int, prompt_mean: int = 768):
+    """Poisson arrivals; prompts lognormal (mean ``prompt_mean``, 32..8192), outputs uniform 64..320."""
     rng = np.random.default_rng(seed)
     a = np.cumsum(rng.exponential(1.0 / rate, count))
     a -= a[0]
-    p = np.clip(np.round(rng.lognormal(np.log(768) - 0.18, 0.6, count)), 32, 6000)
+    cap = 6000 if prompt_mean <= 768 else 8192  # the first cases' cap, kept so their traces do not move
+    p = np.clip(np.round(rng.lognormal(np.log(prompt_mean) - 0.18, 0.6, count)), 32, cap)
     o = rng.integers(64, 321, count)
     return a, p, o
 
@@ -81,16 +90,17 @@ def make_cases(cases_dir: Path, azure_trace: Path) -> list[Path]:
     ``azure_trace`` is the shipped Azure code trace the Azure cases slice."""
     cases_dir.mkdir(parents=True, exist_ok=True)
     paths = []
-    for name, (source, count, load) in TRACES.items():
+    for name, (source, count, load, *batching) in TRACES.items():
         a, p, o = azure_slice(azure_trace, load[0], count, load[1]) if source == "azure" \
             else synthetic(count, *load)
+        deployment = {**DEPLOYMENT, "batching": batching[0] if batching else DEPLOYMENT["batching"]}
         if int((p + o).max()) > MAX_MODEL_LEN - 16:
             raise InputError(None, "TRACES", name, f"a request exceeds max_model_len {MAX_MODEL_LEN}")
         write_trace(cases_dir / f"{name}.csv", a, p, o)
         for method, spec in CASE_METHODS.items():
             scenario = {"name": f"{name}__{method}", "model": MODEL, "gpu": GPU,
                         "workload": {"trace": f"{name}.csv", "format": "azure", "domain": DOMAIN[source]},
-                        "deployment": DEPLOYMENT, "speculation": spec, "seed": 0}
+                        "deployment": deployment, "speculation": spec, "seed": 0}
             path = cases_dir / f"{name}__{method}.yaml"
             path.write_text(yaml.safe_dump(scenario, sort_keys=False))
             paths.append(path)

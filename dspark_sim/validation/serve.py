@@ -4,11 +4,13 @@
 acceptance from the same acceptance model), compiles and captures every step shape
 (``Decoder.warmup``) before timing, then serves every case as fast as possible (idle gaps
 skipped, busy periods real) and writes ``out/<case>/`` ``requests.csv``, ``steps.csv`` and
-``meta.json`` (provenance, graphs captured and kernels compiled during the case). Needs
-torch and a CUDA GPU.
+``meta.json`` (provenance, graphs captured and kernels compiled during the case). One
+decoder serves a method's cases under each case's batching (``prefill_first`` or
+``mixed``). Needs torch and a CUDA GPU.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import time
@@ -125,6 +127,7 @@ def _serve_case(decoder, path: Path, out: Path, kv_tokens: int, passes: int) -> 
     from dspark_sim.kernels.decoder.launch import trace_sequences
 
     case, launch = path.stem, _launch(path, kv_tokens)
+    decoder.conf = dataclasses.replace(decoder.conf, batching=launch.conf.batching)  # the case's batching
     for _ in range(passes):
         seqs = trace_sequences(launch, decoder.spec.vocab_size)
         with StallLog(decoder.device) as stalls:

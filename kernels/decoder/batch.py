@@ -1,8 +1,11 @@
 """Forward metadata of one ragged step, padded to a fixed tier.
 
-Built on the host with numpy (a handful of vectorised ops), sent to the device
-in one copy. Padded tokens belong to no request: their row is the all-zero
-dummy row, so their keys land in the trash page 0; padded requests have
+Two builders: :func:`make_batch` on the host with numpy (a handful of vectorised ops,
+sent to the device in one copy) when the host knows every request's token count, and
+:func:`ragged_batch` on the device from device tensors (inside a CUDA graph, with no
+host synchronisation) when the counts come from the GPU (verify lengths, positions
+that the last step moved). Padded tokens belong to no request: their row is the
+all-zero dummy row, so their keys land in the trash page 0; padded requests have
 ``q_len = 0`` and the attention kernel skips them.
 """
 from __future__ import annotations
@@ -87,3 +90,32 @@ def make_batch(ids: np.ndarray, q_len: np.ndarray, kv_len: np.ndarray, rows: np.
     parts = [ints[o:o + n] for o, n in ((0, tp), (ta, tp), (2 * ta, rp), (2 * ta + ra, rp),
                                         (2 * ta + 2 * ra, rp), (2 * ta + 3 * ra, rp))]
     return Batch(flat[:tp], *parts, page_table=pages.table, page_size=pages.page_size)
+
+
+def expand(counts: torch.Tensor, n: int):
+    """Ragged layout of ``n`` slots over owners holding ``counts [R]`` (int32) slots each, in
+    order: ``(owner [n] int64 clamped to R - 1, index within the owner [n], valid [n] (slots
+    past sum(counts) are padding), each owner's first slot [R])``. Graph-safe."""
+    R = counts.shape[0]
+    ends = torch.cumsum(counts, 0, dtype=torch.int32)
+    first = ends - counts
+    t = torch.arange(n, dtype=torch.int32, device=counts.device)
+    owner = torch.searchsorted(ends, t, right=True, out_int32=True)
+    own = owner.clamp(max=R - 1).long()
+    return own, t - first[own], owner < R, first
+
+
+def ragged_batch(q_len: torch.Tensor, start: torch.Tensor, rows: torch.Tensor, num_tokens: int,
+                 src_start: torch.Tensor, pages) -> Batch:
+    """Device-side :func:`make_batch`: request ``r`` runs ``q_len[r]`` tokens at positions
+    ``start[r] ..`` (all ``[R]`` int tensors on the device, padded requests with
+    ``q_len = 0``), the step padded to ``num_tokens``. ``input_ids`` holds, per token, its
+    index into the step's flat id source: ``src_start[owner] + j`` (0 for padding).
+    Graph-safe: fixed shapes, no host synchronisation."""
+    q_len = q_len.to(torch.int32)
+    own, j, valid, q_start = expand(q_len, num_tokens)
+    positions = torch.where(valid, start[own].to(torch.int32) + j, 0)
+    token_rows = torch.where(valid, rows[own].to(torch.int32), pages.dummy_row)
+    src = torch.where(valid, src_start[own].long() + j, 0)
+    return Batch(src, positions, token_rows, rows.to(torch.int32), q_start, q_len,
+                 start.to(torch.int32) + q_len, pages.table, pages.page_size)

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 
 from dspark_sim.errors import InputError
 from dspark_sim.names import METHODS
+from dspark_sim.scenario import BATCHING
 
 DECODER_METHODS = tuple(m for m in METHODS if m in ("none", "static", "dspark"))  # what it can run
 SCHEDULERS = ("production", "algorithm1", "full")
@@ -21,6 +22,8 @@ class DecoderConfig:
     ``synthetic``: accept decisions and confidences come from the simulator's
     acceptance model (timing random-weight models); otherwise they are real.
     ``kernels``: ``triton`` runs the fused kernels, ``torch`` their references.
+    ``batching``: ``prefill_first`` (prompt chunks in steps of their own) or ``mixed``
+    (chunks beside the decode windows in every step).
     """
 
     method: str = "dspark"
@@ -33,6 +36,7 @@ class DecoderConfig:
     sts_temperatures: tuple[float, ...] = ()
     max_running_requests: int = 64
     max_batched_tokens: int = 8192
+    batching: str = "prefill_first"
     kv_block_tokens: int = 16  # tokens a KV-cache page holds
     max_model_len: int = 16384
     kv_tokens: int = 0  # KV capacity in tokens; 0 = fit the free device memory
@@ -70,6 +74,7 @@ class DecoderConfig:
                           getattr(self, key), "out of range")
         self._require(self.kv_block_tokens & (self.kv_block_tokens - 1) == 0, "kv_block_tokens", self.kv_block_tokens,
                       "must be a power of two")
+        self._require(self.batching in BATCHING, "batching", self.batching, f"expected one of {BATCHING}")
         self._require(self.kernels in ("triton", "torch"), "kernels", self.kernels, "triton|torch")
         self._require(self.attention in ("triton", "torch"), "attention", self.attention,
                       "triton|torch")
@@ -102,15 +107,16 @@ SCENARIO_KEYS = {"block_size": "speculation.block_size", "lag_steps": "speculati
                  "survival_eps": "speculation.survival_eps", "sts": "speculation.sts",
                  "max_running_requests": "deployment.max_running_requests",
                  "max_batched_tokens": "deployment.max_batched_tokens",
-                 "kv_block_tokens": "deployment.kv_block_tokens", "method": "speculation.method"}
+                 "kv_block_tokens": "deployment.kv_block_tokens", "batching": "deployment.batching",
+                 "method": "speculation.method"}
 
 
 def decoder_config(scenario, **overrides) -> DecoderConfig:
     """The :class:`DecoderConfig` a scenario asks for; ``overrides`` are fields the command line sets.
 
-    The decoder drives one GPU with ``batching: prefill_first``; it runs no speculation,
-    a static MTP chain (``method: static``, ``drafter: mtp``), the DSpark block verified
-    whole (``static`` with ``drafter: dspark``) or DSpark's scheduler (``dspark``). Anything
+    The decoder drives one GPU, batching ``mixed`` or ``prefill_first`` as the scenario's
+    ``deployment.batching`` says; it runs no speculation, a static MTP chain (``method:
+    static``, ``drafter: mtp``), the DSpark block verified whole (``static`` with ``drafter: dspark``) or DSpark's scheduler (``dspark``). Anything
     else in the scenario is an InputError naming the file and the key.
     """
     from dspark_sim.acceptance.sts import load_sts_temperatures
@@ -123,9 +129,6 @@ def decoder_config(scenario, **overrides) -> DecoderConfig:
                                    "routes the tokens")):
         if value != want:
             raise InputError(file, key, value, why)
-    if dep.batching != "prefill_first":
-        raise InputError(file, "deployment.batching", dep.batching,
-                         "the decoder batches prefill_first (prefill-only steps while prompts are pending)")
     method, scheduler = _decoder_method(scenario)
     for key, value in (("schedule", spec.schedule), ("graph_tiers", spec.graph_tiers),
                        ("pad_to_graph_tier", spec.pad_to_graph_tier)):
@@ -135,7 +138,8 @@ def decoder_config(scenario, **overrides) -> DecoderConfig:
     kwargs = dict(method=method, block_size=spec.block_size, scheduler=scheduler, lag_steps=spec.lag_steps,
                   min_verify_len=spec.min_verify_len, max_verify_len=spec.max_verify_len,
                   survival_eps=spec.survival_eps, max_running_requests=dep.max_running_requests,
-                  max_batched_tokens=batched, kv_block_tokens=dep.kv_block_tokens, seed=scenario.seed,
+                  max_batched_tokens=batched, batching=dep.batching, kv_block_tokens=dep.kv_block_tokens,
+                  seed=scenario.seed,
                   source=None if file is None else str(file))
     if spec.sts is not None:
         kwargs["sts_temperatures"] = load_sts_temperatures(spec.sts, file=file)

@@ -1,49 +1,47 @@
-"""The step loop: chunked prefill, and speculative decode steps over R requests.
+"""The decoder: target + drafter + caches, and the GPU work of one step.
 
 A decode step is draft -> schedule -> verify -> accept -> rollback:
 
-1. the drafter proposes ``gamma`` tokens per request (a CUDA graph per request tier);
+1. the drafter proposes ``gamma`` tokens per request (a CUDA graph per request tier),
+   from the anchors the device keeps per request (:class:`~.rows.RowState`);
 2. ``schedule_verify`` picks each request's verify length from the confidences
-   (the whole block for static chains, one token without speculation);
+   (the whole block for static chains, one token without speculation); DSpark's
+   production budget comes from the host, sized from lagged confidences;
 3. one target forward runs every request's window (anchor + verified drafts)
    over the paged cache and, in the same graph, writes the drafter's context
-   keys for those tokens (a graph per (token tier, request tier));
+   keys for those tokens (a graph per (token tier, request tier)); its metadata
+   is built on the device from the verify lengths;
 4. ``accept`` runs rejection sampling (greedy requests: argmax match);
-5. each request keeps the cache of its anchor and accepted drafts; pages past
-   them go back to the pool (rejected keys beyond the length are never read and
-   are overwritten by the next step).
+5. the device moves each anchor past the accepted tokens; the host reads them a
+   step later and returns the pages past them (rejected keys beyond the length
+   are never read and are overwritten by the next step).
+
+Prompt chunks run in the same table of requests (:mod:`.step`): alone (``prefill_first``
+batching) or beside the decode windows (``mixed``). :meth:`Decoder.launch` enqueues a step
+and returns; :meth:`Decoder.finish` commits its tokens; :meth:`Decoder.decode` and
+:meth:`Decoder.prefill` do both.
 """
 from __future__ import annotations
 
-import time
 from collections import deque
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from dspark_sim.kernels.decoder import step as steps
 from dspark_sim.kernels.decoder.attention import plan
-from dspark_sim.kernels.decoder.batch import make_batch
-from dspark_sim.kernels.decoder.graphs import Graphs, request_tier, token_tier
+from dspark_sim.kernels.decoder.batch import expand, make_batch, ragged_batch
+from dspark_sim.kernels.decoder.graphs import Graphs, token_tier
 from dspark_sim.kernels.decoder.model import build_caches, build_models
+from dspark_sim.kernels.decoder.rows import RowState
+from dspark_sim.kernels.decoder.step import StepStats
 from dspark_sim.kernels.decoder.synthetic import Synthetic
 
-
-@dataclass(slots=True)
-class StepStats:
-    """What one step did (the ``steps.csv`` columns the decoder knows)."""
-
-    decode_reqs: int = 0
-    prefill_tokens: int = 0
-    verify_tokens: int = 0
-    budget_k: int = 0
-    accepted_tokens: int = 0  # tokens emitted (accepted drafts + one per request), as the simulator
-    draft_s: float = 0.0
-    verify_s: float = 0.0  # the target's verify forward (device time; host time on the CPU)
+__all__ = ["Decoder", "StepStats"]
 
 
 class Decoder:
-    """Target + drafter + caches for one model; ``prefill`` and ``decode`` steps."""
+    """Target + drafter + caches for one model; steps launched and finished."""
 
     def __init__(self, spec, conf, sps=None, checkpoint=None, draft_checkpoint=None,
                  init_std: float = 0.02, acceptance=None):
@@ -52,6 +50,7 @@ class Decoder:
         self.target, self.drafter = build_models(spec, conf, checkpoint, draft_checkpoint, init_std)
         self.logit_buffers = self._logit_buffers()  # before the KV cache takes the free memory
         self.cache, self.draft_cache, self.pages, self.rope = build_caches(spec, conf, self.drafter)
+        self.rows = RowState(conf.max_running_requests, self.device)
         self.num_sms = (torch.cuda.get_device_properties(self.device).multi_processor_count
                         if self.device.type == "cuda" else 132)
         self._setup(sps, acceptance)
@@ -62,9 +61,11 @@ class Decoder:
         # the torch MoE reference splits tokens by expert on the host: no graphs for it
         self.graphs = Graphs(conf.cuda_graphs and self.device.type == "cuda"
                              and not (spec.is_moe and conf.attention == "torch"))
+        self.pad_prefill = self.graphs.enabled  # small prompt steps padded to graph tiers (tests: eager too)
         self.sps = sps.to(self.device) if sps is not None else None
         if conf.method == "dspark" and conf.scheduler != "full" and sps is None:
             raise ValueError("the dspark scheduler needs an SPS table (sps=...)")
+        self.sps_host = _host_table(sps) if sps is not None else None
         self.lag: deque = deque(maxlen=conf.lag_steps + 1)
         drafter_name = "mtp" if conf.method == "static" else "dspark"
         self.synthetic = Synthetic(spec.name, drafter_name, conf.seed, acceptance) \
@@ -73,15 +74,20 @@ class Decoder:
         temps = conf.temperatures
         if self.synthetic is not None and self.synthetic.calibrated:
             temps = (1.0,) * len(temps)
+        self.temps_host = np.array(temps, np.float64)
         self.temps = torch.tensor(temps, dtype=torch.float32, device=self.device)
         self._kernels()
 
+    def set_sps(self, sps) -> None:
+        """Schedule from another SPS table (device tensors; the host's copy follows)."""
+        self.sps, self.sps_host = sps.to(self.device), _host_table(sps)
+
     def _logit_buffers(self):
-        """``(half, full)`` logits buffers of the largest verify tier, shared by the verify
-        graphs; None without CUDA graphs (eager steps allocate their own)."""
+        """``(half, full)`` logits buffers of the largest graph's rows, shared by the verify
+        and prefill graphs; None without CUDA graphs (eager steps allocate their own)."""
         if not self.conf.cuda_graphs:
             return None
-        rows = token_tier(self.conf.max_running_requests * self.conf.window)
+        rows = max(token_tier(self.conf.max_running_requests * self.conf.window), steps.PREFILL_GRAPH_TOKENS)
         V, dtype = self.spec.vocab_size, self.target.embed.dtype
         return (torch.empty(rows, V, dtype=dtype, device=self.device),
                 torch.empty(rows, V, dtype=torch.float32, device=self.device))
@@ -99,7 +105,7 @@ class Decoder:
             raise ValueError("the drafter has more layers than the draft cache")
         other = object.__new__(Decoder)
         for name in ("spec", "device", "target", "cache", "draft_cache", "pages", "rope", "num_sms",
-                     "logit_buffers"):
+                     "logit_buffers", "rows"):
             setattr(other, name, getattr(self, name))
         other.conf, other.drafter = conf, drafter
         other._setup(sps, acceptance)
@@ -138,205 +144,112 @@ class Decoder:
     def group(self) -> int:
         return self.spec.num_heads // self.spec.num_kv_heads
 
-    # -- prefill ----------------------------------------------------------------
+    # -- steps --------------------------------------------------------------------
+    def launch(self, decode: list, prefill: list):
+        """Enqueue a step (decode windows of ``decode``, prompt chunks ``prefill``) and
+        return its :class:`~.step.Pending` without waiting."""
+        return steps.launch(self, decode, prefill)
+
+    def finish(self, pending) -> StepStats:
+        """Wait for a launched step and commit its tokens."""
+        return steps.finish(self, pending)
+
     def prefill(self, work: list[tuple[object, int]]) -> StepStats:
-        """Run ``n`` more prompt tokens for each ``(seq, n)``; sample the first token of
-        sequences whose prompt is complete. Pages must have been reserved."""
-        self.pages.flush()
-        seqs = [s for s, _ in work]
-        n = np.array([k for _, k in work], np.int64)
-        start = np.array([s.num_cached for s in seqs], np.int64)
-        ids = np.concatenate([s.tokens[a:a + k] for s, a, k in zip(seqs, start, n)])
-        rows = np.array([s.row for s in seqs], np.int64)
-        batch = make_batch(ids, n, start + n, rows, self.pages)
-        shape = plan(int(n.max()), len(seqs), self.spec.num_kv_heads, self.group(), self.num_sms)
-        hidden, feats = self.target(batch.input_ids, batch, self.cache, self.rope, shape,
+        """Run ``n`` more prompt tokens for each ``(seq, n)`` and wait; sample the first token
+        of sequences whose prompt is complete. Pages must have been reserved."""
+        return self.finish(self.launch([], work))
+
+    def decode(self, seqs: list) -> StepStats:
+        """One speculative step over ``seqs`` and wait (pages for ``len + gamma`` reserved)."""
+        return self.finish(self.launch(seqs, []))
+
+    def _draft(self, rows, temp, rp: int):
+        """``(window [rp, gamma + 1]: anchor then drafts, their distributions [rp, gamma, V],
+        confidence logits [rp, gamma])`` for the requests of ``rows [rp]``."""
+        def fn(rows, temp):
+            anchors, pos = self.rows.gather(rows)
+            batch = self.drafter.batch(pos, rows, self.pages)
+            drafts, probs, conf = self.drafter(anchors, batch, temp, self.rope, self.draft_cache,
+                                               self.conf.attention, self.num_sms)
+            return torch.cat([anchors[:, None], drafts], dim=1), probs, conf
+        return self.graphs(("draft", rp, self.drafter.gamma), fn, rows, temp)
+
+    def _verify_lengths(self, seqs, rp: int, conf_logit):
+        """``(verify_len [rp] int32 on the device, a bound on its sum the host knows, the
+        synthetic accept runs [R] or None, the budget tensor or None)``."""
+        conf, R, g = self.conf, len(seqs), self.conf.gamma
+        top = conf.max_verify_len or g + 1
+        vlen = torch.zeros(rp, dtype=torch.int32, device=self.device)
+        run = None
+        if self.synthetic is not None and g:
+            p_true, c = self.synthetic.step(seqs, g)
+            run = torch.from_numpy(self.synthetic.accept(p_true, g)).to(self.device, non_blocking=True)
+            confidence = torch.from_numpy(c.astype(np.float32)).to(self.device, non_blocking=True)
+        elif conf_logit is not None:
+            c, confidence = None, torch.sigmoid(conf_logit[:R])
+        if g == 0 or conf.method == "static" or conf.scheduler == "full":
+            vlen[:R] = 1 if g == 0 else top
+            return vlen, R * (1 if g == 0 else top), run, None
+        self.lag.append(c if c is not None else _LagCopy(confidence))
+        kw = dict(min_verify_len=conf.min_verify_len, max_verify_len=conf.max_verify_len,
+                  survival_eps=conf.survival_eps)
+        bound = R * top
+        if conf.scheduler == "algorithm1" or conf.lag_steps == 0:
+            lens, budget, _ = self._schedule(confidence, self.temps, self.sps, mode=conf.scheduler, **kw)
+        elif len(self.lag) > conf.lag_steps:  # the host sizes K from lag_steps steps ago
+            k = host_budget(_numpy(self.lag[0]), R, self.temps_host, self.sps_host,
+                            self.sps.max_batch_tokens, conf)
+            lens, budget, _ = self._schedule(confidence, self.temps, self.sps, budget_k=k, **kw)
+            bound = min(bound, R * conf.min_verify_len + k)
+        else:  # until then the current confidences size it, as the lag will (same kernel)
+            lens, budget, _ = self._schedule(confidence, self.temps, self.sps, lag_conf=confidence, **kw)
+        vlen[:R] = lens
+        return vlen, bound, run, budget
+
+    def _forward(self, src, q_len, start, rows, src_start, nl, T: int, L: int, shape):
+        """Target logits ``[L, V]`` of a request table: ``T`` tokens laid out by ``q_len`` and
+        ``start``, ids gathered from ``src``; logit rows ``nl[r]`` per request (its last
+        ones), or every token when ``nl`` is None. Writes the drafter's context too."""
+        batch = ragged_batch(q_len, start, rows, T, src_start, self.pages)
+        hidden, feats = self.target(src[batch.input_ids], batch, self.cache, self.rope, shape,
                                     self.conf.attention, self._features())
         if self.drafter is not None:
             self.drafter.append_context(feats, batch, batch.slots(), self.rope, self.draft_cache,
                                         self.conf.attention)
-        done = [i for i, s in enumerate(seqs) if start[i] + n[i] >= s.prefill_target]
-        sample = [i for i in done if not seqs[i].num_outputs]
-        for s, k in zip(seqs, n):
-            s.num_cached += int(k)
-            s.num_steps += 1
-        if sample:
-            last = torch.tensor(np.cumsum(n)[sample] - 1, device=self.device)
-            logits = self.target.logits(hidden[last])
-            temp = torch.tensor([seqs[i].temperature for i in sample], dtype=torch.float32,
-                                device=self.device)
-            tokens = self._sample(logits, temp).tolist()
-            for i, tok in zip(sample, tokens):
-                seqs[i].extend([tok])
-        return StepStats(prefill_tokens=int(n.sum()), accepted_tokens=len(sample))
+        if nl is not None:
+            own, k, valid, _ = expand(nl.to(torch.int32), L)
+            first = batch.q_start + batch.q_len - nl.to(torch.int32)
+            hidden = hidden[torch.where(valid, first[own] + k, 0).long()]
+        else:  # padded tokens: the attention leaves them unwritten; their (sink) logits must be finite
+            hidden = torch.where((batch.token_rows != self.pages.dummy_row)[:, None], hidden, 0)
+        bufs = self.logit_buffers
+        if bufs is not None and hidden.shape[0] <= bufs[0].shape[0]:
+            return self.target.logits_into(hidden, *bufs)
+        return self.target.logits(hidden)
 
-    def _sample(self, logits, temp) -> torch.Tensor:
-        """One token per row from target logits, through ``accept`` with no drafts."""
-        R = logits.shape[0]
-        indptr = torch.arange(R + 1, dtype=torch.int32, device=self.device)
-        drafts = torch.zeros(R, dtype=torch.int64, device=self.device)
-        u = torch.rand(R, device=self.device)
-        _, out = self._accept(logits, indptr, drafts, self._no_drafts(logits, temp), temp, u,
-                              torch.rand(R, device=self.device), max_window=1)
-        return out[:, 0]
-
-    # -- decode -------------------------------------------------------------------
-    def decode(self, seqs: list) -> StepStats:
-        """One speculative step over ``seqs`` (pages for ``len + gamma`` reserved)."""
-        conf, g = self.conf, self.conf.gamma
-        R = len(seqs)
-        rp = request_tier(R, conf.max_running_requests)
-        self.pages.flush()
-        rows = np.full(rp, self.pages.dummy_row, np.int64)
-        rows[:R] = [s.row for s in seqs]
-        pos = np.zeros(rp, np.int64)
-        pos[:R] = [len(s.tokens) - 1 for s in seqs]
-        host = np.zeros((2, rp), np.float64)
-        host[0, :R] = [s.tokens[-1] for s in seqs]
-        host[1, :R] = [s.temperature for s in seqs]
-        dev = torch.from_numpy(host).to(self.device)
-        anchors, temp = dev[0].long(), dev[1].float()
-        stats = StepStats(decode_reqs=R)
-        t0 = time.perf_counter()
-        if self.drafter is not None:
-            ev = self._events()
-            drafts, probs, conf_logit = self._draft(anchors, temp, pos, rows, rp)
-            win = torch.cat([anchors[:, None], drafts], dim=1)
-            stats.draft_s = self._elapsed(ev, t0)
-        else:
-            win, probs, conf_logit = anchors[:, None], None, None
-        vlen, stats.budget_k, p_true = self._verify_lengths(seqs, conf_logit)
-        v0, tv = self._events(), time.perf_counter()
-        logits, N = self._verify(win, vlen, pos[:R] + vlen, rows[:R], rp)
-        v1, tv = self._events(), time.perf_counter() - tv
-        accepted, out = self._accept_step(logits, win, probs, vlen, temp[:R], g)
-        win_host = win[:R].cpu().numpy() if self.synthetic is not None else None
-        accepted, out = accepted.cpu().numpy(), out.cpu().numpy()  # syncs: v1 has happened
-        stats.verify_s = v0.elapsed_time(v1) / 1e3 if v0 is not None else tv
-        if self.synthetic is not None and g:
-            real = accepted
-            accepted = self.synthetic.accept(p_true, vlen - 1)
-            out = np.concatenate([win_host[:, 1:], out[np.arange(R), real][:, None]], axis=1)
-            out[np.arange(R), accepted] = out[np.arange(R), g]
-        stats.verify_tokens = N
-        stats.accepted_tokens = self._commit(seqs, accepted, out, vlen)
-        return stats
-
-    def _events(self):
-        if self.device.type != "cuda":
-            return None
-        start = torch.cuda.Event(enable_timing=True)
-        start.record()
-        return start
-
-    def _elapsed(self, start, t0: float) -> float:
-        if start is None:
-            return time.perf_counter() - t0
-        end = torch.cuda.Event(enable_timing=True)
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3
-
-    def _draft(self, anchors, temp, pos, rows, rp):
-        """Drafts ``[rp, gamma]``, their distributions and confidence logits."""
-        batch = self.drafter.batch(pos, rows, self.pages, rp)
-
-        def fn(anchors, temp, batch):
-            return self.drafter(anchors, batch, temp, self.rope, self.draft_cache,
-                                self.conf.attention, self.num_sms)
-        return self.graphs(("draft", rp, self.drafter.gamma), fn, anchors, temp, batch)
-
-    def _verify_lengths(self, seqs, conf_logit):
-        """``(verify_len [R] numpy, budget_k, p_true or None)``."""
-        conf, R, g = self.conf, len(seqs), self.conf.gamma
-        p_true = None
-        if g == 0:
-            return np.ones(R, np.int64), 0, None
-        if self.synthetic is not None:
-            p_true, c = self.synthetic.step(seqs, g)
-            confidence = torch.from_numpy(c.astype(np.float32)).to(self.device)
-        elif conf_logit is not None:
-            confidence = torch.sigmoid(conf_logit[:R])
-        if conf.method == "static" or conf.scheduler == "full":
-            top = conf.max_verify_len or g + 1
-            return np.full(R, top, np.int64), R * (top - 1), p_true
-        self.lag.append(confidence)
-        lag = None
-        if conf.scheduler == "production" and conf.lag_steps > 0:
-            # until lag_steps steps have passed, the current confidences size the budget; passed
-            # as the lag they give the same schedule from the kernel that every later step runs
-            lag = self.lag[0] if len(self.lag) > conf.lag_steps else confidence
-        vlen, budget, _ = self._schedule(
-            confidence, self.temps, self.sps, min_verify_len=conf.min_verify_len,
-            max_verify_len=conf.max_verify_len, survival_eps=conf.survival_eps,
-            mode=conf.scheduler, lag_conf=lag)
-        return vlen.cpu().numpy().astype(np.int64), int(budget.item()), p_true
-
-    def _verify(self, win, vlen, kv_len, rows, rp):
-        """Target logits ``[T_pad, V]`` of every window row; also writes draft context."""
-        R, width = len(vlen), win.shape[1]
-        N = int(vlen.sum())
-        tp = token_tier(N) if self.graphs.enabled else N
-        owner = np.repeat(np.arange(R), vlen)
-        offset = np.arange(N) - np.repeat(np.cumsum(vlen) - vlen, vlen)
-        src = owner * width + offset  # where each window token sits in ``win``
-        batch = make_batch(src, vlen, kv_len, rows, self.pages, num_tokens=tp, num_reqs=rp)
+    def _verify(self, win, vlen, rows, tp: int, rp: int):
+        """Target logits ``[tp, V]`` of every window row (a graph per (token tier, request
+        tier)); ``win [rp, width]`` anchor then drafts, ``vlen [rp]`` rows of each verified."""
+        width = win.shape[1]
         shape = plan(width, rp, self.spec.num_kv_heads, self.group(), self.num_sms)
 
-        def fn(win, batch):
-            ids = win.reshape(-1)[batch.input_ids]
-            hidden, feats = self.target(ids, batch, self.cache, self.rope, shape,
-                                        self.conf.attention, self._features())
-            if self.drafter is not None:
-                self.drafter.append_context(feats, batch, batch.slots(), self.rope,
-                                            self.draft_cache, self.conf.attention)
-            bufs = self.logit_buffers
-            if bufs is not None and hidden.shape[0] <= bufs[0].shape[0]:
-                return self.target.logits_into(hidden, *bufs)
-            return self.target.logits(hidden)
-        return self.graphs(("verify", tp, rp), fn, win, batch), N
+        def fn(win, vlen, rows):
+            src_start = torch.arange(rp, dtype=torch.int32, device=win.device) * width
+            return self._forward(win.reshape(-1), vlen, self.rows.pos[rows], rows, src_start, None,
+                                 tp, tp, shape)
+        return self.graphs(("verify", tp, rp), fn, win, vlen, rows)
 
-    def _accept_step(self, logits, win, probs, vlen, temp, g):
-        """Run ``accept`` over the windows: ``(accepted [R], out_tokens [R, g+1])``."""
-        R, width = len(vlen), win.shape[1]
-        N = int(vlen.sum())
-        owner = np.repeat(np.arange(R), vlen)
-        j = np.arange(N) - np.repeat(np.cumsum(vlen) - vlen, vlen)
-        last = j == vlen[owner] - 1
-        idx = np.zeros((2, N), np.int64)
-        idx[0] = np.where(last, 0, owner * width + j + 1)  # the draft each row tests
-        idx[1] = np.where(last, 0, owner * max(g, 1) + j)  # that draft's distribution
-        indptr = np.concatenate([[0], np.cumsum(vlen)])
-        dev = torch.from_numpy(np.concatenate([idx.ravel(), indptr])).to(self.device)
-        drafts = win.reshape(-1)[dev[:N]]
-        if probs is not None and bool((temp > 0).any()):
-            dprobs = probs.reshape(-1, probs.shape[-1])[dev[N:2 * N]]
-        else:
-            dprobs = self._no_drafts(logits[:N], temp)
-        indptr_t = dev[2 * N:].to(torch.int32)
-        u = torch.rand(N, device=self.device)
-        return self._accept(logits[:N], indptr_t, drafts, dprobs, temp, u,
-                            torch.rand(R, device=self.device), max_window=g + 1)
+    def _prefill_forward(self, src, q_len, start, rows, src_start, nl, T: int, L: int, S: int,
+                         max_q: int, graph: bool):
+        """Logits ``[L, V]`` of a step with prompt chunks (requests of at most ``max_q``
+        tokens): a graph per (T, S) tier, else eager."""
+        shape = plan(max_q, S, self.spec.num_kv_heads, self.group(), self.num_sms)
 
-    @staticmethod
-    def _no_drafts(logits, temp):
-        """Draft probabilities for rows without drafts: None (greedy) when every request
-        is greedy, else zeros, so ``accept`` samples the target instead of taking argmax."""
-        return torch.zeros_like(logits) if bool((temp > 0).any()) else None
-
-    def _commit(self, seqs, accepted, out, vlen) -> int:
-        """Append emitted tokens, roll the cache back to the accepted prefix;
-        returns the number of tokens emitted."""
-        emitted = 0
-        for i, s in enumerate(seqs):
-            a = int(accepted[i])
-            s.num_cached = len(s.tokens) + a  # anchor + accepted drafts now cached
-            emitted += s.extend([int(t) for t in out[i, :a + 1]])
-            self.pages.truncate(s, s.num_cached)
-            s.accepted += a
-            s.verified += int(vlen[i]) - 1
-            s.num_steps += 1
-        return emitted
+        def fn(src, q_len, start, rows, src_start, nl):
+            return self._forward(src, q_len, start, rows, src_start, nl, T, L, shape)
+        if graph:
+            return self.graphs(("prefill", T, S), fn, src, q_len, start, rows, src_start, nl)
+        return fn(src, q_len, start, rows, src_start, nl)
 
     # -- timing helpers -------------------------------------------------------------
     def fake_prefill(self, seq) -> bool:
@@ -352,8 +265,8 @@ class Decoder:
     def fake_requests(self, count: int, context: int, rng, temperature: float = 1.0,
                       domain: int = 0) -> list | None:
         """``count`` decoding sequences (timing and warm-up): ``context`` random prompt tokens
-        marked cached (not run) and an anchor; None, with nothing left admitted, when pages
-        run out."""
+        marked cached (not run) and an anchor, which the device takes; None, with nothing
+        left admitted, when pages run out."""
         from dspark_sim.kernels.decoder.sequence import Sequence
 
         vocab, seqs = self.spec.vocab_size, []
@@ -366,6 +279,7 @@ class Decoder:
                     self.release(t)
                 return None
         self.pages.flush()
+        self.rows.put(seqs)
         return seqs
 
     def randomize_cache(self, seed: int = 0) -> None:
@@ -408,3 +322,47 @@ class Decoder:
         P = self.pages.page_size
         slots = table[pos // P] * P + pos % P
         return self.cache.k[:, slots], self.cache.v[:, slots]
+
+
+class _LagCopy:
+    """Confidences on their way to the host: a pinned copy and the event that ends it."""
+
+    def __init__(self, confidence: torch.Tensor):
+        self.host = torch.empty(confidence.shape, dtype=confidence.dtype, pin_memory=confidence.is_cuda)
+        self.host.copy_(confidence, non_blocking=True)
+        self.event = None
+        if confidence.is_cuda:
+            self.event = torch.cuda.Event()
+            self.event.record()
+
+    def numpy(self) -> np.ndarray:
+        if self.event is not None:
+            self.event.synchronize()  # long passed with a lag of two steps: the step ran
+        return self.host.numpy().astype(np.float64)
+
+
+def _numpy(entry) -> np.ndarray:
+    return entry.numpy() if isinstance(entry, _LagCopy) else np.asarray(entry, np.float64)
+
+
+def _host_table(sps):
+    """The SPS table ``sps`` (device tensors) as the simulator's host table."""
+    from dspark_sim.cost.sps import SpsAdditiveCostTable, SpsCostTable
+
+    d = sps.to_json_dict()
+    return SpsAdditiveCostTable.from_json_dict(d) if "bias_seconds" in d else SpsCostTable.from_json_dict(d)
+
+
+def host_budget(lag_conf: np.ndarray, num_reqs: int, temps: np.ndarray, table, max_batch_tokens, conf) -> int:
+    """DSpark's production budget K on the host (``schedule_verify``'s rule): the first argmax
+    of Theta over the lagged confidences ``[R_lag, gamma]`` after STS, with ``num_reqs``
+    requests now."""
+    from dspark_sim.speculation.dspark import VerifyLimits, candidates, production_budget
+
+    c = np.clip(lag_conf, 0.0, 1.0)
+    with np.errstate(divide="ignore", over="ignore"):
+        calibrated = 1.0 / (1.0 + ((1.0 - c) / c) ** (1.0 / temps[None, :c.shape[1]]))
+    top = conf.max_verify_len or conf.gamma + 1
+    limits = VerifyLimits(0, top - 1, conf.survival_eps, max_batch_tokens or (1 << 30))
+    cands = candidates(np.cumprod(calibrated, axis=1), limits)
+    return production_budget(cands, num_reqs, table.steps_per_sec_array, limits)

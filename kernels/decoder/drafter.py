@@ -15,13 +15,12 @@ backbone). They share the target's embedding and LM head.
 """
 from __future__ import annotations
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from dspark_sim.kernels.decoder.attention import plan
-from dspark_sim.kernels.decoder.batch import make_batch
+from dspark_sim.kernels.decoder.batch import ragged_batch
 from dspark_sim.kernels.decoder.fused import add_rms_norm
 from dspark_sim.kernels.decoder.layers import Layer, rms_norm
 from dspark_sim.kernels.decoder.weights import assign, getter, load_layer, read_checkpoint
@@ -98,15 +97,10 @@ class Block(Drafter):
         self.conf_w = nn.Parameter(torch.empty(1, h + rank, dtype=dtype))
         self.conf_b = nn.Parameter(torch.zeros(1, dtype=dtype))
 
-    def batch(self, anchor_pos: np.ndarray, rows: np.ndarray, pages, num_reqs: int):
-        """Forward metadata of the block: ``gamma`` tokens per request from the anchor."""
-        g = self.gamma
-        n = len(rows)
-        q_len = np.full(n, g, np.int64)
-        ids = np.full((n, g), self.mask_id, np.int64)
-        ids[:, 0] = 0  # the anchor id is patched on the device
-        return make_batch(ids.ravel(), q_len, anchor_pos + g, rows, pages,
-                          num_tokens=num_reqs * g, num_reqs=num_reqs)
+    def batch(self, anchor_pos: torch.Tensor, rows: torch.Tensor, pages):
+        """Forward metadata of the block (on the device): ``gamma`` tokens per request from
+        the anchor at ``anchor_pos [R]``."""
+        return _block_batch(self.gamma, anchor_pos, rows, pages)
 
     def forward(self, anchors, batch, temperature, rope, cache, impl: str, num_sms: int = 132):
         """Draft one block for ``anchors [R]``.
@@ -116,7 +110,8 @@ class Block(Drafter):
         ``[R, gamma]`` fp32.
         """
         R, g = anchors.shape[0], self.gamma
-        ids = torch.cat([anchors[:, None], batch.input_ids.view(R, g)[:, 1:]], dim=1)
+        first = torch.arange(g, device=anchors.device)[None, :] == 0
+        ids = torch.where(first, anchors[:, None], self.mask_id)
         shape = plan(g, R, self.spec.num_kv_heads, self.spec.num_heads // self.spec.num_kv_heads,
                      num_sms, causal=False)
         hidden = self._layers(F.embedding(ids.reshape(-1), self.embed), batch, rope, cache,
@@ -151,15 +146,9 @@ class Chain(Drafter):
         super().__init__(spec, target, 1, features, dtype)
         self.gamma = k
 
-    def batch(self, anchor_pos: np.ndarray, rows: np.ndarray, pages, num_reqs: int):
-        """One forward metadata per pass ``j``: ``j + 1`` tokens from the anchor."""
-        n = len(rows)
-        out = []
-        for j in range(self.gamma):
-            q_len = np.full(n, j + 1, np.int64)
-            out.append(make_batch(np.zeros(n * (j + 1), np.int64), q_len, anchor_pos + j + 1,
-                                  rows, pages, num_tokens=num_reqs * (j + 1), num_reqs=num_reqs))
-        return out
+    def batch(self, anchor_pos: torch.Tensor, rows: torch.Tensor, pages):
+        """One forward metadata per pass ``j`` (on the device): ``j + 1`` tokens from the anchor."""
+        return [_block_batch(j + 1, anchor_pos, rows, pages) for j in range(self.gamma)]
 
     def forward(self, anchors, batches, temperature, rope, cache, impl: str, num_sms: int = 132):
         """Draft ``k`` tokens; returns ``(drafts [R, k], probs [R, k, V], None)``."""
@@ -176,3 +165,11 @@ class Chain(Drafter):
             probs.append(p)
             window = torch.cat([window, tok[:, None]], dim=1)
         return torch.stack(drafts, 1), torch.stack(probs, 1), None
+
+
+def _block_batch(width: int, anchor_pos: torch.Tensor, rows: torch.Tensor, pages):
+    """``width`` tokens per request from its anchor's position, as a device-built batch."""
+    R = rows.shape[0]
+    q_len = torch.full((R,), width, dtype=torch.int32, device=rows.device)
+    src = torch.arange(R, dtype=torch.int32, device=rows.device) * width
+    return ragged_batch(q_len, anchor_pos, rows, R * width, src, pages)

@@ -4,12 +4,15 @@ Arrivals are honoured in real time (``realtime=True``: idle gaps are slept) or a
 fast as possible (idle gaps are skipped on a virtual clock, so busy periods keep
 their real durations). Times are seconds from the first arrival.
 
-A step's row covers the engine's whole cycle: from the end of the previous step
-(its tokens out) through retiring finished requests, admitting and scheduling
-(``sched_s``, the host time between two steps) to the end of this step's GPU
-work. While serving, the objects alive before it are frozen out of the garbage
-collector (``gc.freeze``, as vLLM does after start-up): the model, kernels and graphs are
-never garbage, and collections then scan only what serving allocates.
+Steps overlap (as SGLang's overlap scheduler): step n+1 is planned and launched
+while step n runs, then step n's tokens are read and committed. A step's row covers
+the engine's whole cycle on the GPU: from the end of the previous step to the end of
+this one; ``sched_s`` is the GPU's idle time before the step (the host time the
+overlap did not hide: retiring, admitting, scheduling, launching). The rows are written
+through :mod:`dspark_sim.metrics.record`, the simulator's run record. While serving, the
+objects alive before it are frozen out of the garbage collector (``gc.freeze``, as vLLM
+does after start-up): the model, kernels and graphs are never garbage, and collections
+then scan only what serving allocates.
 """
 from __future__ import annotations
 
@@ -18,7 +21,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dspark_sim.kernels.decoder.scheduler import Scheduler
+import torch
+
+from dspark_sim.kernels.decoder.scheduler import DRAIN, Scheduler
 from dspark_sim.metrics.record import write_record
 from dspark_sim.names import DOMAINS
 
@@ -54,60 +59,126 @@ class Run:
 
 
 def serve(decoder, seqs: list, realtime: bool = False, max_steps: int | None = None,
-          on_step=None) -> Run:
+          on_step=None, overlap: bool = True) -> Run:
     """Serve ``seqs`` (sorted by ``arrival_s``) to completion; returns their rows.
-    ``on_step(row)``, if given, sees each step's row as soon as the step ends."""
-    sched, clock, run = Scheduler(decoder), Clock(realtime), Run(sequences=seqs)
-    pending = list(reversed(seqs))
+    ``on_step(row)``, if given, sees each step's row as soon as the step ends.
+    ``overlap``: launch step n+1 before reading step n's tokens (the default, as
+    SGLang's overlap scheduler and vLLM's asynchronous scheduling); False waits for
+    each step before planning the next."""
+    loop = _Loop(decoder, Scheduler(decoder), Clock(realtime), Run(sequences=seqs), on_step)
+    arrivals = list(reversed(seqs))
+    sched, clock, flight = loop.sched, loop.clock, None  # flight: the launched, unfinished step
     gc.collect()
     gc.freeze()
     try:
-        mark = clock.now()  # end of the last step (or of the last idle wait)
-        while pending or not sched.idle():
-            while pending and pending[-1].arrival_s <= clock.now():
-                sched.add(pending.pop())
+        loop.restart()
+        while arrivals or not sched.idle() or flight is not None:
+            while arrivals and arrivals[-1].arrival_s <= clock.now():
+                sched.add(arrivals.pop())
             plan = sched.next_step()
-            if plan is None:
-                clock.wait_until(pending[-1].arrival_s)
-                mark = clock.now()
+            if flight is not None and (plan is None or plan == DRAIN):
+                loop.land(flight)
+                flight = None
                 continue
-            kind, work = plan
-            start = clock.now()
-            for seq in (s for s, _ in work) if kind == "prefill" else work:
+            if plan is None:
+                clock.wait_until(arrivals[-1].arrival_s)
+                loop.restart()
+                continue
+            launched = clock.now()
+            for seq in plan.seqs():
                 if seq.first_scheduled_s is None:
-                    seq.first_scheduled_s = start
-            shape = _work_columns(kind, work)
-            stats = decoder.prefill(work) if kind == "prefill" else decoder.decode(work)
-            decoder.sync()
-            end = clock.now()
-            run.steps.append(_step_row(len(run.steps), mark, end, start - mark, len(sched.running),
-                                       stats, shape))
-            if on_step is not None:
-                on_step(run.steps[-1])
-            for seq in list(sched.running):
-                if seq.first_token_s is None and seq.num_outputs:
-                    seq.first_token_s = end
-                if seq.done:
-                    seq.finish_s = end
-                    sched.finish(seq)
-                    run.requests.append(request_row(seq))
-            mark = end
-            if max_steps is not None and len(run.steps) >= max_steps:
+                    seq.first_scheduled_s = launched
+            step = _Flight(decoder.launch(plan.decode, plan.prefill), _work_columns(plan), len(sched.running),
+                           launched)
+            if flight is not None:
+                loop.land(flight)
+            flight = step
+            if not overlap:
+                loop.land(flight)
+                flight = None
+            if max_steps is not None and len(loop.run.steps) + (flight is not None) >= max_steps:
                 break
+        if flight is not None:
+            loop.land(flight)
     finally:
         gc.unfreeze()
-    return run
+    return loop.run
 
 
-def _work_columns(kind: str, work: list) -> dict:
+@dataclass(slots=True)
+class _Flight:
+    """A launched step: the decoder's handle, its work columns, the running count, launch time."""
+
+    pending: object
+    shape: dict
+    running: int
+    launched_s: float
+
+
+@dataclass
+class _Loop:
+    """The serving loop's state between steps.
+
+    Step rows follow the GPU: a step ends when the GPU ends it (its ``end`` event, on the
+    serving clock through an event recorded at a known time after each idle wait), not
+    when the host reads it, which under overlap is after launching the next step; a
+    long launch (an eager prefill) would otherwise move GPU time into the previous row.
+    Requests' times are when the host reads their tokens, as a client sees them.
+    """
+
+    decoder: object
+    sched: Scheduler
+    clock: Clock
+    run: Run
+    on_step: object
+    mark: float = 0.0  # where the next row starts: the last step's end, or the last idle wait's
+    last: object = None  # the last landed step's handle (None after an idle wait)
+    anchor: tuple | None = None  # (event, serving-clock seconds) on the GPU
+
+    def restart(self) -> None:
+        """After an idle wait (or at the start): rows restart at the clock, the GPU's timeline
+        is anchored anew."""
+        self.mark, self.last = self.clock.now(), None
+        if self.decoder.device.type == "cuda":
+            torch.cuda.synchronize(self.decoder.device)
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            event.synchronize()
+            self.anchor = (event, self.clock.now())
+
+    def land(self, flight: _Flight) -> None:
+        """Finish ``flight``: its row, first tokens, retirements. ``sched_s``: the GPU's idle
+        time before the step (host time the overlap did not hide), or, after an idle wait,
+        the host time before its launch."""
+        stats = self.decoder.finish(flight.pending)
+        seen = self.clock.now()
+        timer = flight.pending.timer
+        end = seen
+        if self.anchor is not None and timer.cuda:
+            end = min(seen, self.anchor[1] + self.anchor[0].elapsed_time(timer.marks["end"]) / 1e3)
+        end = max(end, self.mark)
+        gap = flight.launched_s - self.mark if self.last is None else self.last.timer.gap_to(timer)
+        self.run.steps.append(_step_row(len(self.run.steps), self.mark, end, min(max(gap, 0.0), end - self.mark),
+                                        flight.running, stats, flight.shape))
+        if self.on_step is not None:
+            self.on_step(self.run.steps[-1])
+        for seq in list(self.sched.running):
+            if seq.first_token_s is None and seq.num_outputs:
+                seq.first_token_s = seen
+            if seq.done:  # a launched step may still hold it: it writes nothing the stream has not ordered
+                seq.finish_s = seen
+                self.sched.finish(seq)
+                self.run.requests.append(request_row(seq))
+        self.mark, self.last = end, flight.pending
+
+
+def _work_columns(plan) -> dict:
     """What the step does, in the cost model's terms (``StepWork``): KV tokens of the
     decoding requests (sum and longest), prefill requests and their attention pairs."""
-    if kind == "prefill":
-        return {"decode_context_tokens": 0, "decode_max_context": 0, "prefill_reqs": len(work),
-                "prefill_attn_tokens2": sum(n * (s.num_cached + n / 2) for s, n in work)}
-    lengths = [len(s.tokens) for s in work]
+    lengths = [len(s.tokens) + s.pending for s in plan.decode]
     return {"decode_context_tokens": sum(lengths), "decode_max_context": max(lengths, default=0),
-            "prefill_reqs": 0, "prefill_attn_tokens2": 0.0}
+            "prefill_reqs": len(plan.prefill),
+            "prefill_attn_tokens2": sum(n * (s.num_cached + n / 2) for s, n in plan.prefill)}
 
 
 def _step_row(i: int, start: float, end: float, sched_s: float, running: int, st, shape: dict) -> dict:

@@ -1,14 +1,35 @@
 """Continuous batching: admission, chunked prefill, decode batches, preemption.
 
-Each step is a prefill step (chunks of waiting or partly prefilled requests up
-to ``max_batched_tokens``) when any prefill work fits, else a decode step over
-every running request. Admission stops at ``max_running_requests`` or when the
-pages run out; a decode step short of pages preempts the newest request
+``prefill_first`` (SGLang's default): a step prefills chunks of waiting or partly
+prefilled requests, up to ``max_batched_tokens``, whenever any prompt work fits, and
+decodes every running request otherwise. ``mixed`` (vLLM, Sarathi): every step decodes
+the running requests and fills the rest of the token budget (a decoding request counts
+its whole verify window) with prompt chunks. Admission stops at ``max_running_requests``
+or when the pages run out; a decode step short of pages preempts the newest request
 (recompute: it re-prefills its tokens later).
+
+Steps overlap: the plan for step n+1 is made while step n runs, so the host's token
+counts lag by what launched steps may still add (``Sequence.pending``); pages are
+reserved for that much more, a request that step n surely finishes is left out, and
+a preemption first lets the launched step finish (:data:`DRAIN`).
 """
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
+
+DRAIN = "drain"  # next_step: pages ran short while a step is in flight; finish it, then ask again
+
+
+@dataclass(slots=True)
+class Plan:
+    """One step: decoding requests and ``(request, tokens)`` prompt chunks."""
+
+    decode: list
+    prefill: list
+
+    def seqs(self) -> list:
+        return self.decode + [s for s, _ in self.prefill]
 
 
 class Scheduler:
@@ -27,15 +48,21 @@ class Scheduler:
         return not self.waiting and not self.running
 
     def next_step(self):
-        """``("prefill", [(seq, tokens)])``, ``("decode", [seq])`` or ``None`` (idle)."""
-        work = self._prefill_work()
-        if work:
-            return "prefill", work
-        batch = self._decode_batch()
-        return ("decode", batch) if batch else None
+        """A :class:`Plan`, ``None`` (nothing to run) or :data:`DRAIN`."""
+        conf = self.conf
+        if conf.batching == "mixed":
+            decode = self._decode_batch()
+            if decode == DRAIN:
+                return DRAIN
+            prefill = self._prefill_work(conf.max_batched_tokens - len(decode) * conf.window)
+        else:
+            prefill = self._prefill_work(conf.max_batched_tokens)
+            decode = [] if prefill else self._decode_batch()
+            if decode == DRAIN:
+                return DRAIN
+        return Plan(decode, prefill) if decode or prefill else None
 
-    def _prefill_work(self) -> list:
-        budget = self.conf.max_batched_tokens
+    def _prefill_work(self, budget: int) -> list:
         pages, work = self.decoder.pages, []
         for seq in self.running:
             if seq.prefilling and budget > 0:
@@ -56,12 +83,15 @@ class Scheduler:
             budget -= n
         return work
 
-    def _decode_batch(self) -> list:
+    def _decode_batch(self):
         gamma, pages = self.conf.gamma, self.decoder.pages
         while True:
-            batch = [s for s in self.running if not s.prefilling]
-            if all(pages.reserve(s, len(s.tokens) + gamma) for s in batch):
+            batch = [s for s in self.running if not s.prefilling
+                     and s.num_outputs + s.pending_min < s.max_tokens]  # else a launched step ends it
+            if all(pages.reserve(s, len(s.tokens) + s.pending + gamma) for s in batch):
                 return batch
+            if any(s.pending for s in self.running):
+                return DRAIN
             self.preempt(self.running[-1])
 
     def preempt(self, seq) -> None:

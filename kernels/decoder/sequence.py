@@ -33,6 +33,8 @@ class Sequence:
     verified: int = 0
     cached_tokens: int = 0  # prompt tokens its first prefill read from the prefix cache
     done: bool = False
+    pending: int = 0  # most tokens launched, unfinished steps may still add (decode windows, a first token)
+    pending_min: int = 0  # fewest they add (one per decode step and per first token)
 
     def __post_init__(self) -> None:
         self.tokens = list(self.tokens)  # never alias the caller's prompt

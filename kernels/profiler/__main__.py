@@ -217,14 +217,16 @@ def profile(args) -> int:
                 "(one CUDA graph, token count padded to pad_limits/pad_steps tiers, requests to "
                 "request_tiers); draft block = DSpark backbone (5 layers) + Markov loop + "
                 "confidence head (one CUDA graph); draft chain = one layer run k times (one CUDA "
-                "graph); prefill = eager chunk forward per drafter kind (none, chain, block; rows "
-                "without kind: block), the chunk ending its prompt (first token sampled), wall "
-                "time with host, median of >= 5 synchronised calls after 3 warm-ups, GC off; step = whole Decoder.decode as "
-                "served (temperature 1, synthetic acceptance), wall time per step; kernels = one launch "
+                "graph); prefill = chunk forward per drafter kind (none, chain, block; rows "
+                "without kind: block) as served (a CUDA graph up to 512 tokens, eager above), the chunk "
+                "ending its prompt (first token sampled), wall time with host, median of >= 5 "
+                "synchronised calls after 3 warm-ups, GC off; step = whole decode steps as served "
+                "(step n+1 launched before step n's tokens are read; temperature 1, synthetic "
+                "acceptance), time between step ends; kernels = one launch "
                 "of schedule_verify (production) or accept, median of replays, inputs rotating; mixed = "
                 "verify steps (as verify) over requests of short_context tokens and one of max_context; "
-                "sched = the serving loop's gaps between decode steps (serve, GC frozen) with reqs "
-                "requests running, median of 12 after 3; spread = verify steps over lognormal "
+                "sched = the GPU's idle time between decode steps in the serving loop (serve, GC frozen, "
+                "steps overlapped) with reqs requests running, median of 12 after 3; spread = verify steps over lognormal "
                 "contexts (mean, sigma; context the mean drawn) and uniform_s the same at the mean")
     if old:
         prov["merged_from"] = [old.get("provenance", {})]

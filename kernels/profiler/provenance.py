@@ -53,5 +53,7 @@ def provenance() -> dict:
         "triton": triton.__version__,
         "python": platform.python_version(),
         "host_cpu": host_cpu(),  # host-bound steps (eager prefill, step overhead) depend on it
+        "host": platform.node(),
+        "gpu_uuid": smi("uuid"),  # which card: two runs on one uuid shared a host
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }

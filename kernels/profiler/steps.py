@@ -3,11 +3,13 @@
 Each point sets up requests whose prompts are marked cached without running
 them (the cache holds random values), then times the decoder's step: the
 verify and draft steps through their CUDA graphs (median of replays, the
-window tokens rotating between two sets), prefill eagerly, as the decoder runs
-it (wall time, host included). A whole decode step (``Stepper.decode_step``)
-runs ``Decoder.decode`` as the serving loop does: graph replays plus sampling,
-``schedule_verify``, ``accept``, host syncs and the commit; the fit takes what
-the graphs do not explain as the engine's per-step host time.
+window tokens rotating between two sets), prefill as the decoder runs it (a
+CUDA graph up to 512 tokens, eager above; wall time, host included). Whole decode
+steps (``Stepper.decode_step``) run back to back as the serving loop runs them,
+step n+1 launched before step n's tokens are read: graph replays plus sampling,
+``schedule_verify``, ``accept`` and the commit, the host's work hidden behind the
+GPU's where it fits; the fit takes what the graphs do not explain as the engine's
+per-step host time.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ import numpy as np
 import torch
 
 from dspark_sim.kernels.decoder.drafter import Chain
-from dspark_sim.kernels.decoder.graphs import request_tier
+from dspark_sim.kernels.decoder.graphs import request_tier, token_tier
 from dspark_sim.kernels.decoder.model import drafter_features
 from dspark_sim.kernels.decoder.sequence import Sequence
 from dspark_sim.kernels.decoder.weights import init_random
@@ -48,6 +50,15 @@ class Stepper:
     def _release(self, seqs) -> None:
         for s in seqs:
             self.dec.release(s)
+
+    def _rows(self, seqs, rp: int) -> torch.Tensor:
+        """Table rows of ``seqs``, padded to ``rp`` with the dummy row, on the device."""
+        rows = np.full(rp, self.dec.pages.dummy_row, np.int64)
+        rows[:len(seqs)] = [s.row for s in seqs]
+        return self._tensor(rows, torch.int64)
+
+    def _tensor(self, array: np.ndarray, dtype) -> torch.Tensor:
+        return torch.from_numpy(array).to(self.dec.device, dtype)
 
     def _windows(self, rp: int, width: int) -> list[torch.Tensor]:
         return [torch.from_numpy(self.rng.integers(0, self.vocab, (rp, width))).to(self.dec.device)
@@ -96,15 +107,13 @@ class Stepper:
             seqs += got
         reqs = len(seqs)
         try:
-            vlen = np.full(reqs, tokens // reqs, np.int64)
-            vlen[: tokens % reqs] += 1
             rp = request_tier(reqs, dec.conf.max_running_requests)
-            rows = np.full(rp, dec.pages.dummy_row, np.int64)
-            rows[:reqs] = [s.row for s in seqs]
-            pos = np.array([len(s.tokens) - 1 for s in seqs], np.int64)
+            vlen = np.zeros(rp, np.int64)
+            vlen[:reqs] = tokens // reqs
+            vlen[: tokens % reqs] += 1
             wins = self._windows(rp, int(vlen.max()))
             dec.graphs.clear()
-            dec._verify(wins[0], vlen, pos + vlen, rows[:reqs], rp)
+            dec._verify(wins[0], self._tensor(vlen, torch.int32), self._rows(seqs, rp), token_tier(tokens), rp)
             static = dec.graphs.last[1][0] if dec.graphs.enabled else None
             rotate = (lambda i: static.copy_(wins[i % 2])) if static is not None else None
             return median_seconds(dec.graphs.replay_last, self.reps, between=rotate)
@@ -123,14 +132,9 @@ class Stepper:
         try:
             dec.drafter.gamma = gamma
             rp = request_tier(reqs, dec.conf.max_running_requests)
-            rows = np.full(rp, dec.pages.dummy_row, np.int64)
-            rows[:reqs] = [s.row for s in seqs]
-            pos = np.zeros(rp, np.int64)
-            pos[:reqs] = [len(s.tokens) - 1 for s in seqs]
-            anchors = torch.from_numpy(self.rng.integers(0, self.vocab, rp)).to(dec.device)
             temp = torch.ones(rp, device=dec.device)
             dec.graphs.clear()
-            dec._draft(anchors, temp, pos, rows, rp)
+            dec._draft(self._rows(seqs, rp), temp, rp)  # anchors: the requests' own, on the device
             return median_seconds(dec.graphs.replay_last, self.reps)
         finally:
             dec.drafter.gamma = old
@@ -167,8 +171,8 @@ class Stepper:
     def prefill_kind(self, kind: str, chunk: int, cached: int) -> float | None:
         """:meth:`prefill` as served with drafter ``kind`` (none, chain: the MTP layer, block:
         DSpark's context projection), the chunk ending its prompt (first token sampled)."""
-        if kind not in self._prefill_decoders:
-            self._prefill_decoders[kind] = self._step_decoder(kind, graphs=False)
+        if kind not in self._prefill_decoders:  # through its graphs up to 512 tokens, as served
+            self._prefill_decoders[kind] = self._step_decoder(kind, graphs=self.dec.conf.cuda_graphs)
         return self.prefill(chunk, cached, sample=True, decoder=self._prefill_decoders[kind])
 
     def chain(self, reqs: int, k: int, context: int = DRAFT_CONTEXT) -> float | None:
@@ -264,10 +268,11 @@ class Stepper:
                            dec.drafter, sps=flat, acceptance={"drafter": "dspark"})
 
 
-def time_steps(dec, reqs: int, context: int, rng, steps: int = 12) -> dict | None:
-    """Whole ``dec.decode`` steps of ``reqs`` fake requests of ``context`` tokens, timed as
-    the serving loop times them, after three steps running that captured no graph:
-    ``{"steps": [[verify_tokens, wall_s, draft_s, verify_s], ...], "step_s": median}``,
+def time_steps(dec, reqs: int, context: int, rng, steps: int = 12, overlap: bool = True) -> dict | None:
+    """Whole ``dec`` decode steps of ``reqs`` fake requests of ``context`` tokens, timed as
+    the serving loop runs them (``overlap``: step n+1 launched before step n's tokens are
+    read; the time between two steps' ends), after three steps running that captured no
+    graph: ``{"steps": [[verify_tokens, wall_s, draft_s, verify_s], ...], "step_s": median}``,
     or None when the pages do not hold them. Graphs captured here are dropped after."""
     seqs = dec.fake_requests(reqs, context, rng)
     if seqs is None:
@@ -275,13 +280,8 @@ def time_steps(dec, reqs: int, context: int, rng, steps: int = 12) -> dict | Non
     rows = []
     try:
         with _no_gc():
-            calm = tries = 0
-            while len(rows) < steps and tries < 4 * steps + 40:
-                fresh, wall, st = timed_decode(dec, seqs)
-                tries += 1
-                calm = 0 if fresh else calm + 1
-                if calm >= 3:  # warmed up: no new graph three steps running
-                    rows.append([st.verify_tokens, wall, st.draft_s, st.verify_s])
+            for wall, st, _ in (overlapped_steps(dec, seqs, steps) if overlap else sync_steps(dec, seqs, steps)):
+                rows.append([st.verify_tokens, wall, st.draft_s, st.verify_s])
     finally:
         dec.graphs.clear()
         for s in seqs:
@@ -291,8 +291,45 @@ def time_steps(dec, reqs: int, context: int, rng, steps: int = 12) -> dict | Non
     return {"steps": rows, "step_s": statistics.median(r[1] for r in rows)}
 
 
+def overlapped_steps(dec, seqs, count: int, warm: int = 3) -> list:
+    """``count`` decode steps over ``seqs`` as served: step n+1 launched before step n's
+    tokens are read. ``[(seconds from the previous step's end to this one's, stats, the
+    GPU's idle seconds before the step: host time the overlap did not hide)]``, after
+    ``warm`` launches running that captured no graph."""
+    out, prev, t_prev, calm, tries, before_prev = [], None, None, 0, 0, None
+    while len(out) < count and tries < 4 * count + 40:
+        for s in seqs:
+            dec.pages.reserve(s, len(s.tokens) + s.pending + dec.conf.gamma)
+        before = len(dec.graphs.entries)
+        launched = dec.launch(seqs, [])
+        tries += 1
+        calm = 0 if len(dec.graphs.entries) != before else calm + 1
+        if prev is not None:
+            st = dec.finish(prev)
+            t = time.perf_counter()
+            if t_prev is not None and calm >= warm:
+                out.append((t - t_prev, st, before_prev.timer.gap_to(prev.timer)))
+            t_prev = t
+        before_prev, prev = prev, launched
+    if prev is not None:
+        dec.finish(prev)
+    return out
+
+
+def sync_steps(dec, seqs, count: int) -> list:
+    """As :func:`overlapped_steps`, each step waited for before the next is planned."""
+    out, calm, tries = [], 0, 0
+    while len(out) < count and tries < 4 * count + 40:
+        fresh, wall, st = timed_decode(dec, seqs)
+        tries += 1
+        calm = 0 if fresh else calm + 1
+        if calm >= 3:
+            out.append((wall, st, None))
+    return out
+
+
 def timed_decode(dec, seqs) -> tuple[bool, float, object]:
-    """One ``Decoder.decode`` over ``seqs`` as served: ``(captured a new graph, wall
+    """One ``Decoder.decode`` over ``seqs``, waited for: ``(captured a new graph, wall
     seconds, step stats)``; pages for the drafts are reserved outside the timing."""
     for s in seqs:
         dec.pages.reserve(s, len(s.tokens) + dec.conf.gamma)

@@ -1,0 +1,228 @@
+"""The decoder's speed against what the GPU allows, in one process (Qwen3-8B, random bf16 weights).
+
+    python benchmarks/bench_targets.py --run [--out F.json] [--max-seconds 300]   # on the GPU
+    python benchmarks/bench_targets.py [--json F.json] [--doc docs/decoder.md]   # the table
+
+Measured in the same run: the device-to-device copy bandwidth (1 GiB, bytes read +
+written) and the bf16 matrix rate (8192^3 on random data); the target's weight bytes;
+whole decode steps as served (step n+1 launched before step n's tokens are read) for
+no speculation, MTP-3 and DSpark (production scheduler, the shipped profile's SPS
+table) at R = 1, 8, 32, 64 requests of 1,024 cached tokens, temperature 1, synthetic
+acceptance on the math preset: wall time per step, the device time of the draft and
+the target forward, and the GPU's idle time between steps (the host time the overlap
+did not hide). No speculation also runs with each step waited for, for comparison.
+
+Targets: no speculation at R = 1 within 1.10x of the weight-read time (weight bytes /
+copy bandwidth); at R = 64 within 1.15x of the step's roofline (weights, then the KV
+cache, each at the larger of bytes / bandwidth and FLOPs / matrix rate); exposed host
+time <= 0.3 ms at R <= 64; DSpark at R = 1 >= 4x no speculation in tok/s per user.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from outputs import write_block, write_result
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+JSON = REPO / "profiles" / "h200" / "decoder_targets.json"
+BATCHES = (1, 8, 32, 64)
+METHOD_NAMES = ("none", "mtp3", "dspark")
+
+
+def gemm_rate(dev) -> dict:
+    """bf16 matrix rate of one 8192^3 product on random data (do_bench median)."""
+    import torch
+    import triton.testing
+
+    n = 8192
+    a = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
+    ms = triton.testing.do_bench(lambda: a @ b, warmup=25, rep=200, return_mode="median")
+    return {"n": n, "ms": ms, "tflops": 2 * n ** 3 / ms / 1e9}
+
+
+def weight_bytes(dec) -> dict:
+    """Bytes of the target's weights, and of those a decode step reads (all but the
+    embedding table, of which it gathers a row per token)."""
+    total = sum(p.numel() * p.element_size() for p in dec.target.parameters())
+    embed = dec.target.embed.numel() * dec.target.embed.element_size()
+    tied = dec.target.lm_head is dec.target.embed
+    return {"total": total, "read_per_step": total if tied else total - embed}
+
+
+def roofline_ms(spec, weights_read: int, reqs: int, context: int, copy_gbps: float, tflops: float) -> float:
+    """The step's floor: linear layers (weights read once; 2 FLOPs per weight per token)
+    and the KV cache read by attention, each at the larger of bytes / bandwidth and
+    FLOPs / matrix rate, one after the other."""
+    bw, peak = copy_gbps * 1e9, tflops * 1e12
+    linear = max(weights_read / bw, 2 * (weights_read / 2) * reqs / peak)  # bf16: 2 bytes a weight
+    kv_token = 2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * 2
+    attn_flops = 4 * reqs * context * spec.num_heads * spec.head_dim * spec.num_layers
+    attn = max(reqs * context * kv_token / bw, attn_flops / peak)
+    return 1e3 * (linear + attn)
+
+
+def run(args) -> dict:
+    import torch
+
+    sys.path.insert(0, str(HERE))
+    from bench_decoder import DECODERS, measure, profile_table
+    from bench_kernels import copy_bandwidth
+
+    from dspark_sim.catalog import get_model
+    from dspark_sim.kernels.decoder import Decoder, DecoderConfig
+    from dspark_sim.kernels.profiler.provenance import provenance, sm_clocks
+
+    dev = torch.device(args.device)
+    spec = get_model(args.model)
+    start = time.perf_counter()
+    log = lambda m: print(f"[{time.perf_counter() - start:6.1f}s] {m}", flush=True)  # noqa: E731
+    out = {"provenance": {**provenance(), "model": args.model, "weights": "random bf16",
+                          "acceptance": "synthetic (math, simulator preset)", "context_tokens": args.context,
+                          "temperature": 1.0, "sm_clocks_before": sm_clocks()},
+           "copy": copy_bandwidth(dev, dev.type != "cuda"), "gemm": gemm_rate(dev), "rows": []}
+    log(f"copy {out['copy']['gbps']:.0f} GB/s, gemm {out['gemm']['tflops']:.0f} TFLOP/s")
+    kv = max(BATCHES) * (args.context + 8 * (4 * args.steps + 60) + 64)
+    for name in METHOD_NAMES:
+        conf = DecoderConfig(**DECODERS[name], synthetic=True, max_running_requests=max(BATCHES),
+                             max_model_len=args.context + 1024, kv_tokens=kv, device=args.device)
+        sps0 = None
+        if conf.method == "dspark":
+            from dspark_sim.kernels.sps_tensors import SpsTensors
+            sps0 = SpsTensors.from_json_dict({"sample_batch_tokens": [1], "sample_steps_per_sec": [1.0],
+                                              "max_batch_tokens": 1 << 20})
+        dec = Decoder(spec, conf, sps=sps0, acceptance={"drafter": "mtp" if name == "mtp3" else "dspark"})
+        dec.randomize_cache()
+        if conf.method == "dspark":
+            dec.set_sps(profile_table(args.model, dec, args.context, conf)[0])
+        if name == "none":
+            out["weights"] = weight_bytes(dec)
+        for overlap in (True, False) if name == "none" else (True,):
+            for reqs in BATCHES:
+                if time.perf_counter() - start > args.max_seconds:
+                    out["rows"].append({"method": name, "reqs": reqs, "overlap": overlap, "error": "skipped: time"})
+                    continue
+                row = {"method": name, "reqs": reqs, "overlap": overlap}
+                try:
+                    row.update(measure(dec, reqs, args.context, args.steps, 0, 0, overlap=overlap))
+                except Exception as err:  # keep the other rows
+                    row["error"] = f"{type(err).__name__}: {str(err)[:300]}"
+                out["rows"].append(row)
+                log(json.dumps(row))
+                write_result(args.out, out)
+        del dec
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+    out["provenance"]["sm_clocks_after"] = sm_clocks()
+    write_result(args.out, out)
+    return out
+
+
+def checks(data: dict, replicate: dict | None = None) -> list[dict]:
+    """Each target with its measured value, bound and verdict (``replicate``: the same run on
+    another GPU: every overlapped step within 3 % of this one's)."""
+    from dspark_sim.catalog import get_model
+
+    get = {(r["method"], r["reqs"], r["overlap"]): r for r in data["rows"] if "error" not in r}
+    gbps, tflops = data["copy"]["gbps"], data["gemm"]["tflops"]
+    w = data["weights"]
+    spec = get_model(data["provenance"]["model"])
+    ctx = data["provenance"]["context_tokens"]
+    out = []
+    one = get.get(("none", 1, True))
+    if one:
+        floor = w["read_per_step"] / gbps / 1e6
+        out.append({"target": "no speculation, R = 1: step / weight-read time", "value": one["step_ms"] / floor,
+                    "bound": 1.10, "detail": f"{one['step_ms']:.2f} ms vs {floor:.2f} ms ({w['read_per_step'] / 1e9:.2f} GB "
+                                             f"read at {gbps:.0f} GB/s; all weights {w['total'] / 1e9:.2f} GB: "
+                                             f"{w['total'] / gbps / 1e6:.2f} ms)"})
+    big = get.get(("none", 64, True))
+    if big:
+        floor = roofline_ms(spec, w["read_per_step"], 64, ctx, gbps, tflops)
+        out.append({"target": "no speculation, R = 64: step / roofline", "value": big["step_ms"] / floor,
+                    "bound": 1.15, "detail": f"{big['step_ms']:.2f} ms vs {floor:.2f} ms"})
+    hosts = [(k, r["exposed_host_ms"]) for k, r in get.items() if k[2] and r.get("exposed_host_ms") is not None]
+    if hosts:
+        worst = max(hosts, key=lambda x: x[1])
+        out.append({"target": "exposed host time per step, R <= 64 (worst method and R)", "value": worst[1],
+                    "bound": 0.3, "detail": f"{worst[0][0]} R = {worst[0][1]}: {worst[1]:.3f} ms"})
+    ds, no = get.get(("dspark", 1, True)), get.get(("none", 1, True))
+    if ds and no:
+        ratio = ds["tok_per_s_per_user"] / no["tok_per_s_per_user"]
+        out.append({"target": "DSpark / no speculation tok/s/user at R = 1 (math)", "value": ratio, "bound": 4.0,
+                    "at_least": True, "detail": f"{ds['tok_per_s_per_user']:.0f} vs {no['tok_per_s_per_user']:.0f}"})
+    if replicate is not None:
+        other = {(r["method"], r["reqs"], r["overlap"]): r for r in replicate["rows"] if "error" not in r}
+        diffs = [(k, 100 * (other[k]["step_ms"] / r["step_ms"] - 1)) for k, r in get.items() if k in other]
+        served = [d for d in diffs if d[0][2]]
+        if served:
+            worst = max(served, key=lambda d: abs(d[1]))
+            waited = [abs(d) for k, d in diffs if not k[2]]
+            out.append({"target": "overlapped steps on two GPUs: largest difference, %", "value": abs(worst[1]),
+                        "bound": 3.0, "detail": f"{worst[0][0]} R = {worst[0][1]}: {worst[1]:+.1f} % (GPU "
+                                                f"{replicate['provenance'].get('gpu_uuid')}); steps waited for: up to "
+                                                f"{max(waited, default=0):.1f} %"})
+    for c in out:
+        c["met"] = c["value"] >= c["bound"] if c.get("at_least") else c["value"] <= c["bound"]
+    return out
+
+
+def table(data: dict, replicate: dict | None = None) -> str:
+    lines = ["| method | R | overlap | step ms | target forward ms | draft ms | exposed host ms | tok/s/user | tok/s |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in data["rows"]:
+        if "error" in r:
+            lines.append(f"| {r['method']} | {r['reqs']} | {'yes' if r['overlap'] else 'no'} | {r['error'][:60]} |"
+                         + " |" * 5)
+            continue
+        host = "-" if r.get("exposed_host_ms") is None else f"{r['exposed_host_ms']:.3f}"
+        lines.append(f"| {r['method']} | {r['reqs']} | {'yes' if r['overlap'] else 'no'} | {r['step_ms']:.2f} | "
+                     f"{r['verify_ms']:.2f} | {r['draft_ms']:.2f} | {host} | {r['tok_per_s_per_user']:.1f} | "
+                     f"{r['tok_per_s']:.0f} |")
+    lines += ["", "| target | measured | bound | met | detail |", "|---|---|---|---|---|"]
+    for c in checks(data, replicate):
+        lines.append(f"| {c['target']} | {c['value']:.3f} | {'>=' if c.get('at_least') else '<='} {c['bound']} | "
+                     f"{'yes' if c['met'] else 'no'} | {c['detail']} |")
+    return "\n".join(lines)
+
+
+def header(data: dict) -> str:
+    p = data["provenance"]
+    return (f"Measured {p.get('date')} on {p.get('gpu')} (host {p.get('host')}, {p.get('host_cpu')}; GPU "
+            f"{p.get('gpu_uuid')}; driver {p.get('driver')}, CUDA {p.get('cuda')}, torch {p.get('torch')}, triton "
+            f"{p.get('triton')}); {p.get('model')}, {p.get('weights')}, acceptance {p.get('acceptance')}, "
+            f"{p.get('context_tokens')} cached tokens per request; copy {data['copy']['gbps']:.0f} GB/s and bf16 "
+            f"matrix rate {data['gemm']['tflops']:.0f} TFLOP/s measured in the same run; SM clocks before/after "
+            f"{p.get('sm_clocks_before')} / {p.get('sm_clocks_after')}.")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--run", action="store_true")
+    p.add_argument("--json", default=str(JSON))
+    p.add_argument("--out", help="with --run: where to write the JSON")
+    p.add_argument("--doc", help="write the table into this markdown file's targets block")
+    p.add_argument("--replicate", help="the same benchmark from another GPU: steps compared")
+    p.add_argument("--model", default="qwen3-8b")
+    p.add_argument("--context", type=int, default=1024)
+    p.add_argument("--steps", type=int, default=24)
+    p.add_argument("--max-seconds", type=float, default=300.0)
+    p.add_argument("--device", default="cuda")
+    args = p.parse_args(argv)
+    data = run(args) if args.run else json.loads(Path(args.json).read_text())
+    replicate = json.loads(Path(args.replicate).read_text()) if args.replicate else None
+    text = table(data, replicate)
+    print(text)
+    if args.doc:
+        write_block(Path(args.doc), "targets", header(data) + "\n\n" + text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(HERE))
+    sys.exit(main())

@@ -1,0 +1,273 @@
+"""Our DSpark kernels beside SGLang's released ones (its wheel, unpacked at run time), same inputs.
+
+    python benchmarks/bench_vs_sglang.py --run --wheel W.whl [--out F.json] [--budget-s 240]  # on a GPU
+    TRITON_INTERPRET=1 python benchmarks/bench_vs_sglang.py --run --wheel W.whl --dry-run     # CPU smoke test
+    python benchmarks/bench_vs_sglang.py [--json F] [--doc docs/kernels.md]                  # the tables
+    python benchmarks/bench_vs_sglang.py --merge RUN1.json RUN2.json --out F.json            # join runs
+
+``schedule``: SGLang's top-K verify-length kernel (``ScheduleVerifyLensTopk``, three
+launches; its budget comes from its host planner) against ``schedule_verify`` given
+the same budget (``budget_k``), by the automatic path and by every path that applies,
+and ``schedule_verify`` searching the budget itself (production, from this step's
+confidences): R = 1 .. 4096 at block 7 and 16. Confidences are STS-calibrated
+already (temperatures 1), as SGLang's kernel takes them.
+``accept``: greedy (``AcceptGreedy`` with SGLang's fused row argmax) and sampling
+(``AcceptSampling``: temperature softmax, chain rejection sampling) against
+``accept_greedy`` / ``accept`` on full windows of fp32 logits (what both engines'
+samplers receive), V = 151936.
+
+Times are medians of CUDA-graph replays (``graph_us``: the GPU time an engine that
+captures its step sees) and of ``triton.testing.do_bench`` (``launch_us``: host launch
+included). Outputs are compared request by request (``mismatches``): verify lengths for
+the scheduler; greedy accepted counts and tokens; sampling is random in both, so only
+the mean accepted count is compared. Writes the JSON as it goes, tables printed last.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import sys
+import time
+from pathlib import Path
+
+from outputs import write_block, write_result
+
+REPO = Path(__file__).resolve().parents[1]
+JSON = REPO / "profiles" / "h200" / "kernels_vs_sglang.json"
+REQUESTS = (1, 8, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+GAMMAS = (7, 16)
+ACCEPT_REQUESTS = (1, 8, 32, 64, 128, 256)
+VOCAB = 151936
+
+
+def timings(fn, dry: bool) -> dict:
+    """``{"graph_us", "launch_us"}`` medians (one plain call each in a dry run)."""
+    if dry:
+        t = time.perf_counter()
+        fn()
+        return {"graph_us": None, "launch_us": 1e6 * (time.perf_counter() - t)}
+    import triton.testing
+
+    out = {"launch_us": 1e3 * triton.testing.do_bench(fn, warmup=5, rep=30, return_mode="median")}
+    try:
+        out["graph_us"] = 1e3 * triton.testing.do_bench_cudagraph(fn, rep=30, return_mode="median")
+    except Exception as err:  # a kernel that syncs cannot be captured: say so, keep the row
+        out["graph_us"], out["graph_error"] = None, f"{type(err).__name__}: {str(err)[:200]}"
+    return out
+
+
+def schedule_rows(sgl, dev, dry: bool, requests, gammas, deadline: float, log) -> list[dict]:
+    import torch
+
+    from dspark_sim.kernels.cases import draft_confidences, synthetic_sps_table
+    from dspark_sim.kernels.schedule_verify import path_for, run_schedule
+
+    rows = []
+    for gamma in gammas:
+        for R in requests:
+            if time.perf_counter() > deadline:
+                rows.append({"R": R, "gamma": gamma, "error": "skipped: time budget"})
+                continue
+            conf = draft_confidences(R, gamma, dev, seed=R + gamma)
+            temps = torch.ones(gamma, device=dev)
+            sps = synthetic_sps_table(max_batch_tokens=R * (gamma + 1), device=dev)
+            row = {"R": R, "gamma": gamma, "auto_path": path_for(R, gamma)}
+            try:
+                k = int(run_schedule(conf, temps, sps, None)[1])  # our production budget for this batch
+                cfg = sgl.ScheduleConfig(gamma=gamma)
+                theirs = lambda: sgl.schedule_topk(confidence=conf, budget=k, cfg=cfg)  # noqa: E731
+                ours = lambda path=None: run_schedule(conf, temps, sps, None, budget_k=k, path=path)  # noqa: E731
+                row.update(budget_k=k, mismatches=int((theirs().cpu() != ours()[0].cpu()).sum()),
+                           sglang=timings(theirs, dry), ours=timings(ours, dry),
+                           ours_search=timings(lambda: run_schedule(conf, temps, sps, None), dry))
+                n = max(16, 1 << (R - 1).bit_length()) * max(2, 1 << (gamma - 1).bit_length())
+                for path in ("single", "pairwise", "merge"):
+                    if (path == "single" and n > 2048) or (path == "pairwise" and n > 65536) or dry:
+                        continue
+                    row[f"ours_{path}"] = timings(lambda p=path: ours(p), dry)
+            except Exception as err:
+                row["error"] = f"{type(err).__name__}: {str(err)[:300]}"
+            rows.append(row)
+            log(f"schedule R={R} gamma={gamma}: {summary(row)}")
+    return rows
+
+
+def accept_rows(sgl, dev, dry: bool, requests, gamma: int, vocab: int, deadline: float, log) -> list[dict]:
+    import torch
+
+    from dspark_sim.kernels import accept, accept_greedy
+    from dspark_sim.kernels.cases import accept_case
+
+    rows = []
+    for R in requests:
+        if time.perf_counter() > deadline:
+            rows.append({"R": R, "error": "skipped: time budget"})
+            continue
+        args, W = accept_case(R, gamma, vocab, dev, seed=R, logits_dtype=torch.float32)
+        logits = args["target_logits"]  # fp32, as both engines' samplers receive them
+        cand = args["draft_tokens"].view(R, W).clone()
+        cand[:, 1:] = args["draft_tokens"].view(R, W)[:, :-1]  # SGLang: the anchor, then the drafts
+        row = {"R": R, "gamma": gamma, "V": vocab}
+        try:
+            greedy_ours = lambda: accept_greedy(logits, args["indptr"], args["draft_tokens"], max_window=W)  # noqa: E731
+            greedy_theirs = lambda: sgl.accept_greedy(candidates=cand, target_logits=logits,  # noqa: E731
+                                                      verify_num_draft_tokens=W, fused_argmax=True)
+            a, b = greedy_ours(), greedy_theirs()
+            bonus = a[1].long()[torch.arange(R, device=dev), a[0].long()]
+            row["greedy_mismatches"] = int(((a[0] != b[0]) | (bonus != b[1])).sum())
+            row["greedy_ours"], row["greedy_sglang"] = timings(greedy_ours, dry), timings(greedy_theirs, dry)
+            info = type("SamplingInfo", (), {"need_top_k_sampling": False, "need_top_p_sampling": False,
+                                             "temperatures": args["temperature"]})()
+            probs = args["draft_probs"].view(R, W, vocab)[:, :gamma].contiguous()
+            sample_ours = lambda: accept(**args, max_window=W)  # noqa: E731
+            sample_theirs = lambda: sgl.accept_sampling(  # noqa: E731
+                candidates=cand, target_logits=logits, draft_probs=probs, sampling_info=info,
+                draft_input=None, gamma=gamma, verify_num_draft_tokens=W)
+            row["sampling_mean_accepted"] = {"ours": float(sample_ours()[0].float().mean()),
+                                             "sglang": float(sample_theirs()[0].float().mean())}
+            row["sampling_ours"], row["sampling_sglang"] = timings(sample_ours, dry), timings(sample_theirs, dry)
+        except Exception as err:
+            row["error"] = f"{type(err).__name__}: {str(err)[:300]}"
+        rows.append(row)
+        log(f"accept R={R}: {summary(row)}")
+    return rows
+
+
+def summary(row: dict) -> str:
+    return json.dumps({k: v for k, v in row.items() if k not in ("R", "gamma", "V")})[:300]
+
+
+def run(args) -> dict:
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import sglang_kernels
+
+    from dspark_sim.kernels.profiler.provenance import provenance, sm_clocks
+
+    wheel = args.wheel or (sorted(glob.glob(str(REPO / ".sglang" / "sglang-*.whl"))) or [None])[-1]
+    if wheel is None:
+        raise SystemExit("no SGLang wheel: pass --wheel (e.g. sglang-0.5.23-*.whl)")
+    sgl = sglang_kernels.load(wheel)
+    dry = args.dry_run
+    dev = torch.device("cpu" if dry else "cuda")
+    start = time.perf_counter()
+    log = lambda msg: print(f"[{time.perf_counter() - start:6.1f}s] {msg}", flush=True)  # noqa: E731
+    out = {"provenance": {**(provenance() if not dry else {"gpu": "cpu (dry run)", "torch": torch.__version__}),
+                          "sglang_wheel": Path(wheel).name, "sm_clocks_before": None if dry else sm_clocks()},
+           "method": __doc__.split("\n\n")[2].strip()}
+    deadline = start + args.budget_s
+    sections = args.sections.split(",")
+    requests = (1, 40) if dry else REQUESTS
+    if "schedule" in sections:
+        share = 0.6 if "accept" in sections else 1.0
+        out["schedule"] = schedule_rows(sgl, dev, dry, requests, (7,) if dry else GAMMAS,
+                                        start + share * args.budget_s, log)
+        write_result(args.out, out)
+    if "accept" in sections:
+        out["accept"] = accept_rows(sgl, dev, dry, (2,) if dry else ACCEPT_REQUESTS, 7, 300 if dry else VOCAB,
+                                    deadline, log)
+    if not dry:
+        out["provenance"]["sm_clocks_after"] = sm_clocks()
+    write_result(args.out, out)
+    return out
+
+
+def _us(t: dict | None, key: str = "graph_us") -> str:
+    v = None if t is None else t.get(key)
+    return "-" if v is None else f"{v:.1f}"
+
+
+def _ratio(a: dict | None, b: dict | None, key: str = "graph_us") -> str:
+    x, y = (None if a is None else a.get(key)), (None if b is None else b.get(key))
+    return "-" if not x or not y else f"{x / y:.2f}"
+
+
+def tables(data: dict) -> str:
+    """Markdown: the scheduler (graph and launch times, speed-up over SGLang), then accept.
+    ``now``: the path the thresholds in the code pick today (set from these rows), timed in
+    the row's own run (each path is timed on its own)."""
+    from dspark_sim.kernels.schedule_verify import path_for
+
+    lines = ["| gamma | R | path now | K | SGLang top-K graph us | ours, K given, graph us | x SGLang | ours searching K, "
+             "graph us | SGLang launch us | ours launch us | single / pairwise / merge graph us | mismatches |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in data.get("schedule", []):
+        if "error" in r:
+            lines.append(f"| {r['gamma']} | {r['R']} | error: {r['error'][:80]} |" + " |" * 9)
+            continue
+        now = path_for(r["R"], r["gamma"])
+        ours = r.get(f"ours_{now}") or r["ours"]
+        paths = " / ".join(_us(r.get(f"ours_{p}")) for p in ("single", "pairwise", "merge"))
+        lines.append(f"| {r['gamma']} | {r['R']} | {now} | {r['budget_k']} | {_us(r['sglang'])} | "
+                     f"{_us(ours)} | {_ratio(r['sglang'], ours)} | {_us(r['ours_search'])} | "
+                     f"{_us(r['sglang'], 'launch_us')} | {_us(ours, 'launch_us')} | {paths} | {r['mismatches']} |")
+    lines += ["", "| R | greedy: SGLang graph us | ours | x SGLang | mismatches | sampling: SGLang graph us | ours | "
+              "x SGLang | mean accepted SGLang / ours |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in data.get("accept", []):
+        if "error" in r:
+            lines.append(f"| {r['R']} | error: {r['error'][:80]} |" + " |" * 7)
+            continue
+        acc = r["sampling_mean_accepted"]
+        lines.append(f"| {r['R']} | {_us(r['greedy_sglang'])} | {_us(r['greedy_ours'])} | "
+                     f"{_ratio(r['greedy_sglang'], r['greedy_ours'])} | {r['greedy_mismatches']} | "
+                     f"{_us(r['sampling_sglang'])} | {_us(r['sampling_ours'])} | "
+                     f"{_ratio(r['sampling_sglang'], r['sampling_ours'])} | "
+                     f"{acc['sglang']:.2f} / {acc['ours']:.2f} |")
+    return "\n".join(lines)
+
+
+def merge(paths) -> dict:
+    """One result from several runs: each section from the last run holding it without
+    errors, with that run's provenance (``section_provenance``)."""
+    out = {"section_provenance": {}}
+    for path in paths:
+        data = json.loads(Path(path).read_text())
+        out.setdefault("method", data.get("method"))
+        for section in ("schedule", "accept"):
+            rows = data.get(section) or []
+            if rows and not any("error" in r for r in rows):
+                out[section] = rows
+                out["section_provenance"][section] = {**data["provenance"], "run_file": Path(path).name}
+    return out
+
+
+def header(data: dict) -> str:
+    runs = data.get("section_provenance") or {"schedule and accept": data["provenance"]}
+    lines = []
+    for section, p in runs.items():
+        lines.append(f"{section}: measured {p.get('date')} on {p.get('gpu')} (host {p.get('host')}, GPU "
+                     f"{p.get('gpu_uuid')}, driver {p.get('driver')}, CUDA {p.get('cuda')}, torch {p.get('torch')}, "
+                     f"triton {p.get('triton')}) against SGLang's kernels from `{p.get('sglang_wheel')}`; SM clocks "
+                     f"before/after {p.get('sm_clocks_before')} / {p.get('sm_clocks_after')}.")
+    return " ".join(lines) + " Full numbers: `profiles/h200/kernels_vs_sglang.json`."
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--run", action="store_true", help="measure (a GPU, or --dry-run on the CPU)")
+    p.add_argument("--wheel", help="SGLang wheel (default: the newest .sglang/sglang-*.whl)")
+    p.add_argument("--json", default=str(JSON), help="result file to read (without --run)")
+    p.add_argument("--out", help="with --run: where to write the JSON")
+    p.add_argument("--doc", help="write the tables into this markdown file's vs_sglang block")
+    p.add_argument("--budget-s", type=float, default=240.0)
+    p.add_argument("--dry-run", action="store_true")
+    p.add_argument("--sections", default="schedule,accept", help="which comparisons to run")
+    p.add_argument("--merge", nargs="+", help="result files: each section from the last that holds it whole; "
+                   "written to --out")
+    args = p.parse_args(argv)
+    if args.merge:
+        data = merge(args.merge)
+        write_result(args.out, data)
+    else:
+        data = run(args) if args.run else json.loads(Path(args.json).read_text())
+    text = tables(data)
+    print(text)
+    if args.doc:
+        write_block(Path(args.doc), "vs_sglang", header(data) + "\n\n" + text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
