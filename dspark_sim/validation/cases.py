@@ -5,7 +5,11 @@ Poisson traces from about one running request to a saturated 256, and long promp
 several thousand tokens at two loads) and one scenario per (trace, method) for no
 speculation, MTP-3 and DSpark's production scheduler, Qwen3-8B on the H200, batching
 ``prefill_first`` (``mixed`` for the ``-mixed`` cases, which serve their base case's trace
-with prompt chunks beside the decode windows). The DSpark scenarios name one SPS table
+with prompt chunks beside the decode windows). The ``sess-`` cases are multi-turn chat
+sessions over shared system prompts at two loads, written as Mooncake traces whose
+``hash_ids`` tell both sides which prompt blocks repeat (:data:`SESSIONS`): the decoder's
+prompts repeat the same tokens there, and both serve with the prefix cache on (the
+deployment's default). The DSpark scenarios name one SPS table
 (``sps_dspark.json``, the table the simulator derives from the shipped profile, drafter
 included), so the decoder and the simulator schedule from the same numbers. Each scenario
 is read unchanged by ``dspark-decode`` and by ``dspark-sim run``.
@@ -47,8 +51,18 @@ TRACES = {
     "long-mid": ("synthetic", 60, (1.5, 6, 4000)),
     "syn-mid-mixed": ("synthetic", 120, (12.0, 2), "mixed"),
     "long-mid-mixed": ("synthetic", 60, (1.5, 6, 4000), "mixed"),
+    "sess-light": ("sessions", 40, (0.3, 7)),  # (sessions/s, seed)
+    "sess-mid": ("sessions", 160, (4.0, 8)),
 }
-DOMAIN = {"azure": "code", "synthetic": "math"}
+DOMAIN = {"azure": "code", "synthetic": "math", "sessions": "chat"}
+# the sessions cases' workload (the rate and seed come from TRACES): chat sessions of about
+# four turns over two 2,048-token system prompts, each turn appending a message and resending
+# the history; prompts kept under 8,000 tokens
+SESSIONS = {"prompt_tokens": {"dist": "lognormal", "mean": 300, "sigma": 0.6, "min_tokens": 16, "max_tokens": 1500},
+            "output_tokens": {"dist": "uniform", "min_tokens": 64, "max_tokens": 320},
+            "sessions": {"kind": "chat", "shared_prefix_tokens": 2048, "shared_prefixes": 2, "turn_gap_s": 8.0,
+                         "max_prompt_tokens": 8000}}
+HASH_BLOCK_TOKENS = 512
 DEPLOYMENT = {"max_running_requests": 256, "max_batched_tokens": 8192, "batching": "prefill_first"}
 MAX_MODEL_LEN = 10240
 EPOCH = dt.datetime(2026, 1, 1)
@@ -91,15 +105,11 @@ def make_cases(cases_dir: Path, azure_trace: Path) -> list[Path]:
     cases_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for name, (source, count, load, *batching) in TRACES.items():
-        a, p, o = azure_slice(azure_trace, load[0], count, load[1]) if source == "azure" \
-            else synthetic(count, *load)
         deployment = {**DEPLOYMENT, "batching": batching[0] if batching else DEPLOYMENT["batching"]}
-        if int((p + o).max()) > MAX_MODEL_LEN - 16:
-            raise InputError(None, "TRACES", name, f"a request exceeds max_model_len {MAX_MODEL_LEN}")
-        write_trace(cases_dir / f"{name}.csv", a, p, o)
+        workload = _write_case_trace(cases_dir, name, source, count, load, azure_trace)
         for method, spec in CASE_METHODS.items():
             scenario = {"name": f"{name}__{method}", "model": MODEL, "gpu": GPU,
-                        "workload": {"trace": f"{name}.csv", "format": "azure", "domain": DOMAIN[source]},
+                        "workload": {**workload, "domain": DOMAIN[source]},
                         "deployment": deployment, "speculation": spec, "seed": 0}
             path = cases_dir / f"{name}__{method}.yaml"
             path.write_text(yaml.safe_dump(scenario, sort_keys=False))
@@ -112,3 +122,24 @@ def make_cases(cases_dir: Path, azure_trace: Path) -> list[Path]:
     table = scheduler_table(probe, get_cost_model(get_gpu(GPU).name, MODEL, warn=False))
     table.save(cases_dir / "sps_dspark.json")
     return paths
+
+
+def _write_case_trace(cases_dir: Path, name: str, source: str, count: int, load: tuple, azure_trace: Path) -> dict:
+    """Write case ``name``'s trace into ``cases_dir``; returns its scenario's workload keys."""
+    if source == "sessions":
+        from dspark_sim.workload import SyntheticConfig, synthetic_requests, write_mooncake
+
+        cfg = SyntheticConfig.from_dict({"num_requests": count, "rate_per_s": load[0], **SESSIONS}, file=None)
+        chunks = list(synthetic_requests(cfg, load[1], hash_block_tokens=HASH_BLOCK_TOKENS))
+        _check_fits(name, np.concatenate([c.prompt_tokens + c.output_tokens for c in chunks]))
+        write_mooncake(cases_dir / f"{name}.jsonl", chunks)
+        return {"trace": f"{name}.jsonl", "format": "mooncake", "hash_block_tokens": HASH_BLOCK_TOKENS}
+    a, p, o = azure_slice(azure_trace, load[0], count, load[1]) if source == "azure" else synthetic(count, *load)
+    _check_fits(name, p + o)
+    write_trace(cases_dir / f"{name}.csv", a, p, o)
+    return {"trace": f"{name}.csv", "format": "azure"}
+
+
+def _check_fits(name: str, total_tokens: np.ndarray) -> None:
+    if int(total_tokens.max()) > MAX_MODEL_LEN - 16:
+        raise InputError(None, "TRACES", name, f"a request exceeds max_model_len {MAX_MODEL_LEN}")
