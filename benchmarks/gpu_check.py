@@ -81,8 +81,11 @@ def decoder_cases() -> list[dict]:
 
 def prefix_cases() -> list[dict]:
     """Sessions over one shared system prompt served with the prefix cache and without it on
-    the GPU kernels: the same greedy outputs and accepted drafts, prompt tokens read from the
-    cache, every page back in the free list or the cache after serving."""
+    the GPU kernels: the same greedy outputs, prompt tokens read from the cache, every page
+    back in the free list or the cache after serving. Accepted drafts are recorded beside:
+    they may differ where the verify lengths or the kernels' reductions depend on which
+    requests share a step (the cache changes that); the control serves the same prompts
+    without the cache at other arrival times, to show how much batching alone moves them."""
     from dspark_sim.kernels.decoder.engine import serve
     from dspark_sim.kernels.decoder.sequence import Sequence
     from dspark_sim.kernels.decoder.tiny import tiny_decoder
@@ -92,19 +95,24 @@ def prefix_cases() -> list[dict]:
     base = dict(device="cuda", cuda_graphs=True, kernels="triton", attention="triton", max_batched_tokens=24,
                 max_running_requests=3)
     rows = []
-    for method, over in (("none", {}), ("static", {"block_size": 3}), ("dspark", {"scheduler": "production"})):
+    for method, over in (("none", {}), ("static", {"block_size": 3}), ("dspark", {"scheduler": "full"}),
+                         ("dspark", {"scheduler": "production"})):
         for batching in ("prefill_first", "mixed"):
             runs = []
-            for cache in (True, False):
+            for cache, gap_s in ((True, 0.02), (False, 0.02), (False, 0.0)):
                 dec = tiny_decoder(method, **base, **over, batching=batching, prefix_cache=cache)
-                seqs = [Sequence(i, p, 12, arrival_s=0.02 * i) for i, p in enumerate(prompts)]
+                seqs = [Sequence(i, p, 12, arrival_s=gap_s * i) for i, p in enumerate(prompts)]
                 serve(dec, seqs)
                 runs.append((dec, [s.outputs for s in seqs], [s.accepted for s in seqs]))
             pages = runs[0][0].pages
             total = runs[0][0].cache.k.shape[1] // pages.page_size - 1
+            same = runs[0][1] == runs[1][1]
             rows.append({"case": f"prefix cache {method} {over} {batching}",
-                         "ok": runs[0][1:] == runs[1][1:] and pages.hit_tokens > 0
-                         and len(pages.free) + pages.cached_pages == total,
+                         "ok": same and pages.hit_tokens > 0 and len(pages.free) + pages.cached_pages == total,
+                         "outputs_equal": same, "accepted_equal": runs[0][2] == runs[1][2],
+                         "accepted_on_off": [sum(runs[0][2]), sum(runs[1][2])],
+                         "control_outputs_equal": runs[1][1] == runs[2][1],
+                         "control_accepted_equal": runs[1][2] == runs[2][2],
                          "hit_tokens": pages.hit_tokens, "cached_pages": pages.cached_pages})
     return rows
 

@@ -23,11 +23,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from dspark_sim.catalog import get_gpu
-from dspark_sim.cost import get_cost_model
-from dspark_sim.engine.simulator import scheduler_table
 from dspark_sim.errors import InputError
-from dspark_sim.scenario import Scenario
 from dspark_sim.workload import read_trace
 
 MODEL, GPU = "qwen3-8b", "h200"
@@ -114,7 +110,13 @@ def make_cases(cases_dir: Path, azure_trace: Path) -> list[Path]:
             path = cases_dir / f"{name}__{method}.yaml"
             path.write_text(yaml.safe_dump(scenario, sort_keys=False))
             paths.append(path)
-    # the DSpark scenarios' table: derived from the shipped profile with the drafter's cost
+    # the DSpark scenarios' table: derived from the shipped profile with the drafter's cost (the
+    # simulator imported here only: the GPU side serves the cases without it)
+    from dspark_sim.catalog import get_gpu
+    from dspark_sim.cost import get_cost_model
+    from dspark_sim.engine.simulator import scheduler_table
+    from dspark_sim.scenario import Scenario
+
     probe = Scenario.from_dict({"model": MODEL, "gpu": GPU, "workload": {"trace": "syn-sat.csv"},
                                 "deployment": DEPLOYMENT,
                                 "speculation": {k: v for k, v in CASE_METHODS["dspark"].items()
