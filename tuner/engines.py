@@ -80,6 +80,22 @@ def _layout(s: Scenario, engine: str) -> dict:
     return {**out, **({"kv_cache_config": {"dtype": "fp8"}} if fp8 else {})}
 
 
+def _prefix_cache(s: Scenario, engine: str) -> tuple[dict, str]:
+    """``(flags, note)``: the engine's prefix cache as the scenario priced it. On is every
+    engine's default (SGLang's radix cache, vLLM's ``enable_prefix_caching`` in
+    ``vllm/config/cache.py``, TensorRT-LLM's ``KvCacheConfig.enable_block_reuse``), written
+    out where a flag exists; off is SGLang ``--disable-radix-cache``, vLLM
+    ``--no-enable-prefix-caching`` and ``enable_block_reuse: false``."""
+    on = s.deployment.prefix_cache
+    state = "on, as the simulator priced prompts" if on else "off, as the simulator priced prompts (in full)"
+    if engine == "sglang":
+        return ({} if on else {"disable-radix-cache": True}), f"prefix cache (radix cache): {state}"
+    if engine == "vllm":
+        note = f"prefix caching: {state}" + ("" if on else "; launch with --no-enable-prefix-caching")
+        return ({"enable-prefix-caching": True} if on else {}), note
+    return {"kv_cache_config": {"enable_block_reuse": on}}, f"KV block reuse (prefix cache): {state}"
+
+
 def _model_path(s: Scenario) -> tuple[str, str]:
     """``(checkpoint, note)``: the model's, or the one with its DSpark drafter bundled."""
     model = get_model(s.model)
@@ -99,8 +115,10 @@ def sglang(s: Scenario, out: Path, header: list[str], final: Path) -> str:
              "max-running-requests": dep.max_running_requests,
              "chunked-prefill-size": dep.chunked_prefill_tokens or dep.max_batched_tokens,
              "max-prefill-tokens": dep.max_batched_tokens}
+    prefix, prefix_note = _prefix_cache(s, "sglang")
+    flags.update(prefix)
     env = []
-    notes = []
+    notes = [prefix_note]
     if spec.method == "dspark":
         flags.update({"speculative-algorithm": "DSPARK", "speculative-dspark-block-size": spec.block_size,
                       "speculative-dspark-sps-table-path": str((final / SPS_FILE).resolve()),
@@ -139,7 +157,9 @@ def vllm(s: Scenario, out: Path, header: list[str], final: Path) -> str:
             "max-num-seqs": dep.max_running_requests, "max-num-batched-tokens": dep.max_batched_tokens}
     if dep.chunked_prefill_tokens:
         args["long-prefill-token-threshold"] = dep.chunked_prefill_tokens
-    notes = []
+    prefix, prefix_note = _prefix_cache(s, "vllm")
+    args.update(prefix)
+    notes = [prefix_note]
     if spec.method == "dspark":
         args["speculative-config"] = {"method": "dspark", "num_speculative_tokens": spec.block_size,
                                       "enable_adaptive_verification": True}
@@ -166,7 +186,9 @@ def trtllm(s: Scenario, out: Path, header: list[str], final: Path) -> str:
     spec, dep = s.speculation, s.deployment
     args = {"tensor_parallel_size": dep.tp, **_layout(s, "trtllm"), "max_batch_size": dep.max_running_requests,
             "max_num_tokens": dep.max_batched_tokens, "enable_chunked_prefill": True}
-    notes = []
+    prefix, prefix_note = _prefix_cache(s, "trtllm")
+    args["kv_cache_config"] = {**args.get("kv_cache_config", {}), **prefix["kv_cache_config"]}
+    notes = [prefix_note]
     if spec.method == "dspark":
         args["speculative_config"] = {"decoding_type": "DSpark", "max_draft_len": spec.block_size,
                                       "block_size": spec.block_size}
