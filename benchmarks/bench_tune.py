@@ -113,7 +113,7 @@ def main() -> int:
                 print(f"  {method:10s} {row['trials']:4d} trials  {row['tok_s_gpu'] or 0:8.1f} tok/s/GPU  "
                       f"{row['tok_s_user'] or 0:6.1f} tok/s/user  SLO met: {row['feasible']}")
             for label, key in (("best baseline (" + str(r["best_baseline"]) + ")", "gain_vs_best_baseline"),
-                               ("static MTP-k", "gain_vs_static_mtp")):
+                               ("static chain k (EAGLE-3 or MTP)", "gain_vs_static_mtp")):
                 if r[key] is not None:
                     print(f"  DSpark vs {label}: {r[key]:+.1%}")
     print(f"machine: {machine()}")

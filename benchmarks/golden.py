@@ -16,13 +16,16 @@ Five outputs, each from fixed committed inputs and seeds:
 
 A refactoring must leave every file identical. When behaviour changes on purpose, re-make
 the files with ``make`` and commit them with the change that moved them.
-``tests/test_golden.py`` runs ``check`` in the test suite.
+``tests/test_golden.py`` runs ``check`` in the test suite, in both simulation modes:
+skip-ahead (the default) and step by step (``check --exact``, every simulation one event per
+engine step, through ``DSPARK_SIM_EXACT``); both must give these same files.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -143,7 +146,12 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("command", choices=("make", "check"))
     p.add_argument("--only", nargs="*", choices=list(OUTPUTS), help="outputs to make or check (default all)")
+    p.add_argument("--exact", action="store_true", help="simulate step by step (no skip-ahead)")
     args = p.parse_args(argv)
+    if args.exact:
+        from dspark_sim.engine.simulator import EXACT_ENV
+
+        os.environ[EXACT_ENV] = "1"  # this process and the workers it starts
     failed = False
     for name in args.only or OUTPUTS:
         if args.command == "make":

@@ -15,6 +15,7 @@ from dspark_sim.catalog import get_gpu, get_model
 from dspark_sim.config import (Section, build, check_bool, check_choice, check_int, check_real, is_real, load_yaml,
                                located, require)
 from dspark_sim.cost.parallel import Parallel
+from dspark_sim.engines import Engine
 from dspark_sim.errors import InputError
 from dspark_sim.names import DOMAINS
 from dspark_sim.slo import Slo
@@ -176,12 +177,14 @@ class Deployment:
         return Parallel(self.tp, self.ep, self.dp_attention)
 
     @classmethod
-    def from_dict(cls, raw, *, file=None, key: str = "deployment") -> Deployment:
-        """Build from a scenario's ``deployment:`` mapping."""
+    def from_dict(cls, raw, *, file=None, key: str = "deployment", defaults: dict | None = None) -> Deployment:
+        """Build from a scenario's ``deployment:`` mapping; ``defaults`` (the engine's) fill the keys
+        it does not give."""
         s = Section(raw, file, key)
         kwargs = {name: s.raw(name) for name in cls.__dataclass_fields__}
         s.done()
-        return build(cls, {k: v for k, v in kwargs.items() if v is not None}, file, key)
+        given = {k: v for k, v in kwargs.items() if v is not None}
+        return build(cls, {**(defaults or {}), **given}, file, key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,13 +199,15 @@ class Scenario:
     speculation: Speculation = field(default_factory=Speculation)
     slo: Slo = field(default_factory=Slo)
     seed: int = 0
+    exact: bool = False  # one simulation event per engine step (no skip-ahead); the same numbers
     file: Path | None = None
+    engine: Engine = field(default_factory=Engine)
 
     def __post_init__(self) -> None:
         require(isinstance(self.name, str) and bool(self.name), "name", self.name, "expected a string")
         model, gpu = get_model(self.model, key="model"), get_gpu(self.gpu, key="gpu")
         for name, cls in (("workload", Workload), ("deployment", Deployment), ("speculation", Speculation),
-                          ("slo", Slo)):
+                          ("slo", Slo), ("engine", Engine)):
             require(isinstance(getattr(self, name), cls), name, getattr(self, name), "expected a mapping")
         self.deployment.parallel.check(model, gpu, file=self.file)  # heads, experts and the node split as deployed
         block = self.deployment.prefix_block(model)
@@ -210,6 +215,7 @@ class Scenario:
                 "deployment.prefix_block_tokens", block, f"a cache block must divide the workload's "
                 f"hash_block_tokens={self.workload.hash_block_tokens} (the tokens of one prefix hash id)")
         check_int(self.seed, "seed", 0, MAX_SEED)
+        check_bool(self.exact, "exact")
 
     def with_seed(self, seed: int) -> Scenario:
         return replace(self, seed=seed)
@@ -229,12 +235,25 @@ class Scenario:
                 raise InputError(file, key, None, "missing: name a " + key)
             if not isinstance(value, str):
                 raise InputError(file, key, value, "expected a string")
-        kwargs = dict(name=name, workload=workload, model=model.lower(), gpu=gpu.lower(),
-                      deployment=Deployment.from_dict(top.raw("deployment"), file=file),
+        engine = Engine.from_dict(top.raw("engine"), file=file, base=base)
+        kwargs = dict(name=name, workload=workload, model=model.lower(), gpu=gpu.lower(), engine=engine,
+                      deployment=_deployment(top.raw("deployment"), engine, gpu, model, file),
                       speculation=Speculation.from_dict(top.raw("speculation"), file=file, base=base),
-                      slo=Slo.from_dict(top.raw("slo"), file=file), seed=top.raw("seed", 0), file=file)
+                      slo=Slo.from_dict(top.raw("slo"), file=file), seed=top.raw("seed", 0),
+                      exact=top.raw("exact", False), file=file)
         top.done()
         return build(cls, kwargs, file, None)
+
+
+def _deployment(raw, engine: Engine, gpu: str, model: str, file) -> Deployment:
+    """The ``deployment:`` mapping with the engine's defaults for the keys it leaves out."""
+    if engine.is_decoder:
+        return Deployment.from_dict(raw, file=file)
+    tp = raw.get("tp", 1) if isinstance(raw, dict) else 1
+    tp = tp if isinstance(tp, int) and not isinstance(tp, bool) and tp >= 1 else 1
+    defaults = engine.deployment_defaults(get_gpu(gpu, file=file, key="gpu"), tp,
+                                          get_model(model, file=file, key="model"))
+    return Deployment.from_dict(raw, file=file, defaults=defaults)
 
 
 def load_scenario(path: str | Path) -> Scenario:

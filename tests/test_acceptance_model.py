@@ -239,3 +239,27 @@ def test_builtin_presets_header_says_how_they_were_made():
     header = json.loads(BUILTIN_PATH.read_text())["header"]
     assert header["generated_by"] == "benchmarks/fit_acceptance.py"
     assert {"seed", "num_samples", "date"} <= set(header)
+
+
+@pytest.mark.parametrize("cfg", [AcceptanceConfig(), AcceptanceConfig(calibration="raw"),
+                                 AcceptanceConfig(fixed_accept_prob=0.7)], ids=["sts", "raw", "fixed"])
+@pytest.mark.parametrize("n,block_size,steps", [(1, 7, 5), (9, 7, 30), (256, 7, 3), (13, 3, 17), (4, 16, 6)])
+def test_k_acceptance_steps_are_k_calls(cfg, n, block_size, steps):
+    model = AcceptanceModel(cfg, "qwen3-8b")
+    rng = np.random.default_rng(11)
+    domain = rng.integers(0, 3, n).astype(np.int8)
+    difficulty = model.new_requests(domain, rng)
+    drafts = rng.integers(0, block_size + 1, (steps, n))
+    one = np.random.default_rng(5)
+    want = []
+    for k in range(steps):
+        p, c = model.step(difficulty, domain, block_size, one)
+        want.append((p, c, model.accept(p, drafts[k], one)))
+    many = np.random.default_rng(5)
+    noise = model.step_words(n, block_size)
+    words = many.bit_generator.random_raw(steps * (noise + n * block_size)).reshape(steps, -1)
+    p, c = model.steps(difficulty, domain, block_size, words[:, :noise])
+    accepted = model.accept_words(p, drafts, words[:, noise:])
+    for k, (wp, wc, wa) in enumerate(want):
+        assert np.array_equal(p[k], wp) and np.array_equal(c[k], wc) and np.array_equal(accepted[k], wa)
+    assert many.bit_generator.state == one.bit_generator.state

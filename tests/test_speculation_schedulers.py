@@ -1,12 +1,19 @@
-"""DSpark schedulers against brute-force references on small batches (hypothesis)."""
+"""DSpark schedulers against brute-force references on small batches (hypothesis), and every policy's
+plan of K steps at once against K plans step after step."""
+import copy
 import itertools
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dspark_sim.cost import get_cost_model
+from dspark_sim.cost.sps import sps_from_cost_model
 from dspark_sim.speculation import dspark
+from dspark_sim.speculation.config import ScheduleRule, Speculation
 from dspark_sim.speculation.dspark import VerifyLimits
+from dspark_sim.speculation.policy import make_policy
 
 
 def sps_curve(kind: int):
@@ -117,3 +124,49 @@ def test_pad_to_graph_tier_fills_free_tokens():
     assert dspark.pad_to_tier(3, 10, 20, (8, 16, 32), 1000) == 6
     assert dspark.pad_to_tier(3, 10, 4, (8, 16, 32), 1000) == 4  # no more candidates
     assert dspark.pad_to_tier(30, 10, 50, (8, 16, 32), 1000) == 30  # beyond the largest tier
+
+
+def _specs():
+    specs = [Speculation(method="none"), Speculation(method="static", block_size=3),
+             Speculation(method="schedule", schedule=(ScheduleRule(4, 3), ScheduleRule(None, 1))),
+             Speculation(method="threshold", threshold=0.4, min_verify_len=2)]
+    for sched, lag, lo, hi, eps, tiers in itertools.product(("production", "algorithm1"), (0, 1, 2, 3), (1, 3),
+                                                          (None, 5), (1e-6, 0.3), ((), (8, 16, 32, 64, 128))):
+        specs.append(Speculation(method="dspark", scheduler=sched, lag_steps=lag, min_verify_len=lo,
+                                 max_verify_len=hi, survival_eps=eps, graph_tiers=tiers, pad_to_graph_tier=bool(tiers)))
+    return specs
+
+
+@pytest.fixture(scope="module")
+def sps():
+    cost = get_cost_model("h200", "qwen3-8b")
+    return sps_from_cost_model(cost, max_batch_tokens=8192, additive=True, draft_kind="block").steps_per_sec_array
+
+
+@pytest.mark.parametrize("spec", _specs(), ids=lambda s: f"{s.method}-{s.scheduler}-lag{s.lag_steps}-"
+                         f"min{s.min_verify_len}-max{s.max_verify_len}-eps{s.survival_eps}-tiers{len(s.graph_tiers)}")
+def test_plan_many_is_plan_step_after_step(spec, sps):
+    rng = np.random.default_rng(abs(hash(repr(spec))) % 2**32)
+    for n, steps in ((1, 6), (9, 20), (40, 5)):
+        seq = make_policy(spec, sps, 8192)
+        for _ in range(3):  # history from batches of other sizes
+            m = int(rng.integers(1, 12))
+            seq.plan(rng.uniform(0.05, 1, (m, spec.block_size)), m)
+        many = copy.deepcopy(seq)
+        conf = rng.uniform(0.05, 1, (steps, n, spec.block_size)) ** 0.5
+        want = [seq.plan(conf[k], n) for k in range(steps)]
+        verify_len, budget = many.plan_many(conf, steps, n)
+        for k, (wl, wb) in enumerate(want):
+            assert np.array_equal(verify_len[k], wl) and budget[k] == wb
+        # only `taken` steps ran: later plans must see the history those steps leave
+        taken = int(rng.integers(1, steps + 1))
+        replay = copy.deepcopy(many)
+        many.commit(taken)
+        after = rng.uniform(0.05, 1, (3, n, spec.block_size))
+        ref = make_policy(spec, sps, 8192)
+        ref.__dict__.update(copy.deepcopy(replay.__dict__))
+        for k in range(taken):
+            ref.plan(conf[k], n)
+        for k in range(3):
+            a, b = many.plan(after[k], n), ref.plan(after[k], n)
+            assert np.array_equal(a[0], b[0]) and a[1] == b[1]

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 
 import optuna
 import pytest
 import yaml
-from test_tuner_fixtures import run_tiny, sqlite_url
+from test_tuner_fixtures import run_tiny, sqlite_url, tiny_scenario
 
 from dspark_sim.cli import main as sim_main
 from dspark_sim.tuner.cli import main as tune_main
@@ -101,21 +103,51 @@ def test_vllm_yaml(tuned):
     tmp, url, trial = tuned
     args = yaml.safe_load((_export(tmp, url, trial, "vllm") / "vllm.yaml").read_text())
     config = trial.user_attrs["config"]
-    assert args["speculative-config"] == {"method": "dspark", "enable_adaptive_verification": True,
-                                          "num_speculative_tokens": config["speculation"]["block_size"]}
-    assert args["max-num-seqs"] == config["deployment"]["max_running_requests"]
-    assert args["long-prefill-token-threshold"] == config["deployment"]["chunked_prefill_tokens"]
+    gamma, cap = config["speculation"]["block_size"], config["deployment"]["max_running_requests"]
+    # the drafter is named: without `model` vLLM would relabel the target as a DeepSeek-V4 drafter
+    assert args["speculative-config"] == {"method": "dspark", "model": "deepseek-ai/dspark_qwen3_8b_block7",
+                                          "num_speculative_tokens": gamma, "enable_adaptive_verification": True}
+    assert args["max-num-seqs"] == cap
+    assert args["max-cudagraph-capture-size"] == cap * (gamma + 1)  # R full windows stay in a graph
+    assert "long-prefill-token-threshold" not in args  # a per-request cap, not the step's
     assert args["model"] == "Qwen/Qwen3-8B" and args["max-num-batched-tokens"] == 2048
+    text = (tmp / f"vllm-{trial.number}" / "vllm.yaml").read_text()
+    assert "tuned for SGLang 0.5.23" in text and "--engine vllm" in text  # the study held SGLang's knobs
 
 
 def test_trtllm_yaml(tuned):
     tmp, url, trial = tuned
-    text = (_export(tmp, url, trial, "trtllm") / "trtllm.yaml").read_text()
-    args = yaml.safe_load(text)
+    args = yaml.safe_load((_export(tmp, url, trial, "trtllm") / "trtllm.yaml").read_text())
     gamma = trial.user_attrs["config"]["speculation"]["block_size"]
-    assert args["speculative_config"] == {"decoding_type": "DSpark", "max_draft_len": gamma, "block_size": gamma}
-    assert args["max_batch_size"] == trial.user_attrs["config"]["deployment"]["max_running_requests"]
-    assert "confidence_sps_table_path" in text  # documented, commented: not an upstream field yet
+    cap = trial.user_attrs["config"]["deployment"]["max_running_requests"]
+    assert args["speculative_config"] == {"decoding_type": "DSpark", "max_draft_len": gamma, "block_size": gamma,
+                                          "speculative_model": "deepseek-ai/dspark_qwen3_8b_block7"}
+    assert args["max_batch_size"] == cap and args["cuda_graph_config"]["max_batch_size"] == cap
+
+
+def test_export_adds_formats_with_readable_modes(tuned, tmp_path):
+    """Each export adds its files next to the others; files 0644, folders 0755 (umask 022)."""
+    tmp, url, trial = tuned
+    out = tmp_path / "deploy"
+    old = os.umask(0o022)
+    try:
+        for fmt in ("sglang", "vllm", "trtllm", "dspark"):
+            assert tune_main(["export", "--study", "exp", "--trial", str(trial.number), "--format", fmt,
+                              "--storage", url, "--out", str(out)]) == 0
+    finally:
+        os.umask(old)
+    names = {p.name for p in out.iterdir()}
+    assert {"sglang.yaml", "vllm.yaml", "trtllm.yaml", "dspark.yaml", "sps_table.json", "sts.json"} <= names
+    for path in out.iterdir():
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
+    assert stat.S_IMODE(out.stat().st_mode) == 0o755
+
+
+def test_tuned_output_directory_is_world_readable(tuned):
+    tmp, _, _ = tuned
+    out = tmp / "out"
+    assert stat.S_IMODE(out.stat().st_mode) & 0o055 == 0o055
+    assert stat.S_IMODE((out / "sps_table.json").stat().st_mode) & 0o044 == 0o044
 
 
 def test_dspark_yaml_replays_to_the_scored_metrics(tuned, tmp_path):
@@ -143,3 +175,32 @@ def test_export_unknown_trial_is_one_line(tuned, capsys):
     tmp, url, _ = tuned
     assert tune_main(["export", "--study", "exp", "--trial", "999", "--format", "vllm", "--storage", url]) == 2
     assert "--trial=999" in capsys.readouterr().err
+
+
+def test_unmet_slo_names_the_binding_constraint_and_marks_every_export(tmp_path):
+    """No trial can meet p99 TPOT <= 0.01 ms: the report says which constraint binds and the
+    nearest SLO a trial meets; every export carries the warning instead of posing as a fit."""
+    out = run_tiny(tmp_path, "miss", "--slo-tpot-ms", "0.01")
+    report = (out / "report.md").read_text()
+    assert "does NOT meet the SLO" in report and "Binding: p99 TPOT" in report
+    nearest = float(report.split("Nearest SLO a trial meets")[1].split("p99 TPOT <= ")[1].split(" ms")[0].replace(",", ""))
+    study = optuna.load_study(study_name="miss", storage=sqlite_url(tmp_path))
+    worst = [t.user_attrs["worst"]["p99_tpot_ms"] for t in study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))]
+    assert nearest == pytest.approx(min(worst), abs=0.05)  # the best tail any trial reached
+    for name in ("sglang.yaml", "vllm.yaml", "trtllm.yaml", "dspark.yaml"):
+        assert "WARNING: this configuration does NOT meet the SLO" in (out / name).read_text(), name
+
+
+def test_latency_bound_study_probes_the_smallest_request_cap_first(tmp_path):
+    run_tiny(tmp_path, "probe")
+    first = optuna.load_study(study_name="probe", storage=sqlite_url(tmp_path)).trials[0]
+    assert first.params["max_running_requests"] == 4  # the tiny space's low end
+    assert first.params["chunked_prefill_tokens"] == 2048  # its largest chunk
+
+
+@pytest.mark.parametrize("value,why", [("no such id", "Hugging Face id"), ("./missing-ckpt", "path not found")])
+def test_bad_drafter_is_one_line(tmp_path, capsys, value, why):
+    assert tune_main(["--scenario", str(tiny_scenario(tmp_path)), "--drafter", value,
+                      "--storage", sqlite_url(tmp_path), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--drafter" in err and why in err

@@ -1,5 +1,5 @@
 """Engine exports of an expert-parallel, DP-attention DeepSeek-V4 deployment: the layout's
-flags and the checkpoint with V4's DSpark drafter bundled."""
+flags and the checkpoint with V4's DSpark drafter bundled, named as the drafter too."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -20,24 +20,30 @@ def test_v4_layout_in_every_engine(tmp_path):
     s = load_scenario(EXAMPLES / "v4_flash_b300.yaml")
     flags, text = export(s, "sglang", tmp_path)
     assert flags["model-path"] == "deepseek-ai/DeepSeek-V4-Flash-DSpark" and "bundled" in text
+    assert flags["speculative-draft-model-path"] == flags["model-path"]  # what SGLang resolves it to
     assert (flags["tp-size"], flags["ep-size"], flags["attn-dp-size"]) == (8, 8, 8)
+    assert flags["enable-dp-lm-head"] is True  # SGLang refuses DSpark under DP attention without it
     assert flags["kv-cache-dtype"] == "fp8_e4m3" and flags["speculative-dspark-block-size"] == 5
     args, _ = export(s, "vllm", tmp_path)
     assert (args["tensor-parallel-size"], args["data-parallel-size"], args["enable-expert-parallel"]) == (1, 8, True)
+    assert args["speculative-config"]["model"] == "deepseek-ai/DeepSeek-V4-Flash-DSpark"
+    # vLLM's request and token caps are per data-parallel rank: the replica's 512 and 16384 over 8
+    assert (args["max-num-seqs"], args["max-num-batched-tokens"]) == (64, 2048)
     assert args["kv-cache-dtype"] == "fp8"
     opts, _ = export(s, "trtllm", tmp_path)
     assert (opts["moe_expert_parallel_size"], opts["enable_attention_dp"]) == (8, True)
     assert opts["kv_cache_config"] == {"dtype": "fp8", "enable_block_reuse": True}
+    assert opts["speculative_config"]["speculative_model"] == "deepseek-ai/DeepSeek-V4-Flash-DSpark"
 
 
 def test_plain_tp_adds_no_layout_flags(tmp_path):
     s = load_scenario(EXAMPLES / "v4_flash_b300.yaml")
     s = replace(s, deployment=replace(s.deployment, ep=1, dp_attention=False, kv_cache_dtype="bf16"),
                 speculation=replace(s.speculation, method="static", drafter="mtp"))
-    flags, text = export(s, "sglang", tmp_path)
-    assert not {"ep-size", "attn-dp-size", "kv-cache-dtype"} & set(flags)
+    flags, _ = export(s, "sglang", tmp_path)
+    assert not {"ep-size", "attn-dp-size", "enable-dp-lm-head", "kv-cache-dtype"} & set(flags)
     assert flags["model-path"] == "deepseek-ai/DeepSeek-V4-Flash"  # MTP: the plain checkpoint
-    assert "--speculative-draft-model-path" in text
+    assert "speculative-draft-model-path" not in flags  # the target's own MTP layer drafts
 
 
 def test_exports_keep_the_prefix_cache_as_priced_and_say_so(tmp_path):

@@ -8,6 +8,7 @@ from test_tuner_fixtures import tiny_scenario
 
 from dspark_sim.errors import InputError
 from dspark_sim.tuner.scenarios import configure, load_base, to_scenario
+from dspark_sim.tuner import honour
 from dspark_sim.tuner.space import METHODS, Choice, Range, load_space, suggest, tier_ladder
 
 
@@ -29,9 +30,9 @@ def test_every_draw_is_a_valid_scenario(tmp_path, method):
     base = load_base(tiny_scenario(tmp_path))
     for _, config in _sample(method, 12):
         scenario = to_scenario(configure(base, config))
-        assert scenario.speculation.method == method
+        assert scenario.speculation.method == ("static" if method == "dflash" else method)
         dep = scenario.deployment
-        assert 4 <= dep.max_running_requests <= 512
+        assert 1 <= dep.max_running_requests <= 512
         assert dep.chunked_prefill_tokens <= dep.max_batched_tokens
 
 
@@ -87,3 +88,28 @@ def test_bad_space_names_the_key(tmp_path, text, key):
 def test_tier_ladders():
     assert tier_ladder("pow2", 100) == [1, 2, 4, 8, 16, 32, 64]
     assert tier_ladder("step64", 200) == [1, 2, 4, 8, 64, 128, 192]
+
+
+@pytest.mark.parametrize("engine", honour.ENGINES)
+def test_engine_holds_what_it_has_no_field_for(engine):
+    """Tuning for an engine samples only knobs it honours; the rest sit at its behaviour."""
+    space = load_space(None).restricted(honour.held(engine, "eagle3"), max_block=5)
+    tuned = {knob for (section, knob), fields in honour.FIELDS.items() if fields[engine]}
+    for params, config in _sample("dspark", 30, space):
+        assert set(params) <= tuned
+        spec, dep = config["speculation"], config["deployment"]
+        assert 3 <= spec["block_size"] <= 5  # never above the trained block
+        assert spec["scheduler"] == "production" and spec["survival_eps"] == 1e-6
+        assert "graph_tiers" not in spec and "max_verify_len" not in spec
+        if engine == "trtllm":  # its DSpark config verifies the whole block
+            assert spec["min_verify_len"] == spec["block_size"] + 1
+        if engine != "sglang":  # one step budget shared by prefill and decode, always mixed
+            assert dep["chunked_prefill_tokens"] is None and dep["batching"] == "mixed"
+    for _, config in _sample("static", 10, space):
+        assert config["speculation"]["drafter"] == "eagle3" and config["speculation"]["block_size"] <= 4
+
+
+def test_honour_table_has_a_row_per_knob_and_a_column_per_engine():
+    rows = honour.table()
+    assert len(rows) == 2 + len(honour.FIELDS)
+    assert all(row.count("|") == 2 + len(honour.ENGINES) for row in rows)

@@ -1,6 +1,7 @@
 """`dspark-tune`: tune DSpark (and its baselines) for a GPU, a model and a trace.
 
     dspark-tune --gpu b300                       # the shipped scenario, into runs/
+    dspark-tune --gpu h200 --drafter PATH        # name the DSpark drafter's checkpoint
     dspark-tune --gpu b300 --scenario trace.yaml --slo-tok-per-s-user 60 --workers 2
     dspark-tune --study NAME                     # resume (SQLite in runs/ by default)
     dspark-tune export --study NAME --format sglang [--trial N]
@@ -15,6 +16,7 @@ import sys
 from pathlib import Path
 
 from dspark_sim.errors import InputError, run_reporting_errors
+from dspark_sim.tuner.honour import ENGINES
 
 DEFAULT_SCENARIO = Path("examples") / "tune_default.yaml"
 SLO_FLAGS = {"tpot_ms": "--slo-tpot-ms", "tok_per_s_user": "--slo-tok-per-s-user", "ttft_ms": "--slo-ttft-ms"}
@@ -26,6 +28,10 @@ def tune_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu", help="GPU to tune for (catalog name, e.g. b300); default: the scenario's")
     p.add_argument("--scenario", help=f"scenario YAML (default {DEFAULT_SCENARIO})")
     p.add_argument("--model", help="target model (default: the scenario's)")
+    p.add_argument("--drafter", help="DSpark drafter checkpoint, a Hugging Face id or a path (default: the "
+                                     "scenario's speculation.drafter_checkpoint, else the model's published one)")
+    p.add_argument("--engine", choices=ENGINES, help="engine to tune for: knobs it has no field for are held at "
+                                                     "its behaviour (default sglang)")
     p.add_argument("--trials", type=int, help="complete DSpark trials the study should hold (default 200)")
     p.add_argument("--objective", choices=("throughput", "goodput", "pareto"),
                    help="maximise output tok/s per GPU (default), good requests/s per GPU, or the "
@@ -55,7 +61,8 @@ def export_parser() -> argparse.ArgumentParser:
     p.add_argument("--trial", type=int, help="trial number (default: the confirmed winner)")
     p.add_argument("--format", required=True, choices=("sglang", "vllm", "trtllm", "dspark"))
     p.add_argument("--storage", help="Optuna RDB URL (default sqlite:///runs/dspark-tune.db)")
-    p.add_argument("--out", help="output directory (default runs/<study>/trial-<N>)")
+    p.add_argument("--out", help="output directory (default runs/<study>/trial-<N>); files of other "
+                                 "formats already there are kept")
     return p
 
 
@@ -102,11 +109,12 @@ def new_settings(args):
                       "ttft_ms": args.slo_ttft_ms}, None, None, SLO_FLAGS)
     target = Target(args.objective or "throughput", slo)
     base = load_base(args.scenario or default_scenario(), gpu=args.gpu, model=args.model,
-                     slo=target.scenario_slo())
+                     slo=target.scenario_slo(), drafter=args.drafter)
     if not target.scenario_slo():  # no SLO flag: the scenario's own SLO is the constraint
         own = base.get("slo") or {}
         target = Target(target.objective, Slo(tpot_ms=own.get("tpot_ms"), ttft_ms=own.get("ttft_ms")))
-    baselines = BASELINES if args.baselines is None else tuple(b for b in args.baselines.split(",") if b)
+    baselines = default_baselines(base["model"]) if args.baselines is None \
+        else tuple(b for b in args.baselines.split(",") if b)
     for b in baselines:
         if b not in BASELINES:
             raise InputError(None, "--baselines", b, f"expected some of {','.join(BASELINES)}")
@@ -115,11 +123,23 @@ def new_settings(args):
     return Settings(base, target, load_space(args.space), trials=args.trials or 200,
                     baseline_trials=40 if args.baseline_trials is None else args.baseline_trials,
                     baselines=baselines, seeds=tuple(seed + i for i in range(n_seeds)),
-                    confirm_seeds=tuple(seed + n_seeds + i for i in range(3)), sampler_seed=seed)
+                    confirm_seeds=tuple(seed + n_seeds + i for i in range(3)), sampler_seed=seed,
+                    engine=args.engine or "sglang")
 
 
-DEFINING = ("gpu", "scenario", "model", "objective", "slo_tpot_ms", "slo_tok_per_s_user", "slo_ttft_ms",
-            "seed", "seeds", "baselines", "space")
+def default_baselines(model: str) -> tuple[str, ...]:
+    """Every baseline, DFlash only for a target with a DFlash acceptance preset of its own."""
+    from dspark_sim.acceptance.preset import builtin
+    from dspark_sim.catalog import get_model
+    from dspark_sim.tuner.tune import BASELINES
+
+    name = get_model(model).name
+    has_dflash = any(p.drafter == "dflash" and p.target == name for p in builtin().presets)
+    return tuple(b for b in BASELINES if b != "dflash" or has_dflash)
+
+
+DEFINING = ("gpu", "scenario", "model", "drafter", "engine", "objective", "slo_tpot_ms", "slo_tok_per_s_user",
+            "slo_ttft_ms", "seed", "seeds", "baselines", "space")
 
 
 def settings_for(args, url: str):
@@ -173,7 +193,6 @@ def run_tune(args) -> int:
 
 
 def run_export(args) -> int:
-    from dspark_sim.metrics.outdir import atomic_dir
     from dspark_sim.tuner import storage
     from dspark_sim.tuner.tune import record_of, stored_settings, write_exports
 
@@ -184,9 +203,13 @@ def run_export(args) -> int:
         raise InputError(None, "--study", args.study, f"no dspark-tune study of that name in {url}")
     record = record_of(url, args.study, args.trial, list(settings.seeds))
     out = Path(args.out) if args.out else Path("runs") / args.study / f"trial-{record['trial']}"
-    with atomic_dir(out) as tmp:
-        files = write_exports(settings.base, record, args.study, tmp, [args.format], out)
-    print(f"wrote {', '.join(str(out / f) for f in files)}")
+    # each file is written atomically; other formats already in ``out`` stay
+    files, notes = write_exports(settings.base, record, args.study, out, [args.format], out,
+                                 settings.target.describe(), settings.engine)
+    for note in notes:
+        print(note)
+    if files:
+        print(f"wrote {', '.join(str(out / f) for f in files)}")
     return 0
 
 

@@ -1,29 +1,38 @@
 """Serving-engine configs of a chosen trial: SGLang, vLLM and TensorRT-LLM.
 
-Field names were checked against each engine's source (docs/tuning.md cites
-the files and commits). A tuned knob an engine has no field for is written as
-a YAML comment, never as an invented key: each engine rejects unknown keys.
+Every key is a field of the engine's released code (docs/tuning.md cites each
+file and version; tests/test_tuner_engines.py feeds the files to that code):
 
-* SGLang ``--config sglang.yaml``: a flat mapping of hyphenated server flags
-  (``server_args_config_parser.py``); flags from ``server_args.py``.
-* vLLM ``vllm serve --config vllm.yaml``: flat engine flags with a nested
-  ``speculative-config`` mapping (``vllm/utils/argparse_utils.py``); fields
-  from ``vllm/config/speculative.py`` and ``vllm/config/scheduler.py``.
-* TensorRT-LLM ``trtllm-serve --extra_llm_api_options trtllm.yaml``: LLM API
+* SGLang 0.5.23 ``python -m sglang.launch_server --config sglang.yaml``: a flat
+  mapping of hyphenated server flags (``srt/utils/server_args_config_parser.py``),
+  flags from ``srt/arg_groups/fields/{spec,schedule,exec_}.py``.
+* vLLM 0.33.0 ``vllm serve --config vllm.yaml``: engine flags with a nested
+  ``speculative-config`` mapping (fields of ``vllm/config/speculative.py``
+  ``SpeculativeConfig``; ``max-cudagraph-capture-size`` from ``config/compilation.py``).
+* TensorRT-LLM ``trtllm-serve MODEL --extra_llm_api_options trtllm.yaml``: LLM API
   arguments with a ``speculative_config`` block (``tensorrt_llm/llmapi/llm_args.py``).
+
+A method an engine has no field for is not written as that engine's file: the
+export reports it as not expressible there instead of deploying something else.
 """
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import yaml
 
 from dspark_sim.catalog import get_model
+from dspark_sim.catalog.drafters import PLACEHOLDER, has_mtp, published_drafter
 from dspark_sim.metrics.outdir import atomic_write_text
 from dspark_sim.scenario import Scenario
 from dspark_sim.tuner.exports import SPS_FILE, STS_FILE
 
 FORMATS = ("dspark", "sglang", "vllm", "trtllm")
+# vLLM / TensorRT-LLM names of the chain and block drafters the baselines run
+_VLLM_METHOD = {"eagle3": "eagle3", "mtp": "mtp", "dflash": "dflash", "dspark": "dspark"}
+_TRT_TYPE = {"eagle3": "Eagle3", "mtp": "MTP", "dflash": "DFlash", "dspark": "DSpark"}
+_SGL_ALGO = {"eagle3": "EAGLE3", "mtp": "NEXTN", "dflash": "DFLASH", "dspark": "DSPARK"}
 
 
 def _yaml(data: dict) -> str:
@@ -35,8 +44,42 @@ def _comments(lines: list[str]) -> str:
     return "".join(f"# {line}\n" if line else "#\n" for line in lines)
 
 
-def _schedule_ranges(s: Scenario) -> list[tuple[int, int, int]]:
-    """Per-batch-size rules as inclusive (first, last, k) batch-size ranges."""
+def drafter_checkpoint(s: Scenario) -> str | None:
+    """The drafter weights an engine loads for this trial: the scenario's, else the published
+    preset's (DeepSeek-V4's DSpark drafter: the target checkpoint it ships in), else
+    :data:`PLACEHOLDER` (warned once); None when there is no speculation or the drafter is
+    the target's own MTP layers."""
+    spec = s.speculation
+    if spec.method == "none":
+        return None
+    model = get_model(s.model).name
+    if spec.drafter == "mtp" and has_mtp(model):
+        return None
+    if spec.drafter == "dspark" and spec.drafter_checkpoint:
+        return spec.drafter_checkpoint
+    preset = published_drafter(model, spec.drafter)
+    if preset is not None:
+        return preset.checkpoint
+    warnings.warn(f"no published {spec.drafter} drafter for {s.model}: engine configs name "
+                  f"{PLACEHOLDER!r}, which the engines refuse; pass --drafter PATH (or set "
+                  "speculation.drafter_checkpoint)")
+    return PLACEHOLDER
+
+
+def not_expressible(s: Scenario, engine: str) -> str | None:
+    """Why ``engine`` cannot run this trial's method, or None when it can."""
+    method = s.speculation.method
+    if method == "threshold":
+        return ("a static confidence threshold has no field in SGLang 0.5.23, vLLM 0.33.0 or "
+                "TensorRT-LLM; it is the simulator's reference baseline only")
+    if method == "schedule" and engine == "sglang":
+        return ("a per-batch-size draft schedule has no SGLang 0.5.23 field (--speculative-adaptive "
+                "adapts to the acceptance rate, not to the batch size)")
+    return None
+
+
+def schedule_ranges(s: Scenario) -> list[tuple[int, int, int]]:
+    """Per-batch-size rules as inclusive (first, last, k) batch-size ranges up to the request cap."""
     out, first = [], 1
     cap = s.deployment.max_running_requests
     for rule in s.speculation.schedule:
@@ -47,29 +90,28 @@ def _schedule_ranges(s: Scenario) -> list[tuple[int, int, int]]:
     return out
 
 
-def _untunable(s: Scenario, engine: str) -> list[str]:
-    """Tuned DSpark knobs ``engine`` has no field for, as comment lines."""
-    spec = s.speculation
-    if spec.method != "dspark":
-        return []
-    lines = [f"tuned knobs {engine} has no field for (set them in the engine's code or accept its default):",
-             f"  scheduler={spec.scheduler} min_verify_len={spec.min_verify_len} "
-             f"max_verify_len={spec.verify_cap} survival_eps={spec.survival_eps:g}"]
-    if spec.scheduler == "algorithm1":
-        lines.append("  Algorithm 1 (paper) has no engine switch: engines run the production scheduler")
-    return lines
+def verify_window(s: Scenario) -> int:
+    """Tokens one request verifies at most per step (drafts + the anchor); 1 without speculation."""
+    return 1 if s.speculation.method == "none" else s.speculation.block_size + 1
+
+
+def _write(out: Path, name: str, header: list[str], notes: list[str], data: dict) -> str:
+    atomic_write_text(out / name, _comments(header + [""] + [n for n in notes if n]) + _yaml(data))
+    return name
 
 
 def _layout(s: Scenario, engine: str) -> dict:
     """The deployment's split and KV format as ``engine``'s flags: SGLang ``--ep-size``,
-    ``--attn-dp-size`` (0.5.23 ``arg_groups/fields/parallel.py``), ``--kv-cache-dtype``;
-    vLLM ``enable-expert-parallel``, ``data-parallel-size`` and ``kv-cache-dtype`` (its
-    DeepSeek-V4 recipe); TensorRT-LLM ``moe_expert_parallel_size``, ``enable_attention_dp``
-    (``llm_args.py``) and ``kv_cache_config.dtype``. Nothing for a plain TP deployment."""
+    ``--attn-dp-size`` (0.5.23 ``arg_groups/fields/parallel.py``) with ``--enable-dp-lm-head``
+    (its ``speculative_hook.py`` refuses DSpark and DFlash under DP attention without it),
+    ``--kv-cache-dtype``; vLLM ``enable-expert-parallel``, ``data-parallel-size`` and
+    ``kv-cache-dtype`` (its DeepSeek-V4 recipe); TensorRT-LLM ``moe_expert_parallel_size``,
+    ``enable_attention_dp`` (``llm_args.py``) and ``kv_cache_config.dtype``. Nothing for a
+    plain TP deployment."""
     dep, fp8 = s.deployment, s.deployment.kv_cache_dtype == "fp8"
     if engine == "sglang":
         out = {"ep-size": dep.ep} if dep.ep > 1 else {}
-        out.update({"attn-dp-size": dep.tp} if dep.dp_attention else {})
+        out.update({"attn-dp-size": dep.tp, "enable-dp-lm-head": True} if dep.dp_attention else {})
         return {**out, **({"kv-cache-dtype": "fp8_e4m3"} if fp8 else {})}
     if engine == "vllm":  # DP attention: one data-parallel rank a GPU, experts over all of them
         out = {"tensor-parallel-size": 1, "data-parallel-size": dep.tp} if dep.dp_attention else {}
@@ -96,14 +138,22 @@ def _prefix_cache(s: Scenario, engine: str) -> tuple[dict, str]:
     return {"kv_cache_config": {"enable_block_reuse": on}}, f"KV block reuse (prefix cache): {state}"
 
 
+def _vllm_rank_caps(s: Scenario) -> tuple[int, int]:
+    """vLLM's ``max-num-seqs`` and ``max-num-batched-tokens``: they apply per data-parallel
+    rank (0.33.0 ``config/scheduler.py``), so under DP attention the replica's caps are split
+    over its ``tp`` ranks (rounded up)."""
+    dep = s.deployment
+    ranks = dep.tp if dep.dp_attention else 1
+    return -(-dep.max_running_requests // ranks), -(-dep.max_batched_tokens // ranks)
+
+
 def _model_path(s: Scenario) -> tuple[str, str]:
-    """``(checkpoint, note)``: the model's, or the one with its DSpark drafter bundled."""
+    """``(checkpoint, note)``: the model's, or the one its DSpark drafter ships in."""
     model = get_model(s.model)
     if s.speculation.method == "dspark" and model.dspark_checkpoint:
         return model.dspark_checkpoint, (f"{model.dspark_checkpoint}: {model.name} with its DSpark drafter "
-                                         "bundled (no --speculative-draft-model-path)")
-    return model.hf_id, ("Add --speculative-draft-model-path DRAFTER when the drafter is not bundled "
-                         "with the target.")
+                                         "bundled; the drafter path names the same checkpoint")
+    return model.hf_id, ""
 
 
 # -- SGLang --------------------------------------------------------------------
@@ -114,70 +164,63 @@ def sglang(s: Scenario, out: Path, header: list[str], final: Path) -> str:
     flags = {"model-path": path, "tp-size": dep.tp, **_layout(s, "sglang"),
              "max-running-requests": dep.max_running_requests,
              "chunked-prefill-size": dep.chunked_prefill_tokens or dep.max_batched_tokens,
-             "max-prefill-tokens": dep.max_batched_tokens}
+             "max-prefill-tokens": dep.max_batched_tokens,
+             "enable-mixed-chunk": dep.batching == "mixed",
+             # per-request verify trimming needs the batch inside a captured decode graph
+             "cuda-graph-max-bs-decode": dep.max_running_requests}
     prefix, prefix_note = _prefix_cache(s, "sglang")
     flags.update(prefix)
     env = []
-    notes = [prefix_note]
+    if spec.method != "none":
+        flags["speculative-algorithm"] = _SGL_ALGO[spec.drafter]
+        checkpoint = drafter_checkpoint(s)
+        if checkpoint is not None:
+            flags["speculative-draft-model-path"] = checkpoint
     if spec.method == "dspark":
-        flags.update({"speculative-algorithm": "DSPARK", "speculative-dspark-block-size": spec.block_size,
+        flags.update({"speculative-dspark-block-size": spec.block_size,
                       "speculative-dspark-sps-table-path": str((final / SPS_FILE).resolve()),
                       "speculative-dspark-confidence-sts-path": str((final / STS_FILE).resolve())})
-        if spec.pad_to_graph_tier:
-            flags["speculative-dspark-align-verify-tokens-to-graph-tier"] = True
-            notes.append(f"graph tiers tuned: {list(spec.graph_tiers)} (SGLang pads to its captured buckets)")
         env = ["SGLANG_RAGGED_VERIFY_MODE=compact",
                f"SGLANG_DSPARK_CONFIDENCE_RELAY_LAG_STEPS={max(spec.lag_steps, 1)}"]
-        if spec.scheduler == "production" and spec.lag_steps < 1:
-            notes.append("SGLang clamps the relay lag to >= 1 step (tuned: 0)")
-    elif spec.method in ("static", "schedule"):
+    elif spec.method == "static":
         k = spec.block_size
-        flags.update({"speculative-algorithm": "EAGLE", "speculative-num-steps": k,
-                      "speculative-eagle-topk": 1, "speculative-num-draft-tokens": k + 1})
-        if spec.method == "schedule":
-            flags["speculative-adaptive"] = True
-            notes.append(f"per-batch-size k tuned: {_schedule_ranges(s)} (first, last, k); SGLang's "
-                         "--speculative-adaptive-config JSON format is not confirmed here: write it by hand")
-    elif spec.method == "threshold":
-        notes.append(f"static confidence threshold {spec.threshold:g}, gamma {spec.block_size}: no SGLang "
-                     "server flag for it confirmed in server_args.py; run DSPARK with "
-                     "SGLANG_RAGGED_VERIFY_MODE=static and a patched threshold")
+        if spec.draft_kind == "chain":
+            flags.update({"speculative-num-steps": k, "speculative-eagle-topk": 1})
+        flags["speculative-num-draft-tokens"] = k + 1
     launch = " ".join(env + ["python -m sglang.launch_server --config sglang.yaml"])
-    text = _comments(header + ["", "Launch:", f"  {launch}", drafter_note]
-                     + notes + _untunable(s, "SGLang")) + _yaml(flags)
-    atomic_write_text(out / "sglang.yaml", text)
-    return "sglang.yaml"
+    return _write(out, "sglang.yaml", header, ["Launch:", f"  {launch}", drafter_note, prefix_note], flags)
 
 
 # -- vLLM ----------------------------------------------------------------------
 def vllm(s: Scenario, out: Path, header: list[str], final: Path) -> str:
     """``vllm.yaml`` for ``vllm serve --config vllm.yaml`` with a ``speculative-config`` block."""
     spec, dep = s.speculation, s.deployment
-    args = {"model": _model_path(s)[0], "tensor-parallel-size": dep.tp, **_layout(s, "vllm"),
-            "max-num-seqs": dep.max_running_requests, "max-num-batched-tokens": dep.max_batched_tokens}
-    if dep.chunked_prefill_tokens:
-        args["long-prefill-token-threshold"] = dep.chunked_prefill_tokens
+    requests, tokens = _vllm_rank_caps(s)
+    path, drafter_note = _model_path(s)
+    args = {"model": path, "tensor-parallel-size": dep.tp, **_layout(s, "vllm"),
+            "max-num-seqs": requests, "max-num-batched-tokens": tokens,
+            # capture sizes count tokens: R requests with full verify windows stay in a graph
+            "max-cudagraph-capture-size": requests * verify_window(s)}
     prefix, prefix_note = _prefix_cache(s, "vllm")
     args.update(prefix)
-    notes = [prefix_note]
-    if spec.method == "dspark":
-        args["speculative-config"] = {"method": "dspark", "num_speculative_tokens": spec.block_size,
-                                      "enable_adaptive_verification": True}
-        notes.append("vLLM sizes the adaptive budget itself: the SPS/STS tables are SGLang's format")
-    elif spec.method in ("static", "schedule"):
-        cfg = {"method": "mtp", "num_speculative_tokens": spec.block_size}
+    if spec.method != "none":
+        cfg = {"method": _VLLM_METHOD[spec.drafter]}
+        checkpoint = drafter_checkpoint(s)
+        if checkpoint is not None:
+            cfg["model"] = checkpoint
+        cfg["num_speculative_tokens"] = spec.block_size
+        if spec.method == "dspark":
+            cfg["enable_adaptive_verification"] = True
         if spec.method == "schedule":
-            cfg["num_speculative_tokens_per_batch_size"] = [list(r) for r in _schedule_ranges(s)]
+            cfg["num_speculative_tokens_per_batch_size"] = [list(r) for r in schedule_ranges(s)]
         args["speculative-config"] = cfg
-    elif spec.method == "threshold":
-        notes.append(f"static confidence threshold {spec.threshold:g}: no vLLM field; closest is "
-                     "method dspark with enable_adaptive_verification")
-    text = _comments(header + ["", "Launch:", "  vllm serve --config vllm.yaml",
-                               "long-prefill-token-threshold caps one request's prefill chunk; the "
-                               "simulator's chunked_prefill_tokens caps a step's prefill tokens"]
-                     + notes + _untunable(s, "vLLM")) + _yaml(args)
-    atomic_write_text(out / "vllm.yaml", text)
-    return "vllm.yaml"
+    notes = ["Launch:", "  vllm serve --config vllm.yaml", drafter_note, prefix_note]
+    if dep.dp_attention:
+        notes.append(f"max-num-seqs and max-num-batched-tokens are per data-parallel rank: the replica's "
+                     f"{dep.max_running_requests} requests and {dep.max_batched_tokens} tokens over {dep.tp} ranks")
+    if spec.method == "dspark":
+        notes.append("vLLM profiles its own verify cost and sizes the budget itself (no SPS/STS file)")
+    return _write(out, "vllm.yaml", header, notes, args)
 
 
 # -- TensorRT-LLM --------------------------------------------------------------
@@ -185,30 +228,31 @@ def trtllm(s: Scenario, out: Path, header: list[str], final: Path) -> str:
     """``trtllm.yaml``: LLM API options with a ``speculative_config`` block."""
     spec, dep = s.speculation, s.deployment
     args = {"tensor_parallel_size": dep.tp, **_layout(s, "trtllm"), "max_batch_size": dep.max_running_requests,
-            "max_num_tokens": dep.max_batched_tokens, "enable_chunked_prefill": True}
+            "max_num_tokens": dep.max_batched_tokens, "enable_chunked_prefill": True,
+            "cuda_graph_config": {"max_batch_size": dep.max_running_requests, "enable_padding": True}}
     prefix, prefix_note = _prefix_cache(s, "trtllm")
     args["kv_cache_config"] = {**args.get("kv_cache_config", {}), **prefix["kv_cache_config"]}
-    notes = [prefix_note]
-    if spec.method == "dspark":
-        args["speculative_config"] = {"decoding_type": "DSpark", "max_draft_len": spec.block_size,
-                                      "block_size": spec.block_size}
-        tiers = list(spec.graph_tiers) if spec.pad_to_graph_tier else None
-        notes += ["Confidence scheduling: upstream DSparkDecodingConfig (llm_args.py) has no field for it",
-                  "yet; DSpark branches name these (add them under speculative_config there):",
-                  "  enable_confidence_scheduling: true", "  enable_ragged_verify: true",
-                  f"  confidence_sps_table_path: {(final / SPS_FILE).resolve()}",
-                  f"  confidence_sts_path: {(final / STS_FILE).resolve()}"]
-        if tiers:
-            notes.append(f"  confidence_verify_len_tiers: {tiers}")
-    elif spec.method in ("static", "schedule"):
-        cfg = {"decoding_type": "MTP", "max_draft_len": spec.block_size}
+    if spec.method != "none":
+        cfg = {"decoding_type": _TRT_TYPE[spec.drafter], "max_draft_len": spec.block_size}
+        checkpoint = drafter_checkpoint(s)
+        if checkpoint is not None:
+            cfg["speculative_model"] = checkpoint
+        if spec.method == "dspark":
+            cfg["block_size"] = spec.block_size
         if spec.method == "schedule":
-            cfg["draft_len_schedule"] = {last: k for _, last, k in _schedule_ranges(s)}
+            # keys are batch-size bounds; above the largest key TensorRT-LLM stops drafting,
+            # so the open last bucket is keyed at the request cap
+            ranges = schedule_ranges(s)
+            cfg["max_draft_len"] = ranges[0][2]
+            cfg["draft_len_schedule"] = {last: k for _, last, k in ranges}
+        if spec.drafter == "mtp":  # MTPDecodingConfig sets max_draft_len from this field (default 1)
+            cfg["num_nextn_predict_layers"] = cfg["max_draft_len"]
         args["speculative_config"] = cfg
-    elif spec.method == "threshold":
-        notes.append(f"static confidence threshold {spec.threshold:g}: no TensorRT-LLM field")
-    text = _comments(header + ["", "Launch:", f"  trtllm-serve {_model_path(s)[0]} "
-                               "--extra_llm_api_options trtllm.yaml"]
-                     + notes + _untunable(s, "TensorRT-LLM")) + _yaml(args)
-    atomic_write_text(out / "trtllm.yaml", text)
-    return "trtllm.yaml"
+    path, drafter_note = _model_path(s)
+    notes = ["Launch:", f"  trtllm-serve {path} --extra_llm_api_options trtllm.yaml", drafter_note, prefix_note]
+    if spec.method == "dspark":
+        notes.append("DSparkDecodingConfig verifies the whole block (no confidence scheduling field)")
+    return _write(out, "trtllm.yaml", header, notes, args)
+
+
+WRITERS = {"sglang": sglang, "vllm": vllm, "trtllm": trtllm}

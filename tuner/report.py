@@ -8,13 +8,16 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
+from dspark_sim.catalog.drafters import PLACEHOLDER
+from dspark_sim.tuner import honour
 from dspark_sim.tuner.objective import THROUGHPUT, USER_SPEED, feasible, pareto_front
 from dspark_sim.tuner.runner import Job
 
-LABELS = {"dspark": "DSpark (tuned)", "none": "no speculation", "static": "static MTP-k",
-          "schedule": "per-batch-size k schedule", "threshold": "static confidence threshold"}
-COLORS = {"dspark": "tab:red", "none": "tab:gray", "static": "tab:blue", "schedule": "tab:green",
-          "threshold": "tab:purple"}
+LABELS = {"dspark": "DSpark (tuned)", "none": "no speculation", "static": "static chain k (EAGLE-3 / MTP)",
+          "dflash": "DFlash (whole block verified)", "schedule": "per-batch-size k schedule",
+          "threshold": "static confidence threshold"}
+COLORS = {"dspark": "tab:red", "none": "tab:gray", "static": "tab:blue", "dflash": "tab:orange",
+          "schedule": "tab:green", "threshold": "tab:purple"}
 UNITS = {"throughput": "tok/s/GPU", "goodput": "good req/s/GPU", "pareto": "tok/s/GPU"}
 
 
@@ -22,16 +25,18 @@ def knobs(config: dict) -> str:
     """A one-line summary of a trial's configuration."""
     spec, dep = config.get("speculation", {}), config.get("deployment", {})
     parts = [f"R<={dep.get('max_running_requests')}", f"chunk={dep.get('chunked_prefill_tokens')}"]
+    parts += [f"{k}={dep[k]}" for k in ("max_batched_tokens", "batching") if k in dep]
     method = spec.get("method")
     if method in ("dspark", "threshold"):
-        parts += [f"gamma={spec['block_size']}", f"verify={spec.get('min_verify_len', 1)}..{spec['max_verify_len']}"]
+        top = spec.get("max_verify_len", spec["block_size"] + 1)
+        parts += [f"gamma={spec['block_size']}", f"verify={spec.get('min_verify_len', 1)}..{top}"]
     if method == "dspark":
         parts += [spec["scheduler"], f"lag={spec.get('lag_steps', '-')}", f"eps={spec['survival_eps']:.0e}",
                   f"tiers={spec.get('graph_tiers', 'none')}"]
     if method == "threshold":
         parts.append(f"t={spec['threshold']:.2f}")
     if method == "static":
-        parts.append(f"k={spec['block_size']}")
+        parts.append(f"{spec.get('drafter')} k={spec['block_size']}")
     if method == "schedule":
         parts.append("k=" + "/".join(f"{r['num_draft_tokens']}@{r['max_batch_size'] or 'inf'}"
                                      for r in spec["schedule"]))
@@ -124,6 +129,27 @@ def importances(job: Job) -> dict[str, float]:
             return {}
 
 
+def nearest_slo(job: Job) -> str | None:
+    """When no trial of ``job`` meets the SLO: which constraint binds and the nearest SLO a trial meets.
+
+    The nearest trial is the one whose worst relative violation is smallest (constraints are
+    relative to their bounds); the SLO it meets is its worst-seed metrics."""
+    trials = [t for t in _trials(job) if t.constraints]
+    if not trials or any(feasible(t.constraints) for t in trials):
+        return None
+    best = min(trials, key=lambda t: max(t.constraints.values()))
+    worst, target = best.user_attrs["worst"], job.target
+    bounds = {"p99_tpot": ("p99 TPOT", "<=", worst.get("p99_tpot_ms"), target.slo.tpot_ms, " ms"),
+              "p99_ttft": ("p99 TTFT", "<=", worst.get("p99_ttft_ms"), target.slo.ttft_ms, " ms"),
+              "tok_per_s_user": ("mean tok/s/user", ">=", worst.get(USER_SPEED), target.slo.tok_per_s_user, "")}
+    shown = {n: bounds[n] for n in best.constraints if n in bounds}
+    binding = "; ".join(f"{label} (the nearest trial reaches {value:,.2f}{unit}, the SLO asks {op} {bound:g}{unit})"
+                        for n, (label, op, value, bound, unit) in shown.items() if best.constraints[n] > 0)
+    met = ", ".join(f"{label} {op} {value:,.2f}{unit}" for label, op, value, _, unit in shown.values())
+    return (f"No {LABELS.get(job.method, job.method)} trial meets the SLO. Binding: {binding}. "
+            f"Nearest SLO a trial meets (trial {best.number}, worst seed): {met}.")
+
+
 def _headline(table: list[dict], unit: str) -> str:
     ours = next((r for r in table if r["job"].method == "dspark"), None)
     if ours is None:
@@ -153,6 +179,17 @@ def _table(table: list[dict], unit: str, pareto: bool) -> list[str]:
     return lines
 
 
+def _drafter_lines(drafter) -> list[str]:
+    """The DSpark drafter the exports name, and a loud line when it is the placeholder."""
+    lines = [f"DSpark drafter: `{drafter.checkpoint}`, trained block {drafter.trained_block} "
+             f"(source: {drafter.source}); the search never exceeds the trained block."]
+    if drafter.checkpoint == PLACEHOLDER:
+        lines.append(f"**The engine configs name the placeholder `{PLACEHOLDER}`: every engine refuses "
+                     "them until it is replaced by the drafter's checkpoint** (`dspark-tune --drafter PATH`, "
+                     "or `speculation.drafter_checkpoint` in the scenario).")
+    return lines
+
+
 def write(out: Path, jobs: list[Job], winners: dict[str, dict], info: dict) -> str:
     """Write ``report.md`` and ``pareto.png`` into ``out``; returns the report text."""
     main = jobs[0]
@@ -168,15 +205,23 @@ def write(out: Path, jobs: list[Job], winners: dict[str, dict], info: dict) -> s
              f"- storage: `{info['storage']}`; sampler: TPE seed {main.sampler_seed}; "
              f"wall time {info['wall_s']:.0f} s on {info['workers']} worker(s)", "",
              _headline(table, unit), "",
+             *([nearest, ""] if (nearest := nearest_slo(main)) else []),
              "## Winner and baselines (same trace, same SLO, confirmed on fresh seeds)", "",
              *_table(table, unit, main.target.objective == "pareto"), "",
              "![Pareto front](pareto.png)", "",
              "## Parameter importances (DSpark study; PED-ANOVA over the knobs every trial has)", "",
              *(["| knob | importance |", "|---|---|", *(f"| {k} | {v:.3f} |" for k, v in imp.items())]
                if imp else ["(not enough complete trials)"]), "",
+             "## Engines", "",
+             f"Tuned for **{honour.NAMES[info['engine']]}**: a knob it has no field for is held at its "
+             "behaviour, not searched. Which tuned knob each engine honours:", "",
+             *honour.table(), "",
+             *_drafter_lines(info["drafter"]), "",
              "## Files", "",
              "- `dspark.yaml`: the winner as a scenario: `dspark-sim run dspark.yaml` replays it",
-             "- `sglang.yaml` (+ `sps_table.json`, `sts.json`), `vllm.yaml`, `trtllm.yaml`: engine configs",
+             "- `sglang.yaml` (+ `sps_table.json`, `sts.json`), `vllm.yaml`, `trtllm.yaml`: engine configs "
+             "(docs/tuning.md shows the command that starts each engine with them)",
+             *(f"- {note}" for note in info.get("notes", [])),
              f"- the study: `optuna-dashboard {info['storage']}`; other trials: "
              f"`dspark-tune export --study {main.study} --trial N --format sglang`", ""]
     text = "\n".join(lines)

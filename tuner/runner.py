@@ -23,7 +23,7 @@ from optuna.trial import TrialState
 from dspark_sim.tuner import storage
 from dspark_sim.tuner.objective import Target, score
 from dspark_sim.tuner.progress import Progress
-from dspark_sim.tuner.space import SearchSpace, suggest
+from dspark_sim.tuner.space import SearchSpace, suggest, tail_probe
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,10 @@ class Job:
     n_trials: int
 
     def open(self) -> optuna.Study:
-        return storage.open_study(self.url, self.study, self.target.directions, storage.sampler(self.sampler_seed))
+        # a TPOT-bound study's trial 0 probes where the tail is smallest (space.tail_probe)
+        first = tail_probe(self.space) if self.target.slo.tpot_ms is not None else None
+        return storage.open_study(self.url, self.study, self.target.directions,
+                                  storage.sampler(self.sampler_seed, first))
 
 
 class TrialFunction:

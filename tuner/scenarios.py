@@ -14,7 +14,10 @@ from pathlib import Path
 
 import yaml
 
-from dspark_sim.config import load_yaml
+from dspark_sim.catalog import get_model
+from dspark_sim.catalog.drafters import (PLACEHOLDER, Drafter, absolute_checkpoint, check_checkpoint,
+                                         published_drafter, trained_block_of)
+from dspark_sim.config import load_yaml, located
 from dspark_sim.scenario import Scenario
 from dspark_sim.tuner.space import tier_ladder
 
@@ -25,10 +28,11 @@ PATH_KEYS = ("workload.trace", "workload.synthetic.prompt_tokens.file",
 
 
 def load_base(path: str | Path, *, gpu: str | None = None, model: str | None = None,
-              slo: dict | None = None) -> dict:
+              slo: dict | None = None, drafter: str | None = None) -> dict:
     """The scenario file at ``path`` as a mapping with absolute paths and the CLI overrides applied.
 
-    Validated on the way (bad input raises :class:`dspark_sim.errors.InputError`).
+    ``drafter`` (``--drafter``) sets ``speculation.drafter_checkpoint``, a Hugging Face id or a
+    path. Validated on the way (bad input raises :class:`dspark_sim.errors.InputError`).
     """
     path = Path(path).resolve()
     raw = load_yaml(path)
@@ -40,8 +44,40 @@ def load_base(path: str | Path, *, gpu: str | None = None, model: str | None = N
         raw["model"] = model
     if slo:
         raw["slo"] = {**(raw.get("slo") or {}), **slo}
+    spec = dict(raw.get("speculation") or {})
+    if drafter is not None:
+        with located(None, None, {"drafter_checkpoint": "--drafter"}):
+            spec["drafter_checkpoint"] = absolute_checkpoint(drafter, Path.cwd())
+            check_checkpoint(spec["drafter_checkpoint"])
+    elif spec.get("drafter_checkpoint") is not None:  # a path relative to the file: absolute
+        spec["drafter_checkpoint"] = absolute_checkpoint(spec["drafter_checkpoint"], path.parent)
+    if spec:
+        raw["speculation"] = spec
     to_scenario(raw, name_hint=path)  # and so must the overridden one
     return raw
+
+
+def dspark_drafter(base: dict) -> Drafter:
+    """The DSpark drafter of a base scenario and the block it was trained for.
+
+    The checkpoint is the scenario's ``speculation.drafter_checkpoint`` (``--drafter``), else
+    the model's published one, else :data:`PLACEHOLDER`. Its trained block comes from a local
+    checkpoint's ``config.json``, else the published preset, else the scenario's block size.
+    """
+    model = get_model(base["model"]).name
+    spec = base.get("speculation") or {}
+    preset = published_drafter(model, "dspark")
+    given = spec.get("drafter_checkpoint")
+    scenario_block = spec.get("block_size") or spec.get("num_draft_tokens") or 7
+    if given is None:
+        if preset is not None:
+            return preset
+        return Drafter("dspark", PLACEHOLDER, scenario_block, "none published: scenario block size")
+    block = trained_block_of(given) if Path(given).is_absolute() else None
+    source = "config.json" if block is not None else "unknown: scenario block size"
+    if block is None and preset is not None and preset.checkpoint == given:
+        block, source = preset.trained_block, preset.source
+    return Drafter("dspark", given, block or scenario_block, source)
 
 
 def rebase_paths(raw: dict, base: Path, target: Path | None, *, names_only: bool = False) -> dict:
@@ -82,6 +118,9 @@ def configure(base: dict, config: dict, *, seed: int | None = None) -> dict:
     acceptance = (raw.get("speculation") or {}).get("acceptance")
     if acceptance is not None and spec.get("method", "none") != "none":
         spec["acceptance"] = {k: v for k, v in acceptance.items() if k != "drafter"}
+    checkpoint = (raw.get("speculation") or {}).get("drafter_checkpoint")
+    if checkpoint is not None and spec.get("drafter") == "dspark":  # the base names the DSpark drafter
+        spec["drafter_checkpoint"] = checkpoint
     raw["speculation"] = spec
     if seed is not None:
         raw["seed"] = seed

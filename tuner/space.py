@@ -21,7 +21,7 @@ from typing import Any
 from dspark_sim.config import Section, check_number, load_yaml
 from dspark_sim.errors import InputError
 
-METHODS = ("dspark", "none", "static", "schedule", "threshold")
+METHODS = ("dspark", "none", "static", "dflash", "schedule", "threshold")
 MAX_DRAFTS = 16  # scenario.py caps block_size at 16
 
 
@@ -52,11 +52,14 @@ TIER_LADDERS = ("none", "pow2", "step16", "step64")
 
 DEFAULT_SPACE: dict[str, dict[str, Knob]] = {
     "deployment": {
-        "max_running_requests": Range(4, 512, log=True),
-        "chunked_prefill_tokens": Range(512, 8192, log=True),
+        # down to 1: on prefill-heavy traffic a tight TPOT tail is met only by a small cap
+        "max_running_requests": Range(1, 512, log=True),
+        "chunked_prefill_tokens": Range(256, 8192, log=True),
+        "max_batched_tokens": Range(512, 8192, log=True),
+        "batching": Choice(("mixed", "prefill_first")),
     },
     "dspark": {
-        "block_size": Range(3, 8),
+        "block_size": Range(3, 8),  # capped at the drafter's trained block
         "scheduler": Choice(("production", "algorithm1")),
         "lag_steps": Range(1, 4),  # SGLang clamps the relay lag to >= 1
         "min_verify_len": Range(1, 3),
@@ -70,9 +73,14 @@ DEFAULT_SPACE: dict[str, dict[str, Knob]] = {
         "max_verify_len": Range(2, 9),
     },
     "static": {"num_draft_tokens": Range(1, 4)},
+    "dflash": {"block_size": Range(3, 7)},
     "schedule": {"num_draft_tokens": Range(0, 4), "bounds": Choice(((8, 32, 128),))},
     "none": {},
 }
+# A held knob that follows the block size: the verify length gamma + 1 (the full window).
+FULL_WINDOW = "block+1"
+# A held knob left at the scenario file's value (not sampled, not overridden).
+SCENARIO_VALUE = "<scenario>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +91,23 @@ class SearchSpace:
 
     def knob(self, section: str, name: str) -> Knob:
         return self.sections[section][name]
+
+    def restricted(self, held: dict[str, dict], max_block: int) -> SearchSpace:
+        """This space with ``held`` knobs fixed ({section: {knob: value}}) and every block size
+        (or chain length) capped at ``max_block``, the drafter's trained block."""
+        out = {}
+        for section, knobs in self.sections.items():
+            knobs = dict(knobs)
+            for name, value in held.get(section, {}).items():
+                if value == SCENARIO_VALUE:
+                    knobs.pop(name, None)
+                else:
+                    knobs[name] = Choice((value,))
+            for name in ("block_size", "num_draft_tokens"):
+                if isinstance(knobs.get(name), Range):
+                    knobs[name] = _capped(knobs[name], max_block)
+            out[section] = knobs
+        return SearchSpace(out)
 
 
 def load_space(path: str | Path | None) -> SearchSpace:
@@ -100,6 +125,12 @@ def load_space(path: str | Path | None) -> SearchSpace:
         sub.done()
     top.done()
     return SearchSpace(sections)
+
+
+def _capped(knob: Range, high: int) -> Range:
+    """``knob`` with its upper end at most ``high`` (and its lower end not above that)."""
+    hi = min(knob.high, high)
+    return Range(min(knob.low, hi), hi, knob.log)
 
 
 def _knob(value: Any, file, key: str, default: Knob) -> Knob:
@@ -120,6 +151,25 @@ def _knob(value: Any, file, key: str, default: Knob) -> Knob:
     if not values:
         raise InputError(file, key, value, "give at least one value")
     return Choice(values)
+
+
+def tail_probe(space: SearchSpace) -> dict:
+    """Parameters of the first trial a TPOT-bound study runs: the smallest request cap and the
+    largest prefill chunk the space allows (others sampled as usual).
+
+    Few running requests share a step with a prefill chunk, and a large chunk needs few
+    such steps, so this is where a TPOT tail is smallest; when even it misses the SLO, the
+    report's nearest feasible SLO starts from it."""
+    dep = space.sections["deployment"]
+    out = {}
+    for name, pick in (("max_running_requests", min), ("chunked_prefill_tokens", max)):
+        knob = dep.get(name)
+        if isinstance(knob, Range):
+            out[name] = pick(knob.low, knob.high)
+        elif isinstance(knob, Choice) and len(knob.values) > 1 and \
+                all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in knob.values):
+            out[name] = pick(knob.values)
+    return out
 
 
 # -- sampling -----------------------------------------------------------------
@@ -169,13 +219,23 @@ def _dspark(trial, knobs: dict[str, Knob]) -> dict:
 
 
 def _verify_lens(trial, knobs: dict[str, Knob], gamma: int) -> dict:
-    """Min and max verify length (anchor counted), each within [1, gamma + 1], min <= max."""
+    """Min and max verify length (anchor counted), each within [1, gamma + 1], min <= max.
+
+    A knob held at ``None`` is left to the scenario default (max: gamma + 1); one held
+    at :data:`FULL_WINDOW` is gamma + 1 (every draft verified)."""
     out = {}
     lo = 1
-    if "min_verify_len" in knobs:
-        lo = draw(trial, "min_verify_len", knobs["min_verify_len"], high=gamma + 1)
-        out["min_verify_len"] = lo
-    out["max_verify_len"] = draw(trial, "max_verify_len", knobs["max_verify_len"], low=lo, high=gamma + 1)
+    for name in ("min_verify_len", "max_verify_len"):
+        if name not in knobs:
+            continue
+        knob = knobs[name]
+        if isinstance(knob, Choice) and len(knob.values) == 1 and knob.values[0] in (None, FULL_WINDOW):
+            if knob.values[0] == FULL_WINDOW:
+                out[name] = lo = gamma + 1
+            continue
+        value = draw(trial, name, knob, low=lo if name == "max_verify_len" else None, high=gamma + 1)
+        out[name] = value
+        lo = value if name == "min_verify_len" else lo
     return out
 
 
@@ -188,8 +248,20 @@ def _threshold(trial, knobs: dict[str, Knob]) -> dict:
 
 
 def _static(trial, knobs: dict[str, Knob]) -> dict:
+    """A chain drafter verifying all k drafts (its kind comes from the held ``drafter`` knob)."""
     k = draw(trial, "num_draft_tokens", knobs["num_draft_tokens"], low=1, high=MAX_DRAFTS)
-    return {"method": "static", "drafter": "mtp", "block_size": k}
+    return {"method": "static", "drafter": _drafter(knobs, "mtp"), "block_size": k}
+
+
+def _dflash(trial, knobs: dict[str, Knob]) -> dict:
+    """DFlash: a block drafter whose whole block is verified every step."""
+    gamma = draw(trial, "block_size", knobs["block_size"], low=1, high=MAX_DRAFTS)
+    return {"method": "static", "drafter": "dflash", "block_size": gamma}
+
+
+def _drafter(knobs: dict[str, Knob], default: str) -> str:
+    knob = knobs.get("drafter")
+    return knob.values[0] if isinstance(knob, Choice) else default
 
 
 def _schedule(trial, knobs: dict[str, Knob]) -> dict:
@@ -203,14 +275,14 @@ def _schedule(trial, knobs: dict[str, Knob]) -> dict:
     if ks[0] == 0:  # a schedule that never drafts is the no-speculation baseline
         ks[0] = 1
     rules = [{"max_batch_size": b, "num_draft_tokens": k} for b, k in zip((*bounds, None), ks)]
-    return {"method": "schedule", "drafter": "mtp", "block_size": max(ks), "schedule": rules}
+    return {"method": "schedule", "drafter": _drafter(knobs, "mtp"), "block_size": max(ks), "schedule": rules}
 
 
 def _none(trial, knobs: dict[str, Knob]) -> dict:
     return {"method": "none"}
 
 
-_SPECULATION = {"dspark": _dspark, "threshold": _threshold, "static": _static,
+_SPECULATION = {"dspark": _dspark, "threshold": _threshold, "static": _static, "dflash": _dflash,
                 "schedule": _schedule, "none": _none}
 
 

@@ -103,13 +103,30 @@ class TrialSeededTPE(optuna.samplers.TPESampler):
     draws, because trial numbers are unique within a study. ``group=True``
     keeps conditional (define-by-run) knobs in their own sub-spaces; TPE reads
     the SLO constraints each trial sets (``Trial.set_constraint``).
+
+    ``first``: parameter values trial 0 takes (where its distribution allows them),
+    e.g. :func:`dspark_sim.tuner.space.tail_probe`. Trial numbers are assigned by the
+    storage, so exactly one trial of a study gets them however many processes share it.
     """
 
-    def __init__(self, seed: int):
+    def __init__(self, seed: int, first: dict | None = None):
         with warnings.catch_warnings():  # multivariate and group are "experimental"
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             super().__init__(seed=seed, multivariate=True, group=True, n_startup_trials=12)
         self._base_seed = seed
+        self._first = dict(first or {})
+
+    def sample_relative(self, study, trial, search_space):
+        params = super().sample_relative(study, trial, search_space)
+        if trial.number == 0:
+            params = {k: v for k, v in params.items() if k not in self._first}
+        return params
+
+    def sample_independent(self, study, trial, name, distribution):
+        value = self._first.get(name)
+        if trial.number == 0 and value is not None and distribution._contains(distribution.to_internal_repr(value)):
+            return value
+        return super().sample_independent(study, trial, name, distribution)
 
     def before_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         state = np.random.SeedSequence([self._base_seed, trial.number]).generate_state(2)
@@ -119,8 +136,8 @@ class TrialSeededTPE(optuna.samplers.TPESampler):
         super().before_trial(study, trial)
 
 
-def sampler(seed: int) -> TrialSeededTPE:
-    return TrialSeededTPE(seed)
+def sampler(seed: int, first: dict | None = None) -> TrialSeededTPE:
+    return TrialSeededTPE(seed, first)
 
 
 def open_study(url: str, name: str, directions: list[str], sampler_=None, *, create: bool = True) -> optuna.Study:

@@ -15,15 +15,17 @@ from optuna.trial import TrialState
 
 from dspark_sim.errors import InputError
 from dspark_sim.metrics.outdir import atomic_dir
-from dspark_sim.tuner import engines, exports, report
+from dspark_sim.catalog import get_model
+from dspark_sim.catalog.drafters import chain_baseline_drafter
+from dspark_sim.tuner import engines, exports, honour, report
 from dspark_sim.tuner.confirm import confirm
 from dspark_sim.tuner.objective import Target, feasible
 from dspark_sim.tuner.runner import Job, run
 from dspark_sim.tuner.storage import open_storage, open_study
-from dspark_sim.tuner.scenarios import configure, rebase_paths, to_scenario
+from dspark_sim.tuner.scenarios import configure, dspark_drafter, rebase_paths, to_scenario
 from dspark_sim.tuner.space import Choice, Range, SearchSpace
 
-BASELINES = ("none", "static", "schedule", "threshold")
+BASELINES = ("none", "static", "dflash", "schedule", "threshold")
 
 
 @dataclass(frozen=True)
@@ -39,16 +41,25 @@ class Settings:
     seeds: tuple[int, ...] = (0, 1)
     confirm_seeds: tuple[int, ...] = (2, 3, 4)
     sampler_seed: int = 0
+    engine: str = "sglang"
+
+    def engine_space(self) -> SearchSpace:
+        """The space searched: knobs ``engine`` does not honour held at its behaviour (honour.py),
+        block sizes capped at the DSpark drafter's trained block."""
+        model = get_model(self.base["model"]).name
+        held = honour.held(self.engine, chain_baseline_drafter(model))
+        return self.space.restricted(held, dspark_drafter(self.base).trained_block)
 
     def jobs(self, url: str, name: str) -> list[Job]:
         """The DSpark study ``name`` first, then one study ``name.<method>`` per baseline."""
-        out = [Job(url, name, "dspark", self.base, self.space, self.target, self.seeds,
+        space = self.engine_space()
+        out = [Job(url, name, "dspark", self.base, space, self.target, self.seeds,
                    self.sampler_seed, self.trials)]
         for method in self.baselines:
             n = self.baseline_trials
-            if method == "none":  # two knobs only: a third of the budget covers them
+            if method == "none":  # few knobs only: a third of the budget covers them
                 n = min(n, max(4, n // 3))
-            out.append(Job(url, f"{name}.{method}", method, self.base, self.space, self.target,
+            out.append(Job(url, f"{name}.{method}", method, self.base, space, self.target,
                            self.seeds, self.sampler_seed, n))
         return out
 
@@ -56,7 +67,8 @@ class Settings:
         return {"base": self.base, "target": self.target.to_json(), "space": space_json(self.space),
                 "trials": self.trials, "baseline_trials": self.baseline_trials,
                 "baselines": list(self.baselines), "seeds": list(self.seeds),
-                "confirm_seeds": list(self.confirm_seeds), "sampler_seed": self.sampler_seed}
+                "confirm_seeds": list(self.confirm_seeds), "sampler_seed": self.sampler_seed,
+                "engine": self.engine}
 
     def identity(self) -> dict:
         """What makes two settings the same study: all but the budgets, with file paths as names."""
@@ -68,7 +80,7 @@ class Settings:
     def from_json(cls, d: dict) -> Settings:
         return cls(d["base"], Target.from_json(d["target"]), space_from_json(d["space"]), d["trials"],
                    d["baseline_trials"], tuple(d["baselines"]), tuple(d["seeds"]),
-                   tuple(d["confirm_seeds"]), d["sampler_seed"])
+                   tuple(d["confirm_seeds"]), d["sampler_seed"], d.get("engine", "sglang"))
 
 
 def space_json(space: SearchSpace) -> dict:
@@ -109,42 +121,59 @@ def tune(settings: Settings, url: str, name: str, out: Path, *, workers: int = 1
     info = {"scenario": settings.base.get("name"), "model": scenario.model, "gpu": scenario.gpu,
             "num_gpus": scenario.deployment.num_gpus, "trials": settings.trials,
             "confirm_seeds": list(settings.confirm_seeds), "storage": url, "workers": workers,
-            "wall_s": time.monotonic() - started}
+            "wall_s": time.monotonic() - started, "engine": settings.engine,
+            "drafter": dspark_drafter(settings.base), "notes": []}
     with atomic_dir(out) as tmp:
         if jobs[0].study in winners:
-            write_exports(settings.base, winners[jobs[0].study], name, tmp, engines.FORMATS, out)
+            _, info["notes"] = write_exports(settings.base, winners[jobs[0].study], name, tmp, engines.FORMATS,
+                                             out, settings.target.describe(), settings.engine)
         report.write(tmp, jobs, winners, info)
     return winners
 
 
-def header(study: str, record: dict) -> list[str]:
-    """Comment lines every exported file starts with: where it came from and what it scored."""
+def header(study: str, record: dict, slo: str = "") -> list[str]:
+    """Comment lines every exported file starts with: where it came from, what it scored,
+    and, loudly, whether it meets the SLO it was tuned for."""
     mean = record.get("mean", {})
     scored = ", ".join(f"{k}={mean[k]:,.2f}" for k in ("output_throughput_per_gpu", "mean_tok_per_s_per_user",
                                                        "p99_tpot_ms") if mean.get(k) is not None)
-    return [f"dspark-tune: study {study}, trial {record['trial']} ({record['method']})",
-            f"seeds {record.get('seeds')}: {scored}"]
+    lines = [f"dspark-tune: study {study}, trial {record['trial']} ({record['method']})",
+             f"seeds {record.get('seeds')}: {scored}"]
+    if record.get("feasible") is False:
+        lines.append(f"WARNING: this configuration does NOT meet the SLO ({slo or 'see report.md'}); "
+                     "report.md names the binding constraint and the nearest SLO that is met")
+    return lines
 
 
 def write_exports(base: dict, record: dict, study: str, out: Path, formats,
-                  final: Path | None = None) -> list[str]:
-    """Write the chosen trial in each of ``formats`` into ``out``; returns the file names.
+                  final: Path | None = None, slo: str = "", engine: str = "sglang") -> tuple[list[str], list[str]]:
+    """Write the chosen trial in each of ``formats`` into ``out``: (file names, notes).
 
     A DSpark trial always gets its tables (``sps_table.json``, ``sts.json``).
-    ``final`` is where ``out`` ends up (outputs are built in a temporary
+    ``final`` is where ``out`` ends up (outputs may be built in a temporary
     sibling): engine configs name the tables by absolute path under ``final``.
+    A format the trial's method has no field for is not written; a note says why. Files for
+    an engine other than ``engine`` (the one tuned for) say so in their header.
     """
     out = Path(out)
-    lines = header(study, record)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = header(study, record, slo)
     scenario = to_scenario(configure(base, record["config"]))
-    files = exports.write_tables(scenario, out)
-    writers = {"sglang": engines.sglang, "vllm": engines.vllm, "trtllm": engines.trtllm}
+    files, notes = exports.write_tables(scenario, out), []
     for fmt in formats:
         if fmt == "dspark":
             files.append(exports.write_dspark_yaml(base, record["config"], out, lines))
-        else:
-            files.append(writers[fmt](scenario, out, lines, Path(final or out)))
-    return files
+            continue
+        why = engines.not_expressible(scenario, fmt)
+        if why is not None:
+            notes.append(f"{fmt}: not expressible in {honour.NAMES[fmt]}: {why}")
+            continue
+        other = [] if fmt == engine else [
+            f"tuned for {honour.NAMES[engine]}: knobs {honour.NAMES[fmt]} honours and {honour.NAMES[engine]} "
+            f"does not were held at {honour.NAMES[engine]}'s behaviour (report.md, docs/tuning.md); "
+            f"tune with --engine {fmt} for this engine"]
+        files.append(engines.WRITERS[fmt](scenario, out, lines + other, Path(final or out)))
+    return files, notes
 
 
 def record_of(url: str, name: str, trial: int | None, seeds: list[int]) -> dict:
@@ -166,4 +195,4 @@ def record_of(url: str, name: str, trial: int | None, seeds: list[int]) -> dict:
         ok = [t for t in done if feasible(t.constraints)] or done
         chosen = max(ok, key=lambda t: t.values[0])
     return {"trial": chosen.number, "method": chosen.user_attrs["method"], "config": chosen.user_attrs["config"],
-            "mean": chosen.user_attrs["metrics"], "seeds": list(seeds)}
+            "mean": chosen.user_attrs["metrics"], "seeds": list(seeds), "feasible": feasible(chosen.constraints)}

@@ -6,7 +6,7 @@ from dataclasses import replace
 import numpy as np
 
 from dspark_sim.acceptance.config import AcceptanceConfig
-from dspark_sim.acceptance.noise import standard_noise
+from dspark_sim.acceptance.noise import noise_from_words, noise_words, standard_noise
 from dspark_sim.acceptance.paper import FIT_POSITIONS
 from dspark_sim.acceptance.preset import MAX_POSITIONS, AcceptancePreset, PresetTable, builtin, extend
 from dspark_sim.names import DOMAINS
@@ -95,30 +95,68 @@ class AcceptanceModel:
         if self.cfg.fixed_accept_prob is not None:
             p = np.full((n, block_size), self.cfg.fixed_accept_prob)
             return p, p.copy()
-        t = np.take(self._table[block_size], domain_idx, axis=2)
-        sigma = np.take(self._sigma_t, domain_idx, axis=1)
         z = standard_noise(rng, (2 * block_size + 1, n))
-        out = np.empty((2, block_size, n))
+        return self.probs(difficulty, domain_idx, block_size, z)
+
+    def step_words(self, num_reqs: int, block_size: int) -> int:
+        """Random 64-bit words one :meth:`step` draws for ``num_reqs`` requests."""
+        return 0 if self.cfg.fixed_accept_prob is not None else noise_words((2 * block_size + 1) * num_reqs)
+
+    def steps(self, difficulty: np.ndarray, domain_idx: np.ndarray, block_size: int,
+              words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """K draft steps of the same R requests from the words K :meth:`step` calls would draw,
+        uint64 [K, step_words]: (p_true, conf), float64 [K, R, block_size] each, step k's
+        numbers those of the k-th :meth:`step`, bit for bit."""
+        n, k = len(difficulty), words.shape[0]
+        if self.cfg.fixed_accept_prob is not None:
+            p = np.full((k, n, block_size), self.cfg.fixed_accept_prob)
+            return p, p.copy()
+        z = noise_from_words(words, (2 * block_size + 1) * n).reshape(k, 2 * block_size + 1, n)
+        return self.probs(difficulty, domain_idx, block_size, z)
+
+    def probs(self, difficulty: np.ndarray, domain_idx: np.ndarray, block_size: int,
+              z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(p_true, conf) [..., R, block_size] from standard noise ``z`` [..., 2 block_size + 1, R]
+        (leading axes: steps); the same operations on every step, so the numbers do not depend
+        on how many steps are evaluated together."""
+        g = block_size
+        t = np.take(self._table[g], domain_idx, axis=2)
+        sigma = np.take(self._sigma_t, domain_idx, axis=1)
+        out = np.empty((2, *z.shape[:-2], g, z.shape[-1]))
         neg_x, neg_logit = out[0], out[1]
-        np.multiply(z[1:block_size + 1], sigma[2], out=neg_x)
+        np.multiply(z[..., 1:g + 1, :], sigma[2], out=neg_x)
         neg_x += t[0]
-        neg_x -= z[0] * sigma[1] + difficulty
-        np.multiply(z[block_size + 1:], t[3], out=neg_logit)
+        neg_x -= (z[..., 0, :] * sigma[1] + difficulty)[..., None, :]
+        np.multiply(z[..., g + 1:, :], t[3], out=neg_logit)
         neg_logit += t[2]
-        neg_logit += np.multiply(t[1], neg_x, out=t[1])
+        neg_logit += np.multiply(t[1], neg_x)
         np.exp(out, out=out)  # logits stay far inside exp's range: the noise is bounded
         out += 1.0
         np.reciprocal(out, out=out)
-        p_true, conf = out.transpose(0, 2, 1).copy()
+        p_true, conf = np.swapaxes(out, -1, -2).copy()
         return p_true, conf
 
     def accept(self, p_true: np.ndarray, num_drafts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Accepted drafts per request, int64 [R]: sequential Bernoulli(p_true), stopped by the first
         rejection and capped at num_drafts[r] (int [R] or a scalar). Draws one uniform per entry of
         p_true whatever num_drafts is, so the verify length never shifts later random numbers."""
-        ok = rng.random(p_true.shape) < p_true
-        run = _LEADING_ONES[ok @ _BIT_WEIGHTS[: p_true.shape[1]]]
-        return np.minimum(run, num_drafts)
+        return accepted_drafts(rng.random(p_true.shape) < p_true, num_drafts)
+
+    def accept_words(self, p_true: np.ndarray, num_drafts: np.ndarray, words: np.ndarray) -> np.ndarray:
+        """:meth:`accept` of K steps from the words its K calls would draw: p_true [K, R, block_size],
+        num_drafts [K, R], words uint64 [K, R * block_size] -> int64 [K, R]."""
+        uniform = (words >> np.uint64(11)) * _DOUBLE_UNIT  # how numpy's ``random`` makes a double
+        return accepted_drafts(uniform.reshape(p_true.shape) < p_true, num_drafts)
+
+
+def accepted_drafts(ok: np.ndarray, num_drafts) -> np.ndarray:
+    """Drafts accepted before the first rejection, capped at ``num_drafts``: ok bool [..., block_size]
+    -> int64 [...]."""
+    run = _LEADING_ONES[ok @ _BIT_WEIGHTS[: ok.shape[-1]]]
+    return np.minimum(run, num_drafts)
+
+
+_DOUBLE_UNIT = 1.0 / 9007199254740992.0  # 2**-53
 
 
 # Accepted-prefix length by bit pattern: the rows of ``ok`` become integers (bit k = draft k+1

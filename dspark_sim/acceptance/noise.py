@@ -14,14 +14,26 @@ def standard_noise(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarr
     to exactly this noise.
     """
     n = int(np.prod(shape))
-    planes = rng.bit_generator.random_raw((n + 1) // 2).view(np.uint8)[: 4 * n].reshape(4, n)
-    total = planes[0].astype(np.int16)
-    total += planes[1]
-    total += planes[2]
-    total += planes[3]
+    return noise_from_words(rng.bit_generator.random_raw(noise_words(n)), n).reshape(shape)
+
+
+def noise_words(n: int) -> int:
+    """Random 64-bit words :func:`standard_noise` draws for ``n`` values (four bytes each)."""
+    return (n + 1) // 2
+
+
+def noise_from_words(words: np.ndarray, n: int) -> np.ndarray:
+    """The noise :func:`standard_noise` makes of its words: uint64 [..., noise_words(n)] -> float64
+    [..., n], the same numbers for every leading index as for one draw of those words."""
+    lead = words.shape[:-1]
+    planes = words.view(np.uint8)[..., : 4 * n].reshape(*lead, 4, n)
+    total = planes[..., 0, :].astype(np.int16)
+    total += planes[..., 1, :]
+    total += planes[..., 2, :]
+    total += planes[..., 3, :]
     z = np.multiply(total, _BYTE_SUM_INV_SD)
     z -= 510.0 * _BYTE_SUM_INV_SD  # four times the byte mean 127.5
-    return z.reshape(shape)
+    return z
 
 
 _BYTE_SUM_INV_SD = 1.0 / np.sqrt(4 * (256 ** 2 - 1) / 12)

@@ -1,6 +1,7 @@
 """`dspark-sim run`: simulate a scenario file, print its summary, write its outputs (:mod:`dspark_sim.run`)."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from dspark_sim.run import run_scenario
@@ -50,6 +51,8 @@ def run(args) -> int:
     scenario = load_scenario(args.scenario)
     if args.seed is not None:
         scenario = scenario.with_seed(args.seed)
+    if args.exact:
+        scenario = replace(scenario, exact=True)
     out = Path(args.out) if args.out else Path("runs") / scenario.name
     summary, _ = run_scenario(scenario, out, plots=not args.no_plots, show_progress=not args.quiet)
     print(format_summary(summary))
@@ -65,4 +68,6 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, help="override the scenario's seed")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--exact", action="store_true",
+                   help="one simulation event per engine step, no skip-ahead (slower; the same numbers)")
     p.set_defaults(func=run)

@@ -3,12 +3,16 @@
 Every cost model (the roofline below, measured GPU profiles) implements
 :class:`CostModel`; the engine, the DSpark scheduler and the tuner only ever
 call :meth:`CostModel.step_s`, so a measured profile replaces the roofline
-without anything else changing.
+without anything else changing. :meth:`CostModel.breakdown_array` prices many
+steps (:class:`StepWorks`) in one vectorised call, with the numbers
+:meth:`CostModel.breakdown` gives each of them, bit for bit.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Protocol, runtime_checkable
+
+import numpy as np
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +67,110 @@ class StepWork:
         return self.verify_tokens + self.prefill_tokens
 
 
+@dataclass(frozen=True)
+class StepWorks:
+    """The work of N steps, one entry per step (the fields of :class:`StepWork`).
+
+    Each field is a 1-D array of N entries or one number that holds for all N steps (a
+    batch's request count in a stretch of its steps: the cost models then evaluate the
+    terms of that number once). Lists are taken as arrays. The drafter, when there is one,
+    is of one ``draft_kind`` for all N steps; a step with ``draft_block_size`` 0 drafts nothing.
+    """
+
+    decode_reqs: np.ndarray | int
+    verify_tokens: np.ndarray | int
+    decode_context_tokens: np.ndarray | int
+    prefill_tokens: np.ndarray | int = 0
+    prefill_reqs: np.ndarray | int = 0
+    prefill_attn_tokens2: np.ndarray | float = 0.0
+    draft_kind: str | None = None
+    draft_reqs: np.ndarray | int = 0
+    draft_block_size: np.ndarray | int = 0
+    draft_context_tokens: np.ndarray | int = 0
+    decode_max_context: np.ndarray | int = 0
+    running_reqs: np.ndarray | int = 0
+    size: int = field(init=False, default=1)
+
+    def __post_init__(self) -> None:
+        sizes = set()
+        for name in _WORK_FIELDS:
+            value = self.__dict__[name]
+            if type(value) is np.ndarray:
+                if value.ndim != 1:
+                    raise ValueError(f"StepWorks.{name} must be 1-D, got shape {value.shape}")
+                sizes.add(value.size)
+            elif isinstance(value, (list, tuple)):
+                value = np.asarray(value, dtype=np.float64 if name == "prefill_attn_tokens2" else np.int64)
+                object.__setattr__(self, name, value)
+                sizes.add(value.size)
+        if len(sizes) > 1:
+            raise ValueError(f"StepWorks fields must be as long as each other, got lengths {sorted(sizes)}")
+        object.__setattr__(self, "size", sizes.pop() if sizes else 1)
+
+    def __len__(self) -> int:
+        return self.size
+
+    @property
+    def batch_tokens(self):
+        """Tokens each step's target forward processes (verify plus prefill)."""
+        return self.verify_tokens + self.prefill_tokens
+
+    @classmethod
+    def of(cls, works: list[StepWork]) -> StepWorks:
+        """The steps ``works`` as arrays (their drafters must be of one kind)."""
+        kinds = {w.draft.kind for w in works if w.draft is not None}
+        if len(kinds) > 1:
+            raise ValueError(f"StepWorks holds one drafter kind, got {sorted(kinds)}")
+        draft = [(w.draft.num_reqs, w.draft.block_size, w.draft.context_tokens) if w.draft else (0, 0, 0)
+                 for w in works]
+        columns = {name: [getattr(w, name) for w in works] for name in
+                   ("decode_reqs", "verify_tokens", "decode_context_tokens", "prefill_tokens", "prefill_reqs",
+                    "prefill_attn_tokens2", "decode_max_context", "running_reqs")}
+        return cls(**columns, draft_kind=kinds.pop() if kinds else None, draft_reqs=[d[0] for d in draft],
+                   draft_block_size=[d[1] for d in draft], draft_context_tokens=[d[2] for d in draft])
+
+    def at(self, i: int) -> StepWork:
+        """Step ``i`` as a :class:`StepWork` (no drafter where its block size is 0)."""
+        def get(name: str):
+            value = getattr(self, name)
+            return value[i].item() if isinstance(value, np.ndarray) else value
+
+        draft = None
+        if self.draft_kind is not None and get("draft_block_size"):
+            draft = DraftWork(self.draft_kind, get("draft_reqs"), get("draft_block_size"),
+                              get("draft_context_tokens"))
+        return StepWork(get("decode_reqs"), get("verify_tokens"), get("decode_context_tokens"),
+                        get("prefill_tokens"), get("prefill_reqs"), get("prefill_attn_tokens2"), draft,
+                        get("decode_max_context"), get("running_reqs"))
+
+
+_WORK_FIELDS = tuple(name for name in StepWorks.__dataclass_fields__ if name not in ("draft_kind", "size"))
+
+
+def per_step(value, size: int) -> np.ndarray:
+    """``value`` (an array of ``size`` or one number) as a float64 array of ``size``."""
+    if isinstance(value, np.ndarray):
+        return value if value.dtype == np.float64 else value.astype(np.float64)
+    return np.full(size, float(value))
+
+
+def pick(cond, value, other=0.0):
+    """``value`` where ``cond`` holds, else ``other``: np.where, or the one branch where ``cond``
+    is one bool or holds everywhere."""
+    if not isinstance(cond, np.ndarray):
+        return value if cond else other
+    if cond.all():
+        return value
+    return np.where(cond, value, other)
+
+
+def breakdown_steps(cost, works: StepWorks) -> dict[str, np.ndarray]:
+    """``cost.breakdown`` of each of ``works``' steps, float64 [N] per part: the plain
+    ``breakdown_array`` of a cost model that has no vectorised one."""
+    rows = [cost.breakdown(works.at(i)) for i in range(len(works))]
+    return {name: np.array([r[name] for r in rows], dtype=np.float64) for name in rows[0]}
+
+
 @runtime_checkable
 class CostModel(Protocol):
     """Seconds of one engine step; implementations must be cheap (< 10 us)."""
@@ -76,4 +184,9 @@ class CostModel(Protocol):
 
     def breakdown(self, work: StepWork) -> dict[str, float]:
         """The same seconds split into named parts (``target_s``, ``draft_s``, ...)."""
+        ...
+
+    def breakdown_array(self, works: StepWorks) -> dict[str, np.ndarray]:
+        """:meth:`breakdown` of N steps at once: the same parts, float64 [N] each, with the
+        numbers :meth:`breakdown` gives every step, bit for bit."""
         ...

@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 
 from dspark_sim.errors import InputError
+from dspark_sim.metrics.outdir import usual_mode
 
 
 def read_json(path: str | Path) -> object:
@@ -30,6 +31,7 @@ def write_json_atomic(path: str | Path, data: object, *, indent: int | None = 1)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(data, fh, indent=indent, allow_nan=False)
             fh.write("\n")
+        usual_mode(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -6,23 +6,30 @@ the shipped profile ``profiles/<gpu>/<model>.json`` when there is one
 """
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
+import numpy as np
+
 from dspark_sim.catalog import GpuSpec, get_gpu, get_model, served_format
-from dspark_sim.cost.base import CostModel, DraftWork, StepWork
+from dspark_sim.cost.base import CostModel, DraftWork, StepWork, StepWorks, per_step, pick
+from dspark_sim.cost.moe import Routing
+from dspark_sim.cost.parallel import Parallel, shard_factors
 from dspark_sim.cost.profile_format import (DRAFT_KINDS, FORMAT_VERSION, DraftFit, GpuRef, HeldOut,
                                             Profile, Projection, TargetFit, check_grids,
                                             load_profile, profile_from_json_dict)
-from dspark_sim.cost.moe import Routing
-from dspark_sim.cost.parallel import Parallel, shard_factors
 from dspark_sim.cost.roofline import RooflineCost, RooflineParams
-from dspark_sim.cost.shapes import SCALAR
+from dspark_sim.cost.shapes import EXACT, SCALAR
+from dspark_sim.cost.terms import DecodeShape
 from dspark_sim.errors import InputError
 
 PROFILES_PACKAGE = "dspark_sim.profiles"
+MEMO_ROWS = 1 << 16  # batch shapes whose context-free terms a cost model keeps
+FIXED_KEYS = ("decode_reqs", "verify_tokens", "prefill_tokens", "prefill_reqs", "draft_reqs", "draft_block_size",
+              "running_reqs")  # what the terms without context depend on
 
 
 class ProfileCost:
@@ -39,7 +46,7 @@ class ProfileCost:
 
     def __init__(self, profile: Profile, *, tp: int = 1, comm_s: tuple[float, float] = (0.0, 0.0),
                  fallback: CostModel | None = None, warn: bool = True, factors: dict | None = None,
-                 note: str = ""):
+                 note: str = "", decoder_host: bool = True):
         if tp < 1:
             raise ValueError(f"tp must be >= 1, got {tp}")
         f = factors or {"memory": 1.0 / tp, "compute": 1.0 / tp, "weights": 1.0 / tp, "kv": 1.0 / tp}
@@ -51,9 +58,11 @@ class ProfileCost:
             self._target = _sharded(profile.target, f, ("kv_s_per_token", "kv_req_s_per_token"))
             self._drafts = {k: _sharded(d, f, ("kv_s_per_token",)) for k, d in profile.draft.items()}
         self._comm0, self._comm1 = comm_s
-        self._host = profile.host  # host time: fixed under tp and projection
-        self._schedule = profile.schedule
+        # the decoder's host time (fixed under tp and projection); another engine brings its own
+        self._host = profile.host if decoder_host else {}
+        self._schedule = profile.schedule if decoder_host else None
         self._warn_fallback = warn
+        self._memo: dict[tuple, tuple] = {}  # per batch shape: the terms without context (breakdown_array)
 
     def step_s(self, work: StepWork) -> float:
         """Seconds of one engine step (see :class:`StepWork`)."""
@@ -105,18 +114,121 @@ class ProfileCost:
         """Seconds the drafter spends in one step."""
         if draft.num_reqs == 0 or draft.block_size == 0:
             return 0.0
-        fit = self._drafts.get(draft.kind)
+        fit = self._draft_fit(draft.kind)
         if fit is not None:
             return fit.seconds(draft.num_reqs, draft.block_size, draft.context_tokens, SCALAR)
-        if draft.kind not in DRAFT_KINDS:
-            raise ValueError(f"unknown draft kind {draft.kind!r}")
+        return self.fallback.breakdown(StepWork(draft=draft))["draft_s"]
+
+    def _draft_fit(self, kind: str):
+        """The measured drafter of ``kind``, or None when the roofline fallback prices it."""
+        fit = self._drafts.get(kind)
+        if fit is not None:
+            return fit
+        if kind not in DRAFT_KINDS:
+            raise ValueError(f"unknown draft kind {kind!r}")
         if self.fallback is None:
-            raise ValueError(f"{self.name} has no measured {draft.kind} drafter and no fallback")
+            raise ValueError(f"{self.name} has no measured {kind} drafter and no fallback")
         if self._warn_fallback:  # once, and only when a run actually uses the unmeasured drafter
             self._warn_fallback = False
-            warnings.warn(f"profile {self.profile.gpu}/{self.profile.model} has no measured {draft.kind} "
-                          f"drafter: its draft cost comes from the roofline", UserWarning, stacklevel=2)
-        return self.fallback.breakdown(StepWork(draft=draft))["draft_s"]
+            warnings.warn(f"profile {self.profile.gpu}/{self.profile.model} has no measured {kind} "
+                          f"drafter: its draft cost comes from the roofline", UserWarning, stacklevel=3)
+        return None
+
+    def breakdown_array(self, works: StepWorks) -> dict[str, np.ndarray]:
+        """:meth:`breakdown` of N steps, float64 [N] per part, every number the scalar path's.
+
+        What does not depend on the context (linear, per-request, host and scheduling terms,
+        the attention's tile factors, the drafter's fixed part) is the scalar path's own
+        number, kept per batch shape (a stretch's steps repeat a few); the context terms are
+        evaluated on the arrays with the scalar path's operations in its order. Eager
+        (prefill) steps, whose wait for the host depends on everything, are priced one by one.
+        """
+        size, tokens = len(works), works.batch_tokens
+        has = tokens > 0
+        if isinstance(has, np.ndarray) and has.all():
+            has = True  # every step has work
+        dec, ctx, longest = works.decode_reqs, works.decode_context_tokens, works.decode_max_context
+        given = longest > 0
+        if not (given.all() if isinstance(given, np.ndarray) else given):
+            # the scalar path takes the mean context where the longest is not given (0)
+            longest = np.where(given, longest, ctx / np.maximum(dec, 1))
+        over, linear, per_req, comm, host, sched, draft_fixed, *shape = self._fixed_terms(works)
+        attn = self._target.decode_attn(dec, works.verify_tokens, ctx, EXACT, longest, DecodeShape(*shape))
+        pairs = works.prefill_attn_tokens2
+        if isinstance(pairs, np.ndarray) or pairs:
+            attn = self._target.attn_s_per_pair * pairs + attn
+        parts = {"overhead_s": over, "linear_s": linear, "per_req_s": per_req, "attn_s": attn, "comm_s": comm}
+        if has is not True:
+            parts = {name: pick(has, v) for name, v in parts.items()}
+        parts["draft_s"] = self._draft_array(works, draft_fixed)
+        parts["host_s"], parts["sched_s"] = host, sched
+        parts = {name: per_step(v, size) for name, v in parts.items()}
+        eager = works.prefill_reqs > 0
+        if isinstance(eager, np.ndarray) or eager:
+            for i in np.flatnonzero(np.broadcast_to(eager, (size,))).tolist():
+                for name, value in self.breakdown(works.at(i)).items():
+                    parts[name][i] = value
+        return parts
+
+    def _fixed_terms(self, works: StepWorks) -> list:
+        """Per step: bias, linear, per-request, comms, host and scheduling seconds, the drafter's
+        fixed part and the decode attention's factors (splits, stream, latency, table; None
+        where the profile has none); each the scalar path's number for that step (an array
+        of N, or one number where the N steps share their batch shape)."""
+        values = [getattr(works, name) for name in FIXED_KEYS]
+        arrays = [i for i, v in enumerate(values) if isinstance(v, np.ndarray)]
+        kind = works.draft_kind
+        if not arrays:
+            out = list(self._fixed(kind, tuple(values)))
+        elif all(values[i] is values[arrays[0]] for i in arrays):  # one varying column: its distinct values
+            keys, where = np.unique(values[arrays[0]], return_inverse=True)
+            rows = []
+            for value in keys.tolist():
+                for i in arrays:
+                    values[i] = value
+                rows.append(self._fixed(kind, tuple(values)))
+            out = list(np.array(rows, dtype=np.float64)[where.reshape(-1)].T)
+        else:
+            columns = [v.tolist() if isinstance(v, np.ndarray) else [v] * len(works) for v in values]
+            out = list(np.array([self._fixed(kind, key) for key in zip(*columns)], dtype=np.float64).T)
+        for i in range(8, len(out)):  # a factor the profile lacks is None
+            if np.isnan(out[i] if np.isscalar(out[i]) else out[i][0]):
+                out[i] = None
+        return out
+
+    def _fixed(self, kind, key: tuple) -> tuple:
+        row = self._memo.get((kind, key))
+        if row is None:
+            if len(self._memo) > MEMO_ROWS:
+                self._memo.clear()
+            row = self._memo[(kind, key)] = self._fixed_row(kind, *key)
+        return row
+
+    def _fixed_row(self, kind, dec, verify, prefill, prefill_reqs, draft_reqs, block_size, running) -> tuple:
+        """:meth:`_fixed_terms` of one step, by the scalar path."""
+        tokens = verify + prefill
+        work = StepWork(dec, verify, 0, prefill, prefill_reqs, 0.0,
+                        DraftWork(kind, draft_reqs, block_size, 0) if kind and block_size else None, 0, running)
+        over, linear, per_req = self._target.fixed_parts(dec, verify, prefill, prefill_reqs > 0, SCALAR)
+        comm = self._comm0 + self._comm1 * tokens if tokens and (self._comm0 or self._comm1) else 0.0
+        fit = self._drafts.get(kind) if kind and draft_reqs and block_size else None
+        draft_fixed = fit.fixed_s(draft_reqs, block_size, SCALAR) if fit is not None else 0.0
+        shape = self._target.decode_shape(dec, verify, SCALAR) if dec > 0 else DecodeShape(1.0, 1.0, 1.0, 1.0)
+        factors = [math.nan if f is None else f for f in (shape.stream, shape.latency, shape.table)]
+        return (over, linear, per_req, comm, self.host_s(work), self.sched_s(work), draft_fixed, shape.splits,
+                *factors)
+
+    def _draft_array(self, works: StepWorks, fixed: np.ndarray):
+        if works.draft_kind is None:
+            return 0.0
+        drafting = (works.draft_reqs > 0) & (works.draft_block_size > 0)
+        if not (drafting.any() if isinstance(drafting, np.ndarray) else drafting):
+            return 0.0
+        fit = self._draft_fit(works.draft_kind)
+        if fit is None:
+            return self.fallback.breakdown_array(works)["draft_s"]
+        return pick(drafting, fit.seconds(works.draft_reqs, works.draft_block_size,
+                                          works.draft_context_tokens, EXACT, fixed))
 
 
 def _sharded(fit, f: dict, kv_terms: tuple[str, ...]):
@@ -154,11 +266,19 @@ def project_profile(profile: Profile, to_gpu: GpuSpec) -> Profile:
 
 
 def scenario_cost(scenario, *, warn: bool = True) -> CostModel:
-    """:func:`get_cost_model` for one replica of ``scenario``'s deployment."""
-    dep = scenario.deployment
-    return get_cost_model(scenario.gpu, scenario.model, file=scenario.file, warn=warn,
-                          parallel=dep.parallel, kv_dtype_bytes=dep.kv_dtype_bytes,
-                          routing=Routing(dep.routing_skew))
+    """:func:`get_cost_model` for one replica of ``scenario``'s deployment, under its engine: the
+    decoder's own host time comes with its profile; another engine's host terms replace it
+    (:class:`~dspark_sim.cost.engine.EngineCost`)."""
+    dep, engine = scenario.deployment, scenario.engine
+    gpu = get_cost_model(scenario.gpu, scenario.model, file=scenario.file, warn=warn,
+                         parallel=dep.parallel, kv_dtype_bytes=dep.kv_dtype_bytes,
+                         routing=Routing(dep.routing_skew), decoder_host=engine.is_decoder)
+    if engine.is_decoder:
+        return gpu
+    from dspark_sim.cost.engine import EngineCost
+
+    limit = engine.graph_max_batch(get_gpu(scenario.gpu), dep.tp, dep.max_running_requests)
+    return EngineCost(gpu, engine.terms, label=engine.label, graph_max_tokens=limit)
 
 
 def _canonical(name: str, lookup) -> str:
@@ -177,7 +297,8 @@ def shipped_profile_path(gpu: str, model: str) -> Path | None:
 
 def get_cost_model(gpu: str, model: str, tp: int = 1, *, file=None, warn: bool = True,
                    profile: str | Path | None = None, parallel: Parallel | None = None,
-                   kv_dtype_bytes: float = 2.0, routing: Routing = Routing()) -> CostModel:
+                   kv_dtype_bytes: float = 2.0, routing: Routing = Routing(),
+                   decoder_host: bool = True) -> CostModel:
     """The cost model for ``model`` on one replica of ``tp`` GPUs of kind ``gpu``.
 
     The shipped ``profiles/<gpu>/<model>.json`` (or the ``profile`` file named,
@@ -187,6 +308,8 @@ def get_cost_model(gpu: str, model: str, tp: int = 1, *, file=None, warn: bool =
     ``parallel`` (expert parallel, DP attention; its ``tp`` wins) and
     ``kv_dtype_bytes`` (1 for an FP8 KV cache) describe the deployment, ``routing`` the
     spread of tokens over experts (the roofline's; a profile measured its own).
+    ``decoder_host=False`` leaves out the decoder's measured host time (another engine's
+    host terms take its place).
     """
     par = parallel or Parallel(tp)
     spec, gpu_spec = get_model(model, file=file), get_gpu(gpu, file=file)
@@ -209,7 +332,7 @@ def get_cost_model(gpu: str, model: str, tp: int = 1, *, file=None, warn: bool =
     if par.tp > 1:
         note += f"; {roofline.source.split('; ', 1)[1]}"
     return ProfileCost(loaded, tp=par.tp, comm_s=roofline.comm_terms if par.tp > 1 else (0.0, 0.0),
-                       fallback=roofline, warn=warn, factors=factors, note=note)
+                       fallback=roofline, warn=warn, factors=factors, note=note, decoder_host=decoder_host)
 
 
 __all__ = ["ProfileCost", "Profile", "TargetFit", "DraftFit", "HeldOut", "GpuRef", "Projection",

@@ -19,7 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dspark_sim.catalog import GpuSpec, ModelSpec, served_format
-from dspark_sim.cost.base import DraftWork, StepWork
+import numpy as np
+
+from dspark_sim.cost.base import DraftWork, StepWork, StepWorks, breakdown_steps
 from dspark_sim.cost.comm import CommParams, comm_terms, describe
 from dspark_sim.cost.moe import Routing, expected_experts, expert_flops, imbalance
 from dspark_sim.cost.parallel import Parallel
@@ -102,6 +104,11 @@ class RooflineCost:
                 "attn_s": self._attn_s(work),
                 "comm_s": self._comm0 + self._comm1 * tokens if tokens else 0.0,
                 "draft_s": self.draft_s(work.draft) if work.draft else 0.0}
+
+    def breakdown_array(self, works: StepWorks) -> dict[str, np.ndarray]:
+        """:meth:`breakdown` of N steps, float64 [N] per part: step by step (the roofline's
+        terms, MoE routing and DeepSeek-V4's attention among them, are scalar code)."""
+        return breakdown_steps(self, works)
 
     def draft_s(self, draft: DraftWork) -> float:
         """Seconds the drafter spends in one step."""

@@ -2,8 +2,9 @@
 
 :class:`TargetFit` and :class:`DraftFit` hold the fitted terms, check them on
 construction (errors name the key and value) and evaluate a step on Python
-floats (the engine, :data:`~dspark_sim.cost.shapes.SCALAR`) or on arrays (the
-fit, :data:`~dspark_sim.cost.shapes.ARRAY`). ``docs/profiles.md`` gives the
+floats (the engine, :data:`~dspark_sim.cost.shapes.SCALAR`), on arrays (the
+fit, :data:`~dspark_sim.cost.shapes.ARRAY`) or on arrays with the engine's numbers
+(:data:`~dspark_sim.cost.shapes.EXACT`). ``docs/profiles.md`` gives the
 formulas and what bounds each term.
 """
 from __future__ import annotations
@@ -88,6 +89,18 @@ def _scaled(obj, bounds: dict, ratio: dict):
         k = ratio.get(bound, 1.0)
         changes[name] = tuple(v * k for v in value) if isinstance(value, tuple) else value * k
     return replace(obj, **changes)
+
+
+@dataclass(slots=True)
+class DecodeShape:
+    """Factors of the decode attention that depend on the batch only (R requests, V verify
+    tokens), not on the context: floats, or arrays of one per step; None where the profile
+    has no such term."""
+
+    splits: object
+    stream: object = None  # 1 + kv_width_ratio(W)
+    latency: object = None  # 1 + lat_width_ratio(W)
+    table: object = None  # 1 + kv_ratio(R, W)
 
 
 @dataclass(frozen=True)
@@ -188,6 +201,16 @@ class TargetFit:
         ``max_ctx``: the longest decoding request's context (None or 0: the mean, S/R).
         """
         eager = prefill_reqs > 0
+        over, linear, per_req = self.fixed_parts(reqs, verify_tokens, prefill_tokens, eager, ops)
+        attn = self.attn_s_per_pair * pairs + self.decode_attn(reqs, verify_tokens, ctx, ops, max_ctx)
+        if self.prefill_host_s and eager is not False:  # False: a float step on the graph path
+            gpu = over + linear + per_req + attn
+            over = over + eager * (smax(self.prefill_host_s, gpu, self.host_sharpness, ops.power) - gpu)
+        return over, linear, per_req, attn
+
+    def fixed_parts(self, reqs, verify_tokens, prefill_tokens, eager, ops: Ops):
+        """(bias_s, linear_s, per_req_s): the terms :meth:`parts` takes before the attention
+        (none depends on the context), the wait for the host apart."""
         tokens = verify_tokens + prefill_tokens
         if self.pad_steps:  # a graph step (no prefill tokens) runs its padded token count
             padded = pad_tokens(self.pad_limits, self.pad_steps, tokens)
@@ -196,39 +219,48 @@ class TargetFit:
         weights = self.weights_s
         if self.moe_tokens:
             weights = weights * ops.interp(self.moe_tokens, self.moe_fraction, tokens)
-        linear = roof(weights, self.flop_s_per_token, tokens, self.sharpness) \
+        linear = roof(weights, self.flop_s_per_token, tokens, self.sharpness, ops.power) \
             + self.logits_s_per_token * logits
         if self.m_knots:
             linear = linear * (1.0 + ops.interp(self.m_knots, self.m_ratio, tokens))
         per_req = self.req_s * reqs
         if self.r_knots:
             per_req = per_req + (reqs > 0) * ops.interp(self.r_knots, self.r_delta_s, reqs)
-        attn = self.attn_s_per_pair * pairs + self.decode_attn(reqs, verify_tokens, ctx, ops, max_ctx)
-        over = self.bias_s
-        if self.prefill_host_s and eager is not False:  # False: a float step on the graph path
-            gpu = over + linear + per_req + attn
-            over = over + eager * (smax(self.prefill_host_s, gpu, self.host_sharpness) - gpu)
-        return over, linear, per_req, attn
+        return self.bias_s, linear, per_req
 
-    def decode_attn(self, reqs, verify_tokens, ctx, ops: Ops, max_ctx=None):
+    def decode_shape(self, reqs, verify_tokens, ops: Ops) -> DecodeShape:
+        """The decode attention's factors of R requests verifying V tokens (R >= 1): key splits,
+        and the tile's factors on the stream, the latency floor and the whole."""
+        width = ops.pow2(verify_tokens / reqs)
+        shape = DecodeShape(self.splits(reqs, ops))
+        if self.width_knots:
+            shape.stream = 1.0 + ops.interp(self.width_knots, self.kv_width_ratio, width)
+            shape.latency = 1.0 + ops.interp(self.width_knots, self.lat_width_ratio, width)
+        if self.kv_ratio:
+            shape.table = 1.0 + ops.interp2(self.kv_r_knots, self.width_knots, self.kv_ratio, reqs, width)
+        return shape
+
+    def decode_attn(self, reqs, verify_tokens, ctx, ops: Ops, max_ctx=None, shape: DecodeShape | None = None):
         """Decode (verify) attention seconds: the KV stream, floored by the longest request's
-        (``max_ctx``; the mean S/R when not given), times the tile."""
+        (``max_ctx``; the mean S/R when not given), times the tile. ``shape``: the
+        :meth:`decode_shape` of these requests, when known."""
         if not isinstance(reqs, np.ndarray):
             if reqs <= 0:
                 return 0.0
             r = reqs
         else:
             r = np.maximum(reqs, 1)
+        if shape is None:
+            shape = self.decode_shape(r, verify_tokens, ops)
         longest = ctx / r if max_ctx is None or (np.isscalar(max_ctx) and not max_ctx) else max_ctx
         stream = self.kv_s_per_token * ctx
-        latency = self.kv_req_s_per_token * longest / self.splits(r, ops)
-        width = ops.pow2(verify_tokens / r)
-        if self.width_knots:
-            stream = stream * (1.0 + ops.interp(self.width_knots, self.kv_width_ratio, width))
-            latency = latency * (1.0 + ops.interp(self.width_knots, self.lat_width_ratio, width))
-        out = smax(stream, latency, self.kv_sharpness)
-        if self.kv_ratio:
-            out = out * (1.0 + ops.interp2(self.kv_r_knots, self.width_knots, self.kv_ratio, r, width))
+        latency = self.kv_req_s_per_token * longest / shape.splits
+        if shape.stream is not None:
+            stream = stream * shape.stream
+            latency = latency * shape.latency
+        out = smax(stream, latency, self.kv_sharpness, ops.power)
+        if shape.table is not None:
+            out = out * shape.table
         return out * (reqs > 0)
 
     def scaled(self, ratio: dict) -> TargetFit:
@@ -264,16 +296,26 @@ class DraftFit:
         if any(r <= -1 for r in self.ratio):
             fail("ratio", list(self.ratio), "ratios must be > -1 (a positive factor)")
 
-    def seconds(self, reqs, block_size, ctx, ops: Ops):
-        """Draft seconds; floats or arrays, ``ops`` to match."""
+    def seconds(self, reqs, block_size, ctx, ops: Ops, fixed=None):
+        """Draft seconds; floats or arrays, ``ops`` to match. ``fixed``: :meth:`fixed_s` of these
+        requests and block size, when known."""
+        if fixed is None:
+            fixed = self.fixed_s(reqs, block_size, ops)
+        if self.kind == "block":
+            return fixed + self.kv_s_per_token * ctx
+        return self.bias_s + block_size * (fixed + self.kv_s_per_token * ctx)
+
+    def fixed_s(self, reqs, block_size, ops: Ops):
+        """The part of :meth:`seconds` before its context term: bias_s + launch_s*g + lin(R*g)
+        (block) or launch_s + lin(R) (chain)."""
         units = reqs * block_size if self.kind == "block" else reqs
-        lin = roof(self.weights_s, self.flop_s_per_token, units, self.sharpness) \
+        lin = roof(self.weights_s, self.flop_s_per_token, units, self.sharpness, ops.power) \
             + self.mem_s_per_token * units
         if self.knots:
             lin = lin * (1.0 + ops.interp(self.knots, self.ratio, units))
         if self.kind == "block":
-            return self.bias_s + self.launch_s * block_size + lin + self.kv_s_per_token * ctx
-        return self.bias_s + block_size * (self.launch_s + lin + self.kv_s_per_token * ctx)
+            return self.bias_s + self.launch_s * block_size + lin
+        return self.launch_s + lin
 
     def scaled(self, ratio: dict) -> DraftFit:
         """Terms scaled by ``ratio`` = {"memory": x, "compute": y}."""
@@ -319,5 +361,5 @@ class ScheduleFit:
         return self.bias_s + self.req_s * reqs
 
 
-__all__ = ["DRAFT_KINDS", "STEP_KINDS", "TARGET_BOUNDS", "DRAFT_BOUNDS", "TargetFit", "DraftFit",
+__all__ = ["DRAFT_KINDS", "STEP_KINDS", "TARGET_BOUNDS", "DRAFT_BOUNDS", "DecodeShape", "TargetFit", "DraftFit",
            "HostFit", "ScheduleFit"]

@@ -9,7 +9,7 @@ COLUMNS: dict[str, type] = {
     "arrival_s": np.float64,
     "prompt_tokens": np.int64,
     "output_tokens": np.int64,
-    "domain": np.int8,
+    "domain": np.int64,
     "difficulty": np.float64,
     "prefill_len": np.int64,  # tokens to prefill: prompt, plus generated after a preemption
     "prefilled": np.int64,
@@ -27,11 +27,23 @@ COLUMNS: dict[str, type] = {
 
 
 class Table:
-    """A growable set of rows with the columns above; rows keep insertion order."""
+    """A growable set of rows with the columns above; rows keep insertion order.
+
+    The columns live in two blocks, one per kind of number (float64, and int64 for the
+    integers), a column a contiguous row of its block, so that adding, taking and dropping
+    requests is one array operation per block, not one per column.
+    """
 
     def __init__(self, capacity: int = 64):
         self.n = 0
-        self.cols = {name: np.zeros(capacity, dtype=dt) for name, dt in COLUMNS.items()}
+        self._blocks = {np.float64: np.zeros((len(_FLOATS), capacity)),
+                        np.int64: np.zeros((len(_INTS), capacity), dtype=np.int64)}
+        self._views()
+
+    def _views(self) -> None:
+        floats, ints = self._blocks[np.float64], self._blocks[np.int64]
+        self.cols = {name: floats[i] for i, name in enumerate(_FLOATS)}
+        self.cols |= {name: ints[i] for i, name in enumerate(_INTS)}
 
     def __len__(self) -> int:
         return self.n
@@ -40,32 +52,39 @@ class Table:
         return self.cols[name][: self.n]
 
     def append(self, row: dict) -> None:
-        """Add one row given as a mapping of column to scalar."""
-        if self.n == self.cols["rid"].size:
+        """Add one row given as a mapping of every column to a scalar."""
+        if self.n == self._blocks[np.float64].shape[1]:
             self._grow(2 * self.n)
         i = self.n
-        for name, value in row.items():
-            self.cols[name][i] = value
+        self._blocks[np.float64][:, i] = [row[name] for name in _FLOATS]
+        self._blocks[np.int64][:, i] = [row[name] for name in _INTS]
         self.n += 1
 
     def row(self, i: int) -> dict:
-        """Row ``i`` as a mapping of column to Python scalar."""
-        return {name: col[i].item() for name, col in self.cols.items()}
+        """Row ``i`` as a mapping of column to Python scalar (in ``COLUMNS`` order)."""
+        return {name: self.cols[name][i].item() for name in COLUMNS}
 
     def take(self, mask: np.ndarray) -> dict[str, np.ndarray]:
         """Copies of the selected rows' columns."""
-        return {name: col[: self.n][mask] for name, col in self.cols.items()}
+        floats = self._blocks[np.float64][:, : self.n][:, mask]
+        ints = self._blocks[np.int64][:, : self.n][:, mask]
+        return {name: floats[i] for i, name in enumerate(_FLOATS)} | {name: ints[i] for i, name in enumerate(_INTS)}
 
     def remove(self, mask: np.ndarray) -> None:
         """Drop the selected rows, keeping the order of the rest."""
         keep = ~mask
         m = int(keep.sum())
-        for col in self.cols.values():
-            col[:m] = col[: self.n][keep]
+        for block in self._blocks.values():
+            block[:, :m] = block[:, : self.n][:, keep]
         self.n = m
 
     def _grow(self, capacity: int) -> None:
-        for name, col in self.cols.items():
-            new = np.zeros(max(capacity, 64), dtype=col.dtype)
-            new[: self.n] = col[: self.n]
-            self.cols[name] = new
+        for kind, block in self._blocks.items():
+            new = np.zeros((block.shape[0], max(capacity, 64)), dtype=kind)
+            new[:, : self.n] = block[:, : self.n]
+            self._blocks[kind] = new
+        self._views()
+
+
+_FLOATS = tuple(name for name, kind in COLUMNS.items() if kind is np.float64)
+_INTS = tuple(name for name, kind in COLUMNS.items() if kind is not np.float64)

@@ -18,6 +18,7 @@ import simpy
 
 from dspark_sim.cost.base import DraftWork, StepWork
 from dspark_sim.engine.batch import Table
+from dspark_sim.engine.stretch import Stretch, delay_to, plan_stretch
 
 
 class Replica:
@@ -26,7 +27,7 @@ class Replica:
     def __init__(self, env: simpy.Environment, index: int, ctx, rng: np.random.Generator):
         self.env, self.index, self.ctx, self.rng = env, index, ctx, rng
         dep = ctx.scenario.deployment
-        self.max_running = dep.max_running_requests
+        self.max_running = ctx.max_running or dep.max_running_requests
         self.max_tokens = dep.max_batched_tokens
         self.prefill_cap = dep.chunked_prefill_tokens or dep.max_batched_tokens
         self.prefill_first = dep.batching == "prefill_first"
@@ -38,6 +39,11 @@ class Replica:
         self.waiting: deque[dict] = deque()
         self.running = Table()
         self.kv_peak = 0
+        # The replica's own clock: every step's start and end, summed step after step (simpy's
+        # clock lands on a stretch's end within a rounding; the record keeps this one).
+        self.clock_s = 0.0
+        self.last_step_s = 0.0
+        self._decoded = [0, 0]  # tokens decoding requests emitted, request-steps they took
         self._wake = env.event()
         self.process = env.process(self._loop())
 
@@ -80,10 +86,10 @@ class Replica:
                 break
             self.waiting.popleft()
             if hit is not None:
-                self.prefix.acquire(req["rid"], hit, self.env.now, first=req["first_scheduled_s"] < 0)
+                self.prefix.acquire(req["rid"], hit, self.clock_s, first=req["first_scheduled_s"] < 0)
                 req["prefilled"] = cached
             if req["first_scheduled_s"] < 0:
-                req["first_scheduled_s"] = self.env.now
+                req["first_scheduled_s"] = self.clock_s
                 req["cached_tokens"] = cached
             run.append(req)
             pending += need
@@ -93,12 +99,35 @@ class Replica:
         while True:
             if not self.waiting and not len(self.running):
                 self._wake = self.env.event()
+                self.ctx.collector.advance(self.index, None)
                 yield self._wake
+                self.clock_s = self.env.now
+            self._admit(int(self._kv_tokens().sum()) + len(self.running) * self.kv_per_request + self._kv_adjust())
+            stretch = self._stretch() if self.ctx.skip_ahead else None
+            if stretch is not None:
+                self._apply_stretch(stretch)
+                self.ctx.collector.advance(self.index, stretch.end_s)
+                yield self.env.timeout(delay_to(self.env.now, stretch.end_s))
+                self.clock_s = stretch.end_s
+                self._retire(self.clock_s)
+                continue
             step = self._plan()
             if step is None:  # nothing schedulable (cannot happen with a sane KV size)
                 raise RuntimeError("replica stalled with requests waiting")
-            yield self.env.timeout(step["step_s"])
+            end_s = self.clock_s + step["step_s"]
+            self.ctx.collector.advance(self.index, end_s)
+            yield self.env.timeout(delay_to(self.env.now, end_s))
+            self.clock_s = end_s
             self._finish(step)
+
+    def _stretch(self) -> Stretch | None:
+        """Steady decode steps from now (every request decoding; the caller admitted what fits,
+        and the rest stays out until a request finishes)."""
+        c, n = self.running.cols, self.running.n
+        if not n or (c["prefilled"][:n] < c["prefill_len"][:n]).any():
+            return None
+        tokens, steps = self._decoded
+        return plan_stretch(self, self.ctx.next_arrival_s, tokens / steps if steps else 1.0)
 
     def _kv_tokens(self) -> np.ndarray:
         """KV tokens each running request holds (prefilled plus decoded since)."""
@@ -106,7 +135,6 @@ class Replica:
         return c["prefilled"][:n] + c["generated"][:n] - c["kv_base"][:n]
 
     def _plan(self) -> dict | None:
-        self._admit(int(self._kv_tokens().sum()) + len(self.running) * self.kv_per_request + self._kv_adjust())
         while True:
             step = self._schedule()
             if step["kv_needed"] <= self.kv_capacity or len(self.running) <= 1:
@@ -167,7 +195,7 @@ class Replica:
                 "kv_needed": int(kv.sum()) + n * self.kv_per_request + verify_tokens + prefill_tokens
                 + self._kv_adjust(),
                 "step_s": sum(parts.values()), "draft_s": parts.get("draft_s", 0.0),
-                "sched_s": parts.get("sched_s", 0.0), "start_s": self.env.now, "work": work}
+                "sched_s": parts.get("sched_s", 0.0), "start_s": self.clock_s, "work": work}
 
     def _preempt_newest(self) -> None:
         """Recompute preemption: the last admitted request goes back to the queue head."""
@@ -186,7 +214,7 @@ class Replica:
         self.waiting.appendleft(req)
 
     def _finish(self, step: dict) -> None:
-        c, n, now = self.running.cols, self.running.n, self.env.now
+        c, n, now = self.running.cols, self.running.n, self.clock_s
         dec, pre = step["dec"], step["pre"]
         emitted = 0
         steps = c["num_steps"][:n]
@@ -201,20 +229,62 @@ class Replica:
                 new += accepted
             np.minimum(new, c["output_tokens"][:n][dec] - generated[dec], out=new)
             emitted = int(new.sum())
+            self._decoded[0] += emitted
+            self._decoded[1] += step["num_dec"]
             last = c["last_token_s"][:n]
-            self.ctx.collector.on_gaps(now - last[dec])
+            self.ctx.collector.on_gaps(now - last[dec], self.index, now)
             generated[dec] += new
             last[dec] = now
             steps[dec] += 1
         first_tokens = self._advance_prefill(pre, step["chunk"], now) if pre is not None else 0
-        self.ctx.collector.on_step(self.index, step, n, emitted, first_tokens)
+        self.ctx.collector.on_step(self.index, step, n, emitted, first_tokens, now)
+        self.last_step_s = step["step_s"]
+        self._retire(now)
+
+    def _apply_stretch(self, st: Stretch) -> None:
+        """Apply a stretch's steps as :meth:`_finish` would after each of them, now, when it starts.
+
+        Nothing outside the replica can tell: no request arrives before its last step starts,
+        and requests that finish before then leave now, with their finish times (those that
+        finish in the last step leave when it ends, :meth:`_retire`).
+        """
+        c, n = self.running.cols, self.running.n
+        times, collector = st.times_s, self.ctx.collector
+        last = c["last_token_s"][:n]
+        collector.on_stretch(self.index, st, times[1] - last)
+        c["generated"][:n] = st.generated
+        if st.accepted is not None:
+            c["accepted_tokens"][:n] += st.accepted
+            c["verified_drafts"][:n] += st.verified
+        last[:] = times[st.steps_run]
+        c["num_steps"][:n] += st.steps_run
+        self.kv_peak = max(self.kv_peak, st.kv_peak)
+        self._decoded[0] += int(st.emitted.sum())
+        self._decoded[1] += int(st.decode_reqs.sum())
+        self.last_step_s = float(st.step_s[-1])
+        if isinstance(st.steps_run, np.ndarray):
+            early = st.steps_run < st.steps
+            if early.any():  # requests that finish before the last step, in the order they finish
+                for k in np.unique(st.steps_run[early]).tolist():
+                    rows = self.running.take(st.steps_run == k)
+                    self._release_finished(rows)
+                    collector.on_finish(rows, float(times[k]), self.index)
+                self.running.remove(early)
+
+    def _release_finished(self, rows: dict) -> None:
+        """Finished requests drop their prefix-cache references (their blocks stay cached)."""
+        if self.prefix is not None and self.prefix.chains:
+            for rid in rows["rid"].tolist():
+                self.prefix.release(rid, finished=True)
+
+    def _retire(self, now: float) -> None:
+        """Finished requests leave the batch (and go to the record)."""
+        c, n = self.running.cols, self.running.n
         finished = c["generated"][:n] >= c["output_tokens"][:n]
         if finished.any():
             rows = self.running.take(finished)
-            if self.prefix is not None and self.prefix.chains:
-                for rid in rows["rid"].tolist():
-                    self.prefix.release(rid, finished=True)
-            self.ctx.collector.on_finish(rows, now)
+            self._release_finished(rows)
+            self.ctx.collector.on_finish(rows, now, self.index)
             self.running.remove(finished)
 
     def _advance_prefill(self, pre: np.ndarray, chunk: np.ndarray, now: float) -> int:
@@ -231,7 +301,7 @@ class Replica:
         generated, last = c["generated"][:n], c["last_token_s"][:n]
         resumed = generated[done] > 0  # re-prefill after a preemption: an inter-token gap
         if resumed.any():
-            self.ctx.collector.on_gaps(now - last[done[resumed]])
+            self.ctx.collector.on_gaps(now - last[done[resumed]], self.index, now)
         c["first_token_s"][:n][done[~resumed]] = now
         generated[done] += 1
         last[done] = now

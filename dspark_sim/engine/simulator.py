@@ -1,6 +1,8 @@
 """Wire a scenario into a simpy run: workload -> router -> replicas -> collector."""
 from __future__ import annotations
 
+import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -19,6 +21,8 @@ from dspark_sim.names import DOMAINS
 from dspark_sim.scenario import Scenario
 from dspark_sim.speculation.policy import make_policy
 
+EXACT_ENV = "DSPARK_SIM_EXACT"  # set to 1: every simulation steps one event per engine step
+
 
 @dataclass
 class SimContext:
@@ -34,6 +38,10 @@ class SimContext:
     max_context: int = 0  # the model's context: longer requests are rejected (0: no bound)
     prefix_block_tokens: int = 0  # the prefix cache's block (0: the cache is off)
     saw_prefixes: bool = False  # some request carried prefix hash ids
+    max_running: int = 0  # running-request cap of the engine (0: the deployment's)
+    frontend_s: float = 0.0  # the engine's front-end service time of one request (HTTP, template, tokenizer)
+    skip_ahead: bool = True  # advance steady decode steps in stretches (engine/stretch.py)
+    next_arrival_s: float = math.inf  # when the next request arrives (the stretches stop there)
 
     def make_policy(self):
         spec = self.scenario.speculation
@@ -77,9 +85,13 @@ def build_context(scenario: Scenario, collector: Collector) -> SimContext:
 
             acceptance = acceptance.with_sts(load_sts_temperatures(spec.sts, file=scenario.file))
     kv = kv_capacity_tokens(model, gpu, dep, file=scenario.file)
+    engine = scenario.engine
+    cap = engine.running_cap(kv, model.max_context)
     ctx = SimContext(scenario, cost, acceptance, kv, collector, kv_request_tokens=kv_request_tokens(model, dep),
                      max_context=model.max_context,
-                     prefix_block_tokens=dep.prefix_block(model) if dep.prefix_cache else 0)
+                     prefix_block_tokens=dep.prefix_block(model) if dep.prefix_cache else 0,
+                     max_running=min(dep.max_running_requests, cap) if cap is not None else 0,
+                     frontend_s=engine.terms.frontend_s)
     if spec.method == "dspark":
         ctx.sps = scheduler_sps(scenario, cost)
     return ctx
@@ -88,12 +100,16 @@ def build_context(scenario: Scenario, collector: Collector) -> SimContext:
 def scheduler_table(scenario: Scenario, cost):
     """The SGLang SPS table the DSpark scheduler reads: the scenario's file, or one derived
     from the cost model (additive form, the drafter's cost in alpha)."""
-    from dspark_sim.cost.sps import load_sps_table, sps_from_cost_model
+    from dspark_sim.cost.sps import default_probes, load_sps_table, sps_from_cost_model
 
     spec, dep = scenario.speculation, scenario.deployment
     if spec.sps_table is not None:
         return load_sps_table(spec.sps_table)
-    return sps_from_cost_model(cost, max_batch_tokens=dep.max_batched_tokens, additive=True,
+    # probes reach every request count the deployment admits and every verify-token count
+    # it can ask for (R requests x the full window), so neither engine nor simulator clamps
+    reqs = default_probes(dep.max_running_requests)
+    tokens = max(dep.max_batched_tokens, dep.max_running_requests * (spec.block_size + 1))
+    return sps_from_cost_model(cost, num_reqs_probes=reqs, max_batch_tokens=tokens, additive=True,
                                draft_kind=spec.draft_kind, block_size=spec.block_size)
 
 
@@ -102,12 +118,22 @@ def scheduler_sps(scenario: Scenario, cost):
     return scheduler_table(scenario, cost).steps_per_sec_array
 
 
-def simulate(scenario: Scenario, out_dir: Path | None = None, progress=None) -> RunResult:
-    """Run the scenario to completion; per-request/step CSVs go to ``out_dir`` if given."""
-    collector = Collector(out_dir)
-    ctx = build_context(scenario, collector)
-    seeds = np.random.SeedSequence(scenario.seed).spawn(scenario.deployment.replicas + 1)
+def simulate(scenario: Scenario, out_dir: Path | None = None, progress=None, *,
+             exact: bool | None = None) -> RunResult:
+    """Run the scenario to completion; per-request/step CSVs go to ``out_dir`` if given.
+
+    Steady decode steps advance in stretches (:mod:`dspark_sim.engine.stretch`) unless
+    ``exact`` asks for one simulation event per engine step (default: the scenario's
+    ``exact``, or the environment variable ``DSPARK_SIM_EXACT=1``, which reaches every
+    simulation of a command and its worker processes); both give the same numbers.
+    """
     env = simpy.Environment()
+    collector = Collector(out_dir, scenario.deployment.replicas, lambda: env.now)
+    ctx = build_context(scenario, collector)
+    if exact is None:
+        exact = scenario.exact or os.environ.get(EXACT_ENV, "") not in ("", "0")
+    ctx.skip_ahead = not exact
+    seeds = np.random.SeedSequence(scenario.seed).spawn(scenario.deployment.replicas + 1)
     replicas = [Replica(env, i, ctx, np.random.default_rng(s)) for i, s in enumerate(seeds[1:])]
     router = make_router(scenario.deployment.router, replicas)
     chunks = scenario.workload.requests(scenario.seed)
@@ -142,6 +168,10 @@ def _arrivals(env: simpy.Environment, chunks: Iterator, ctx: SimContext, router,
     names, weights = zip(*ctx.scenario.workload.domain_mix)
     domain_ids = np.array([DOMAINS.index(n) for n in names], dtype=np.int8)
     cum = np.cumsum(weights)
+    # the front end (HTTP, template, tokenizer) serves one request at a time, one such process a
+    # replica: a burst queues there before the scheduler sees it; arrival order is kept
+    frontend = ctx.frontend_s / ctx.scenario.deployment.replicas
+    frontend_free = 0.0
     rid = 0
     for chunk in chunks:
         n = chunk.arrival_s.size
@@ -155,7 +185,11 @@ def _arrivals(env: simpy.Environment, chunks: Iterator, ctx: SimContext, router,
         hash_ids = chunk.hash_ids if chunk.hash_ids is not None else [None] * n
         ctx.saw_prefixes = ctx.saw_prefixes or any(hash_ids)
         for i in range(n):
-            delay = arrival[i] - env.now
+            enter = arrival[i]
+            if frontend:
+                enter = frontend_free = max(enter, frontend_free) + frontend
+            ctx.next_arrival_s = enter  # when it reaches the replica
+            delay = enter - env.now
             if delay > 0:
                 yield env.timeout(delay)
             router.route({"rid": rid, "arrival_s": arrival[i], "prompt_tokens": prompt[i],
@@ -168,3 +202,4 @@ def _arrivals(env: simpy.Environment, chunks: Iterator, ctx: SimContext, router,
         counter["arrived"] = rid
         if progress is not None:
             progress(rid, env.now)
+    ctx.next_arrival_s = math.inf

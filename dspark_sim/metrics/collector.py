@@ -6,8 +6,11 @@ columns the summary needs stay in compact numpy arrays.
 """
 from __future__ import annotations
 
+import heapq
+import math
 import warnings
 from array import array
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -54,14 +57,57 @@ class Columns:
         for add, v in zip(self._appends, values):
             add(v)
 
+    def extend(self, *columns) -> None:
+        """Rows given as one sequence (list or array) per column, in column order."""
+        for col, values in zip(self.cols.values(), columns):
+            col.extend(values.tolist() if isinstance(values, np.ndarray) else values)
+
     def __getitem__(self, key: str) -> np.ndarray:
         return np.frombuffer(self.cols[key], dtype=self.cols[key].typecode) if self.n else np.zeros(0)
 
 
-class Collector:
-    """Receives engine events; writes the run record (``requests.csv``, ``steps.csv``) into ``out_dir``."""
+class InOrder:
+    """Record calls of several replicas, held back and made in the order of their times.
 
-    def __init__(self, out_dir: Path | None):
+    Each replica reports its frontier (:meth:`advance`): the time before which it records
+    nothing more (the end of the step or stretch it waits for; None while it waits for
+    work, when the simulation clock bounds it). A replica that advances through a stretch
+    records its steps when the stretch starts, ahead of the others; calls wait here until
+    every replica has passed their time, so the record is the one step-by-step mode makes
+    (equal times: by replica, then call order).
+    """
+
+    def __init__(self, replicas: int, clock: Callable[[], float]):
+        self.heap: list[tuple] = []
+        self.frontier: list[float | None] = [None] * replicas
+        self.clock, self.seq = clock, 0
+
+    def put(self, time_s: float, replica: int, call: Callable, *args) -> None:
+        heapq.heappush(self.heap, (time_s, replica, self.seq, call, args))
+        self.seq += 1
+
+    def advance(self, replica: int, frontier_s: float | None) -> None:
+        self.frontier[replica] = frontier_s
+        now = self.clock()
+        self.release(min(now if f is None else f for f in self.frontier))
+
+    def release(self, before_s: float = math.inf) -> None:
+        """Make the held calls timed before ``before_s`` (all by default), in order."""
+        heap = self.heap
+        while heap and heap[0][0] < before_s:
+            _, _, _, call, args = heapq.heappop(heap)
+            call(*args)
+
+
+class Collector:
+    """Receives engine events; writes the run record (``requests.csv``, ``steps.csv``) into ``out_dir``.
+
+    Every event names its replica and its time; with several replicas the events go through
+    :class:`InOrder` (``clock``: the simulation's), so the record keeps time order however
+    far a replica runs ahead.
+    """
+
+    def __init__(self, out_dir: Path | None, replicas: int = 1, clock: Callable[[], float] | None = None):
         self.requests = Growing({"arrival_s": np.float64, "finish_s": np.float64, "ttft_ms": np.float64,
                                  "tpot_ms": np.float64, "e2el_ms": np.float64, "queue_delay_ms": np.float64,
                                  "prompt_tokens": np.int64, "output_tokens": np.int64, "domain": np.int8,
@@ -73,6 +119,18 @@ class Collector:
         self.gaps = Growing({"gap_s": np.float64, "count": np.int64})
         self.rejected = 0
         self.record = RecordWriter(out_dir) if out_dir is not None else None
+        self.order = InOrder(replicas, clock) if replicas > 1 else None
+
+    def advance(self, replica: int, frontier_s: float | None) -> None:
+        """``replica`` records nothing before ``frontier_s`` any more (None: it waits for work)."""
+        if self.order is not None:
+            self.order.advance(replica, frontier_s)
+
+    def _at(self, time_s: float, replica: int, call: Callable, *args) -> None:
+        if self.order is None:
+            call(*args)
+        else:
+            self.order.put(time_s, replica, call, *args)
 
     # -- events ---------------------------------------------------------------
     def on_reject(self, request: dict, why: str) -> None:
@@ -80,9 +138,12 @@ class Collector:
         if self.rejected == 1:
             warnings.warn(f"request {request['rid']} rejected: {why} (further rejections counted)")
 
-    def on_gaps(self, gaps: np.ndarray) -> None:
-        if gaps.size == 0:
-            return
+    def on_gaps(self, gaps: np.ndarray, replica: int, time_s: float) -> None:
+        """Inter-token gaps (seconds) of the requests that emitted at ``time_s``."""
+        if gaps.size:
+            self._at(time_s, replica, self._gaps, gaps)
+
+    def _gaps(self, gaps: np.ndarray) -> None:
         lo, hi = gaps.min(), gaps.max()
         if lo == hi:
             self.gaps.extend(gap_s=[lo], count=[gaps.size])
@@ -90,10 +151,44 @@ class Collector:
             values, counts = np.unique(gaps, return_counts=True)
             self.gaps.extend(gap_s=values, count=counts)
 
-    def on_step(self, replica: int, step: dict, running: int, decoded: int, first_tokens: int) -> None:
-        """One engine step: ``decoded`` tokens emitted by decoding requests (accepted drafts plus
-        bonus), ``first_tokens`` by requests whose prefill completed; ``step["work"]`` its
-        :class:`~dspark_sim.cost.base.StepWork`."""
+    def on_stretch(self, replica: int, st, first_gaps: np.ndarray) -> None:
+        """The K decode steps of a :class:`~dspark_sim.engine.stretch.Stretch`, as K steps would
+        record them: ``first_gaps`` the requests' gaps at the first step's end; after it, every
+        decoding request's gap is the step."""
+        if self.order is None:
+            return self._stretch(replica, st, 0, st.steps, first_gaps)
+        for k, end_s in enumerate(st.times_s[1:].tolist()):
+            self.order.put(end_s, replica, self._stretch, replica, st, k, k + 1, first_gaps)
+
+    def _stretch(self, replica: int, st, lo: int, hi: int, first_gaps: np.ndarray) -> None:
+        """Steps ``lo`` to ``hi`` of stretch ``st``."""
+        if lo == 0:
+            self._gaps(first_gaps)
+        later = slice(max(lo, 1), hi)
+        if later.start < hi:
+            self.gaps.extend(gap_s=st.times_s[later.start + 1:hi + 1] - st.times_s[later],
+                             count=st.decode_reqs[later])
+        k = slice(lo, hi)
+        zeros = [0] * (hi - lo)
+        start, step_s = st.times_s[k].tolist(), st.step_s[k].tolist()
+        verify, budget, emitted = st.verify_tokens[k].tolist(), st.budget[k].tolist(), st.emitted[k].tolist()
+        draft_s, sched_s, runs = st.draft_s[k].tolist(), st.sched_s[k].tolist(), st.decode_reqs[k].tolist()
+        first = self.steps.n
+        self.steps.extend(start, step_s, runs, runs, verify, zeros, budget, emitted, draft_s, sched_s)
+        if self.record is not None:
+            self.record.steps(range(first, first + hi - lo), start, step_s, runs, runs, zeros, verify, budget,
+                              emitted, draft_s, sched_s, st.context_tokens[k].tolist(),
+                              st.max_context[k].tolist(), zeros, [0.0] * (hi - lo), [replica] * (hi - lo),
+                              zeros)  # a stretch evicts nothing (stretch.py stops before a step would)
+
+    def on_step(self, replica: int, step: dict, running: int, decoded: int, first_tokens: int,
+                time_s: float) -> None:
+        """One engine step, ending at ``time_s``: ``decoded`` tokens emitted by decoding requests
+        (accepted drafts plus bonus), ``first_tokens`` by requests whose prefill completed;
+        ``step["work"]`` its :class:`~dspark_sim.cost.base.StepWork`."""
+        self._at(time_s, replica, self._step, replica, step, running, decoded, first_tokens)
+
+    def _step(self, replica: int, step: dict, running: int, decoded: int, first_tokens: int) -> None:
         num_dec = step["num_dec"]
         verify = step["tokens"] - step["prefill_tokens"]
         self.steps.append(step["start_s"], step["step_s"], running, num_dec, verify, step["prefill_tokens"],
@@ -105,7 +200,11 @@ class Collector:
                               step["sched_s"], work.decode_context_tokens, work.decode_max_context,
                               work.prefill_reqs, work.prefill_attn_tokens2, replica, step["evicted_blocks"]))
 
-    def on_finish(self, rows: dict[str, np.ndarray], now: float) -> None:
+    def on_finish(self, rows: dict[str, np.ndarray], now: float, replica: int = 0) -> None:
+        """Requests (columns of :class:`~dspark_sim.engine.batch.Table`) that finished at ``now``."""
+        self._at(now, replica, self._finish, rows, now)
+
+    def _finish(self, rows: dict[str, np.ndarray], now: float) -> None:
         arrival = rows["arrival_s"]
         out = rows["output_tokens"]
         ttft_ms = (rows["first_token_s"] - arrival) * 1e3
@@ -128,6 +227,8 @@ class Collector:
                 rows["accepted_tokens"].tolist(), rows["verified_drafts"].tolist(), rows["cached_tokens"].tolist()))
 
     def close(self) -> None:
-        """Finish the record's files."""
+        """Make the held events, then finish the record's files."""
+        if self.order is not None:
+            self.order.release()
         if self.record is not None:
             self.record.close()

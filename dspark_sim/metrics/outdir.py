@@ -8,6 +8,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
+def usual_mode(path: str | Path, *, directory: bool = False) -> None:
+    """Give a ``mkstemp``/``mkdtemp`` result (0600/0700) the mode a plain create would:
+    0666/0777 less the umask, so a server running as another user can read the output."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, (0o777 if directory else 0o666) & ~umask)
+
+
 @contextmanager
 def atomic_dir(path: str | Path):
     """Yield a fresh temporary directory that becomes ``path`` only if the block succeeds.
@@ -18,6 +26,7 @@ def atomic_dir(path: str | Path):
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    usual_mode(tmp, directory=True)
     try:
         yield tmp
     except BaseException:
@@ -47,9 +56,7 @@ def atomic_write_lines(path: str | Path, parts) -> None:
         with os.fdopen(fd, "w") as f:
             for text in parts:
                 f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
+        usual_mode(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

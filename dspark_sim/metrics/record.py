@@ -70,6 +70,10 @@ class RecordWriter:
         """One step's row, values in ``STEP_COLUMNS`` order."""
         self._add("steps", [STEP_LINE.format(*row)])
 
+    def steps(self, *columns: Sequence) -> None:
+        """Many steps' rows given as one sequence per column, in ``STEP_COLUMNS`` order."""
+        self._add("steps", list(map(STEP_LINE.format, *columns)))
+
     def _add(self, name: str, lines: list[str]) -> None:
         buf = self._buffers[name]
         buf += lines

@@ -116,6 +116,8 @@ def summarize(result) -> dict:
          "request_throughput": rate(done), "output_throughput": rate(out_tok),
          "total_token_throughput": rate(out_tok + in_tok),
          "output_throughput_per_gpu": rate(out_tok) / num_gpus}
+    if not scen.engine.is_decoder:  # the decoder's runs keep their keys as they were
+        s["engine"] = scen.engine.label
     for name in ("ttft", "tpot", "e2el"):
         s.update(latency_stats(name, req[f"{name}_ms"]))
     s.update(token_gap_itl(gaps["gap_s"], gaps["count"]))

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dspark_sim.acceptance.config import AcceptanceConfig
+from dspark_sim.catalog.drafters import absolute_checkpoint, check_checkpoint
 from dspark_sim.config import (Section, build, check_bool, check_choice, check_int, check_real, is_int, located,
                                require)
 from dspark_sim.errors import InputError
@@ -56,6 +57,9 @@ class Speculation:
     sps_table: Path | None = None
     sts: Path | None = None  # SGLang STS JSON; its temperatures replace the preset's
     acceptance: AcceptanceConfig = field(default_factory=AcceptanceConfig)
+    # the drafter's weights an engine loads: a Hugging Face id (org/name) or an absolute path;
+    # the simulator does not read it, exports name it (dspark_sim.catalog.drafters)
+    drafter_checkpoint: str | None = None
 
     def __post_init__(self) -> None:
         check_choice(self.method, "method", METHODS)
@@ -81,6 +85,8 @@ class Speculation:
             path = getattr(self, name)
             require(path is None or Path(path).is_file(), name, None if path is None else str(path), "file not found")
         require(isinstance(self.acceptance, AcceptanceConfig), "acceptance", self.acceptance, "expected a mapping")
+        if self.drafter_checkpoint is not None:
+            check_checkpoint(self.drafter_checkpoint, "drafter_checkpoint")
 
     def _check_schedule(self) -> None:
         require(isinstance(self.schedule, tuple) and all(isinstance(r, ScheduleRule) for r in self.schedule),
@@ -110,7 +116,8 @@ class Speculation:
 
         The block size defaults to 7 for ``dspark`` and ``threshold`` and to 3 otherwise
         (``num_draft_tokens`` is its older name); the drafter to ``dspark`` for those methods,
-        else ``mtp`` (or the acceptance's drafter when that is given).
+        else ``mtp`` (or the acceptance's drafter when that is given). A ``drafter_checkpoint``
+        path is made absolute against ``base``; a Hugging Face id is kept as given.
         """
         s = Section(raw, file, key)
         base = base if base is not None else Path.cwd()
@@ -137,7 +144,8 @@ class Speculation:
                       schedule=tuple(ScheduleRule.from_dict(r, file=file, key=f"{s.path('schedule')}[{i}]")
                                      for i, r in enumerate(schedule)),
                       graph_tiers=tuple(tiers) if isinstance(tiers, list) else tiers,
-                      sps_table=_path(s, "sps_table", base), sts=_path(s, "sts", base))
+                      sps_table=_path(s, "sps_table", base), sts=_path(s, "sts", base),
+                      drafter_checkpoint=absolute_checkpoint(s.raw("drafter_checkpoint"), base))
         s.done()
         return build(cls, kwargs, file, key)
 

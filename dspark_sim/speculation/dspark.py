@@ -52,13 +52,50 @@ def candidates(survival: np.ndarray, limits: VerifyLimits) -> Candidates:
                       np.full(num_reqs, min_drafts, dtype=np.int64), float(forced.sum()))
 
 
+class SpsRows:
+    """An :data:`SpsFn` that keeps, per request count and first batch-token count, the rates
+    of consecutive batch-token counts, -inf past ``max_batch_tokens`` (what :func:`theta`
+    multiplies: a schedule over the limit is never chosen). A batch's steps look them up
+    instead of evaluating the table again."""
+
+    def __init__(self, sps: SpsFn, max_batch_tokens: int):
+        self.sps, self.max_batch_tokens = sps, max_batch_tokens
+        self._rows: dict[tuple[int, int], np.ndarray] = {}
+
+    def __call__(self, batch_tokens: np.ndarray, num_reqs: int) -> np.ndarray:
+        return self.sps(batch_tokens, num_reqs)
+
+    def row(self, num_reqs: int, first: int, length: int) -> np.ndarray:
+        """Rates at ``first``, ``first + 1``, ... (``length`` of them, or more)."""
+        row = self._rows.get((num_reqs, first))
+        if row is None or row.size < length:
+            if len(self._rows) > 4096:
+                self._rows.clear()
+            row = self._rows[(num_reqs, first)] = _rates(self.sps, num_reqs, first, max(length, 64),
+                                                          self.max_batch_tokens)
+        return row
+
+
+def _rates(sps: SpsFn, num_reqs: int, first: int, length: int, max_batch_tokens: int) -> np.ndarray:
+    batch_tokens = first + np.arange(length)
+    rates = np.array(sps(batch_tokens, num_reqs), dtype=np.float64)
+    rates[batch_tokens > max_batch_tokens] = -np.inf
+    return rates
+
+
+def rates_row(sps: SpsFn, num_reqs: int, first: int, length: int, limits: VerifyLimits) -> np.ndarray:
+    """SPS at ``first`` .. ``first + length - 1`` batch tokens, -inf past the limit ([length] or more)."""
+    if isinstance(sps, SpsRows) and sps.max_batch_tokens == limits.max_batch_tokens:
+        return sps.row(num_reqs, first, length)
+    return _rates(sps, num_reqs, first, length, limits.max_batch_tokens)
+
+
 def theta(cands: Candidates, num_reqs: int, sps: SpsFn, limits: VerifyLimits) -> np.ndarray:
-    """Predicted throughput ``tau * SPS(B)`` for admitting the first k candidates, k = 0..n."""
+    """Predicted throughput ``tau * SPS(B)`` for admitting the first k candidates, k = 0..n
+    (-inf where B passes ``limits.max_batch_tokens``)."""
     tau = num_reqs + cands.forced_tau + np.concatenate(([0.0], np.cumsum(cands.survival)))
-    batch_tokens = num_reqs + int(cands.forced_reqs.sum()) + np.arange(tau.size)
-    out = tau * sps(batch_tokens, num_reqs)
-    out[batch_tokens > limits.max_batch_tokens] = -np.inf
-    return out
+    first = num_reqs + int(cands.forced_reqs.sum())
+    return tau * rates_row(sps, num_reqs, first, tau.size, limits)[:tau.size]
 
 
 def verify_lengths(cands: Candidates, budget: int) -> np.ndarray:
@@ -106,5 +143,126 @@ def pad_to_tier(budget: int, base_tokens: int, available: int, tiers: tuple[int,
 
 
 def survival_of(conf: np.ndarray) -> np.ndarray:
-    """Prefix survival probabilities from per-position confidences [R, block_size]."""
-    return np.cumprod(conf, axis=1)
+    """Prefix survival probabilities from per-position confidences [..., R, block_size]."""
+    return np.cumprod(conf, axis=-1)
+
+
+# -- K steps of one batch at once (the simulator's stretches of steady decode steps) ----------
+@dataclass(frozen=True, slots=True)
+class Ranked:
+    """:func:`candidates` of K steps of the same R requests, padded to one width W.
+
+    Row k holds step k's candidates in its first ``count[k]`` places, best survival first
+    (the same pairs in the same order as :func:`candidates` of that step).
+    """
+
+    rows: np.ndarray | None  # int64 [K, W] (None where only Theta is wanted)
+    survival: np.ndarray  # float64 [K, W]
+    count: np.ndarray  # int64 [K]
+    forced_reqs: np.ndarray  # int64 [R]
+    forced_tau: np.ndarray  # float64 [K]
+
+    def at(self, k: int) -> Candidates:
+        """Step ``k``'s :class:`Candidates`."""
+        n = int(self.count[k])
+        return Candidates(self.rows[k, :n].copy(), self.survival[k, :n].copy(), self.forced_reqs,
+                          float(self.forced_tau[k]))
+
+
+def ranked(survival: np.ndarray, limits: VerifyLimits) -> Ranked:
+    """:func:`candidates` of every step of ``survival`` [K, R, block_size] in one sort."""
+    steps, num_reqs, block_size = survival.shape
+    max_drafts = min(limits.max_drafts, block_size)
+    min_drafts = min(limits.min_drafts, max_drafts)
+    width = max_drafts - min_drafts
+    flat = survival[:, :, min_drafts:max_drafts].reshape(steps, num_reqs * width)
+    if flat.size and flat.min() >= limits.survival_eps:
+        count = np.full(steps, flat.shape[1])
+        key = -flat
+    else:  # dropped pairs sort last
+        keep = flat >= limits.survival_eps
+        count = keep.sum(axis=1)
+        key = np.where(keep, -flat, np.inf)
+    # a stable sort keeps ties in flattened order, as one step's sort does
+    order = np.argsort(key, axis=1, kind="stable")
+    rows = order // width if width else order
+    order += (np.arange(steps) * flat.shape[1])[:, None]
+    # the forced pairs' sum as one step sums them (a 2-D slice of that step's survival)
+    forced_tau = np.array([float(s[:, :min_drafts].sum()) for s in survival]) if min_drafts \
+        else np.zeros(steps)
+    return Ranked(rows, flat.reshape(-1)[order], count, np.full(num_reqs, min_drafts, dtype=np.int64), forced_tau)
+
+
+def theta_many(ranks: Ranked, num_reqs: int, sps: SpsFn, limits: VerifyLimits) -> np.ndarray:
+    """:func:`theta` of every step, float64 [K, W + 1]; places past a step's ``count`` + 1 are -inf."""
+    steps, width = ranks.survival.shape
+    cum = np.empty((steps, width + 1))
+    cum[:, 0] = 0.0
+    np.cumsum(ranks.survival, axis=1, out=cum[:, 1:])
+    cum += (num_reqs + ranks.forced_tau)[:, None]  # tau
+    first = num_reqs + int(ranks.forced_reqs.sum())
+    cum *= rates_row(sps, num_reqs, first, width + 1, limits)[:width + 1]
+    if ranks.count.min() < width:
+        cum[np.arange(width + 1) > ranks.count[:, None]] = -np.inf
+    return cum
+
+
+def _budgets(cands: list[Candidates], num_reqs: int, sps: SpsFn, limits: VerifyLimits) -> list[int]:
+    """:func:`production_budget` of each of ``cands``, in one evaluation where they share their
+    forced drafts' count."""
+    forced = {int(c.forced_reqs.sum()) for c in cands}
+    if len(cands) == 1 or len(forced) > 1:
+        return [production_budget(c, num_reqs, sps, limits) for c in cands]
+    count = np.array([c.survival.size for c in cands])
+    survival = np.zeros((len(cands), int(count.max())))
+    for i, c in enumerate(cands):
+        survival[i, :c.survival.size] = c.survival
+    stacked = Ranked(None, survival, count, cands[0].forced_reqs, np.array([c.forced_tau for c in cands]))
+    return np.argmax(theta_many(stacked, num_reqs, sps, limits), axis=1)
+
+
+def verify_lengths_many(ranks: Ranked, budget: np.ndarray) -> np.ndarray:
+    """:func:`verify_lengths` of every step, int64 [K, R]."""
+    steps, width = ranks.rows.shape
+    num_reqs = ranks.forced_reqs.size
+    taken = np.arange(width) < budget[:, None]
+    flat = (ranks.rows + (np.arange(steps) * num_reqs)[:, None])[taken]
+    counts = np.bincount(flat, minlength=steps * num_reqs).reshape(steps, num_reqs)
+    return 1 + ranks.forced_reqs + counts
+
+
+def algorithm1_many(survival: np.ndarray, sps: SpsFn, limits: VerifyLimits) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`algorithm1` of every step of ``survival`` [K, R, block_size]: ([K, R], [K])."""
+    ranks = ranked(survival, limits)
+    th = theta_many(ranks, survival.shape[1], sps, limits)
+    steps, width = ranks.survival.shape
+    worse = np.ones((steps, width + 1), dtype=bool)  # a step with no worse admission takes all
+    with np.errstate(invalid="ignore"):  # -inf - -inf past a step's count, masked below
+        rises = np.diff(th, axis=1) > 0
+    worse[:, :width] = ~rises | (np.arange(width) >= ranks.count[:, None])
+    budget = np.argmax(worse, axis=1)
+    return verify_lengths_many(ranks, budget), budget
+
+
+def production_many(ranks: Ranked, held: list[Candidates], lag: int, sps: SpsFn, limits: VerifyLimits,
+                    tiers: tuple[int, ...] = ()) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`production` of every step, each budget from the candidates ``lag`` steps before
+    (``held``: those of the steps before these, oldest first, at most ``lag``; fewer while
+    warming up, when the oldest there is serves, or the step's own when there is none)."""
+    num_reqs = ranks.forced_reqs.size
+    best = np.argmax(theta_many(ranks, num_reqs, sps, limits), axis=1)
+    source = np.maximum(0, len(held) + np.arange(best.size) - lag)  # in held + these steps
+    budget = best[np.maximum(source - len(held), 0)]
+    early = np.flatnonzero(source < len(held))
+    if early.size:  # budgets from candidates kept from before these steps
+        budget[early] = _budgets([held[i] for i in source[early].tolist()], num_reqs, sps, limits)
+    budget = np.minimum(budget, ranks.count)
+    if tiers:
+        base = num_reqs + int(ranks.forced_reqs.sum())
+        tokens = base + budget
+        tier = np.searchsorted(tiers, tokens)
+        above = tier == len(tiers)
+        target = np.minimum(np.asarray(tiers + (0,))[tier], limits.max_batch_tokens)
+        grown = budget + np.maximum(0, np.minimum(target - tokens, ranks.count - budget))
+        budget = np.where(above, budget, grown)
+    return verify_lengths_many(ranks, budget), budget

@@ -3,6 +3,9 @@
 Each policy maps the confidences the drafter reports (or nothing) to verify
 lengths that count the anchor, so ``sum(verify_len)`` is the verify tokens of
 the step. The engine draws true acceptance separately; policies never see it.
+:meth:`Policy.plan_many` plans K steps of the same requests at once (what
+:meth:`Policy.plan` would give step after step), and :meth:`Policy.commit` then
+keeps what the steps taken leave for later ones (the production scheduler's lag).
 """
 from __future__ import annotations
 
@@ -31,6 +34,16 @@ class Policy:
         """Verify lengths [R] (anchor counted) and the budget K (extra tokens)."""
         return np.ones(num_reqs, dtype=np.int64), 0
 
+    def plan_many(self, conf: np.ndarray | None, steps: int, num_reqs: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`plan` of ``steps`` steps of the same R requests (conf [K, R, block_size] or None):
+        verify lengths int64 [K, R] and budgets int64 [K], step k's what the k-th :meth:`plan`
+        call would return. Changes nothing: :meth:`commit` says how many steps were taken."""
+        verify_len, budget = self.plan(None, num_reqs)
+        return np.broadcast_to(verify_len, (steps, num_reqs)), np.full(steps, budget, dtype=np.int64)
+
+    def commit(self, taken: int) -> None:
+        """The first ``taken`` steps of the last :meth:`plan_many` ran (state for later steps)."""
+
 
 class StaticPolicy(Policy):
     """Verify every draft every step (MTP-k, EAGLE or DFlash chains)."""
@@ -58,10 +71,17 @@ class ThresholdPolicy(Policy):
     """Verify while prefix survival >= threshold, within min/max verify length."""
 
     def plan(self, conf, num_reqs):
-        spec = self.spec
-        drafts = (dspark.survival_of(conf) >= spec.threshold).sum(axis=1)
-        drafts = np.clip(drafts, spec.min_verify_len - 1, spec.verify_cap - 1)
+        drafts = self._drafts(conf)
         return 1 + drafts, int(drafts.sum())
+
+    def plan_many(self, conf, steps, num_reqs):
+        drafts = self._drafts(conf)
+        return 1 + drafts, drafts.sum(axis=-1)
+
+    def _drafts(self, conf: np.ndarray) -> np.ndarray:
+        spec = self.spec
+        drafts = (dspark.survival_of(conf) >= spec.threshold).sum(axis=-1)
+        return np.clip(drafts, spec.min_verify_len - 1, spec.verify_cap - 1)
 
 
 class DSparkPolicy(Policy):
@@ -69,10 +89,15 @@ class DSparkPolicy(Policy):
 
     def __init__(self, spec: Speculation, sps: SpsFn, max_batch_tokens: int):
         super().__init__(spec)
-        self.sps = sps
+        self.sps = dspark.SpsRows(sps, max_batch_tokens)
         self.limits = VerifyLimits(spec.min_verify_len - 1, spec.verify_cap - 1,
                                    spec.survival_eps, max_batch_tokens)
         self._lagged: deque[dspark.Candidates] = deque(maxlen=spec.lag_steps)
+        self._ranked: dspark.Ranked | None = None
+
+    @property
+    def _tiers(self) -> tuple[int, ...]:
+        return self.spec.graph_tiers if self.spec.pad_to_graph_tier else ()
 
     def plan(self, conf, num_reqs):
         survival = dspark.survival_of(conf)
@@ -80,11 +105,27 @@ class DSparkPolicy(Policy):
             return dspark.algorithm1(survival, self.sps, self.limits)
         # the budget comes from confidences lag_steps steps ago (fewer while warming up)
         lagged = self._lagged[0] if self._lagged else None
-        tiers = self.spec.graph_tiers if self.spec.pad_to_graph_tier else ()
         cands = dspark.candidates(survival, self.limits)
         if self.spec.lag_steps:
             self._lagged.append(cands)
-        return dspark.production(cands, lagged, self.sps, self.limits, tiers)
+        return dspark.production(cands, lagged, self.sps, self.limits, self._tiers)
+
+    def plan_many(self, conf, steps, num_reqs):
+        survival = dspark.survival_of(conf)
+        if self.spec.scheduler == "algorithm1":
+            return dspark.algorithm1_many(survival, self.sps, self.limits)
+        # The lag does not forbid planning ahead: confidences never depend on acceptance, so
+        # step k's budget reads the candidates of step k - lag_steps, drawn in this same call
+        # (or kept from before it).
+        self._ranked = dspark.ranked(survival, self.limits)
+        return dspark.production_many(self._ranked, list(self._lagged), self.spec.lag_steps, self.sps,
+                                      self.limits, self._tiers)
+
+    def commit(self, taken):
+        if self._ranked is not None and self.spec.lag_steps:
+            for k in range(max(0, taken - self.spec.lag_steps), taken):
+                self._lagged.append(self._ranked.at(k))
+        self._ranked = None
 
 
 def make_policy(spec: Speculation, sps: SpsFn | None, max_batch_tokens: int) -> Policy:

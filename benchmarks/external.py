@@ -1,0 +1,263 @@
+"""Replay published measurements of production engines and tabulate the simulator's errors.
+
+    python benchmarks/external.py calibrate   # fit each engine's host terms on the 'calibrate' cases
+                                              #   -> dspark_sim/engine_terms.json
+    python benchmarks/external.py check       # replay every case with the shipped terms
+                                              #   -> docs/external.md, docs/external.json
+    python benchmarks/external.py             # both
+    python benchmarks/external.py report      # docs/external.md again from docs/external.json
+                                              #   (after editing a case's note)
+
+The cases, their sources and the approximations of each replay are in
+``benchmarks/external_cases.yaml``. One set of host terms per engine serves every case;
+the 'check' cases are never fitted on. GPU work comes from what the simulator has for
+each GPU and model (a shipped profile, measured or projected, else the roofline); the
+table names it per case.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+CASES = ROOT / "benchmarks" / "external_cases.yaml"
+TERMS = ROOT / "dspark_sim" / "engine_terms.json"
+DOC, DOC_JSON = ROOT / "docs" / "external.md", ROOT / "docs" / "external.json"
+DEFAULTS_DOC = ROOT / "docs" / "engine_defaults.md"
+METRICS = {"ttft": "median_ttft_ms", "tpot": "median_tpot_ms", "throughput": "output_throughput"}
+TARGETS = {"tpot": (0.10, 0.20), "throughput": (0.10, 0.20), "ttft": (0.20, 0.35)}  # median, p90 of |error|
+SEEDS = (0, 1, 2)
+SHAREGPT_SIGMA = 1.0
+SHAREGPT_MAX_TOKENS = 1024
+PACED_REQUESTS = 300  # a run at a request rate is replayed for its first 300 requests (its steady state)
+BURST_REQUESTS = 1000  # a burst (all at once) for at most 1000
+
+def load_cases(path: Path = CASES) -> tuple[dict, list[dict]]:
+    data = yaml.safe_load(path.read_text())
+    return data["sources"], data["cases"]
+
+
+def case_scenario(case: dict, seed: int = 0):
+    """The scenario that replays ``case`` (its engine's defaults, the approximations in the YAML)."""
+    from dspark_sim.scenario import Scenario
+
+    n = min(case["requests"], BURST_REQUESTS if case["rate"] == "inf" else PACED_REQUESTS)
+    mean_in = case.get("mean_input_tokens") or case["total_input_tokens"] / case["requests"]
+    mean_out = case.get("mean_output_tokens") or case["total_output_tokens"] / case["requests"]
+    if case["lengths"] == "sharegpt":
+        def dist(mean):
+            return {"dist": "lognormal", "mean": float(mean), "sigma": SHAREGPT_SIGMA, "min_tokens": 4,
+                    "max_tokens": SHAREGPT_MAX_TOKENS}
+    else:
+        def dist(mean):
+            return {"dist": "constant", "mean": float(round(mean))}
+    rate = case["rate"]
+    deployment = {"tp": case["tp"]}
+    if "gpu_memory_fraction" in case:
+        deployment["gpu_memory_fraction"] = case["gpu_memory_fraction"]
+    raw = {"name": case["id"], "model": case["model"], "gpu": case["gpu"], "engine": {"name": case["engine"]},
+           "deployment": deployment, "seed": seed,
+           "workload": {"synthetic": {"num_requests": n, "rate_per_s": 1e9 if rate == "inf" else float(rate),
+                                      "prompt_tokens": dist(mean_in), "output_tokens": dist(mean_out)}}}
+    return Scenario.from_dict(raw, file=CASES)
+
+
+def calibrate(cases: list[dict]) -> dict:
+    """Each engine's host terms fitted on its 'calibrate' cases (none: no terms)."""
+    from dspark_sim.engines import ENGINES, EngineTerms
+    from dspark_sim.profiling.engine_fit import fit_replay_terms
+
+    out = {}
+    for engine in ENGINES[1:]:
+        chosen = [c for c in cases if c["engine"] == engine and c["role"] == "calibrate"]
+        if not chosen:
+            continue
+        print(f"calibrating {engine} on {', '.join(c['id'] for c in chosen)}", file=sys.stderr)
+        scenarios = [case_scenario(c) for c in chosen]
+        bursts = [c["rate"] == "inf" for c in chosen]  # requests queue at the front end: these measure it
+        terms = fit_replay_terms(scenarios, [c["measured"] for c in chosen], EngineTerms(), fit_step=True,
+                                 frontend_from=bursts if any(bursts) else None)
+        terms = terms.__class__(**{**terms.to_json_dict(), "source": (
+            f"fitted by benchmarks/external.py calibrate on {', '.join(c['id'] for c in chosen)} "
+            f"(benchmarks/external_cases.yaml)")})
+        out[engine] = {"terms": terms.to_json_dict(), "fitted_from": [c["id"] for c in chosen]}
+    return {"generated_by": "python benchmarks/external.py calibrate", "engines": out}
+
+
+def check_case(case: dict, seeds=SEEDS) -> dict:
+    """One case replayed under the shipped terms: measured, predicted (median over seeds), errors."""
+    from dspark_sim.cost import scenario_cost
+    from dspark_sim.profiling.engine_fit import replay
+
+    warnings.simplefilter("ignore", UserWarning)
+    started = time.perf_counter()
+    preds = [replay(case_scenario(case, seed)) for seed in seeds]
+    scenario = case_scenario(case)
+    row = {"id": case["id"], "source": case["source"], "engine": scenario.engine.label, "role": case["role"],
+           "model": case["model"], "gpu": case["gpu"], "tp": case["tp"],
+           "cost": scenario_cost(scenario, warn=False).source.split(";")[0],
+           "rejected": max(p["num_rejected"] for p in preds), "note": case.get("note", ""),
+           "measured": {}, "predicted": {}, "error": {}, "seed_spread": {}}
+    for name, key in METRICS.items():
+        values = np.array([p[key] for p in preds], dtype=float)
+        row["predicted"][name] = float(np.median(values))
+        row["seed_spread"][name] = float(np.ptp(values) / np.median(values)) if np.median(values) else None
+        measured = case["measured"].get(key)
+        if measured is not None:
+            row["measured"][name] = measured
+            row["error"][name] = row["predicted"][name] / measured - 1.0
+    print(f"{case['id']}: " + ", ".join(f"{k} {v * 100:+.1f} %" for k, v in row["error"].items())
+          + f" ({time.perf_counter() - started:.1f} s)", file=sys.stderr, flush=True)
+    return row
+
+
+def check(cases: list[dict], seeds=SEEDS, jobs: int = 1) -> list[dict]:
+    """Every case replayed (``jobs`` processes; each case is its own, so the rows do not depend on it)."""
+    if jobs <= 1:
+        return [check_case(case, seeds) for case in cases]
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(check_case, cases, [seeds] * len(cases)))
+
+
+def summary(rows: list[dict], role: str | None) -> dict:
+    """Median, p90 and max |error| per metric over the cases of ``role`` (None: all)."""
+    out = {}
+    for name in METRICS:
+        errs = np.array([abs(r["error"][name]) for r in rows if name in r["error"] and role in (None, r["role"])])
+        if errs.size:
+            med, p90 = float(np.median(errs)), float(np.percentile(errs, 90))
+            want = TARGETS[name]
+            out[name] = {"cases": int(errs.size), "median": med, "p90": p90, "max": float(errs.max()),
+                         "target_median": want[0], "target_p90": want[1],
+                         "met": bool(med <= want[0] and p90 <= want[1])}
+    return out
+
+
+def _pct(v) -> str:
+    return "" if v is None else f"{v * 100:+.1f} %"
+
+
+def _num(v) -> str:
+    if v is None:
+        return ""
+    return f"{v:,.1f}" if v < 1e4 else f"{v:,.0f}"
+
+
+def write_doc(rows: list[dict], sources: dict, terms: dict, command: str, seeds=SEEDS) -> None:
+    from dspark_sim.cost.jsonio import write_json_atomic
+
+    summaries = {"check": summary(rows, "check"), "all": summary(rows, None)}
+    write_json_atomic(DOC_JSON, {"generated_by": command, "cases": rows, "summary": summaries, "terms": terms,
+                                 "seeds": list(seeds)})
+    lines = ["# External check: published engine measurements replayed",
+             "",
+             f"Generated by `{command}` from `benchmarks/external_cases.yaml` (sources, setups and the",
+             "approximations of each replay are listed there and below); do not edit by hand. Errors are",
+             "predicted / measured - 1; predictions are the median over seeds "
+             f"{', '.join(map(str, seeds))} (the seed spread column is (max - min) / median of the",
+             "TPOT prediction). 'calibrate' cases are the ones the engine's host terms were fitted on;",
+             "'check' cases were never fitted on.", "",
+             "## Summary", "",
+             "| cases | metric | n | median abs err | p90 abs err | max abs err | target (median / p90) | met |",
+             "|---|---|---|---|---|---|---|---|"]
+    for role, s in summaries.items():
+        for name, v in s.items():
+            lines.append(f"| {role} | {name} | {v['cases']} | {v['median'] * 100:.1f} % | {v['p90'] * 100:.1f} % | "
+                         f"{v['max'] * 100:.1f} % | {v['target_median'] * 100:.0f} % / {v['target_p90'] * 100:.0f} % | "
+                         f"{'yes' if v['met'] else 'no'} |")
+    lines += ["", "## Every case", "",
+              "| case | role | engine (modelled) | model / GPU / tp | GPU work from | TTFT ms meas / pred / err | "
+              "TPOT ms meas / pred / err | out tok/s meas / pred / err | seed spread | rejected |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        cells = []
+        for name in METRICS:
+            m, p, e = r["measured"].get(name), r["predicted"][name], r["error"].get(name)
+            cells.append(f"{_num(m) or '-'} / {_num(p)} / {_pct(e) or '-'}")
+        spread = r["seed_spread"]["tpot"]
+        lines.append(f"| {r['id']} | {r['role']} | {r['engine']} | {r['model']} / {r['gpu']} / {r['tp']} | "
+                     f"{r['cost']} | {' | '.join(cells)} | {_pct(spread).lstrip('+')} | {r['rejected']} |")
+    lines += ["", "## Why each case is off", "", "| case | explanation |", "|---|---|"]
+    lines += [f"| {r['id']} | {r['note'] or 'not yet explained'} |" for r in rows]
+    lines += ["", "## Host terms per engine", "",
+              "| engine | step host ms | per request us | front end ms | fitted from |", "|---|---|---|---|---|"]
+    for name, entry in terms.get("engines", {}).items():
+        t = entry["terms"]
+        lines.append(f"| {name} | {t['step_host_s'] * 1e3:.3f} | {t['step_host_s_per_req'] * 1e6:.2f} | "
+                     f"{t['frontend_s'] * 1e3:.1f} | {', '.join(entry['fitted_from'])} |")
+    lines += ["", "Engines without a row run with no host terms (none of their cases is a calibration case).",
+              "", "## Sources and approximations", ""]
+    for key, src in sources.items():
+        lines += [f"### {key}", "", f"- {src['url']} ({src['repo']} `{src['path']}` at {src['commit'][:12]})",
+                  f"- setup: {src['setup']}", f"- approximations: {src['approximations']}", ""]
+    text = "\n".join(lines) + "\n"
+    tmp = DOC.with_suffix(".md.tmp")
+    tmp.write_text(text)
+    tmp.replace(DOC)
+
+
+def write_defaults_doc() -> None:
+    """docs/engine_defaults.md: every engine default the simulator applies, with its source line."""
+    from dspark_sim.engines import DEFAULT_SOURCES, VERSIONS
+
+    lines = ["# Engine defaults and where they come from", "",
+             "Generated by `python benchmarks/external.py` from `dspark_sim/engines.py` (`DEFAULT_SOURCES`);",
+             "do not edit by hand. A scenario's `engine:` applies these to the `deployment:` keys it leaves",
+             "out; keys it gives win.", ""]
+    for engine, rows in DEFAULT_SOURCES.items():
+        lines += [f"## {engine} {VERSIONS[engine][0]}", "", "| setting | value | source (file:line) |", "|---|---|---|"]
+        lines += [f"| {name} | {value} | {source} |" for name, value, source in rows]
+        lines.append("")
+    tmp = DEFAULTS_DOC.with_suffix(".md.tmp")
+    tmp.write_text("\n".join(lines))
+    tmp.replace(DEFAULTS_DOC)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("what", nargs="?", default="all", choices=("all", "calibrate", "check", "report"))
+    parser.add_argument("--seeds", type=int, default=len(SEEDS), help=f"seeds a case is replayed with (default "
+                        f"{len(SEEDS)})")
+    parser.add_argument("--jobs", type=int, default=1, help="processes replaying cases (default 1)")
+    args = parser.parse_args(argv)
+    seeds = tuple(range(args.seeds))
+    warnings.simplefilter("ignore", UserWarning)  # the roofline's "no measured profile": named in the table
+    sources, cases = load_cases()
+    write_defaults_doc()
+    if args.what in ("all", "calibrate"):
+        from dspark_sim.cost.jsonio import write_json_atomic
+
+        write_json_atomic(TERMS, calibrate(cases))
+        print(f"wrote {TERMS.relative_to(ROOT)}", file=sys.stderr)
+    if args.what == "report":  # the simulated numbers as they are, the notes as the YAML has them now
+        data = json.loads(DOC_JSON.read_text())
+        notes = {c["id"]: c.get("note", "") for c in cases}
+        rows = [{**r, "note": notes.get(r["id"], "")} for r in data["cases"]]
+        write_doc(rows, sources, data["terms"], data["generated_by"], tuple(data["seeds"]))
+        print(f"wrote {DOC.relative_to(ROOT)}, {DOC_JSON.relative_to(ROOT)}")
+    if args.what in ("all", "check"):
+        terms = json.loads(TERMS.read_text()) if TERMS.is_file() else {"engines": {}}
+        rows = check(cases, seeds, args.jobs)
+        command = "python benchmarks/external.py" + (f" --seeds {args.seeds}" if args.seeds != len(SEEDS) else "")
+        write_doc(rows, sources, terms, command, seeds)
+        for role, s in (("check", summary(rows, "check")), ("all", summary(rows, None))):
+            for name, v in s.items():
+                print(f"{role:5s} {name:10s} n={v['cases']:2d} median {v['median'] * 100:5.1f} % "
+                      f"p90 {v['p90'] * 100:5.1f} % max {v['max'] * 100:5.1f} %  target "
+                      f"{'met' if v['met'] else 'NOT met'}")
+        print(f"wrote {DOC.relative_to(ROOT)}, {DOC_JSON.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,208 @@
+"""Skip-ahead: a stretch of steady decode steps of one replica, advanced in one go.
+
+Between the events that change a replica's batch (an arrival it may admit, a request
+finishing, a prefill chunk, a preemption, the KV cache running out), every step decodes
+the same requests. :func:`plan_stretch` advances up to K such steps at once: one draw of
+the random words K steps would take one after another (so the streams stay those of
+step-by-step mode), the acceptance and confidences of all K steps in one call, the
+policy's verify lengths for all K (the production scheduler's lagged budget included: the
+confidences never depend on acceptance), the accepted drafts, and the K steps priced by
+one vectorised cost call. It stops at the first step that finishes a request, that starts
+at or after the next arrival, that the KV cache cannot hold or that would evict prefix-cache
+blocks; the random stream is set
+back to where the steps taken leave it. Without drafts (nothing random) and with nobody
+waiting, a finish changes nothing but the batch size, and the stretch runs on past it.
+The numbers are those of step-by-step mode, bit for bit.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from dspark_sim.cost.base import StepWorks
+
+MAX_STEPS = 512  # steps drawn at once, at most
+MAX_DRAWS = 1 << 17  # request-positions drawn at once, at most (K * R * max(block_size, 1))
+_PERIOD = 1 << 128  # of PCG64, numpy's default bit generator (a replica's)
+
+
+@dataclass(frozen=True)
+class Stretch:
+    """K decode steps that run back to back: arrays by step, then by request (the R requests
+    running when it starts, in the batch's order)."""
+
+    times_s: np.ndarray  # float64 [K + 1]: step k starts at times_s[k] and ends at times_s[k + 1]
+    step_s: np.ndarray  # float64 [K]
+    draft_s: np.ndarray  # float64 [K]
+    sched_s: np.ndarray  # float64 [K]
+    decode_reqs: np.ndarray  # int64 [K]: requests decoding in the step (all running)
+    verify_tokens: np.ndarray  # int64 [K]
+    budget: np.ndarray  # int64 [K]
+    emitted: np.ndarray  # int64 [K]: tokens the step emitted (capped at the requests' outputs)
+    context_tokens: np.ndarray  # int64 [K]: KV tokens of the decoding requests when the step starts
+    max_context: np.ndarray  # int64 [K]
+    kv_peak: int  # the most KV tokens a step needs
+    generated: np.ndarray  # int64 [R]: tokens generated after the stretch
+    steps_run: np.ndarray | int  # steps each request decoded ([R], or K for all)
+    accepted: np.ndarray | None = None  # int64 [R]: drafts accepted in the stretch (None: no drafts)
+    verified: np.ndarray | None = None  # int64 [R]: drafts verified in the stretch
+
+    @property
+    def steps(self) -> int:
+        return self.step_s.size
+
+    @property
+    def end_s(self) -> float:
+        return float(self.times_s[-1])
+
+
+def plan_stretch(rep, stop_s: float, tokens_per_step: float) -> Stretch | None:
+    """The steady decode steps replica ``rep`` runs from now, or None where there are fewer
+    than two (the step-by-step path takes them).
+
+    Every running request decodes and none can be admitted (the caller checks). ``stop_s``:
+    the next arrival (a step starting at or after it is not taken); ``tokens_per_step``: the
+    tokens a request emitted per step so far, to guess how far to draw.
+    """
+    c, n = rep.running.cols, rep.running.n
+    generated = c["generated"][:n]
+    left = c["output_tokens"][:n] - generated
+    kv0 = c["prefilled"][:n] + generated - c["kv_base"][:n]
+    block_size = rep.policy.block_size_for(n)
+    if block_size:
+        return _drafting(rep, n, block_size, left, kv0, generated, stop_s, tokens_per_step)
+    # Without drafts nothing is random: a request emits a token a step. Without speculation at
+    # all, a finish only shrinks the batch, unless it frees room for a waiting request.
+    # A finishing request that references prefix-cache blocks changes the KV they hold: stop there.
+    past_finishes = (rep.ctx.acceptance is None and not rep.waiting
+                     and (rep.prefix is None or not rep.prefix.chains))
+    last = int(left.max() if past_finishes else left.min())
+    steps = _steps_to_draw(last, stop_s - rep.clock_s, rep.last_step_s, 1.0, n, 0)
+    if steps < 2:
+        return None
+    k = np.arange(steps)[:, None]
+    if past_finishes:  # a request decodes from step 0 to step left - 1
+        live = k < left
+        decode = live.sum(axis=1)
+        kv = (kv0 + k) * live
+    else:
+        decode = np.full(steps, n)
+        kv = kv0 + k
+    taken = min(steps, last)
+    st = _finish(rep, steps, taken, decode, kv, decode, np.zeros(steps, dtype=np.int64), 0, stop_s)
+    if st is None:
+        return None
+    times, taken, step_s, parts, kv_peak, context, max_context = st
+    run = np.minimum(left, taken) if past_finishes else taken
+    return Stretch(times, step_s, parts["draft_s"], parts["sched_s"], decode[:taken], decode[:taken],
+                   np.zeros(taken, dtype=np.int64), decode[:taken], context, max_context, kv_peak,
+                   generated + run, run)
+
+
+def _drafting(rep, n: int, block_size: int, left, kv0, generated, stop_s: float,
+              tokens_per_step: float) -> Stretch | None:
+    """A stretch of steps with drafts: it ends at the first finish."""
+    steps = _steps_to_draw(int(left.min()), stop_s - rep.clock_s, rep.last_step_s, tokens_per_step, n,
+                           block_size)
+    if steps < 2:
+        return None
+    draw = _Draw(rep, steps, n, block_size)
+    new = draw.accepted + 1
+    cum = np.cumsum(new, axis=0)  # tokens each request emitted after step k
+    done = (cum >= left).any(axis=1)
+    first = int(done.argmax())
+    taken = first + 1 if done[first] else steps
+    verify = draw.verify_len.sum(axis=1)
+    st = _finish(rep, steps, taken, np.full(steps, n), kv0 + (cum - new), verify, draw.budget, block_size,
+                 stop_s)
+    if st is None:
+        draw.keep(0)
+        return None
+    times, taken, step_s, parts, kv_peak, context, max_context = st
+    draw.keep(taken)
+    emitted = new[:taken].sum(axis=1)
+    final = cum[taken - 1]
+    capped = np.minimum(final, left)
+    emitted[-1] -= int((final - capped).sum())  # a finishing request emits up to its output
+    return Stretch(times, step_s, parts["draft_s"], parts["sched_s"], np.full(taken, n), verify[:taken],
+                   draw.budget[:taken], emitted, context, max_context, kv_peak, generated + capped, taken,
+                   draw.accepted[:taken].sum(axis=0), draw.verify_len[:taken].sum(axis=0) - taken)
+
+
+def _finish(rep, steps: int, taken: int, decode, kv, verify, budget, block_size: int, stop_s: float):
+    """Cut ``taken`` steps short where the KV cache runs out (or, with a prefix cache, where a
+    step would evict cached blocks: step by step takes that one), price them, and cut them again
+    at the next arrival: (times, taken, step_s, parts, kv_peak, context, max_context), or None
+    where not one step is left."""
+    context = kv.sum(axis=1)
+    kv_needed = context + verify + decode * rep.kv_per_request + rep._kv_adjust()  # as a step plans it
+    crowded = (kv_needed[:taken] > rep.kv_capacity) & (decode[:taken] > 1)  # a lone request stays
+    if rep.prefix is not None:
+        crowded |= kv_needed[:taken] + rep.prefix.idle_tokens > rep.kv_capacity
+    if crowded.any():
+        taken = int(crowded.argmax())
+        if not taken:
+            return None
+    k = slice(0, taken)
+    dec = decode[k]
+    works = StepWorks(dec, dec if verify is decode else verify[k], context[k], draft_kind=rep.policy.draft_kind,
+                      draft_reqs=dec if block_size else 0, draft_block_size=block_size,
+                      draft_context_tokens=context[k], decode_max_context=kv[k].max(axis=1), running_reqs=dec)
+    parts = rep.ctx.cost.breakdown_array(works)
+    step_s = sum(parts.values())
+    times = np.cumsum(np.concatenate(([rep.clock_s], step_s)))  # sequential sums, as step by step
+    # a step that would start at or after the next arrival is not taken
+    taken = int(np.searchsorted(times[1:taken], stop_s)) + 1
+    k = slice(0, taken)
+    zero = np.zeros(taken)
+    parts = {"draft_s": parts.get("draft_s", zero)[k], "sched_s": parts.get("sched_s", zero)[k]}
+    return (times[:taken + 1], taken, step_s[k], parts, min(int(kv_needed[k].max()), rep.kv_capacity),
+            context[k], works.decode_max_context[k])
+
+
+class _Draw:
+    """The random part of K steps: verify lengths, budgets and accepted drafts."""
+
+    def __init__(self, rep, steps: int, n: int, block_size: int):
+        self.rep, self.steps = rep, steps
+        c, acc = rep.running.cols, rep.ctx.acceptance
+        noise = acc.step_words(n, block_size)
+        self.per_step = noise + n * block_size
+        words = rep.rng.bit_generator.random_raw(steps * self.per_step).reshape(steps, self.per_step)
+        p_true, conf = acc.steps(c["difficulty"][:n], c["domain"][:n], block_size, words[:, :noise])
+        self.verify_len, self.budget = rep.policy.plan_many(conf, steps, n)
+        self.accepted = acc.accept_words(p_true, self.verify_len - 1, words[:, noise:])
+
+    def keep(self, taken: int) -> None:
+        """Only the first ``taken`` steps run: the policy keeps their state, the random stream
+        goes back to where they leave it."""
+        self.rep.policy.commit(taken)
+        if taken < self.steps:  # PCG64 runs in a cycle of 2**128 words: this goes back
+            self.rep.rng.bit_generator.advance(_PERIOD - (self.steps - taken) * self.per_step)
+
+
+def _steps_to_draw(left: int, to_arrival_s: float, step_s: float, tokens_per_step: float, n: int,
+                   block_size: int) -> int:
+    """How many steps to draw: enough to reach the end (``left`` tokens at ``tokens_per_step``)
+    or the next arrival, whichever comes first, by the recent step time, and never more than
+    ``left`` (a request emits at least a token a step)."""
+    guess = math.ceil(1.25 * left / max(tokens_per_step, 1.0)) + 1
+    if step_s > 0 and math.isfinite(to_arrival_s):
+        guess = min(guess, math.ceil(1.25 * to_arrival_s / step_s) + 1)
+    cap = max(1, MAX_DRAWS // (n * max(block_size, 1)))
+    return max(0, min(left, guess, MAX_STEPS, cap))
+
+
+def delay_to(now_s: float, end_s: float) -> float:
+    """The delay that takes simpy's clock from ``now_s`` to ``end_s``, exactly where a float can
+    (``now_s + delay`` rounds, and round-half-even may step over ``end_s``: then the nearest)."""
+    delay = end_s - now_s
+    while now_s + delay < end_s:
+        delay = math.nextafter(delay, math.inf)
+    while now_s + delay > end_s:
+        delay = math.nextafter(delay, -math.inf)
+    return delay
+
+

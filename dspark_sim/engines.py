@@ -1,0 +1,270 @@
+"""The serving engine a scenario predicts: its defaults and its host-side time.
+
+A scenario's ``engine: {name, version, calibration}`` selects one of :data:`ENGINES`.
+The GPU work of a step (kernels and graphs) comes from the profile or the roofline, the
+same for every engine; what the engine adds is described here:
+
+* **defaults** the engine applies when the user sets nothing (chunked-prefill budget,
+  step token budget, running-request cap, memory fraction, mixed or prefill-only steps),
+  read from the engine's released source and cited in ``DEFAULT_SOURCES`` (the table in
+  docs/engines.md is generated from it);
+* **runtime limits** that depend on the replica: SGLang's running-request cap derived
+  from the KV pool, the largest batch a CUDA graph covers (a decode step above it runs
+  eagerly);
+* **host terms** (:class:`EngineTerms`): per-step host time the engine does not hide
+  behind the GPU, per-request front-end time (HTTP, chat template, tokenizer) before the
+  scheduler sees a request, and the launch floor of an eager decode step. They are host
+  time: they do not move when a profile is projected to another GPU.
+
+``decoder`` is the project's own decoder: its host time is measured into the profile
+(``host``, ``schedule``), so it adds nothing here and its defaults are the scenario's.
+The shipped host terms of the other engines are fitted by ``benchmarks/external.py
+calibrate`` (``engine_terms.json``, which names the measurements they rest on); a
+scenario may name its own fit (``calibration:``, written by ``dspark-sim engine-fit``).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from dspark_sim.config import Section, build, check_choice, check_real, require
+from dspark_sim.errors import InputError
+
+ENGINES = ("decoder", "sglang", "vllm", "trtllm")
+# The release each engine's defaults were read from (the first is the default version).
+VERSIONS = {"decoder": ("project",), "sglang": ("0.5.23",), "vllm": ("0.33.0",), "trtllm": ("1.2.0rc1",)}
+TERMS_FILE = "engine_terms.json"  # shipped host terms, next to this module
+CALIBRATION_FORMAT = "dspark-engine-calibration"
+MIB = 1 << 20
+GIB = 1 << 30
+
+# Where each default comes from: engine -> [(setting, value rule, file:line of the release)].
+DEFAULT_SOURCES = {
+    "sglang": [
+        ("chunked_prefill_tokens", "2048 / 4096 / 4096 / 8192 / 8192 / 16384 for GPU memory < 20 / 35 / 60 / 90 / "
+         "160 / above GiB", "sglang 0.5.23 sglang/srt/arg_groups/memory_hook.py:88-172"),
+        ("CUDA-graph batch limit", "256 (tp < 4) or 512 (tp >= 4) between 60 and 160 GiB; 512 above; 32/160 below "
+         "60 GiB", "sglang 0.5.23 sglang/srt/arg_groups/memory_hook.py:118-172"),
+        ("gpu_memory_fraction", "(mem - reserved) / mem, reserved = max(512 + 1.5 x max(chunk, 2048) + tp/8 x 1024 "
+         "+ 2 x graph limit, 10240) MiB above 60 GiB", "sglang 0.5.23 sglang/srt/arg_groups/memory_hook.py:306-326, "
+         "357-368"),
+        ("max_batched_tokens", "16384 (max_prefill_tokens)", "sglang 0.5.23 sglang/srt/arg_groups/fields/schedule.py:71-81"),
+        ("max_running_requests", "min(max(min(KV tokens / context x 512, 4096), 2048), KV tokens // 2); a given "
+         "cap is still bounded by KV tokens // 2", "sglang 0.5.23 sglang/srt/mem_cache/kv_cache_configurator.py:"
+         "3119-3132"),
+        ("batching", "prefill_first (enable_mixed_chunk = False)",
+         "sglang 0.5.23 sglang/srt/arg_groups/fields/schedule.py:208-211"),
+        ("host overlap", "overlap scheduler on (disable_overlap_schedule = False)",
+         "sglang 0.5.23 sglang/srt/arg_groups/fields/schedule.py:193-199"),
+    ],
+    "vllm": [
+        ("max_batched_tokens", "8192 (>= 70 GiB, not A100), 16384 (>= 160 GiB), else 2048 (OpenAI server)",
+         "vllm 0.33.0 vllm/engine/arg_utils.py:2973-3006"),
+        ("max_running_requests", "1024 (>= 70 GiB, not A100), else 256 (max_num_seqs)",
+         "vllm 0.33.0 vllm/engine/arg_utils.py:2973-3006"),
+        ("chunked_prefill_tokens", "the step budget (enable_chunked_prefill = True, decode first)",
+         "vllm 0.33.0 vllm/config/scheduler.py:134"),
+        ("gpu_memory_fraction", "0.92 (gpu_memory_utilization)", "vllm 0.33.0 vllm/config/cache.py:215"),
+        ("kv_block_tokens", "16", "vllm 0.33.0 vllm/config/cache.py:185"),
+        ("CUDA-graph batch limit", "min(2 x max_num_seqs, 512; 1024 on Blackwell) tokens",
+         "vllm 0.33.0 vllm/config/vllm.py:2460-2470"),
+        ("host overlap", "asynchronous scheduling on by default", "vllm 0.33.0 vllm/config/vllm.py:1685-1719"),
+    ],
+    "trtllm": [
+        ("gpu_memory_fraction", "0.9 of the memory left after the weights (kv_cache free_gpu_memory_fraction)",
+         "TensorRT-LLM tensorrt_llm/commands/serve.py get_llm_args (free_gpu_memory_fraction=0.9)"),
+        ("max_batched_tokens, max_running_requests", "BuildConfig defaults max_num_tokens 8192, max_batch_size 2048",
+         "TensorRT-LLM tensorrt_llm/commands/serve.py get_llm_args (BuildConfig.model_fields defaults); the "
+         "BuildConfig values themselves were not re-read from 1.2.0rc1"),
+        ("chunked_prefill_tokens", "the step budget: trtllm-serve leaves chunked prefill off, so a prompt is "
+         "taken whole when it fits (approximated by chunks of the step budget)",
+         "TensorRT-LLM tensorrt_llm/commands/serve.py get_llm_args (enable_chunked_prefill=False)"),
+        ("kv_block_tokens", "32 (tokens_per_block)", "TensorRT-LLM KvCacheConfig tokens_per_block"),
+        ("host overlap", "overlap scheduler of the PyTorch backend (on unless disable_overlap_scheduler)",
+         "TensorRT-LLM tensorrt_llm/llmapi/llm_args.py"),
+    ],
+}
+
+
+@dataclass(frozen=True, slots=True)
+class EngineTerms:
+    """Host-side seconds an engine adds to the GPU's work (the same on every GPU).
+
+    step_host_s + step_host_s_per_req x R: host time of a step of R running requests the
+    engine does not hide behind the GPU (with an overlapping scheduler, what is left over;
+    the per-request part grows with the batch: streaming, detokenization, bookkeeping).
+    frontend_s: the front end's service time of one request (HTTP, chat template, tokenizer,
+    dispatch); one front-end process a replica serves requests one at a time, so a burst
+    queues there before the scheduler sees it. eager_step_s: a decode step above the
+    CUDA-graph limit lasts at least this long (the host launching every kernel).
+    """
+
+    step_host_s: float = 0.0
+    step_host_s_per_req: float = 0.0
+    frontend_s: float = 0.0
+    eager_step_s: float = 0.0
+    source: str = "no host terms"
+
+    def __post_init__(self) -> None:
+        for name in ("step_host_s", "step_host_s_per_req", "frontend_s", "eager_step_s"):
+            check_real(getattr(self, name), name, 0, 10.0)
+        require(isinstance(self.source, str), "source", self.source, "expected a string")
+
+    def to_json_dict(self) -> dict:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+    @classmethod
+    def from_json_dict(cls, raw, *, file=None, key: str = "terms") -> EngineTerms:
+        s = Section(raw, file, key)
+        kwargs = {name: s.raw(name) for name in cls.__dataclass_fields__}
+        s.done()
+        return build(cls, {k: v for k, v in kwargs.items() if v is not None}, file, key)
+
+
+@dataclass(frozen=True, slots=True)
+class Engine:
+    """The serving engine of a scenario (see the module docstring)."""
+
+    name: str = "decoder"
+    version: str | None = None
+    calibration: Path | None = None
+    terms: EngineTerms = field(default_factory=EngineTerms)
+
+    def __post_init__(self) -> None:
+        check_choice(self.name, "name", ENGINES)
+        if self.version is not None:
+            require(isinstance(self.version, str) and self.version in VERSIONS[self.name], "version",
+                    self.version, f"{self.name} defaults are read from {', '.join(VERSIONS[self.name])}")
+        require(isinstance(self.terms, EngineTerms), "terms", self.terms, "expected EngineTerms")
+        require(self.name != "decoder" or self.calibration is None, "calibration", self.calibration,
+                "the decoder's host time is measured into its profile; calibrate sglang, vllm or trtllm")
+
+    @property
+    def is_decoder(self) -> bool:
+        return self.name == "decoder"
+
+    @property
+    def label(self) -> str:
+        """``name version`` as outputs name the engine."""
+        return f"{self.name} {self.version or VERSIONS[self.name][0]}"
+
+    @classmethod
+    def from_dict(cls, raw, *, file=None, key: str = "engine", base: Path | None = None) -> Engine:
+        """Build from a scenario's ``engine:`` mapping (or a bare engine name)."""
+        if isinstance(raw, str):
+            raw = {"name": raw}
+        s = Section(raw, file, key)
+        name, version, calibration = s.raw("name", "decoder"), s.raw("version"), s.raw("calibration")
+        s.done()
+        if isinstance(version, (int, float)) and not isinstance(version, bool):
+            version = str(version)
+        engine = build(cls, {"name": name, "version": version}, file, key)
+        if calibration is None:
+            return build(cls, {"name": name, "version": version, "terms": shipped_terms(engine.name)}, file, key)
+        if engine.is_decoder:
+            raise InputError(file, f"{key}.calibration", calibration, "the decoder's host time is measured into "
+                             "its profile; calibrate sglang, vllm or trtllm")
+        if not isinstance(calibration, str):
+            raise InputError(file, f"{key}.calibration", calibration, "expected a file name")
+        path = ((base or Path.cwd()) / calibration).resolve()
+        if not path.is_file():
+            raise InputError(file, f"{key}.calibration", calibration, "calibration file not found")
+        terms = load_calibration(path, engine=engine.name)
+        return build(cls, {"name": name, "version": version, "calibration": path, "terms": terms}, file, key)
+
+    # -- defaults -----------------------------------------------------------------
+    def deployment_defaults(self, gpu, tp: int, model=None) -> dict:
+        """Deployment keys the engine sets when the scenario does not (cited in DEFAULT_SOURCES)."""
+        mem = gpu.memory_bytes
+        if self.name == "sglang":
+            chunk = _sglang_chunk(mem)
+            graph = self.graph_max_batch(gpu, tp) or 0
+            return {"chunked_prefill_tokens": chunk, "max_batched_tokens": 16384, "max_running_requests": 4096,
+                    "batching": "prefill_first", "gpu_memory_fraction": _sglang_fraction(mem, chunk, tp, graph)}
+        if self.name == "vllm":
+            big = mem >= 70 * GIB and gpu.name != "a100"
+            tokens = 16384 if mem >= 160 * GIB else (8192 if big else 2048)
+            return {"max_batched_tokens": tokens, "max_running_requests": 1024 if big or mem >= 160 * GIB else 256,
+                    "gpu_memory_fraction": 0.92, "kv_block_tokens": 16}
+        if self.name == "trtllm":
+            out = {"max_batched_tokens": 8192, "max_running_requests": 2048, "kv_block_tokens": 32}
+            if model is not None:  # 0.9 of what the weights leave
+                weights = model.weight_bytes() / tp
+                out["gpu_memory_fraction"] = round(min(0.99, (weights + 0.9 * max(mem - weights, 0)) / mem), 4)
+            return out
+        return {}
+
+    def graph_max_batch(self, gpu, tp: int, max_running: int | None = None) -> int | None:
+        """Tokens of the largest decode step a CUDA graph covers (None: no limit modelled)."""
+        mem = gpu.memory_bytes
+        if self.name == "sglang":
+            if mem < 60 * GIB:
+                return 32 if tp < 4 else 160
+            return 256 if tp < 4 and mem < 160 * GIB else 512
+        if self.name == "vllm":
+            seqs = max_running or self.deployment_defaults(gpu, tp)["max_running_requests"]
+            return min(2 * seqs, 1024 if gpu.fp4 else 512)
+        return None
+
+    def running_cap(self, kv_tokens: int, max_context: int) -> int | None:
+        """The running-request cap the engine derives from its KV pool (None: none)."""
+        if self.name != "sglang":
+            return None
+        estimated = max(min(int(kv_tokens / max_context * 512), 4096), 2048) if max_context else 4096
+        return max(1, min(estimated, kv_tokens // 2))
+
+
+def _sglang_chunk(mem: int) -> int:
+    for limit, chunk in ((20, 2048), (35, 4096), (60, 4096), (90, 8192), (160, 8192)):
+        if mem < limit * GIB:
+            return chunk
+    return 16384
+
+
+def _sglang_fraction(mem: int, chunk: int, tp: int, graph: int) -> float:
+    gpu_mib = mem / MIB
+    reserved = 512 + max(chunk, 2048) * 1.5 + tp / 8 * 1024 + graph * 2
+    if gpu_mib > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    return round((gpu_mib - reserved) / gpu_mib, 3)
+
+
+def shipped_terms(name: str) -> EngineTerms:
+    """The host terms shipped for engine ``name`` (none for the decoder or an engine not fitted yet)."""
+    if name == "decoder":
+        return EngineTerms()  # its host time is measured into its profile
+    path = resources.files("dspark_sim").joinpath(TERMS_FILE)
+    if not path.is_file():
+        return EngineTerms(source=f"{name}: no fitted host terms shipped")
+    data = json.loads(path.read_text())
+    entry = data.get("engines", {}).get(name)
+    if entry is None:
+        return EngineTerms(source=f"{name}: no fitted host terms shipped")
+    return EngineTerms.from_json_dict(entry["terms"], file=TERMS_FILE, key=f"engines.{name}.terms")
+
+
+def load_calibration(path: str | Path, *, engine: str | None = None) -> EngineTerms:
+    """The host terms of a calibration file written by ``dspark-sim engine-fit``."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(path, None, None, "calibration file not found") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InputError(path, None, None, f"not a JSON calibration file: {type(err).__name__}") from None
+    if not isinstance(data, dict) or data.get("format") != CALIBRATION_FORMAT:
+        raise InputError(path, "format", data.get("format") if isinstance(data, dict) else None,
+                         f"expected {CALIBRATION_FORMAT!r} (a file written by dspark-sim engine-fit)")
+    if engine is not None and data.get("engine") != engine:
+        raise InputError(path, "engine", data.get("engine"), f"the calibration is not for engine {engine!r}")
+    terms = EngineTerms.from_json_dict(data.get("terms"), file=path, key="terms")
+    if not math.isfinite(terms.step_host_s):
+        raise InputError(path, "terms.step_host_s", terms.step_host_s, "must be finite")
+    return terms
+
+
+__all__ = ["CALIBRATION_FORMAT", "DEFAULT_SOURCES", "ENGINES", "Engine", "EngineTerms", "VERSIONS",
+           "load_calibration", "shipped_terms"]
