@@ -1,6 +1,7 @@
 """Fidelity: the real decoder and the simulator on the same traces (H200 error table).
 
     python benchmarks/fidelity.py cases                  # CPU: trace slices, scenarios, SPS table
+    python benchmarks/fidelity.py cases --model qwen3-32b --tp 2 --traces syn-light syn-mid   # TP 2 cases
     python benchmarks/fidelity.py run --out DIR          # GPU: the decoder serves every case
     python benchmarks/fidelity.py compare --real DIR     # CPU: simulate every case, error table
 
@@ -47,7 +48,11 @@ def compare(args) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("cases")
+    k = sub.add_parser("cases")
+    k.add_argument("--model", default="qwen3-8b")
+    k.add_argument("--tp", type=int, default=1, help="GPUs per replica (the decoder runs one process each)")
+    k.add_argument("--traces", nargs="*", help="a subset of the traces (default all)")
+    k.add_argument("--dir", help="where to write (default the shipped cases; tp > 1: cases_tp<N>)")
     r = sub.add_parser("run")
     r.add_argument("--out", required=True)
     r.add_argument("--max-seconds", type=float, default=420.0)
@@ -66,8 +71,9 @@ def main(argv=None) -> int:
     c.add_argument("--doc", default=str(REPO / "docs" / "validation.md"))
     args = p.parse_args(argv)
     if args.cmd == "cases":
-        for path in make_cases(CASES_DIR, AZURE):
-            print(path.relative_to(REPO))
+        out = Path(args.dir) if args.dir else CASES_DIR if args.tp == 1 else VALIDATION / f"cases_tp{args.tp}"
+        for path in make_cases(out, AZURE, model=args.model, tp=args.tp, traces=args.traces):
+            print(path.resolve().relative_to(REPO) if path.resolve().is_relative_to(REPO) else path)
     elif args.cmd == "run":
         from dspark_sim.validation.serve import run_cases
 

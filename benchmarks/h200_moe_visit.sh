@@ -18,31 +18,14 @@
 #        both projected to B300, B200 and H100; the held-out table, with verify_levels, into docs/profiles.md)
 #   python benchmarks/moe_costs.py   # docs/moe.md: slice-scaling and held-out errors from those files
 set -o pipefail
-export PYTHONUNBUFFERED=1 TRITON_INTERPRET=0
 OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-LOG="$OUT/visit.log"
 BUDGET_S=${BUDGET_S:-480}
 TESTS_S=${TESTS_S:-40} WHOLE_S=${WHOLE_S:-120} QSLICE_S=${QSLICE_S:-30} V4SLICE_S=${V4SLICE_S:-75}
 START_S=15  # imports and the model's build, beyond a step's own seconds (the hard cap adds 30 more)
-# dspark_sim.kernels lives in kernels/: a package tree of links maps it without pip
-SHIM=/tmp/dspark_moe_shim; rm -rf $SHIM; mkdir -p $SHIM/dspark_sim
-for f in dspark_sim/*; do ln -s "$PWD/$f" "$SHIM/dspark_sim/"; done
-for d in kernels tuner profiles; do ln -s "$PWD/$d" "$SHIM/dspark_sim/$d"; done
-export PYTHONPATH=$SHIM${PYTHONPATH:+:$PYTHONPATH} PYTHONSAFEPATH=1  # the repo root must not shadow it
-say() { echo "[$(date -u +%H:%M:%S) +${SECONDS}s] $*" | tee -a "$LOG"; }
+source "$(dirname "$0")/visit_common.sh"
 say "start: $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader 2>&1)"
 python3 -c "import torch, triton, dspark_sim.kernels.decoder; print('torch', torch.__version__, 'triton',
 triton.__version__, torch.cuda.get_device_name(0))" 2>&1 | tee -a "$LOG" || exit 1
-
-run() {  # run NAME SECONDS CMD...: CMD capped at SECONDS + START_S + 30, skipped if the budget is short
-  local name=$1 secs=$2; shift 2
-  local left=$((BUDGET_S - SECONDS))
-  if [ "$left" -lt $((secs + START_S)) ]; then say "SKIPPED $name: needs $((secs + START_S)) s, $left s left"; return; fi
-  say "begin $name"
-  timeout --kill-after=10 $((secs + START_S + 30)) "$@" 2>&1 | sed "s/^/  $name| /" >> "$LOG"
-  say "end $name: exit $?"
-}
 
 profile() {  # profile NAME SECONDS MODEL [profiler flags...]
   local name=$1 secs=$2 model=$3; shift 3

@@ -5,7 +5,7 @@ import argparse
 import sys
 import warnings
 
-from dspark_sim.errors import run_reporting_errors
+from dspark_sim.errors import ArgumentParser, run_reporting_errors
 
 
 # Modules whose register(subparsers) adds one sub-command each, in this order.
@@ -17,7 +17,7 @@ COMMAND_MODULES = ("dspark_sim.commands.run", "dspark_sim.commands.compare", "ds
 def build_parser() -> argparse.ArgumentParser:
     import importlib
 
-    parser = argparse.ArgumentParser(prog="dspark-sim", description=__doc__)
+    parser = ArgumentParser(prog="dspark-sim", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     for module in COMMAND_MODULES:
         importlib.import_module(module).register(sub)
@@ -31,7 +31,7 @@ def _warning_line(message, category, filename, lineno, file=None, line=None):
 def main(argv: list[str] | None = None) -> int:
     warnings.showwarning = _warning_line
     args = build_parser().parse_args(argv)
-    return run_reporting_errors(args.func, args)
+    return run_reporting_errors(args.func, args, program=f"dspark-sim {args.command}")
 
 
 if __name__ == "__main__":

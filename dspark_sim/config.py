@@ -19,6 +19,46 @@ import yaml
 from dspark_sim.errors import InputError
 
 
+class _DuplicateKey(yaml.YAMLError):
+    def __init__(self, key, line: int):
+        super().__init__(key, line)
+        self.key, self.line = key, line
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a key given twice in one mapping is an error
+    (YAML requires unique keys; PyYAML would keep the last silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # "<<: *base" merges may be overridden by the mapping's own keys
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+            except TypeError:
+                continue  # an unhashable key: the base constructor reports it
+            if duplicate:
+                raise _DuplicateKey(key, key_node.start_mark.line + 1)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def parse_yaml(text: str, path: str | Path | None) -> Any:
+    """YAML text into Python values; malformed YAML or a duplicate key is one InputError naming ``path``."""
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+    except _DuplicateKey as err:
+        raise InputError(path, f"line {err.line}: {err.key}", None, "duplicate key: given twice in one mapping") \
+            from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else None
+        problem = getattr(err, "problem", None) or "malformed YAML"
+        raise InputError(path, where, None, f"malformed YAML: {problem}") from None
+
+
 def load_yaml(path: str | Path) -> dict:
     """Read a YAML mapping; any problem becomes one InputError line."""
     path = Path(path)
@@ -28,13 +68,7 @@ def load_yaml(path: str | Path) -> dict:
         raise InputError(path, None, None, "file not found") from None
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as err:
         raise InputError(path, None, None, f"cannot read: {type(err).__name__}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark else None
-        problem = getattr(err, "problem", None) or "malformed YAML"
-        raise InputError(path, where, None, f"malformed YAML: {problem}") from None
+    data = parse_yaml(text, path)
     if data is None:
         raise InputError(path, None, None, "empty file: expected a scenario mapping")
     if not isinstance(data, dict):

@@ -1,7 +1,13 @@
-"""The one error type users see: bad input, reported as a single line."""
+"""The errors users see, each as a single line: bad input (exit 2), a bug (exit 70), a stop
+by SIGINT or SIGTERM (exit 130 or 143), and the command-line parser that keeps to one line."""
 from __future__ import annotations
 
+import argparse
+import signal
+import sys
 from pathlib import Path
+
+EXIT_INPUT, EXIT_BUG, EXIT_SIGINT, EXIT_SIGTERM = 2, 70, 128 + signal.SIGINT, 128 + signal.SIGTERM
 
 
 class InputError(Exception):
@@ -32,15 +38,62 @@ def _short(value: object, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def run_reporting_errors(fn, *args, interrupted: str = "interrupted; nothing written") -> int:
-    """Call a command; bad input becomes one ``error:`` line on stderr and exit code 2."""
-    import sys
+class InternalError(Exception):
+    """A result that cannot happen (negative latency, KV above capacity, tokens lost): a bug in
+    dspark-sim, never bad input. The message says what broke; no number is returned."""
 
+    def __init__(self, what: str):
+        super().__init__(what)
+        self.what = what
+
+    def __str__(self) -> str:
+        return (f"internal error: {self.what}. This is a bug in dspark-sim, not in your input; please report "
+                "it with the command and the files it read").replace("\n", " ")
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised where the process is so that ``finally`` blocks and atomic outputs clean up."""
+
+
+def _raise_terminated(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the clean-up short
+    raise Terminated()
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, except that a bad command line is one ``error:`` line naming the flag and exit
+    code 2 (argparse's usage block is what ``--help`` is for)."""
+
+    def error(self, message: str):
+        self.exit(EXIT_INPUT, f"error: {self.prog}: {message}\n".replace("\n", " ").rstrip() + "\n")
+
+
+def run_reporting_errors(fn, *args, interrupted: str = "interrupted; nothing written",
+                         program: str | None = None) -> int:
+    """Call a command; bad input becomes one ``error:`` line on stderr and exit code 2 (an error
+    about no file, a flag's, names ``program``), a bug one ``error: internal error`` line and exit
+    code 70. SIGINT and SIGTERM unwind the command (its temporary outputs are removed on the way)
+    and exit with 130 and 143."""
+    try:
+        previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    except ValueError:  # not the main thread: leave SIGTERM to whoever owns the process
+        previous = None
     try:
         return fn(*args)
     except InputError as err:
+        if err.file is None and program is not None:
+            err = InputError(program, err.key, err.value, err.why)
         print(f"error: {err}", file=sys.stderr)
-        return 2
+        return EXIT_INPUT
+    except InternalError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BUG
     except KeyboardInterrupt:
         print(interrupted, file=sys.stderr)
-        return 130
+        return EXIT_SIGINT
+    except Terminated:
+        print(interrupted.replace("interrupted", "terminated"), file=sys.stderr)
+        return EXIT_SIGTERM
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)

@@ -17,15 +17,16 @@ from dspark_sim.config import (Section, build, check_bool, check_choice, check_i
 from dspark_sim.cost.parallel import Parallel
 from dspark_sim.engines import Engine
 from dspark_sim.errors import InputError
+from dspark_sim.limits import (MAX_KV_BLOCK_TOKENS, MAX_REPLICAS, MAX_REQUESTS, MAX_RUNNING_REQUESTS, MAX_SEED,
+                               MAX_TIME_SCALE, MIN_TIME_SCALE)
 from dspark_sim.names import DOMAINS
 from dspark_sim.slo import Slo
-from dspark_sim.speculation.config import ScheduleRule, Speculation
+from dspark_sim.speculation.config import ScheduleRule, Speculation, file_path
 from dspark_sim.workload import FORMATS, SyntheticConfig
 
 ROUTERS = ("round_robin", "least_outstanding", "cache_aware")
 BATCHING = ("mixed", "prefill_first")
 KV_DTYPES = {"bf16": 2.0, "fp8": 1.0}  # bytes of one KV-cache element
-MAX_SEED = 2**63 - 1
 
 __all__ = ["BATCHING", "KV_DTYPES", "ROUTERS", "Deployment", "ScheduleRule", "Scenario", "Slo", "Speculation",
            "Workload", "load_scenario"]
@@ -48,8 +49,8 @@ class Workload:
                 "give exactly one of workload.trace and workload.synthetic")
         require(self.trace is None or Path(self.trace).is_file(), "trace", str(self.trace), "trace file not found")
         check_choice(self.format, "format", FORMATS, optional=True)
-        check_real(self.time_scale, "time_scale", 0, strict_min=True)
-        check_int(self.max_requests, "max_requests", 1, optional=True)
+        check_real(self.time_scale, "time_scale", MIN_TIME_SCALE, MAX_TIME_SCALE)
+        check_int(self.max_requests, "max_requests", 1, MAX_REQUESTS, optional=True)
         check_int(self.hash_block_tokens, "hash_block_tokens", 1, 1 << 20)
         require(self.synthetic is None or isinstance(self.synthetic, SyntheticConfig), "synthetic", self.synthetic,
                 "expected a mapping")
@@ -133,16 +134,17 @@ class Deployment:
     routing_skew: float = 0.0  # Zipf exponent of expert popularity; 0 = uniform routing
     prefix_cache: bool = True  # share prompt KV between requests (SGLang's radix cache, vLLM's prefix caching)
     prefix_block_tokens: int | None = None  # the cache's block; None = the engines' (see prefix_block)
+    comm_curves: Path | None = None  # measured collectives (dspark-profile comm) pricing the communication
 
     def __post_init__(self) -> None:
-        check_int(self.replicas, "replicas", 1, 4096)
+        check_int(self.replicas, "replicas", 1, MAX_REPLICAS)
         check_int(self.tp, "tp", 1, 64)
-        check_int(self.max_running_requests, "max_running_requests", 1, 1 << 16)
+        check_int(self.max_running_requests, "max_running_requests", 1, MAX_RUNNING_REQUESTS)
         check_int(self.max_batched_tokens, "max_batched_tokens", 1, 1 << 20)
         check_int(self.chunked_prefill_tokens, "chunked_prefill_tokens", 1, 1 << 20, optional=True)
         check_choice(self.router, "router", ROUTERS)
         check_real(self.gpu_memory_fraction, "gpu_memory_fraction", 0.05, 1.0)
-        check_int(self.kv_block_tokens, "kv_block_tokens", 1)
+        check_int(self.kv_block_tokens, "kv_block_tokens", 1, MAX_KV_BLOCK_TOKENS)
         check_choice(self.batching, "batching", BATCHING)
         check_int(self.ep, "ep", 1, 64)
         check_bool(self.dp_attention, "dp_attention")
@@ -177,11 +179,13 @@ class Deployment:
         return Parallel(self.tp, self.ep, self.dp_attention)
 
     @classmethod
-    def from_dict(cls, raw, *, file=None, key: str = "deployment", defaults: dict | None = None) -> Deployment:
+    def from_dict(cls, raw, *, file=None, key: str = "deployment", defaults: dict | None = None,
+                  base: Path | None = None) -> Deployment:
         """Build from a scenario's ``deployment:`` mapping; ``defaults`` (the engine's) fill the keys
-        it does not give."""
+        it does not give (``comm_curves`` resolves against ``base``)."""
         s = Section(raw, file, key)
-        kwargs = {name: s.raw(name) for name in cls.__dataclass_fields__}
+        kwargs = {name: s.raw(name) for name in cls.__dataclass_fields__ if name != "comm_curves"}
+        kwargs["comm_curves"] = file_path(s, "comm_curves", base or Path.cwd())
         s.done()
         given = {k: v for k, v in kwargs.items() if v is not None}
         return build(cls, {**(defaults or {}), **given}, file, key)
@@ -237,7 +241,7 @@ class Scenario:
                 raise InputError(file, key, value, "expected a string")
         engine = Engine.from_dict(top.raw("engine"), file=file, base=base)
         kwargs = dict(name=name, workload=workload, model=model.lower(), gpu=gpu.lower(), engine=engine,
-                      deployment=_deployment(top.raw("deployment"), engine, gpu, model, file),
+                      deployment=_deployment(top.raw("deployment"), engine, gpu, model, file, base),
                       speculation=Speculation.from_dict(top.raw("speculation"), file=file, base=base),
                       slo=Slo.from_dict(top.raw("slo"), file=file), seed=top.raw("seed", 0),
                       exact=top.raw("exact", False), file=file)
@@ -245,15 +249,15 @@ class Scenario:
         return build(cls, kwargs, file, None)
 
 
-def _deployment(raw, engine: Engine, gpu: str, model: str, file) -> Deployment:
+def _deployment(raw, engine: Engine, gpu: str, model: str, file, base) -> Deployment:
     """The ``deployment:`` mapping with the engine's defaults for the keys it leaves out."""
     if engine.is_decoder:
-        return Deployment.from_dict(raw, file=file)
+        return Deployment.from_dict(raw, file=file, base=base)
     tp = raw.get("tp", 1) if isinstance(raw, dict) else 1
     tp = tp if isinstance(tp, int) and not isinstance(tp, bool) and tp >= 1 else 1
     defaults = engine.deployment_defaults(get_gpu(gpu, file=file, key="gpu"), tp,
                                           get_model(model, file=file, key="model"))
-    return Deployment.from_dict(raw, file=file, defaults=defaults)
+    return Deployment.from_dict(raw, file=file, defaults=defaults, base=base)
 
 
 def load_scenario(path: str | Path) -> Scenario:

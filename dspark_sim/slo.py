@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dspark_sim.config import Section, build, check_choice, check_real, require
+from dspark_sim.limits import MAX_LATENCY_MS, MAX_TOK_PER_S_USER
 
 RULES = ("attainment", "p99")
 YAML_KEYS = ("ttft_ms", "tpot_ms")  # what a scenario file's ``slo:`` may give
@@ -33,7 +34,8 @@ class Slo:
 
     def __post_init__(self) -> None:
         for name in ("ttft_ms", "tpot_ms", "tok_per_s_user", "max_queue_ms"):
-            check_real(getattr(self, name), name, 0, strict_min=True, optional=True)
+            most = MAX_TOK_PER_S_USER if name == "tok_per_s_user" else MAX_LATENCY_MS
+            check_real(getattr(self, name), name, 0, most, strict_min=True, optional=True)
         check_real(self.attainment, "attainment", 0, 1, strict_min=True)
         check_choice(self.rule, "rule", RULES)
         require(self.tpot_ms is None or self.tok_per_s_user is None, "tok_per_s_user", self.tok_per_s_user,

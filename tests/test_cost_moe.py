@@ -186,11 +186,9 @@ def test_the_scenario_checks_its_layout_wherever_it_is_built(write_scenario):
 
 
 def test_requests_beyond_the_context_are_rejected(write_scenario):
-    from dspark_sim.engine.simulator import simulate
+    from dspark_sim.engine.simulator import AllRejected, simulate
 
     data = synthetic_scenario(num_requests=6, prompt=41000, output=20)  # Qwen3-8B: 40960 positions
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        result = simulate(load_scenario(write_scenario(data)))
-    assert result.collector.rejected == 6
-    assert any("longer than the model's context" in str(w.message) for w in caught)
+    with pytest.raises(AllRejected) as err:  # nothing can run: one error for the whole run
+        simulate(load_scenario(write_scenario(data)))
+    assert err.value.reasons == ("context_length",) and "6 prompt + output longer than" in err.value.why

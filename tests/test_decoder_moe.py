@@ -49,6 +49,21 @@ def test_every_token_routed_to_one_expert():
                                moe_ref(x, gate_up, down, weights, ids), **TOL)
 
 
+@pytest.mark.parametrize("impl", ["triton", "torch"])
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_each_rank_runs_its_experts_and_the_ranks_sum_to_the_whole(impl, ranks):
+    """Expert parallel: the tensors of experts ``r E/N ..`` alone, pairs routed elsewhere dropped
+    (blocks of the drop bucket skipped); summed over ranks, the whole layer."""
+    x, gate_up, down, weights, ids = case(33, 8, 3)
+    share = 8 // ranks
+    parts = [fused_moe(x, gate_up[r * share:(r + 1) * share], down[r * share:(r + 1) * share], weights, ids,
+                       impl, first_expert=r * share) for r in range(ranks)]
+    torch.testing.assert_close(sum(parts), moe_ref(x, gate_up, down, weights, ids), **TOL)
+    mine = (ids >= 0) & (ids < share)  # rank 0's pairs alone, by the loop on their experts only
+    want = moe_ref(x, gate_up[:share], down[:share], torch.where(mine, weights, 0), torch.where(mine, ids, 0))
+    torch.testing.assert_close(parts[0], want, **TOL)
+
+
 def test_align_layout():
     ids = torch.tensor([[2, 0], [2, 1], [0, 2]], device=DEVICE)
     bm = 4

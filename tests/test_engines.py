@@ -66,7 +66,7 @@ def test_sglang_caps_running_requests_by_its_kv_pool():
     scenario = _scenario(engine="sglang", deployment={"replicas": 1, "tp": 1})
     ctx = build_context(scenario, Collector(None))
     kv = ctx.kv_capacity_tokens
-    assert ctx.max_running == min(4096, max(min(int(kv / ctx.max_context * 512), 4096), 2048), kv // 2)
+    assert ctx.max_running == min(4096, max(min(int(kv / ctx.admission.max_context * 512), 4096), 2048), kv // 2)
     assert build_context(_scenario(), Collector(None)).max_running == 0  # the decoder: the deployment's
 
 

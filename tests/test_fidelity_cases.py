@@ -138,3 +138,19 @@ def test_the_report_gives_the_shared_prefix_cases_their_own_summary():
     text = report.markdown(rows, fidelity.summarise(rows), {})
     assert "## Shared prefixes (prefix cache on)" in text and "| sess-mid__none | 78.0% / 80.0% |" in text
     assert "1 points: sess-mid__none." in text
+
+
+def test_the_shipped_tp2_cases_are_remade_exactly_and_the_decoder_reads_them_at_tp_2(tmp_path):
+    """``benchmarks/fidelity.py cases --model qwen3-32b --tp 2 --traces syn-light syn-mid`` wrote them."""
+    pytest.importorskip("torch")
+    from dspark_sim.kernels.decoder.launch import load_launch
+
+    shipped = VALIDATION / "cases_tp2"
+    paths = cases.make_cases(tmp_path, Path(__file__).resolve().parents[1] / "examples" / "traces"
+                             / "azure_llm_2023_code.csv", model="qwen3-32b", tp=2, traces=("syn-light", "syn-mid"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in shipped.iterdir())
+    for p in tmp_path.iterdir():
+        assert p.read_bytes() == (shipped / p.name).read_bytes(), p.name
+    for p in paths:
+        launch = load_launch(p, "qwen3-32b", 2, device="cpu")
+        assert launch.scenario.deployment.tp == 2

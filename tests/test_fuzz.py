@@ -1,11 +1,14 @@
-"""Fuzzing the CLI with generated scenarios and traces (Hypothesis, ~2,400 cases a run).
+"""Fuzzing the CLI with generated scenarios and traces (Hypothesis, ~3,600 cases a run).
 
 Each case writes its files into a fresh directory and runs ``dspark_sim.cli.main``
-in-process. A valid input must exit 0 with ``summary.json`` and ``requests.csv``;
-an invalid one must exit 2 with exactly one stderr line ``error: <file>: ...``
-naming the offending file, and leave neither the output directory nor a
-temporary sibling behind. Valid cases hold at most a handful of requests so the
-whole module runs in well under three minutes on two cores.
+in-process. A valid input must exit 0 with ``summary.json`` and ``requests.csv`` whose
+contents are physical (tests/physical.py: every request completed or rejected, no negative
+latency, events in order, KV within capacity, accepted <= verified, read back from the
+files); an invalid one must exit 2 with exactly one stderr line ``error: <file>: ...``
+naming the offending file, and leave neither the output directory nor a temporary
+sibling behind. Extreme magnitudes (lengths up to 2^63, rates 1e-300..1e300, TP up to
+128, empty and one-request traces) either run physically or fail in one line. Valid
+cases hold at most a handful of requests so the module stays within minutes on two cores.
 """
 from __future__ import annotations
 
@@ -22,6 +25,8 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
+
+from physical import assert_physical
 
 from dspark_sim.catalog.gpus import GPUS
 from dspark_sim.cli import main
@@ -68,6 +73,8 @@ def run_case(files: dict[str, str | bytes], argv_tail=(), command="run", scenari
             signal.signal(signal.SIGALRM, old)
         lines = [line for line in err.getvalue().splitlines() if not line.startswith("warning:")]
         listing = {p.name: sorted(q.name for q in p.iterdir()) if p.is_dir() else None for p in root.iterdir()}
+        if code == 0 and (root / "out" / "summary.json").is_file():
+            assert_physical(root / "out")  # every run that succeeds: its numbers can happen
         return code, lines, listing
 
 
@@ -234,8 +241,8 @@ def test_valid_trace_request_count(rows, max_requests):
         summary = json.loads((root / "out" / "summary.json").read_text())
         csv_lines = (root / "out" / "requests.csv").read_text().splitlines()
     want = len(rows) if max_requests is None else min(len(rows), max_requests)
-    assert summary["completed"] + summary["num_rejected"] == want
-    assert len(csv_lines) == 1 + summary["completed"]
+    assert summary["completed"] + summary["rejected"] == summary["requests"] == want
+    assert len(csv_lines) == 1 + want
 
 
 # -- invalid scenarios fail in one line ------------------------------------------------------
@@ -430,6 +437,70 @@ def test_any_value_at_any_key_completes_or_fails_in_one_line(base, where, value)
         assert_completed(code, lines, listing)
     else:
         assert_one_line_error(code, lines, listing, "s.yaml")
+
+
+# -- extreme magnitudes: a physical run or one line ---------------------------------------------------
+def _power(lo: int, hi: int):
+    """Magnitudes spread evenly over decades: m x 10^e."""
+    return st.tuples(st.floats(1, 9.99), st.integers(lo, hi)).map(lambda me: me[0] * 10.0 ** me[1])
+
+
+# Token counts: small (quick runs), at the edge of Qwen3's 40,960-token context, or beyond any
+# context up to 2^63 - 1 (read and rejected, or refused as input, never wrapped or run).
+# Outputs stay short or beyond the context: a valid output of 40,000 tokens is 40,000 decode steps,
+# legitimate work but too slow for thousands of cases.
+_BEYOND = st.one_of(st.integers(41000, 2**63 - 1), st.sampled_from([2**31, 2**32, 2**32 + 1, 2**53, 2**63 - 1]))
+EXTREME_LENGTH = st.one_of(st.integers(1, 200), st.integers(40700, 41000), _BEYOND)
+EXTREME_OUTPUT = st.one_of(st.integers(1, 60), _BEYOND)
+EXTREME_RATE = st.one_of(_power(-300, 300), st.sampled_from([5e-324, 1e-6, 1e9, 1.7e308]))
+
+
+@st.composite
+def extreme_scenario(draw):
+    prompt, output = draw(EXTREME_LENGTH), draw(EXTREME_OUTPUT)
+    syn = {"num_requests": draw(st.integers(1, 4)), "rate_per_s": draw(EXTREME_RATE),
+           "prompt_tokens": {"dist": "constant", "mean": prompt},
+           "output_tokens": draw(st.one_of(st.just({"dist": "constant", "mean": output}), st.fixed_dictionaries(
+               {"dist": st.just("lognormal"), "mean": _power(6, 300),
+                "sigma": st.one_of(st.floats(0, 0.5), st.floats(10.01, 1e300))})))}
+    dep = {"tp": draw(st.one_of(st.sampled_from([1, 2, 4, 8]), st.integers(1, 128))),
+           "replicas": draw(st.one_of(st.integers(1, 2), st.sampled_from([4096, 4097, 2**63])))}
+    spec = draw(st.sampled_from([{"method": "none"}, {"method": "dspark"}, {"method": "static", "block_size": 3}]))
+    return {"name": "extreme", "model": draw(st.sampled_from(["qwen3-8b", "llama-3.1-8b"])), "gpu": "h200",
+            "workload": {"synthetic": syn, "domain": "math"}, "deployment": dep, "speculation": spec,
+            "seed": draw(st.one_of(st.integers(0, 2**63 - 1), st.integers(2**63, 2**70)))}
+
+
+@fuzz(300)
+@given(data=extreme_scenario())
+def test_extreme_synthetic_magnitudes_run_physically_or_fail_in_one_line(data):
+    code, lines, listing = run_case({"s.yaml": yaml.safe_dump(data)})
+    event(f"exit {code}")
+    if code == 0:
+        assert_completed(code, lines, listing)
+    else:
+        assert_one_line_error(code, lines, listing, "s.yaml")
+
+
+@fuzz(200)
+@given(rows=st.lists(st.tuples(_power(-3, 300), EXTREME_LENGTH, EXTREME_OUTPUT), max_size=4),
+       time_scale=st.one_of(st.none(), _power(-300, 300)), tp=st.integers(1, 128))
+def test_extreme_traces_run_physically_or_fail_in_one_line(rows, time_scale, tp):
+    """BurstGPT rows (seconds since the first, cumulative) with extreme gaps and counts; none is empty."""
+    clock, body = 0.0, []
+    for gap, prompt, output in rows:
+        clock += gap
+        body.append(f"{clock!r},ChatGPT,{prompt},{output},{prompt + output},Conversation log")
+    text = "\n".join([BURSTGPT_HEADER, *body]) + "\n"
+    wl = {"trace": "t.csv", "domain": "code", **({"time_scale": time_scale} if time_scale is not None else {})}
+    scenario = {"name": "extreme-trace", "workload": wl, "model": "qwen3-8b", "gpu": "h200",
+                "deployment": {"tp": tp}}
+    code, lines, listing = run_case({"s.yaml": yaml.safe_dump(scenario), "t.csv": text})
+    event(f"exit {code}")
+    if code == 0:
+        assert_completed(code, lines, listing)
+    else:
+        assert_one_line_error(code, lines, listing, "t.csv" if "t.csv:" in lines[0] else "s.yaml")
 
 
 # -- crashes the fuzzer once found, kept as regression cases --

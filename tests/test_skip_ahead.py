@@ -35,12 +35,14 @@ METHODS = {
 
 def scenario(method: str, *, seed: int = 0, batching: str = "mixed", router: str = "round_robin",
              replicas: int = 1, load: str = "light", requests: int = 60, model: str = "qwen3-8b",
-             gpu: str = "h200", memory: float | None = None) -> Scenario:
+             gpu: str = "h200", memory: float | None = None, prompt_tokens: int | None = None) -> Scenario:
     """Bursty traffic of mixed domains; ``light`` leaves replicas idle between bursts, ``heavy``
-    queues requests behind a small cap, ``kv`` overflows a small KV cache (preemptions)."""
+    queues requests behind a small cap, ``kv`` overflows a small KV cache (preemptions);
+    ``prompt_tokens``: the prompts' mean length in place of the load's."""
     rate, cap, fraction, prompt, output = {"light": (4.0, 256, 0.9, 800, 120), "heavy": (60.0, 12, 0.9, 800, 120),
                                            "kv": (1000.0, 256, 0.13, 3000, 1500)}[load]
     memory = fraction if memory is None else memory
+    prompt = prompt if prompt_tokens is None else prompt_tokens
     return Scenario.from_dict({
         "name": "skip", "model": model, "gpu": gpu, "seed": seed,
         "workload": {"synthetic": {"num_requests": requests, "rate_per_s": rate, "arrival": "gamma", "cv": 2.0,
@@ -101,6 +103,17 @@ def test_skip_ahead_is_step_by_step_on_the_roofline(method, tmp_path):
     with pytest.warns(UserWarning, match="no measured profile"):
         summary = assert_identical(scenario(method, seed=4, gpu="a100"), tmp_path)
     assert summary["completed"] == 60
+
+
+@pytest.mark.parametrize("method", ["none", "production"])
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_skip_ahead_is_step_by_step_with_requests_rejected_on_arrival(method, replicas, tmp_path):
+    # prompts around Qwen3-8B's context: the longer ones are rejected as they arrive, between
+    # the others' stretches; their rows (status, reason) and every step's KV tokens must match
+    sc = scenario(method, seed=5, replicas=replicas, load="heavy", requests=40, prompt_tokens=30000)
+    with pytest.warns(UserWarning, match="rejected"):
+        summary = assert_identical(sc, tmp_path)
+    assert 0 < summary["rejected"] < 40 and summary["completed"] + summary["rejected"] == 40
 
 
 @pytest.mark.parametrize("method", ["none", "production", "algorithm1"])

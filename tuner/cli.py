@@ -15,7 +15,8 @@ import re
 import sys
 from pathlib import Path
 
-from dspark_sim.errors import InputError, run_reporting_errors
+from dspark_sim.errors import ArgumentParser, InputError, run_reporting_errors
+from dspark_sim.limits import MAX_LATENCY_MS, MAX_SEED, MAX_TOK_PER_S_USER
 from dspark_sim.tuner.honour import ENGINES
 
 DEFAULT_SCENARIO = Path("examples") / "tune_default.yaml"
@@ -23,8 +24,7 @@ SLO_FLAGS = {"tpot_ms": "--slo-tpot-ms", "tok_per_s_user": "--slo-tok-per-s-user
 
 
 def tune_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dspark-tune", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(prog="dspark-tune", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--gpu", help="GPU to tune for (catalog name, e.g. b300); default: the scenario's")
     p.add_argument("--scenario", help=f"scenario YAML (default {DEFAULT_SCENARIO})")
     p.add_argument("--model", help="target model (default: the scenario's)")
@@ -56,7 +56,7 @@ def tune_parser() -> argparse.ArgumentParser:
 
 
 def export_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dspark-tune export", description="write a trial's configuration")
+    p = ArgumentParser(prog="dspark-tune export", description="write a trial's configuration")
     p.add_argument("--study", required=True, help="study name (the DSpark study or NAME.<baseline>)")
     p.add_argument("--trial", type=int, help="trial number (default: the confirmed winner)")
     p.add_argument("--format", required=True, choices=("sglang", "vllm", "trtllm", "dspark"))
@@ -74,13 +74,31 @@ def main(argv: list[str] | None = None) -> int:
     interrupted = "interrupted; completed trials are in the study (resume with --study)"
     if argv[:1] == ["export"]:
         return run_reporting_errors(lambda: run_export(export_parser().parse_args(argv[1:])),
-                                    interrupted=interrupted)
-    return run_reporting_errors(lambda: run_tune(tune_parser().parse_args(argv)), interrupted=interrupted)
+                                    interrupted=interrupted, program="dspark-tune export")
+    return run_reporting_errors(lambda: run_tune(tune_parser().parse_args(argv)), interrupted=interrupted,
+                                program="dspark-tune")
 
 
-def _positive(value, flag: str, minimum: float = 1) -> None:
-    if value is not None and value < minimum:
-        raise InputError(None, flag, value, f"must be >= {minimum}")
+# The numeric flags' bounds: (flag, attribute, low, high, integer).
+FLAG_BOUNDS = (("--trials", "trials", 1, 10**6, True), ("--workers", "workers", 1, 256, True),
+               ("--seeds", "seeds", 1, 100, True), ("--baseline-trials", "baseline_trials", 0, 10**6, True),
+               ("--timeout", "timeout", 1e-3, 1e8, False), ("--seed", "seed", 0, MAX_SEED - 200, False),
+               ("--slo-tpot-ms", "slo_tpot_ms", 0, MAX_LATENCY_MS, False),
+               ("--slo-ttft-ms", "slo_ttft_ms", 0, MAX_LATENCY_MS, False),
+               ("--slo-tok-per-s-user", "slo_tok_per_s_user", 0, MAX_TOK_PER_S_USER, False))
+
+
+def check_flags(args) -> None:
+    """Every numeric flag within its bounds, the error naming the flag (a seed leaves room for the
+    trial's further seeds)."""
+    from dspark_sim.config import check_int, check_real
+
+    for flag, name, low, high, integer in FLAG_BOUNDS:
+        value = getattr(args, name)
+        if integer or name == "seed":
+            check_int(value, flag, low, high, optional=True)
+        else:
+            check_real(value, flag, low, high, strict_min=low == 0, optional=True)
 
 
 def default_scenario() -> Path:
@@ -175,10 +193,7 @@ def run_tune(args) -> int:
     from dspark_sim.tuner import storage
     from dspark_sim.tuner.tune import tune
 
-    for flag in ("trials", "workers", "seeds"):
-        _positive(getattr(args, flag), f"--{flag}")
-    _positive(args.baseline_trials, "--baseline-trials", 0)
-    _positive(args.timeout, "--timeout", 1e-9)
+    check_flags(args)
     url = storage.check_url(args.storage) if args.storage else storage.default_url()
     name, settings = settings_for(args, url)
     out = Path(args.out) if args.out else Path("runs") / name

@@ -158,7 +158,8 @@ def _headline(table: list[dict], unit: str) -> str:
     text = f"**Tuned DSpark: {ours['value']:,.1f} {unit}** ({met} the SLO)."
     base = best_baseline(table)
     if base is None:
-        return text + " No baseline meets the SLO."
+        compared = any(r["job"].method != "dspark" for r in table)
+        return text + (" No baseline meets the SLO." if compared else " No baseline was compared (--baselines '').")
     return (text + f" Best baseline: {LABELS.get(base['job'].method)} at {base['value']:,.1f} {unit}; "
             f"DSpark gains **{base['gain']:+.1%}**.")
 

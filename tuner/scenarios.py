@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from dspark_sim.catalog import get_model
+from dspark_sim.catalog import get_gpu, get_model
 from dspark_sim.catalog.drafters import (PLACEHOLDER, Drafter, absolute_checkpoint, check_checkpoint,
                                          published_drafter, trained_block_of)
 from dspark_sim.config import load_yaml, located
@@ -34,6 +34,10 @@ def load_base(path: str | Path, *, gpu: str | None = None, model: str | None = N
     ``drafter`` (``--drafter``) sets ``speculation.drafter_checkpoint``, a Hugging Face id or a
     path. Validated on the way (bad input raises :class:`dspark_sim.errors.InputError`).
     """
+    if gpu is not None:
+        get_gpu(gpu, key="--gpu")  # a flag's error names the flag, not the scenario it overrides
+    if model is not None:
+        get_model(model, key="--model")
     path = Path(path).resolve()
     raw = load_yaml(path)
     Scenario.from_dict(raw, file=path)  # the file itself must be valid before anything is changed

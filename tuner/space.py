@@ -18,11 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dspark_sim.config import Section, check_number, load_yaml
+from dspark_sim.config import Section, check_number, is_int, is_real, load_yaml
 from dspark_sim.errors import InputError
+from dspark_sim.limits import MAX_RUNNING_REQUESTS
+from dspark_sim.scenario import BATCHING
+from dspark_sim.speculation.config import MAX_BLOCK_SIZE, SCHEDULERS
 
 METHODS = ("dspark", "none", "static", "dflash", "schedule", "threshold")
-MAX_DRAFTS = 16  # scenario.py caps block_size at 16
+MAX_DRAFTS = MAX_BLOCK_SIZE
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +86,22 @@ FULL_WINDOW = "block+1"
 SCENARIO_VALUE = "<scenario>"
 
 
+# What a space file may give each knob: (low, high) of an integer or real knob, or the
+# tuple of its choices; the scenario accepts nothing outside (scenario.py, speculation/config.py).
+_DRAFTS, _VERIFY = (1, MAX_DRAFTS), (1, MAX_DRAFTS + 1)
+LEGAL: dict[str, dict[str, tuple]] = {
+    "deployment": {"max_running_requests": (1, MAX_RUNNING_REQUESTS), "chunked_prefill_tokens": (1, 1 << 20),
+                   "max_batched_tokens": (1, 1 << 20), "batching": BATCHING},
+    "dspark": {"block_size": _DRAFTS, "scheduler": SCHEDULERS, "lag_steps": (0, 16), "min_verify_len": _VERIFY,
+               "max_verify_len": _VERIFY, "survival_eps": (0.0, 1.0), "graph_tiers": TIER_LADDERS},
+    "threshold": {"block_size": _DRAFTS, "threshold": (0.0, 1.0), "max_verify_len": _VERIFY},
+    "static": {"num_draft_tokens": _DRAFTS},
+    "dflash": {"block_size": _DRAFTS},
+    "schedule": {"num_draft_tokens": (0, MAX_DRAFTS), "bounds": None},  # None: increasing batch-size bounds
+    "none": {},
+}
+
+
 @dataclass(frozen=True, slots=True)
 class SearchSpace:
     """Knobs by section (``deployment`` and one per method); see :data:`DEFAULT_SPACE`."""
@@ -121,7 +140,9 @@ def load_space(path: str | Path | None) -> SearchSpace:
         for key in list(sub.data):
             if key not in sections[name]:
                 raise InputError(path, sub.path(key), sub.data[key], "unknown knob for " + name)
-            sections[name][key] = _knob(sub.raw(key), path, sub.path(key), sections[name][key])
+            knob = _knob(sub.raw(key), path, sub.path(key), sections[name][key])
+            _check_legal(knob, LEGAL[name][key], path, sub.path(key), sub.raw(key))
+            sections[name][key] = knob
         sub.done()
     top.done()
     return SearchSpace(sections)
@@ -151,6 +172,29 @@ def _knob(value: Any, file, key: str, default: Knob) -> Knob:
     if not values:
         raise InputError(file, key, value, "give at least one value")
     return Choice(values)
+
+
+def _check_legal(knob: Knob, legal: tuple | None, file, key: str, raw: Any) -> None:
+    """Every value ``knob`` can draw is one the scenario accepts, else one InputError naming it."""
+    if legal is None:  # schedule bounds: each a list of increasing batch sizes
+        for bounds in knob.values if isinstance(knob, Choice) else [raw]:
+            if not (isinstance(bounds, tuple) and bounds and all(is_int(b) and 1 <= b <= MAX_RUNNING_REQUESTS
+                                                                 for b in bounds)
+                    and list(bounds) == sorted(set(bounds))):
+                raise InputError(file, key, raw, f"expected lists of increasing batch sizes in "
+                                 f"[1, {MAX_RUNNING_REQUESTS}], e.g. [[8, 32, 128]]")
+        return
+    if isinstance(legal[0], str):
+        bad = [v for v in (knob.values if isinstance(knob, Choice) else [raw]) if v not in legal]
+        if bad:
+            raise InputError(file, key, bad[0], f"expected one of {', '.join(legal)}")
+        return
+    low, high = legal
+    whole = isinstance(low, int)
+    values = knob.values if isinstance(knob, Choice) else (knob.low, knob.high)
+    for v in values:
+        if not (is_int(v) if whole else is_real(v)) or not low <= v <= high:
+            raise InputError(file, key, v, f"expected {'an integer' if whole else 'a number'} in [{low}, {high}]")
 
 
 def tail_probe(space: SearchSpace) -> dict:

@@ -209,7 +209,7 @@ def fit_head(mu: np.ndarray, spread: Spread, crn: Crn, auc_targets, ece_target,
 
         for _ in range(2):
             noise[k] = _solve_noise(lambda s: metrics.auc(cumulative(s, kappa[k]), labels[:, k], w),
-                                    auc_targets[k], max_noise)
+                                    auc_targets[k], max_noise, noise[k - 1] if k else 0.0)
             kappa[k] = _solve_kappa(lambda kap: metrics.ece(cumulative(noise[k], kap), labels[:, k], w),
                                     ece_targets[k])
         rho = var / (var + noise[k] ** 2)
@@ -224,9 +224,14 @@ def fit_head(mu: np.ndarray, spread: Spread, crn: Crn, auc_targets, ece_target,
                    metrics.ece_by_position(expit(logits / temps), accepted, w))
 
 
-def _solve_noise(auc_of, target: float, max_noise: float) -> float:
-    """Observation noise s in [0, max_noise] with auc_of(s) = target, clipped at the ends."""
-    if auc_of(0.0) <= target:
+def _solve_noise(auc_of, target: float, max_noise: float, unseen: float) -> float:
+    """Observation noise s in [0, max_noise] with auc_of(s) = target, clipped at the ends; ``unseen``
+    where the fitting draws hold one outcome only at this position (nearly every draft accepted,
+    or nearly none reaching it), so that no noise moves the ROC-AUC."""
+    at_zero = auc_of(0.0)
+    if np.isnan(at_zero):
+        return unseen
+    if at_zero <= target:
         return 0.0
     if auc_of(max_noise) >= target:
         return max_noise
@@ -293,5 +298,6 @@ def conditional_shape(preset: AcceptancePreset, crn: Crn, positions: int = 7) ->
     return np.log(cond) - np.log1p(-cond)
 
 
-def _rounded(values) -> list[float]:
-    return [round(float(v), 5) for v in values]
+def _rounded(values) -> list[float | None]:
+    """Five decimals; None where a figure is undefined (a ROC-AUC over one outcome only)."""
+    return [None if np.isnan(v) else round(float(v), 5) for v in values]

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import yaml
 
-from dspark_sim.acceptance.paper import DATASETS
+from dspark_sim.acceptance.paper import DATASETS, FIT_POSITIONS
 from dspark_sim.acceptance.preset import MAX_POSITIONS
+from dspark_sim.config import parse_yaml
 from dspark_sim.errors import InputError
 from dspark_sim.names import DOMAINS
 
@@ -65,7 +65,21 @@ def read_log(path: str | Path) -> ConfidenceLog:
     for (where, _), (logits, _) in zip(rows, parsed):
         if len(logits) != gamma:
             raise InputError(path, where, len(logits), f"confidences for {gamma} positions expected")
-    return ConfidenceLog(np.array([p[0] for p in parsed]), np.array([p[1] for p in parsed], dtype=np.int64))
+    accepted = np.array([p[1] for p in parsed], dtype=np.int64)
+    _check_each_position_decides(path, accepted, gamma)
+    return ConfidenceLog(np.array([p[0] for p in parsed]), accepted)
+
+
+def _check_each_position_decides(path: Path, accepted: np.ndarray, gamma: int) -> None:
+    """Every position must see both outcomes among the steps that reached it: a position always
+    accepted (or never) has a conditional acceptance of exactly 1 (or 0), which no preset has."""
+    for k in range(1, gamma + 1):
+        reached, passed = int((accepted >= k - 1).sum()), int((accepted >= k).sum())
+        if passed == 0 or passed == reached:
+            outcome = "accepted" if passed else "rejected"
+            raise InputError(path, f"position {k}", None,
+                             f"the draft was {outcome} in all {reached} request-steps that reached it; fitting "
+                             f"acceptance needs both outcomes at every position (log more steps)")
 
 
 def read_table(path: str | Path) -> AcceptanceTable:
@@ -76,9 +90,10 @@ def read_table(path: str | Path) -> AcceptanceTable:
         return _table_from_csv(path, _read_csv(path))
     if suffix in (".yaml", ".yml"):
         try:
-            doc = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as err:
-            raise InputError(path, None, None, f"not valid YAML: {str(err).splitlines()[0]}") from None
+            text = path.read_text()
+        except OSError as err:
+            raise InputError(path, None, None, f"cannot read: {err.strerror}") from None
+        doc = parse_yaml(text, path)
         if not isinstance(doc, dict):
             raise InputError(path, None, type(doc).__name__, "must be a mapping")
         return _table_from_yaml(path, doc)
@@ -192,8 +207,10 @@ def _accept_len(path: Path, key: str, value) -> float:
         out = float(value)
     except (TypeError, ValueError):
         raise InputError(path, key, value, "not a number") from None
-    if not 1.0 < out <= 1.0 + MAX_POSITIONS:
-        raise InputError(path, key, value, f"an accepted length (bonus included) in (1, {1 + MAX_POSITIONS}]")
+    if not 1.0 < out < 1.0 + FIT_POSITIONS:
+        raise InputError(path, key, value, f"an accepted length (bonus included) in (1, {1 + FIT_POSITIONS}): "
+                         f"the preset's block has {FIT_POSITIONS} drafts, and a length of {1 + FIT_POSITIONS} "
+                         "(every draft always accepted) is no acceptance curve")
     return out
 
 
@@ -205,8 +222,9 @@ def _curve(path: Path, key: str, values, conditional: bool) -> np.ndarray:
     if np.any((rates <= 0) | (rates >= 1)):
         raise InputError(path, key, values, "rates must be in (0, 1)")
     curve = np.cumprod(rates) if conditional else rates
-    if np.any(np.diff(curve) > 0):
-        raise InputError(path, key, values, "unconditional acceptance cannot rise with position")
+    if np.any(np.diff(curve) >= 0):
+        raise InputError(path, key, values, "unconditional acceptance cannot rise with position, nor stay level "
+                         "(a draft after one always accepted)")
     return curve
 
 
@@ -214,7 +232,9 @@ def _table_from_csv(path: Path, rows: list[dict]) -> AcceptanceTable:
     cols = set(rows[0])
     if {"dataset", "accept_len"} <= cols:
         lens: dict[str, list[float]] = {}
+        seen: dict[str, int] = {}
         for i, r in enumerate(rows, start=2):
+            _once(path, seen, (r["dataset"].lower(), r.get("domain", "").lower()), f"line {i} dataset", i)
             domain = _domain_of(path, f"line {i} dataset", r["dataset"].lower(), r.get("domain", "").lower())
             lens.setdefault(domain, []).append(_accept_len(path, f"line {i} accept_len", r["accept_len"]))
         return AcceptanceTable({d: float(np.mean(v)) for d, v in lens.items()}, {})
@@ -223,12 +243,14 @@ def _table_from_csv(path: Path, rows: list[dict]) -> AcceptanceTable:
         raise InputError(path, "header", sorted(cols),
                          "need columns dataset, accept_len or position, accept_rate (or conditional_rate)")
     by_domain: dict[str, dict[int, str]] = {}
+    seen: dict = {}
     for i, r in enumerate(rows, start=2):
         domain = _check_domain(path, f"line {i} domain", r["domain"].lower()) if r.get("domain") else "any"
         try:
             position = int(r["position"])
         except ValueError:
             raise InputError(path, f"line {i} position", r["position"], "not a whole number") from None
+        _once(path, seen, (domain, position), f"line {i} position", i)
         by_domain.setdefault(domain, {})[position] = r[rate_col]
     curves = {}
     for domain, rates in by_domain.items():
@@ -236,6 +258,14 @@ def _table_from_csv(path: Path, rows: list[dict]) -> AcceptanceTable:
             raise InputError(path, "position", sorted(rates), "positions must run 1, 2, ... without gaps")
         curves[domain] = _curve(path, rate_col, [rates[k] for k in sorted(rates)], rate_col == "conditional_rate")
     return AcceptanceTable({}, _spread_any(curves))
+
+
+def _once(path: Path, seen: dict, row_key: tuple, where: str, line: int) -> None:
+    """A table row may not repeat an earlier one's dataset (or domain and position)."""
+    if row_key in seen:
+        raise InputError(path, where, "/".join(str(k) for k in row_key if k != ""),
+                         f"duplicate row: line {seen[row_key]} gives it already")
+    seen[row_key] = line
 
 
 def _table_from_yaml(path: Path, doc: dict) -> AcceptanceTable:

@@ -17,12 +17,14 @@ from dspark_sim.capacity.search import (Evaluator, OnceWarnings, Probe, Search, 
                                         offered_rate, probe_scenario)
 from dspark_sim.catalog import get_gpu
 from dspark_sim.config import check_int, check_real, is_int, require
+from dspark_sim.limits import MAX_PRICE_PER_GPU_HOUR, MAX_RATE_PER_S, MAX_REPLICAS, MAX_REQUESTS
 from dspark_sim.methods import method_speculation
 from dspark_sim.scenario import Scenario
 from dspark_sim.slo import Slo
 
 TP_CHOICES = (1, 2, 4, 8)
 DEFAULT_MAX_REQUESTS = 2000
+MAX_SIMS, MAX_JOBS = 1000, 256
 # Fields by the command-line flag that sets them, for error messages.
 FLAGS = {"tpot_ms": "--slo-tpot-ms", "ttft_ms": "--slo-ttft-ms", "attainment": "--attainment", "rule": "--rule",
          "max_queue_ms": "--max-queue-ms", "gpus": "--gpus", "methods": "--methods",
@@ -60,14 +62,14 @@ class CapacitySettings:
             get_gpu(name, key="gpus")
         for name, price in self.prices:
             get_gpu(name, key="prices")
-            check_real(price, "prices", 0, strict_min=True)
+            check_real(price, "prices", 0, MAX_PRICE_PER_GPU_HOUR, strict_min=True)
         require(bool(self.tps) and all(is_int(t) and 1 <= t <= 64 for t in self.tps), "tps", self.tps,
                 "expected comma-separated sizes in 1..64, e.g. 1,2,4,8")
-        check_real(self.qps, "qps", 0, strict_min=True, optional=True)
-        check_int(self.max_requests, "max_requests", 1, optional=True)
-        check_real(self.precision, "precision", 0, strict_min=True)
-        check_int(self.max_sims, "max_sims", 1)
-        check_int(self.jobs, "jobs", 1)
+        check_real(self.qps, "qps", 0, MAX_RATE_PER_S, strict_min=True, optional=True)
+        check_int(self.max_requests, "max_requests", 1, MAX_REQUESTS, optional=True)
+        check_real(self.precision, "precision", 0, 1, strict_min=True)
+        check_int(self.max_sims, "max_sims", 1, MAX_SIMS)
+        check_int(self.jobs, "jobs", 1, MAX_JOBS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +145,12 @@ def plan(scenario: Scenario, gpu: str, method: str, slo: Slo, target_rps: float,
             candidates.append(Candidate(tp, search, note="misses the SLO at every rate tried"))
             continue
         start = search.best.multiplier
-        cand = Candidate(tp, search, replicas_for(target_rps, search.rate_rps))
+        replicas = replicas_for(target_rps, search.rate_rps)
+        if replicas > MAX_REPLICAS:
+            candidates.append(Candidate(tp, search, note=f"needs {replicas:.3g} replicas, more than the "
+                                                         f"{MAX_REPLICAS} a deployment may have"))
+            continue
+        cand = Candidate(tp, search, replicas)
         candidates.append(cand)
         if best is None or _rank(cand) < _rank(best):
             best = cand

@@ -239,7 +239,10 @@ class Evaluator:
     def __call__(self, multiplier: float) -> Probe:
         from dspark_sim.run import run_scenario
 
-        point = probe_scenario(self.base, multiplier)
+        try:
+            point = probe_scenario(self.base, multiplier)
+        except InputError:  # a rate beyond the bounds of any workload (limits.py): not sustained
+            return self._report(Probe(multiplier, multiplier * self.base_rate_rps, False, 0.0))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             summary, result = run_scenario(point, None, plots=False, show_progress=False)
@@ -250,6 +253,9 @@ class Evaluator:
                       verdict["p99_ttft_ms"], verdict["p99_tpot_ms"], verdict["p99_queue_ms"],
                       summary["output_throughput"], summary["total_output_tokens"] / done,
                       summary["mean_accept_length"])
+        return self._report(probe)
+
+    def _report(self, probe: Probe) -> Probe:
         if self.on_probe:
             self.on_probe(probe)
         return probe

@@ -40,7 +40,10 @@ def register(subparsers) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Fit, write the outputs, print ECE before/after; bad input raises InputError."""
     from dspark_sim.acceptance import calibrate, inputs
+    from dspark_sim.config import check_int
+    from dspark_sim.limits import MAX_SEED
 
+    check_int(args.seed, "--seed", 0, MAX_SEED)
     source = Path(args.table or args.log)
     name = args.name or source.name
     if args.table:

@@ -4,7 +4,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from dspark_sim.config import check_int
 from dspark_sim.errors import InputError
+from dspark_sim.limits import MAX_RUNNING_REQUESTS
 from dspark_sim.methods import METHOD_HELP, method_speculation
 from dspark_sim.metrics.outdir import atomic_dir
 from dspark_sim.scenario import load_scenario
@@ -14,13 +16,17 @@ DEFAULT_METHODS = "none,mtp1,mtp3,dspark"
 DEFAULT_CONCURRENCY = "1,8,32,64,128,256"
 
 
-def _ints(text: str, flag: str) -> list[int]:
+# Requests of one sweep point at most: the sweep runs methods x concurrencies of them.
+MAX_POINT_REQUESTS = 10**6
+
+
+def _ints(text: str, flag: str, most: int) -> list[int]:
     try:
         values = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise InputError(None, flag, text, "expected comma-separated integers") from None
-    if not values or min(values) < 1:
-        raise InputError(None, flag, text, "expected positive integers")
+    if not values or min(values) < 1 or max(values) > most:
+        raise InputError(None, flag, text, f"expected integers in [1, {most}]")
     return values
 
 
@@ -29,7 +35,8 @@ def run(args) -> int:
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     for m in methods:
         method_speculation(m, scenario.speculation, "--methods")
-    concurrency = _ints(args.concurrency, "--concurrency")
+    concurrency = _ints(args.concurrency, "--concurrency", MAX_RUNNING_REQUESTS)
+    check_int(args.requests, "--requests", 1, MAX_POINT_REQUESTS, optional=True)
     out = Path(args.out) if args.out else Path("runs") / f"{scenario.name}-compare"
     from tqdm import tqdm
 

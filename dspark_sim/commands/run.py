@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from dspark_sim.config import check_int
+from dspark_sim.limits import MAX_SEED
 from dspark_sim.run import run_scenario
 from dspark_sim.scenario import load_scenario
 
@@ -48,6 +50,7 @@ def format_summary(s: dict) -> str:
 
 
 def run(args) -> int:
+    check_int(args.seed, "--seed", 0, MAX_SEED, optional=True)
     scenario = load_scenario(args.scenario)
     if args.seed is not None:
         scenario = scenario.with_seed(args.seed)

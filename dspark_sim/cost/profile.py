@@ -16,6 +16,7 @@ import numpy as np
 
 from dspark_sim.catalog import GpuSpec, get_gpu, get_model, served_format
 from dspark_sim.cost.base import CostModel, DraftWork, StepWork, StepWorks, per_step, pick
+from dspark_sim.cost.comm_curves import load_comm_curves, measured_comm, retarget
 from dspark_sim.cost.moe import Routing
 from dspark_sim.cost.parallel import Parallel, shard_factors
 from dspark_sim.cost.profile_format import (DRAFT_KINDS, FORMAT_VERSION, DraftFit, GpuRef, HeldOut,
@@ -41,12 +42,14 @@ class ProfileCost:
     :func:`~.parallel.shard_factors`) replaces the plain ``1 / tp`` by what one GPU
     of the deployment holds and reads (expert parallel, DP attention, KV copies,
     served weight format); ``note`` says so in ``source``. Drafter kinds the profile
-    lacks are costed by ``fallback`` (or raise ``ValueError`` without one).
+    lacks are costed by ``fallback`` (or raise ``ValueError`` without one). ``comm``, when
+    given, prices the communication instead of ``comm_s`` (an object with ``seconds(tokens)``:
+    :class:`~.comm_curves.MeasuredComm`, measured collectives).
     """
 
     def __init__(self, profile: Profile, *, tp: int = 1, comm_s: tuple[float, float] = (0.0, 0.0),
                  fallback: CostModel | None = None, warn: bool = True, factors: dict | None = None,
-                 note: str = "", decoder_host: bool = True):
+                 note: str = "", decoder_host: bool = True, comm=None):
         if tp < 1:
             raise ValueError(f"tp must be >= 1, got {tp}")
         f = factors or {"memory": 1.0 / tp, "compute": 1.0 / tp, "weights": 1.0 / tp, "kv": 1.0 / tp}
@@ -58,6 +61,7 @@ class ProfileCost:
             self._target = _sharded(profile.target, f, ("kv_s_per_token", "kv_req_s_per_token"))
             self._drafts = {k: _sharded(d, f, ("kv_s_per_token",)) for k, d in profile.draft.items()}
         self._comm0, self._comm1 = comm_s
+        self._comm = comm
         # the decoder's host time (fixed under tp and projection); another engine brings its own
         self._host = profile.host if decoder_host else {}
         self._schedule = profile.schedule if decoder_host else None
@@ -72,12 +76,16 @@ class ProfileCost:
             over, linear, per_req, attn = self._target.parts(
                 work.decode_reqs, work.verify_tokens, work.prefill_tokens, work.decode_context_tokens,
                 work.prefill_attn_tokens2, work.prefill_reqs, SCALAR, work.decode_max_context)
-            total = over + linear + per_req + attn
-            if self._comm0 or self._comm1:
-                total += self._comm0 + self._comm1 * tokens
+            total = over + linear + per_req + attn + self._comm_s(tokens)
         if work.draft is not None:
             total += self.draft_s(work.draft)
         return total + self.host_s(work) + self.sched_s(work)
+
+    def _comm_s(self, tokens: float) -> float:
+        """Communication seconds of a step over ``tokens`` tokens: measured curves, else the link model."""
+        if self._comm is not None:
+            return self._comm.seconds(tokens)
+        return self._comm0 + self._comm1 * tokens if (self._comm0 or self._comm1) else 0.0
 
     def host_s(self, work: StepWork) -> float:
         """The engine's host time of a step: 0 without decoding requests or a measured term."""
@@ -104,7 +112,7 @@ class ProfileCost:
                                         work.decode_context_tokens, work.prefill_attn_tokens2,
                                         work.prefill_reqs, SCALAR, work.decode_max_context)
             parts.update(zip(("overhead_s", "linear_s", "per_req_s", "attn_s"), values))
-            parts["comm_s"] = self._comm0 + self._comm1 * tokens if (self._comm0 or self._comm1) else 0.0
+            parts["comm_s"] = self._comm_s(tokens)
         parts["draft_s"] = self.draft_s(work.draft) if work.draft is not None else 0.0
         parts["host_s"] = self.host_s(work)
         parts["sched_s"] = self.sched_s(work)
@@ -210,7 +218,7 @@ class ProfileCost:
         work = StepWork(dec, verify, 0, prefill, prefill_reqs, 0.0,
                         DraftWork(kind, draft_reqs, block_size, 0) if kind and block_size else None, 0, running)
         over, linear, per_req = self._target.fixed_parts(dec, verify, prefill, prefill_reqs > 0, SCALAR)
-        comm = self._comm0 + self._comm1 * tokens if tokens and (self._comm0 or self._comm1) else 0.0
+        comm = self._comm_s(tokens) if tokens else 0.0
         fit = self._drafts.get(kind) if kind and draft_reqs and block_size else None
         draft_fixed = fit.fixed_s(draft_reqs, block_size, SCALAR) if fit is not None else 0.0
         shape = self._target.decode_shape(dec, verify, SCALAR) if dec > 0 else DecodeShape(1.0, 1.0, 1.0, 1.0)
@@ -243,11 +251,13 @@ def project_profile(profile: Profile, to_gpu: GpuSpec) -> Profile:
     """``profile`` carried to ``to_gpu`` by spec-sheet ratios, keeping the measured efficiencies.
 
     Memory-bound terms scale by HBM bandwidth, compute-bound ones by dense
-    bf16 FLOP/s, fixed (host/launch) terms and shapes stay; the result is
-    marked ``projected from <gpu>, measured <date>`` and carries no grids.
+    bf16 FLOP/s, fixed (host/launch) terms and shapes stay; measured communication curves
+    scale their bandwidth part by the NVLink ratio (:func:`~.comm_curves.retarget`). The
+    result is marked ``projected from <gpu>, measured <date>`` and carries no grids.
     """
     base = profile.projection.measured_gpu if profile.projection else profile.gpu_spec
     cur = profile.gpu_spec
+    link = get_gpu(profile.gpu).nvlink_bytes_per_s / to_gpu.nvlink_bytes_per_s if profile.comm else 1.0
     ratio = {"memory": cur.hbm_bytes_per_s / to_gpu.hbm_bytes_per_s,
              "compute": cur.bf16_flops / to_gpu.bf16_flops}
     method = profile.held_out_method
@@ -260,6 +270,7 @@ def project_profile(profile: Profile, to_gpu: GpuSpec) -> Profile:
         target=profile.target.scaled(ratio),
         draft={k: d.scaled(ratio) for k, d in profile.draft.items()},
         held_out_method=method, grids=None,
+        comm={tp: retarget(c, bw_ratio=link, gpu=to_gpu.name) for tp, c in profile.comm.items()},
         projection=Projection(base, profile.measured_date,
                               memory_ratio=base.hbm_bytes_per_s / to_gpu.hbm_bytes_per_s,
                               compute_ratio=base.bf16_flops / to_gpu.bf16_flops))
@@ -272,7 +283,8 @@ def scenario_cost(scenario, *, warn: bool = True) -> CostModel:
     dep, engine = scenario.deployment, scenario.engine
     gpu = get_cost_model(scenario.gpu, scenario.model, file=scenario.file, warn=warn,
                          parallel=dep.parallel, kv_dtype_bytes=dep.kv_dtype_bytes,
-                         routing=Routing(dep.routing_skew), decoder_host=engine.is_decoder)
+                         routing=Routing(dep.routing_skew), decoder_host=engine.is_decoder,
+                         comm_curves=dep.comm_curves)
     if engine.is_decoder:
         return gpu
     from dspark_sim.cost.engine import EngineCost
@@ -298,7 +310,7 @@ def shipped_profile_path(gpu: str, model: str) -> Path | None:
 def get_cost_model(gpu: str, model: str, tp: int = 1, *, file=None, warn: bool = True,
                    profile: str | Path | None = None, parallel: Parallel | None = None,
                    kv_dtype_bytes: float = 2.0, routing: Routing = Routing(),
-                   decoder_host: bool = True) -> CostModel:
+                   decoder_host: bool = True, comm_curves: str | Path | None = None) -> CostModel:
     """The cost model for ``model`` on one replica of ``tp`` GPUs of kind ``gpu``.
 
     The shipped ``profiles/<gpu>/<model>.json`` (or the ``profile`` file named,
@@ -310,11 +322,15 @@ def get_cost_model(gpu: str, model: str, tp: int = 1, *, file=None, warn: bool =
     spread of tokens over experts (the roofline's; a profile measured its own).
     ``decoder_host=False`` leaves out the decoder's measured host time (another engine's
     host terms take its place).
+    ``comm_curves`` (a ``dspark-profile comm`` file) prices the communication from measured
+    collectives, over the profile's own curves and in place of the link model.
     """
     par = parallel or Parallel(tp)
     spec, gpu_spec = get_model(model, file=file), get_gpu(gpu, file=file)
     params = RooflineParams(dtype_bytes=kv_dtype_bytes)
-    roofline = RooflineCost(spec, gpu_spec, params=params, parallel=par, routing=routing)
+    extra = _curves(comm_curves, gpu_spec)
+    roofline = RooflineCost(spec, gpu_spec, params=params, parallel=par, routing=routing,
+                            measured=measured_comm(spec, par, extra))
     path = Path(profile) if profile is not None else shipped_profile_path(gpu, model)
     if path is None:
         if warn:
@@ -326,15 +342,44 @@ def get_cost_model(gpu: str, model: str, tp: int = 1, *, file=None, warn: bool =
     for key, want, lookup in (("gpu", gpu, get_gpu), ("model", model, get_model)):
         if getattr(loaded, key) != _canonical(want, lookup):
             raise InputError(path, key, getattr(loaded, key), f"the profile is not for {key} {want!r}")
+    if extra:
+        loaded = replace(loaded, comm={**loaded.comm, **extra})
+    return profile_cost(loaded, spec, gpu_spec, par, roofline, warn=warn, kv_dtype_bytes=kv_dtype_bytes,
+                        decoder_host=decoder_host)
+
+
+def _curves(path, gpu_spec: GpuSpec) -> dict:
+    """``{tp: curves}`` of a comm-curves file, carried to ``gpu_spec`` by the NVLink ratio when it
+    was measured on another GPU; empty without a file."""
+    if path is None:
+        return {}
+    curves = load_comm_curves(path)
+    if curves.gpu != gpu_spec.name:
+        ratio = get_gpu(curves.gpu, file=path, key="gpu").nvlink_bytes_per_s / gpu_spec.nvlink_bytes_per_s
+        curves = retarget(curves, bw_ratio=ratio, gpu=gpu_spec.name)
+    return {curves.tp: curves}
+
+
+def profile_cost(profile: Profile, spec, gpu_spec: GpuSpec, par: Parallel, roofline: RooflineCost | None = None,
+                 *, warn: bool = True, kv_dtype_bytes: float = 2.0, decoder_host: bool = True) -> ProfileCost:
+    """``profile`` as the cost model of one replica split as ``par``: sharded, its measured
+    communication curves in place of the roofline's link model where they cover the split;
+    ``decoder_host=False`` leaves out the decoder's measured host time."""
+    roofline = roofline or RooflineCost(spec, gpu_spec, params=RooflineParams(dtype_bytes=kv_dtype_bytes),
+                                        parallel=par)
     served = served_format(spec.weight_format, gpu_spec.fp4)
     factors = shard_factors(spec, par, served, kv_dtype_bytes)
     note = "" if served.name == "bf16" else f"; weights scaled from the measured bf16 to {served.name}"
-    if par.tp > 1:
+    comm = measured_comm(spec, par, profile.comm)
+    if comm is not None:
+        note += f"; {comm.source} (in place of the roofline's link model)"
+    elif par.tp > 1:
         note += f"; {roofline.source.split('; ', 1)[1]}"
-    return ProfileCost(loaded, tp=par.tp, comm_s=roofline.comm_terms if par.tp > 1 else (0.0, 0.0),
-                       fallback=roofline, warn=warn, factors=factors, note=note, decoder_host=decoder_host)
+    return ProfileCost(profile, tp=par.tp, comm_s=roofline.comm_terms if par.tp > 1 else (0.0, 0.0),
+                       fallback=roofline, warn=warn, factors=factors, note=note, decoder_host=decoder_host,
+                       comm=comm)
 
 
 __all__ = ["ProfileCost", "Profile", "TargetFit", "DraftFit", "HeldOut", "GpuRef", "Projection",
            "FORMAT_VERSION", "load_profile", "profile_from_json_dict", "check_grids",
-           "project_profile", "get_cost_model", "scenario_cost", "shipped_profile_path"]
+           "project_profile", "get_cost_model", "profile_cost", "scenario_cost", "shipped_profile_path"]

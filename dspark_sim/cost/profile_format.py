@@ -105,6 +105,7 @@ class Profile:
     host: dict[str, HostFit] = dataclasses.field(default_factory=dict)
     schedule: ScheduleFit | None = None
     tp: int = 1
+    comm: dict = dataclasses.field(default_factory=dict)  # tp -> CommCurves (measured collectives)
     format_version: int = FORMAT_VERSION
 
     def __post_init__(self) -> None:
@@ -121,16 +122,22 @@ class Profile:
                     fail(f"{section}.{kind}.kind", fit.kind, f"must equal its key {kind!r}")
         if self.grids is not None:
             object.__setattr__(self, "grids", check_grids(self.grids, prefix="grids"))
+        for tp, curves in self.comm.items():
+            if curves.tp != tp or curves.gpu != self.gpu:
+                fail(f"comm.{tp}", f"{curves.gpu} tp {curves.tp}", f"must be {self.gpu}'s curves at tp {tp}")
 
     def to_json_dict(self) -> dict:
-        """The profile as the JSON object :func:`load_profile` reads."""
-        return {"format_version": self.format_version, **{
+        """The profile as the JSON object :func:`load_profile` reads (``comm`` only when it holds curves)."""
+        out = {"format_version": self.format_version, **{
             f.name: dataclasses.asdict(getattr(self, f.name)) if dataclasses.is_dataclass(
                 getattr(self, f.name)) else getattr(self, f.name)
-            for f in fields(self) if f.name not in ("format_version", "draft", "held_out", "host")},
+            for f in fields(self) if f.name not in ("format_version", "draft", "held_out", "host", "comm")},
             "draft": {k: dataclasses.asdict(v) for k, v in self.draft.items()},
             "host": {k: dataclasses.asdict(v) for k, v in self.host.items()},
             "held_out": {k: dataclasses.asdict(v) for k, v in self.held_out.items()}}
+        if self.comm:
+            out["comm"] = {str(tp): c.to_json_dict() for tp, c in sorted(self.comm.items())}
+        return out
 
     def save(self, path: str | Path) -> None:
         """Write the profile JSON atomically."""
@@ -214,9 +221,23 @@ def profile_from_json_dict(d: object, *, file=None) -> Profile:
             "draft": _mapping(DraftFit, DRAFT_KINDS), "held_out": _mapping(HeldOut),
             "host": _mapping(HostFit, STEP_KINDS), "schedule": _optional(ScheduleFit),
             "projection": _optional(Projection, {"measured_gpu": gpu_ref}),
-            "grids": lambda v, k: None if v is None else _convert(v, "dict", k)})
+            "grids": lambda v, k: None if v is None else _convert(v, "dict", k), "comm": _comm})
     except InputError as err:
         raise with_file(err, file) from None
+
+
+def _comm(value, key: str) -> dict:
+    """``comm``: measured collectives by tp (``{"2": <comm_tp2.json's object>, ...}``)."""
+    from dspark_sim.cost.comm_curves import comm_from_json_dict
+
+    if not isinstance(value, dict):
+        fail(key, value, "must be a JSON object of curve sets keyed by tp")
+    out = {}
+    for tp, d in value.items():
+        if not tp.isdigit():
+            fail(f"{key}.{tp}", tp, "keys are tp values (integers)")
+        out[int(tp)] = comm_from_json_dict(d, key=f"{key}.{tp}")
+    return out
 
 
 def load_profile(path: str | Path) -> Profile:

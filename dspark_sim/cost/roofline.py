@@ -66,7 +66,7 @@ class RooflineCost:
 
     def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int = 1, params: RooflineParams | None = None,
                  *, parallel: Parallel | None = None, routing: Routing = Routing(),
-                 comm: CommParams | None = None):
+                 comm: CommParams | None = None, measured=None):
         par = parallel or Parallel(tp)
         self.model, self.gpu, self.tp, self.parallel, self.routing = model, gpu, par.tp, par, routing
         self.params = p = params or RooflineParams()
@@ -74,7 +74,9 @@ class RooflineCost:
         self.format = fmt = served_format(model.weight_format, gpu.fp4)
         self.name = f"roofline:{gpu.name}/{model.name}/tp{par.tp}" + _suffix(par)
         self.source = f"roofline with assumed efficiencies (no measured profile), {fmt.name} weights" \
-            + (f"; communication: {describe(comm)}" if par.tp > 1 else "")
+            + (f"; communication: {describe(comm)}" if par.tp > 1 and measured is None else "") \
+            + (f"; {measured.source}" if measured is not None else "")
+        self._measured = measured  # measured collectives (comm_curves.MeasuredComm) in place of the link model
         self._bw = gpu.hbm_bytes_per_s * p.bw_eff
         peak = gpu.fp8_flops if fmt.compute == "fp8" else gpu.bf16_flops
         self._flops = peak * p.flops_eff * par.tp
@@ -102,8 +104,11 @@ class RooflineCost:
         return {"overhead_s": self.params.step_overhead_s if tokens else 0.0,
                 "linear_s": self._linear_s(tokens) if tokens else 0.0,
                 "attn_s": self._attn_s(work),
-                "comm_s": self._comm0 + self._comm1 * tokens if tokens else 0.0,
+                "comm_s": self._comm_s(tokens) if tokens else 0.0,
                 "draft_s": self.draft_s(work.draft) if work.draft else 0.0}
+
+    def _comm_s(self, tokens: float) -> float:
+        return self._measured.seconds(tokens) if self._measured is not None else self._comm0 + self._comm1 * tokens
 
     def breakdown_array(self, works: StepWorks) -> dict[str, np.ndarray]:
         """:meth:`breakdown` of N steps, float64 [N] per part: step by step (the roofline's

@@ -5,9 +5,12 @@ while the concurrency cap and the KV cache allow, give decoding requests their
 verify tokens first, fill the rest of the token budget with prefill chunks
 (``batching: prefill_first``, SGLang without ``--enable-mixed-chunk``: a step
 with prompt work pending prefills only, and decoding requests wait), preempt the newest requests (recompute) when the KV cache would overflow, cost
-the step, advance time, then draw acceptance and emit tokens. With a prefix cache
-(:mod:`.prefix`) a request prefills only what its prompt does not share with cached
-blocks, and cached blocks no request reads fill free KV until a step needs it.
+the step, advance time, then draw acceptance and emit tokens. A request no engine would
+serve (longer than the context, or than the cache holds for it alone) is rejected on
+arrival (:mod:`dspark_sim.engine.admission`), so every admitted request fits alone and
+the KV cache in use never exceeds its capacity. With a prefix cache (:mod:`.prefix`) a
+request prefills only what its prompt does not share with cached blocks, and cached blocks
+no request reads fill free KV until a step needs it.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import simpy
 from dspark_sim.cost.base import DraftWork, StepWork
 from dspark_sim.engine.batch import Table
 from dspark_sim.engine.stretch import Stretch, delay_to, plan_stretch
+from dspark_sim.errors import InternalError
 
 
 class Replica:
@@ -33,7 +37,7 @@ class Replica:
         self.prefill_first = dep.batching == "prefill_first"
         self.kv_capacity = ctx.kv_capacity_tokens
         self.kv_per_request = ctx.kv_request_tokens  # window and compressor state (DeepSeek-V4)
-        self.max_context = ctx.max_context
+        self.admission = ctx.admission
         self.policy = ctx.make_policy()
         self.prefix = ctx.make_prefix_cache()
         self.waiting: deque[dict] = deque()
@@ -53,19 +57,13 @@ class Replica:
         return len(self.waiting) + len(self.running)
 
     def submit(self, request: dict) -> None:
-        """Queue a new request (a row for :class:`Table`) and wake the loop if idle.
-
-        As SGLang does, a prompt as long as the model's context is rejected and the output
-        of a longer request is cut at the context. The request's prefix ``hash_ids`` go to
-        the prefix cache (when on), not into the row."""
+        """Queue a new request (a row for :class:`Table`) and wake the loop if idle; a request
+        the engine would refuse (:class:`~dspark_sim.engine.admission.Admission`) is rejected.
+        The request's prefix ``hash_ids`` go to the prefix cache (when on), not into the row."""
         hash_ids = request.pop("hash_ids", None)
-        if self.max_context and request["prompt_tokens"] >= self.max_context:
-            self.ctx.collector.on_reject(request, "prompt longer than the model's context")
-            return
-        if self.max_context:
-            request["output_tokens"] = min(request["output_tokens"], self.max_context - request["prompt_tokens"])
-        if request["prefill_len"] + 1 + self.kv_per_request > self.kv_capacity:
-            self.ctx.collector.on_reject(request, "prompt does not fit the KV cache")
+        reason = self.admission.refusal(request["prompt_tokens"], request["output_tokens"])
+        if reason is not None:
+            self.ctx.collector.on_reject(request, reason, self.index)
             return
         if hash_ids and self.prefix is not None:
             self.prefix.register(request["rid"], hash_ids, request["prompt_tokens"])
@@ -112,8 +110,8 @@ class Replica:
                 self._retire(self.clock_s)
                 continue
             step = self._plan()
-            if step is None:  # nothing schedulable (cannot happen with a sane KV size)
-                raise RuntimeError("replica stalled with requests waiting")
+            if step is None:  # nothing schedulable: admission lets every request run alone
+                raise InternalError(f"replica {self.index} stalled with {len(self.waiting)} requests waiting")
             end_s = self.clock_s + step["step_s"]
             self.ctx.collector.advance(self.index, end_s)
             yield self.env.timeout(delay_to(self.env.now, end_s))
@@ -137,12 +135,15 @@ class Replica:
     def _plan(self) -> dict | None:
         while True:
             step = self._schedule()
-            if step["kv_needed"] <= self.kv_capacity or len(self.running) <= 1:
+            if step["kv_needed"] <= self.kv_capacity:
                 break
+            if len(self.running) <= 1:  # admission keeps every request within the cache alone
+                raise InternalError(f"replica {self.index}: a lone request needs {step['kv_needed']} KV tokens, "
+                                    f"more than the {self.kv_capacity} the cache holds")
             self._preempt_newest()
         if not step["tokens"]:
             return None
-        self.kv_peak = max(self.kv_peak, min(step["kv_needed"], self.kv_capacity))
+        self.kv_peak = max(self.kv_peak, step["kv_needed"])
         step["evicted_blocks"] = 0
         if self.prefix is not None:  # make room for the step's tokens among the cached blocks
             over = step["kv_needed"] + self.prefix.idle_tokens - self.kv_capacity

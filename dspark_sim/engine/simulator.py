@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -11,12 +12,17 @@ import numpy as np
 import simpy
 
 from dspark_sim.catalog import get_gpu, get_model
+from dspark_sim.config import located
 from dspark_sim.cost import scenario_cost
+from dspark_sim.engine.admission import Admission
 from dspark_sim.engine.kv import kv_capacity_tokens, kv_request_tokens
 from dspark_sim.engine.prefix import PrefixCache
 from dspark_sim.engine.replica import Replica
 from dspark_sim.engine.router import make_router
+from dspark_sim.errors import InputError
+from dspark_sim.limits import MAX_RUN_TOKENS
 from dspark_sim.metrics.collector import Collector
+from dspark_sim.metrics.invariants import check_run
 from dspark_sim.names import DOMAINS
 from dspark_sim.scenario import Scenario
 from dspark_sim.speculation.policy import make_policy
@@ -35,11 +41,11 @@ class SimContext:
     collector: Collector
     sps: object = None
     kv_request_tokens: int = 0  # KV tokens every running request holds besides its length
-    max_context: int = 0  # the model's context: longer requests are rejected (0: no bound)
     prefix_block_tokens: int = 0  # the prefix cache's block (0: the cache is off)
     saw_prefixes: bool = False  # some request carried prefix hash ids
     max_running: int = 0  # running-request cap of the engine (0: the deployment's)
     frontend_s: float = 0.0  # the engine's front-end service time of one request (HTTP, template, tokenizer)
+    admission: Admission | None = None  # which requests a replica serves; the others are rejected
     skip_ahead: bool = True  # advance steady decode steps in stretches (engine/stretch.py)
     next_arrival_s: float = math.inf  # when the next request arrives (the stretches stop there)
 
@@ -66,6 +72,7 @@ class RunResult:
     kv_peak_tokens: int
     num_preemptions: int
     prefix: dict | None = None  # the prefix caches' counters, when requests carried hash ids
+    longest_request_tokens: int | None = None  # prompt + output a replica serves at most
 
 
 def build_context(scenario: Scenario, collector: Collector) -> SimContext:
@@ -87,11 +94,12 @@ def build_context(scenario: Scenario, collector: Collector) -> SimContext:
     kv = kv_capacity_tokens(model, gpu, dep, file=scenario.file)
     engine = scenario.engine
     cap = engine.running_cap(kv, model.max_context)
-    ctx = SimContext(scenario, cost, acceptance, kv, collector, kv_request_tokens=kv_request_tokens(model, dep),
-                     max_context=model.max_context,
+    per_request = kv_request_tokens(model, dep)
+    ctx = SimContext(scenario, cost, acceptance, kv, collector, kv_request_tokens=per_request,
                      prefix_block_tokens=dep.prefix_block(model) if dep.prefix_cache else 0,
                      max_running=min(dep.max_running_requests, cap) if cap is not None else 0,
-                     frontend_s=engine.terms.frontend_s)
+                     frontend_s=engine.terms.frontend_s,
+                     admission=Admission.of(model.max_context, kv, per_request, spec))
     if spec.method == "dspark":
         ctx.sps = scheduler_sps(scenario, cost)
     return ctx
@@ -129,24 +137,75 @@ def simulate(scenario: Scenario, out_dir: Path | None = None, progress=None, *,
     """
     env = simpy.Environment()
     collector = Collector(out_dir, scenario.deployment.replicas, lambda: env.now)
-    ctx = build_context(scenario, collector)
     if exact is None:
         exact = scenario.exact or os.environ.get(EXACT_ENV, "") not in ("", "0")
-    ctx.skip_ahead = not exact
-    seeds = np.random.SeedSequence(scenario.seed).spawn(scenario.deployment.replicas + 1)
-    replicas = [Replica(env, i, ctx, np.random.default_rng(s)) for i, s in enumerate(seeds[1:])]
-    router = make_router(scenario.deployment.router, replicas)
-    chunks = scenario.workload.requests(scenario.seed)
-    counter = {"arrived": 0}
-    env.process(_arrivals(env, chunks, ctx, router, np.random.default_rng(seeds[0]), counter, progress))
     try:
-        env.run()
+        ctx = build_context(scenario, collector)
+        ctx.skip_ahead = not exact
+        check_work_bound(scenario, ctx.admission)
+        seeds = np.random.SeedSequence(scenario.seed).spawn(scenario.deployment.replicas + 1)
+        replicas = [Replica(env, i, ctx, np.random.default_rng(s)) for i, s in enumerate(seeds[1:])]
+        router = make_router(scenario.deployment.router, replicas)
+        chunks = scenario.workload.requests(scenario.seed)
+        counter = {"arrived": 0}
+        env.process(_arrivals(env, chunks, ctx, router, np.random.default_rng(seeds[0]), counter, progress))
+        with located(scenario.file, None):  # the workload's own errors name the scenario file
+            env.run()
     finally:
         collector.close()
-    return RunResult(scenario, collector, counter["arrived"], env.now,
-                     ctx.kv_capacity_tokens, max(r.kv_peak for r in replicas),
-                     int(collector.requests["num_preemptions"].sum()),
-                     prefix_counters(ctx, replicas) if ctx.saw_prefixes else None)
+    result = RunResult(scenario, collector, counter["arrived"], env.now, ctx.kv_capacity_tokens,
+                       max(r.kv_peak for r in replicas), int(collector.requests["num_preemptions"].sum()),
+                       prefix_counters(ctx, replicas) if ctx.saw_prefixes else None, ctx.admission.longest_tokens)
+    check_run(result)
+    report_rejections(result, ctx.admission)
+    return result
+
+
+class AllRejected(InputError):
+    """Every request of a run was rejected: nothing can run. ``reasons``: the reasons given."""
+
+    def __init__(self, file, value, why: str, reasons: tuple[str, ...]):
+        super().__init__(file, "workload", value, why)
+        self.reasons = reasons
+
+
+def report_rejections(result: RunResult, admission: Admission) -> None:
+    """One warning line with the count of rejected requests and why; AllRejected when none ran."""
+    col = result.collector
+    if not col.rejected:
+        return
+    model = result.scenario.model
+    why = "; ".join(f"{n} {admission.explain(reason, model)}" for reason, n in sorted(col.rejected_by.items()))
+    if col.rejected == result.num_arrived:
+        raise AllRejected(result.scenario.file, f"{col.rejected} request(s)",
+                          f"every request is rejected, as vLLM and SGLang would refuse them ({why}): nothing "
+                          "to simulate", tuple(sorted(col.rejected_by)))
+    warnings.warn(f"{col.rejected} of {result.num_arrived} requests rejected, as vLLM and SGLang would refuse "
+                  f"them ({why}); counted as rejected in summary.json and requests.csv", RejectedWarning)
+
+
+class RejectedWarning(UserWarning):
+    """Requests of a run were rejected on arrival (counted in the run's outputs)."""
+
+
+def check_work_bound(scenario: Scenario, admission: Admission) -> None:
+    """Refuse, before it starts, a run whose work bound (requests x the longest request a replica
+    serves) exceeds limits.MAX_RUN_TOKENS; under it, no run can outgrow its bound."""
+    from dspark_sim.workload import count_requests
+
+    wl = scenario.workload
+    longest = max(admission.longest_tokens, 0)
+    if wl.synthetic is not None:
+        n = wl.synthetic.num_requests
+    elif wl.max_requests is not None and wl.max_requests * longest <= MAX_RUN_TOKENS:
+        return  # no need to count the trace's rows
+    else:
+        n = min(count_requests(wl.trace, wl.format), wl.max_requests or MAX_RUN_TOKENS)
+    if n * longest > MAX_RUN_TOKENS:
+        raise InputError(scenario.file, "workload", f"{n} requests",
+                         f"{n} requests of up to {longest} tokens each (the longest request a replica serves) "
+                         f"bound the run at {n * longest:.3g} tokens, above the {MAX_RUN_TOKENS:.3g} a run may "
+                         "simulate: split the workload")
 
 
 def prefix_counters(ctx: SimContext, replicas) -> dict:
@@ -192,7 +251,9 @@ def _arrivals(env: simpy.Environment, chunks: Iterator, ctx: SimContext, router,
             delay = enter - env.now
             if delay > 0:
                 yield env.timeout(delay)
-            router.route({"rid": rid, "arrival_s": arrival[i], "prompt_tokens": prompt[i],
+            # the clock may land an ulp short of the arrival time: a request is never seen
+            # before it arrives (no negative queue delay)
+            router.route({"rid": rid, "arrival_s": min(arrival[i], env.now), "prompt_tokens": prompt[i],
                           "output_tokens": output[i], "domain": dom[i], "difficulty": diff[i],
                           "prefill_len": prompt[i], "prefilled": 0, "generated": 0, "kv_base": 0,
                           "first_scheduled_s": -1.0, "first_token_s": -1.0, "last_token_s": -1.0,

@@ -43,7 +43,7 @@ class Stretch:
     emitted: np.ndarray  # int64 [K]: tokens the step emitted (capped at the requests' outputs)
     context_tokens: np.ndarray  # int64 [K]: KV tokens of the decoding requests when the step starts
     max_context: np.ndarray  # int64 [K]
-    kv_peak: int  # the most KV tokens a step needs
+    kv_tokens: np.ndarray  # int64 [K]: KV tokens each step needs (steps.csv's kv_tokens)
     generated: np.ndarray  # int64 [R]: tokens generated after the stretch
     steps_run: np.ndarray | int  # steps each request decoded ([R], or K for all)
     accepted: np.ndarray | None = None  # int64 [R]: drafts accepted in the stretch (None: no drafts)
@@ -56,6 +56,11 @@ class Stretch:
     @property
     def end_s(self) -> float:
         return float(self.times_s[-1])
+
+    @property
+    def kv_peak(self) -> int:
+        """The most KV tokens a step needs."""
+        return int(self.kv_tokens.max())
 
 
 def plan_stretch(rep, stop_s: float, tokens_per_step: float) -> Stretch | None:
@@ -94,10 +99,10 @@ def plan_stretch(rep, stop_s: float, tokens_per_step: float) -> Stretch | None:
     st = _finish(rep, steps, taken, decode, kv, decode, np.zeros(steps, dtype=np.int64), 0, stop_s)
     if st is None:
         return None
-    times, taken, step_s, parts, kv_peak, context, max_context = st
+    times, taken, step_s, parts, kv_tokens, context, max_context = st
     run = np.minimum(left, taken) if past_finishes else taken
     return Stretch(times, step_s, parts["draft_s"], parts["sched_s"], decode[:taken], decode[:taken],
-                   np.zeros(taken, dtype=np.int64), decode[:taken], context, max_context, kv_peak,
+                   np.zeros(taken, dtype=np.int64), decode[:taken], context, max_context, kv_tokens,
                    generated + run, run)
 
 
@@ -120,25 +125,27 @@ def _drafting(rep, n: int, block_size: int, left, kv0, generated, stop_s: float,
     if st is None:
         draw.keep(0)
         return None
-    times, taken, step_s, parts, kv_peak, context, max_context = st
+    times, taken, step_s, parts, kv_tokens, context, max_context = st
     draw.keep(taken)
     emitted = new[:taken].sum(axis=1)
     final = cum[taken - 1]
     capped = np.minimum(final, left)
     emitted[-1] -= int((final - capped).sum())  # a finishing request emits up to its output
     return Stretch(times, step_s, parts["draft_s"], parts["sched_s"], np.full(taken, n), verify[:taken],
-                   draw.budget[:taken], emitted, context, max_context, kv_peak, generated + capped, taken,
+                   draw.budget[:taken], emitted, context, max_context, kv_tokens, generated + capped, taken,
                    draw.accepted[:taken].sum(axis=0), draw.verify_len[:taken].sum(axis=0) - taken)
 
 
 def _finish(rep, steps: int, taken: int, decode, kv, verify, budget, block_size: int, stop_s: float):
     """Cut ``taken`` steps short where the KV cache runs out (or, with a prefix cache, where a
     step would evict cached blocks: step by step takes that one), price them, and cut them again
-    at the next arrival: (times, taken, step_s, parts, kv_peak, context, max_context), or None
+    at the next arrival: (times, taken, step_s, parts, kv_tokens, context, max_context), or None
     where not one step is left."""
     context = kv.sum(axis=1)
-    kv_needed = context + verify + decode * rep.kv_per_request + rep._kv_adjust()  # as a step plans it
-    crowded = (kv_needed[:taken] > rep.kv_capacity) & (decode[:taken] > 1)  # a lone request stays
+    kv_needed = context + verify + decode * rep.kv_per_request + rep._kv_adjust()  # as a step plans it (replica.py)
+    # a step the cache cannot hold preempts (or, for a lone request, is an internal error):
+    # the step-by-step path takes it (replica._plan)
+    crowded = kv_needed[:taken] > rep.kv_capacity
     if rep.prefix is not None:
         crowded |= kv_needed[:taken] + rep.prefix.idle_tokens > rep.kv_capacity
     if crowded.any():
@@ -158,8 +165,7 @@ def _finish(rep, steps: int, taken: int, decode, kv, verify, budget, block_size:
     k = slice(0, taken)
     zero = np.zeros(taken)
     parts = {"draft_s": parts.get("draft_s", zero)[k], "sched_s": parts.get("sched_s", zero)[k]}
-    return (times[:taken + 1], taken, step_s[k], parts, min(int(kv_needed[k].max()), rep.kv_capacity),
-            context[k], works.decode_max_context[k])
+    return (times[:taken + 1], taken, step_s[k], parts, kv_needed[k], context[k], works.decode_max_context[k])
 
 
 class _Draw:

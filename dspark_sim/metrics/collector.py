@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import warnings
 from array import array
 from collections.abc import Callable
 from pathlib import Path
@@ -115,9 +114,10 @@ class Collector:
                                  "num_preemptions": np.int64, "num_steps": np.int64, "cached_tokens": np.int64})
         self.steps = Columns({"start_s": "d", "step_s": "d", "running": "i", "decode_reqs": "i",
                               "verify_tokens": "i", "prefill_tokens": "i", "budget_k": "i", "emitted": "i",
-                              "draft_s": "d", "sched_s": "d"})
+                              "draft_s": "d", "sched_s": "d", "kv_tokens": "q"})
         self.gaps = Growing({"gap_s": np.float64, "count": np.int64})
         self.rejected = 0
+        self.rejected_by: dict[str, int] = {}  # reason (engine/admission.py) -> requests
         self.record = RecordWriter(out_dir) if out_dir is not None else None
         self.order = InOrder(replicas, clock) if replicas > 1 else None
 
@@ -133,10 +133,19 @@ class Collector:
             self.order.put(time_s, replica, call, *args)
 
     # -- events ---------------------------------------------------------------
-    def on_reject(self, request: dict, why: str) -> None:
+    def on_reject(self, request: dict, reason: str, replica: int = 0) -> None:
+        """A request ``replica`` refused on arrival: counted by reason, and a row with nan times in
+        the record (in time order with the other replicas' rows)."""
         self.rejected += 1
-        if self.rejected == 1:
-            warnings.warn(f"request {request['rid']} rejected: {why} (further rejections counted)")
+        self.rejected_by[reason] = self.rejected_by.get(reason, 0) + 1
+        if self.record is not None:
+            self._at(request["arrival_s"], replica, self._reject, request, reason)
+
+    def _reject(self, request: dict, reason: str) -> None:
+        nan = float("nan")
+        self.record.requests([(request["rid"], request["arrival_s"], request["prompt_tokens"],
+                               request["output_tokens"], DOMAINS[request["domain"]], nan, nan, nan, nan, nan,
+                               nan, nan, 0, 0, 0, 0, 0, "rejected", reason)])
 
     def on_gaps(self, gaps: np.ndarray, replica: int, time_s: float) -> None:
         """Inter-token gaps (seconds) of the requests that emitted at ``time_s``."""
@@ -174,12 +183,13 @@ class Collector:
         verify, budget, emitted = st.verify_tokens[k].tolist(), st.budget[k].tolist(), st.emitted[k].tolist()
         draft_s, sched_s, runs = st.draft_s[k].tolist(), st.sched_s[k].tolist(), st.decode_reqs[k].tolist()
         first = self.steps.n
-        self.steps.extend(start, step_s, runs, runs, verify, zeros, budget, emitted, draft_s, sched_s)
+        kv_tokens = st.kv_tokens[k].tolist()
+        self.steps.extend(start, step_s, runs, runs, verify, zeros, budget, emitted, draft_s, sched_s, kv_tokens)
         if self.record is not None:
             self.record.steps(range(first, first + hi - lo), start, step_s, runs, runs, zeros, verify, budget,
                               emitted, draft_s, sched_s, st.context_tokens[k].tolist(),
                               st.max_context[k].tolist(), zeros, [0.0] * (hi - lo), [replica] * (hi - lo),
-                              zeros)  # a stretch evicts nothing (stretch.py stops before a step would)
+                              zeros, kv_tokens)  # a stretch evicts nothing (stretch.py stops before a step would)
 
     def on_step(self, replica: int, step: dict, running: int, decoded: int, first_tokens: int,
                 time_s: float) -> None:
@@ -192,13 +202,15 @@ class Collector:
         num_dec = step["num_dec"]
         verify = step["tokens"] - step["prefill_tokens"]
         self.steps.append(step["start_s"], step["step_s"], running, num_dec, verify, step["prefill_tokens"],
-                          step["budget"], decoded + first_tokens, step["draft_s"], step["sched_s"])
+                          step["budget"], decoded + first_tokens, step["draft_s"], step["sched_s"],
+                          step["kv_needed"])
         if self.record is not None:
             work = step["work"]
             self.record.step((self.steps.n - 1, step["start_s"], step["step_s"], running, num_dec,
                               step["prefill_tokens"], verify, step["budget"], decoded, step["draft_s"],
                               step["sched_s"], work.decode_context_tokens, work.decode_max_context,
-                              work.prefill_reqs, work.prefill_attn_tokens2, replica, step["evicted_blocks"]))
+                              work.prefill_reqs, work.prefill_attn_tokens2, replica, step["evicted_blocks"],
+                              step["kv_needed"]))
 
     def on_finish(self, rows: dict[str, np.ndarray], now: float, replica: int = 0) -> None:
         """Requests (columns of :class:`~dspark_sim.engine.batch.Table`) that finished at ``now``."""
@@ -224,7 +236,8 @@ class Collector:
                 [DOMAINS[d] for d in rows["domain"].tolist()], rows["first_scheduled_s"].tolist(),
                 rows["first_token_s"].tolist(), [now] * n, queue_ms.tolist(), ttft_ms.tolist(), tpot_ms.tolist(),
                 e2el_ms.tolist(), rows["num_steps"].tolist(), rows["num_preemptions"].tolist(),
-                rows["accepted_tokens"].tolist(), rows["verified_drafts"].tolist(), rows["cached_tokens"].tolist()))
+                rows["accepted_tokens"].tolist(), rows["verified_drafts"].tolist(), rows["cached_tokens"].tolist(),
+                ["completed"] * n, [""] * n))
 
     def close(self) -> None:
         """Make the held events, then finish the record's files."""

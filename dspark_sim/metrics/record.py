@@ -26,6 +26,9 @@ REQUEST_FORMATS = {
     "accepted_tokens": "{}",  # drafts the request had accepted
     "verified_drafts": "{}",
     "cached_tokens": "{}",  # prompt tokens its first prefill read from the prefix cache
+    # "completed", or "rejected" on arrival with the reason (engine/admission.py); a rejected
+    # request's times and latencies are nan
+    "status": "{}", "reject_reason": "{}",
 }
 STEP_FORMATS = {
     "step": "{}", "start_s": "{:.6f}", "step_s": "{:.9f}", "running_reqs": "{}", "decode_reqs": "{}",
@@ -38,8 +41,12 @@ STEP_FORMATS = {
     "prefill_attn_tokens2": "{:.1f}",
     "replica": "{}",
     "evicted_blocks": "{}",  # prefix-cache blocks evicted to make room for the step
+    "kv_tokens": "{}",  # KV cache the step holds on its replica, in tokens (at most its capacity)
 }
 REQUEST_COLUMNS = tuple(REQUEST_FORMATS)
+COMPLETED = "completed"
+# What a request row lacking the newer columns means (a record written before them).
+REQUEST_DEFAULTS = {"status": COMPLETED, "reject_reason": ""}
 STEP_COLUMNS = tuple(STEP_FORMATS)
 WORK_COLUMNS = ("decode_context_tokens", "decode_max_context", "prefill_reqs", "prefill_attn_tokens2")
 REQUEST_LINE = ",".join(REQUEST_FORMATS.values())
@@ -98,16 +105,19 @@ def write_record(out_dir: str | Path, requests: Iterable[dict], steps: Iterable[
     """Both files from rows given as mappings (a column missing from a step row is 0)."""
     writer = RecordWriter(out_dir)
     try:
-        writer.requests([row[c] for c in REQUEST_COLUMNS] for row in requests)
+        writer.requests([row[c] if c not in REQUEST_DEFAULTS else row.get(c, REQUEST_DEFAULTS[c])
+                         for c in REQUEST_COLUMNS] for row in requests)
         for row in steps:
             writer.step([row.get(c, 0) for c in STEP_COLUMNS])
     finally:
         writer.close()
 
 
-def read_columns(path: Path, needs: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+def read_columns(path: Path, needs: tuple[str, ...], optional: tuple[str, ...] = (), *,
+                 rejected: bool = False) -> dict[str, np.ndarray]:
     """Numeric columns of a record file as float64 arrays; a missing file or needed column is an
-    InputError, a missing ``optional`` column is left out."""
+    InputError, a missing ``optional`` column is left out. Rows of rejected requests (a
+    ``status`` other than completed) are skipped unless ``rejected``."""
     if not path.is_file():
         raise InputError(path, None, None, "file not found")
     with path.open(newline="") as f:
@@ -120,14 +130,41 @@ def read_columns(path: Path, needs: tuple[str, ...], optional: tuple[str, ...] =
                 raise InputError(path, f"column {name}", None, "missing column")
         names = needs + tuple(n for n in optional if n in header)
         idx = [header.index(n) for n in names]
-        rows = [[row[i] for i in idx] for row in reader]
+        status = header.index("status") if "status" in header and not rejected else None
+        rows, lines = [], []
+        for line, row in enumerate(reader, start=2):
+            if len(row) != len(header):
+                raise InputError(path, f"line {line}", len(row), f"{len(header)} cells expected, as in the header")
+            if status is None or row[status] == COMPLETED:
+                rows.append([row[i] for i in idx])
+                lines.append(line)
     out = {}
     for j, name in enumerate(names):
         try:
             out[name] = np.array([float(r[j]) for r in rows])
         except ValueError as err:
             raise InputError(path, f"column {name}", None, f"not numeric ({err})") from None
+        _check_physical(path, name, out[name], lines)
     return out
+
+
+# What a completed request's columns may hold: (least value, NaN allowed). A file breaking them
+# (a real engine's record included) describes no run that can happen.
+_PHYSICAL = {"arrival_s": (0.0, False), "first_scheduled_s": (0.0, False), "first_token_s": (0.0, False),
+             "finish_s": (0.0, False), "prompt_tokens": (1.0, False), "output_tokens": (1.0, False),
+             "queue_delay_ms": (0.0, False), "ttft_ms": (0.0, False), "e2el_ms": (0.0, False),
+             "tpot_ms": (0.0, True), "step_s": (0.0, False)}
+
+
+def _check_physical(path: Path, name: str, values: np.ndarray, lines: list[int]) -> None:
+    if name not in _PHYSICAL:
+        return
+    least, nan_ok = _PHYSICAL[name]
+    bad = np.isinf(values) | (values < least) | (np.isnan(values) & (not nan_ok))
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise InputError(path, f"line {lines[i]}: {name}", float(values[i]),
+                         f"must be a finite number >= {least:g}{' (or nan)' if nan_ok else ''}")
 
 
 @dataclass(frozen=True, slots=True)

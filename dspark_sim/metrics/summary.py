@@ -111,7 +111,8 @@ def summarize(result) -> dict:
     rate = (lambda x: x / duration) if duration > 0 else (lambda x: 0.0)
     s = {"name": scen.name, "model": scen.model, "gpu": scen.gpu, "num_gpus": num_gpus,
          "method": scen.speculation.method, "seed": scen.seed,
-         "completed": done, "num_rejected": col.rejected, "duration_s": duration,
+         "requests": result.num_arrived, "completed": done, "rejected": col.rejected,
+         "rejected_reasons": dict(sorted(col.rejected_by.items())), "duration_s": duration,
          "total_input_tokens": in_tok, "total_output_tokens": out_tok,
          "request_throughput": rate(done), "output_throughput": rate(out_tok),
          "total_token_throughput": rate(out_tok + in_tok),

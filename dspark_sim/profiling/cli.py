@@ -1,6 +1,8 @@
 """``dspark-profile``: time a model's steps on this GPU, or fit what was timed.
 
     dspark-profile --gpu h200 --model qwen3-8b --out DIR ...     # GPU: the profiler (raw_<model>.json)
+    dspark-profile comm --gpu h200 --tp 2 --out DIR              # GPUs: collectives (comm_tp2.json)
+    dspark-profile steps --gpu h200 --model qwen3-32b --tp 2 --out DIR   # whole TP steps
     dspark-profile fit --raw-dir DIR [--gpu h200] [--out-dir profiles] [--img-dir DIR] [--docs FILE]
 
 ``fit`` turns every ``raw_<model>.json`` of ``--raw-dir`` into ``<out-dir>/<gpu>/<model>.json``
@@ -18,11 +20,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from dspark_sim.errors import InputError, run_reporting_errors
+from dspark_sim.errors import ArgumentParser, InputError, run_reporting_errors
 
 
 def fit_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dspark-profile fit", description=__doc__.split("\n")[0])
+    p = ArgumentParser(prog="dspark-profile fit", description=__doc__.split("\n")[0])
     p.add_argument("--gpu", default="h200", help="the GPU the raw files were measured on")
     p.add_argument("--raw-dir", type=Path, help="folder of raw_<model>.json (default: <out-dir>/<gpu>/raw)")
     p.add_argument("--out-dir", type=Path, help="profiles folder to write (default: profiles, "
@@ -60,7 +62,8 @@ def fit(args) -> int:
     if not raws:
         print(f"no raw profiles under {raw_dir}: waiting for the profiler", file=sys.stderr)
         return 1
-    fitted = fit_raws(raws, measured, out_dir, args.img_dir or out_dir / "plots", folds=args.folds, log=log)
+    fitted = fit_raws(raws, measured, out_dir, args.img_dir or out_dir / "plots", folds=args.folds, log=log,
+                      raw_dir=None if args.synthetic else raw_dir)
     # the table lists every measured profile in the folder, not only those fitted now
     table = held_out_table(fitted if args.synthetic else measured_profiles(out_dir))
     print(table)
@@ -71,11 +74,25 @@ def fit(args) -> int:
     return 0
 
 
+def _ranks(what: str, argv: list[str]) -> int:
+    """``comm`` / ``steps``: the multi-GPU profiler; a rank that fails ends it with one line."""
+    from dspark_sim.kernels.decoder.tp import RankFailed
+    from dspark_sim.kernels.profiler.tp import comm_main, steps_main
+
+    try:
+        return (comm_main if what == "comm" else steps_main)(argv)
+    except RankFailed as err:
+        print(f"error: {err}", file=sys.stderr)
+        return err.code
+
+
 def main(argv: list[str] | None = None) -> int:
     """``fit`` fits raw profiles; anything else runs the GPU profiler."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["fit"]:
-        return run_reporting_errors(fit, fit_parser().parse_args(argv[1:]))
+        return run_reporting_errors(fit, fit_parser().parse_args(argv[1:]), program="dspark-profile fit")
+    if argv[:1] in (["comm"], ["steps"]):
+        return run_reporting_errors(_ranks, argv[0], argv[1:], program=f"dspark-profile {argv[0]}")
     from dspark_sim.kernels.profiler.__main__ import main as profile
 
     return profile(argv)

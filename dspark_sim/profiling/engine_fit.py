@@ -85,7 +85,7 @@ def replay(scenario: Scenario) -> dict:
     dec = result.collector.steps["decode_reqs"].astype(float)
     return {"token_batch": float((dec * dec).sum() / dec.sum()) if dec.sum() else 0.0,  # an output token's batch
             "median_ttft_ms": s["median_ttft_ms"], "median_tpot_ms": s["median_tpot_ms"],
-            "output_throughput": s["output_throughput"], "num_rejected": s["num_rejected"],
+            "output_throughput": s["output_throughput"], "num_rejected": s["rejected"],
             "mean_decode_batch_size": s["mean_decode_batch_size"]}
 
 

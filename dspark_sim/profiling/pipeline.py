@@ -55,10 +55,15 @@ def write_profile(profile: Profile, out_dir: Path) -> list[Path]:
 
 
 def fit_raws(raws: list[tuple[str, dict, Path | None]], measured, out_dir: Path, img_dir: Path | None, *,
-             folds: int = 10, log=print) -> list[Profile]:
+             folds: int = 10, log=print, raw_dir: Path | None = None) -> list[Profile]:
     """Fit every (model, raw, file) measured on the GPU ``measured``, write the profile, its tables
-    and its projections under ``out_dir`` and (``img_dir``) its plot; returns the fitted profiles."""
+    and its projections under ``out_dir`` and (``img_dir``) its plot; returns the fitted profiles.
+    ``raw_dir``'s ``comm_tp<N>.json`` (measured collectives) go into every profile, and its
+    ``steps_<model>.tp<N>.json`` (whole steps at tp N) give ``held_out["step_tp<N>"]``."""
     from dspark_sim.profiling.plots import plot_fit
+    from dspark_sim.profiling.tp_check import with_tp_errors
+
+    comm = comm_sets(raw_dir, measured.name) if raw_dir is not None else {}
 
     fitted = []
     for model_name, raw, file in raws:
@@ -67,6 +72,8 @@ def fit_raws(raws: list[tuple[str, dict, Path | None]], measured, out_dir: Path,
         if measured.name not in seen.replace(" ", ""):
             log(f"warning: {file} was measured on {seen!r}, filed under {measured.name}")
         profile = moe_notes(fit_profile(raw, model, measured, folds=folds, file=file), raw, model, measured)
+        if raw_dir is not None:
+            profile = with_tp_errors(replace(profile, comm=comm), raw_dir, log)
         written = write_profile(profile, out_dir)
         for other in SHIPPED_GPUS:
             if other != measured.name:
@@ -81,6 +88,21 @@ def fit_raws(raws: list[tuple[str, dict, Path | None]], measured, out_dir: Path,
         log(f"{model.name}: held-out median {100 * held.median_rel_err:.2f} %, p90 "
             f"{100 * held.p90_rel_err:.2f} % over {held.num_points} points; wrote {len(written)} files")
     return fitted
+
+
+def comm_sets(raw_dir: Path, gpu: str) -> dict:
+    """``{tp: CommCurves}`` of the ``comm_tp<N>.json`` files in ``raw_dir`` (measured on ``gpu``)."""
+    from dspark_sim.cost.comm_curves import load_comm_curves
+
+    out = {}
+    for path in sorted(raw_dir.glob("comm_tp*.json")):
+        curves = load_comm_curves(path)
+        if curves.gpu != gpu or curves.source != "measured":
+            raise InputError(path, "gpu" if curves.gpu != gpu else "source",
+                             curves.gpu if curves.gpu != gpu else curves.source,
+                             f"only curves measured on {gpu} go into its profiles")
+        out[curves.tp] = curves
+    return out
 
 
 def moe_notes(profile: Profile, raw: dict, model, gpu) -> Profile:

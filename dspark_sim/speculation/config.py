@@ -110,6 +110,16 @@ class Speculation:
         cap = self.block_size + 1
         return min(cap, self.max_verify_len) if self.max_verify_len else cap
 
+    @property
+    def max_verify_tokens(self) -> int:
+        """Most tokens one request puts into a verify step (anchor counted): 1 without
+        speculation, a schedule's largest block plus one, else :attr:`verify_cap`."""
+        if self.method == "none":
+            return 1
+        if self.method == "schedule":
+            return 1 + max((r.block_size for r in self.schedule), default=0)
+        return self.verify_cap
+
     @classmethod
     def from_dict(cls, raw, *, file=None, key: str = "speculation", base: Path | None = None) -> Speculation:
         """Build from a scenario's ``speculation:`` mapping; paths resolve against ``base``.
@@ -144,7 +154,7 @@ class Speculation:
                       schedule=tuple(ScheduleRule.from_dict(r, file=file, key=f"{s.path('schedule')}[{i}]")
                                      for i, r in enumerate(schedule)),
                       graph_tiers=tuple(tiers) if isinstance(tiers, list) else tiers,
-                      sps_table=_path(s, "sps_table", base), sts=_path(s, "sts", base),
+                      sps_table=file_path(s, "sps_table", base), sts=file_path(s, "sts", base),
                       drafter_checkpoint=absolute_checkpoint(s.raw("drafter_checkpoint"), base))
         s.done()
         return build(cls, kwargs, file, key)
@@ -160,7 +170,8 @@ def _block_size(s: Section, default: int) -> int:
     return size if size is not None else alias if alias is not None else default
 
 
-def _path(s: Section, name: str, base: Path) -> Path | None:
+def file_path(s: Section, name: str, base: Path) -> Path | None:
+    """The existing file a section key names, resolved against ``base`` (None when the key is absent)."""
     value = s.raw(name)
     if value is None:
         return None

@@ -94,17 +94,25 @@ def synthetic(count: int, rate: float, seed: int, prompt_mean: int = 768):
     return a, p, o
 
 
-def make_cases(cases_dir: Path, azure_trace: Path) -> list[Path]:
+def make_cases(cases_dir: Path, azure_trace: Path, *, model: str = MODEL, tp: int = 1,
+               traces: tuple[str, ...] | None = None) -> list[Path]:
     """Write traces, scenarios and the SPS table into ``cases_dir``; returns the scenario paths.
 
-    ``azure_trace`` is the shipped Azure code trace the Azure cases slice."""
+    ``azure_trace`` is the shipped Azure code trace the Azure cases slice; ``model`` and ``tp``
+    (``deployment.tp``, one process per GPU in the decoder) name the deployment, ``traces`` a
+    subset of :data:`TRACES`."""
     cases_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for name, (source, count, load, *batching) in TRACES.items():
-        deployment = {**DEPLOYMENT, "batching": batching[0] if batching else DEPLOYMENT["batching"]}
+    paths, probe_trace = [], None
+    for name in traces or TRACES:
+        if name not in TRACES:
+            raise InputError(None, "traces", name, f"expected some of {list(TRACES)}")
+        source, count, load, *batching = TRACES[name]
+        deployment = {**DEPLOYMENT, "batching": batching[0] if batching else DEPLOYMENT["batching"],
+                      **({"tp": tp} if tp > 1 else {})}
         workload = _write_case_trace(cases_dir, name, source, count, load, azure_trace)
+        probe_trace = probe_trace or workload["trace"]
         for method, spec in CASE_METHODS.items():
-            scenario = {"name": f"{name}__{method}", "model": MODEL, "gpu": GPU,
+            scenario = {"name": f"{name}__{method}", "model": model, "gpu": GPU,
                         "workload": {**workload, "domain": DOMAIN[source]},
                         "deployment": deployment, "speculation": spec, "seed": 0}
             path = cases_dir / f"{name}__{method}.yaml"
@@ -117,11 +125,12 @@ def make_cases(cases_dir: Path, azure_trace: Path) -> list[Path]:
     from dspark_sim.engine.simulator import scheduler_table
     from dspark_sim.scenario import Scenario
 
-    probe = Scenario.from_dict({"model": MODEL, "gpu": GPU, "workload": {"trace": "syn-sat.csv"},
-                                "deployment": DEPLOYMENT,
+    # the probe reads no rows; any written trace names it
+    probe = Scenario.from_dict({"model": model, "gpu": GPU, "workload": {"trace": probe_trace},
+                                "deployment": {**DEPLOYMENT, "tp": tp},
                                 "speculation": {k: v for k, v in CASE_METHODS["dspark"].items()
                                                 if k != "sps_table"}}, file=cases_dir / "_probe.yaml")
-    table = scheduler_table(probe, get_cost_model(get_gpu(GPU).name, MODEL, warn=False))
+    table = scheduler_table(probe, get_cost_model(get_gpu(GPU).name, model, tp, warn=False))
     table.save(cases_dir / "sps_dspark.json")
     return paths
 

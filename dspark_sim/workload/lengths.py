@@ -10,10 +10,10 @@ import numpy as np
 
 from dspark_sim.config import Section, build, is_int, is_real
 from dspark_sim.errors import InputError
+from dspark_sim.limits import MAX_LENGTH_SIGMA, MAX_TOKENS
 from dspark_sim.workload.readers import CSV_FORMATS, MOONCAKE_KEYS, read_trace
 
 LENGTH_DISTS = ("lognormal", "empirical", "constant", "uniform")
-_NO_CAP_TOKENS = 2**53  # largest count float64 holds exactly
 _COMMON_KEYS = ("dist", "min_tokens", "max_tokens")
 _DIST_KEYS = {"lognormal": ("mean", "sigma"), "constant": ("mean",), "uniform": (),
               "empirical": ("values", "weights", "file", "column")}
@@ -53,15 +53,15 @@ class LengthDist:
     def __post_init__(self) -> None:
         if self.dist not in LENGTH_DISTS:
             bad("dist", self.dist, f"expected one of {', '.join(LENGTH_DISTS)}")
-        if not is_int(self.min_tokens) or self.min_tokens < 1:
-            bad("min_tokens", self.min_tokens, "must be an integer >= 1")
+        if not is_int(self.min_tokens) or not 1 <= self.min_tokens <= MAX_TOKENS:
+            bad("min_tokens", self.min_tokens, f"must be an integer in [1, {MAX_TOKENS}]")
         top = self.max_tokens
-        if top is not None and (not is_int(top) or top < self.min_tokens):
-            bad("max_tokens", self.max_tokens, f"must be an integer >= min_tokens={self.min_tokens}")
-        for name in ("mean", "sigma"):
+        if top is not None and (not is_int(top) or not self.min_tokens <= top <= MAX_TOKENS):
+            bad("max_tokens", self.max_tokens, f"must be an integer in [min_tokens={self.min_tokens}, {MAX_TOKENS}]")
+        for name, most in (("mean", MAX_TOKENS), ("sigma", MAX_LENGTH_SIGMA)):
             value = getattr(self, name)
-            if not is_real(value) or value < 0:
-                bad(name, value, "must be a finite number >= 0")
+            if not is_real(value) or not 0 <= value <= most:
+                bad(name, value, f"must be a finite number in [0, {most:g}]")
         getattr(self, f"_check_{self.dist}")()
 
     def _check_lognormal(self) -> None:
@@ -85,8 +85,8 @@ class LengthDist:
             if self.weights:
                 bad("weights", list(self.weights), "weights apply to values, not to a trace file")
             return
-        if not all(is_int(v) and v >= 1 for v in self.values):
-            bad("values", list(self.values), "expected integers >= 1")
+        if not all(is_int(v) and 1 <= v <= MAX_TOKENS for v in self.values):
+            bad("values", list(self.values), f"expected integers in [1, {MAX_TOKENS}]")
         if self.weights and (len(self.weights) != len(self.values)
                              or not all(is_real(w) and w >= 0 for w in self.weights)
                              or sum(self.weights) <= 0):
@@ -114,7 +114,7 @@ class LengthDist:
 
     def sampler(self) -> Sampler:
         """A function ``(rng, n) -> int64 [n]`` drawing n lengths; loads a trace file now."""
-        lo, hi = self.min_tokens, self.max_tokens if self.max_tokens is not None else _NO_CAP_TOKENS
+        lo, hi = self.min_tokens, self.max_tokens if self.max_tokens is not None else MAX_TOKENS
 
         def clamp(x: np.ndarray) -> np.ndarray:
             return np.clip(np.rint(x), lo, hi).astype(np.int64)

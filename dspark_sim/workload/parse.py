@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from dspark_sim.errors import InputError
+from dspark_sim.limits import MAX_TOKENS
 
 _NAT = np.iinfo(np.int64).min
 _TZ_ANY = re.compile(r"(?:Z|[+-]\d\d:?\d\d)[ \t]*$", re.M)
@@ -62,12 +63,13 @@ def numbers(values: list, lines: list[int], name: str, path: Path) -> np.ndarray
 
 
 def counts(values: list, lines: list[int], name: str, path: Path, *, minimum: int) -> np.ndarray:
-    """Whole token counts >= minimum as int64, or InputError naming the first bad line."""
+    """Whole token counts in [minimum, MAX_TOKENS] as int64, or InputError naming the first bad line
+    (checked in float64, before the cast, so no count wraps around)."""
     x = numbers(values, lines, name, path)
-    bad = (x != np.floor(x)) | (x < minimum)
+    bad = (x != np.floor(x)) | (x < minimum) | (x > MAX_TOKENS)
     if bad.any():
         i = int(np.argmax(bad))
-        why = "not a whole number" if x[i] != np.floor(x[i]) else f"token count must be >= {minimum}"
+        why = "not a whole number" if x[i] != np.floor(x[i]) else f"token count must be in [{minimum}, {MAX_TOKENS}]"
         raise InputError(path, f"line {lines[i]}: {name}", values[i], why)
     return x.astype(np.int64)
 

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from dspark_sim.errors import InputError
+from dspark_sim.limits import MAX_ARRIVAL_S, MAX_REQUESTS, MAX_TIME_SCALE, MIN_TIME_SCALE
 from dspark_sim.workload.chunk import RequestChunk
 from dspark_sim.workload.parse import counts, numbers, wallclock_ns
 
@@ -90,10 +91,10 @@ def read_trace(path, *, fmt: str | None = None, time_scale: float = 1.0,
     and any bad row raises InputError naming its line and column.
     """
     path = Path(path)
-    _check_positive(path, "time_scale", time_scale, number=True)
+    _check_within(path, "time_scale", time_scale, MIN_TIME_SCALE, MAX_TIME_SCALE, number=True)
     if max_requests is not None:
-        _check_positive(path, "max_requests", max_requests)
-    _check_positive(path, "chunk_rows", chunk_rows)
+        _check_within(path, "max_requests", max_requests, 1, MAX_REQUESTS)
+    _check_within(path, "chunk_rows", chunk_rows, 1, MAX_REQUESTS)
     fmt = _check_format(path, fmt) if fmt is not None else detect_format(path)
     dropped = _Dropped()
     if fmt == "mooncake":
@@ -150,6 +151,7 @@ def _stream(blocks: Iterator[_Block], path: Path, ticks_per_replay_s: float, tim
                 first = block.times[0]
             last = block.times[-1]
             arrival_s = ((block.times - first) / ticks_per_replay_s).astype(np.float64)
+            _check_horizon(arrival_s, block, path, time_col)
             chunk = RequestChunk(arrival_s, block.prompt, block.output, block.hash_ids)
             if max_requests is not None and total + len(chunk) >= max_requests:
                 yield chunk[:max_requests - total]
@@ -176,6 +178,15 @@ def _check_sorted(block: _Block, last, path: Path, time_col: str) -> None:
         i = int(down[0]) + 1
         raise InputError(path, f"line {block.lines[i]}: {time_col}", _tick_repr(times[i]),
                          "timestamps not sorted: earlier than the previous request")
+
+
+def _check_horizon(arrival_s: np.ndarray, block: _Block, path: Path, time_col: str) -> None:
+    """Arrivals stay on the simulated clock (limits.MAX_ARRIVAL_S after the first request)."""
+    if arrival_s.size and arrival_s[-1] > MAX_ARRIVAL_S:
+        i = int(np.argmax(arrival_s > MAX_ARRIVAL_S))
+        raise InputError(path, f"line {block.lines[i]}: {time_col}", _tick_repr(block.times[i]),
+                         f"arrives {arrival_s[i]:.3g} s after the first request at this time_scale, beyond "
+                         f"the simulated clock's {MAX_ARRIVAL_S:g} s")
 
 
 def _tick_repr(value) -> object:
@@ -341,8 +352,8 @@ def _check_format(path: Path, fmt) -> str:
     return fmt.lower()
 
 
-def _check_positive(path: Path, key: str, value, *, number: bool = False) -> None:
+def _check_within(path: Path, key: str, value, low: float, high: float, *, number: bool = False) -> None:
     kinds = (int, float) if number else (int,)
-    if isinstance(value, bool) or not isinstance(value, kinds) or not 0 < value < float("inf"):
+    if isinstance(value, bool) or not isinstance(value, kinds) or not low <= value <= high:
         kind = "number" if number else "integer"
-        raise InputError(path, key, value, f"must be a positive finite {kind}")
+        raise InputError(path, key, value, f"must be a {kind} in [{low:g}, {high:g}]")

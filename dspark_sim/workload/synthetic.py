@@ -15,13 +15,13 @@ import numpy as np
 
 from dspark_sim.config import Section, build, is_int, is_real
 from dspark_sim.errors import InputError
+from dspark_sim.limits import MAX_ARRIVAL_S, MAX_CV, MAX_RATE_PER_S, MAX_REQUESTS, MIN_RATE_PER_S
 from dspark_sim.workload.chunk import RequestChunk, rechunk
 from dspark_sim.workload.lengths import LengthDist, Sampler, bad
 from dspark_sim.workload.sessions import SessionsConfig, session_blocks
 
 ARRIVALS = ("poisson", "gamma", "constant")
 BLOCK_ROWS = 65536
-MAX_REQUESTS = 10**9
 
 __all__ = ["ARRIVALS", "BLOCK_ROWS", "MAX_REQUESTS", "LengthDist", "SyntheticConfig", "synthetic_requests"]
 
@@ -50,12 +50,16 @@ class SyntheticConfig:
     def __post_init__(self) -> None:
         if not is_int(self.num_requests) or not 1 <= self.num_requests <= MAX_REQUESTS:
             bad("num_requests", self.num_requests, f"must be an integer in [1, {MAX_REQUESTS:,}]")
-        if not is_real(self.rate_per_s) or self.rate_per_s <= 0:
-            bad("rate_per_s", self.rate_per_s, "must be a finite number > 0")
+        if not is_real(self.rate_per_s) or not MIN_RATE_PER_S <= self.rate_per_s <= MAX_RATE_PER_S:
+            bad("rate_per_s", self.rate_per_s, f"must be a number in [{MIN_RATE_PER_S:g}, {MAX_RATE_PER_S:g}]")
+        if (self.num_requests - 1) / self.rate_per_s > MAX_ARRIVAL_S / 2:
+            bad("rate_per_s", self.rate_per_s, f"{self.num_requests} requests at this rate arrive over "
+                 f"{(self.num_requests - 1) / self.rate_per_s:.3g} s, beyond half the simulated clock's "
+                 f"{MAX_ARRIVAL_S:g} s")
         if self.arrival not in ARRIVALS:
             bad("arrival", self.arrival, f"expected one of {', '.join(ARRIVALS)}")
-        if not is_real(self.cv) or self.cv <= 0:
-            bad("cv", self.cv, "must be a finite number > 0")
+        if not is_real(self.cv) or not 0 < self.cv <= MAX_CV:
+            bad("cv", self.cv, f"must be a number in (0, {MAX_CV:g}]")
         if self.arrival != "gamma" and self.cv != 1.0:
             bad("cv", self.cv, f"cv applies only to arrival 'gamma', not {self.arrival!r}")
         for name in ("prompt_tokens", "output_tokens"):
@@ -110,6 +114,11 @@ def _blocks(cfg: SyntheticConfig, seed: int, prompt: Sampler, output: Sampler) -
         # Prepending the carried clock keeps one left-to-right running sum across blocks.
         arrival_s = np.cumsum(np.concatenate(([clock_s], gaps_s)))[1:]
         clock_s = float(arrival_s[-1])
+        if clock_s > MAX_ARRIVAL_S:  # bursty Gamma gaps can outrun the mean rate
+            late = start + int(np.argmax(arrival_s > MAX_ARRIVAL_S))
+            raise InputError(None, "workload.synthetic.rate_per_s", cfg.rate_per_s,
+                             f"request {late} arrives at {float(arrival_s[late - start]):.3g} s, beyond the "
+                             f"simulated clock's {MAX_ARRIVAL_S:g} s")
         yield RequestChunk(arrival_s, prompt(rng, n), output(rng, n))
 
 

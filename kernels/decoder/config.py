@@ -114,10 +114,12 @@ SCENARIO_KEYS = {"block_size": "speculation.block_size", "lag_steps": "speculati
                  "method": "speculation.method"}
 
 
-def decoder_config(scenario, **overrides) -> DecoderConfig:
+def decoder_config(scenario, tp: int = 1, **overrides) -> DecoderConfig:
     """The :class:`DecoderConfig` a scenario asks for; ``overrides`` are fields the command line sets.
 
-    The decoder drives one GPU, batching ``mixed`` or ``prefill_first`` as the scenario's
+    The decoder drives one replica over ``tp`` GPUs (``--tp``, which the scenario's
+    ``deployment.tp`` must equal: TP attention, a MoE's experts split over the same GPUs or
+    not at all), batching ``mixed`` or ``prefill_first`` as the scenario's
     ``deployment.batching`` says; it runs no speculation, a static MTP chain (``method:
     static``, ``drafter: mtp``), the DSpark block verified whole (``static`` with ``drafter: dspark``) or DSpark's scheduler (``dspark``). Anything
     else in the scenario is an InputError naming the file and the key.
@@ -125,8 +127,13 @@ def decoder_config(scenario, **overrides) -> DecoderConfig:
     from dspark_sim.acceptance.sts import load_sts_temperatures
 
     file, dep, spec = scenario.file, scenario.deployment, scenario.speculation
-    for key, value, want, why in (("deployment.replicas", dep.replicas, 1, "the decoder drives one GPU"),
-                                  ("deployment.tp", dep.tp, 1, "no tensor parallelism"),
+    for key, value, want, why in (("deployment.replicas", dep.replicas, 1, "the decoder drives one replica"),
+                                  ("deployment.tp", dep.tp, tp, f"the decoder runs {tp} rank(s): start it "
+                                   f"with --tp {dep.tp}"),
+                                  ("deployment.dp_attention", dep.dp_attention, False,
+                                   "the decoder runs TP attention"),
+                                  ("deployment.ep", dep.ep, _decoder_ep(scenario, tp),
+                                   "the decoder splits a MoE's experts over every GPU (ep = tp)"),
                                   ("deployment.kv_cache_dtype", dep.kv_cache_dtype, "bf16", "the decoder's KV is bf16"),
                                   ("deployment.routing_skew", dep.routing_skew, 0, "the decoder's own router "
                                    "routes the tokens")):
@@ -167,6 +174,13 @@ def _prefix_cache(scenario) -> bool:
         raise InputError(scenario.file, "deployment.prefix_block_tokens", dep.prefix_block_tokens,
                          f"the decoder caches whole pages of kv_block_tokens={dep.kv_block_tokens}")
     return True
+
+
+def _decoder_ep(scenario, tp: int) -> int:
+    """The ``ep`` the decoder runs: ``tp`` for a MoE model over several GPUs, else 1."""
+    from dspark_sim.catalog import get_model
+
+    return tp if tp > 1 and get_model(scenario.model, file=scenario.file).is_moe else 1
 
 
 def _decoder_method(scenario) -> tuple[str, str]:

@@ -44,12 +44,19 @@ class Decoder:
     """Target + drafter + caches for one model; steps launched and finished."""
 
     def __init__(self, spec, conf, sps=None, checkpoint=None, draft_checkpoint=None,
-                 init_std: float = 0.02, acceptance=None):
-        self.spec, self.conf = spec, conf
+                 init_std: float = 0.02, acceptance=None, shard=None):
+        self.spec, self.conf, self.shard = spec, conf, shard
         self.device = torch.device(conf.device)
         self.target, self.drafter = build_models(spec, conf, checkpoint, draft_checkpoint, init_std)
+        if shard is not None:  # one rank of a tensor-parallel group: keep its slice (:mod:`.shard`)
+            from dspark_sim.kernels.decoder.shard import local_spec, shard_models
+            shard_models(self.target, self.drafter, shard)
+            self.spec = local_spec(spec, shard.world)
+            for model in (self.target, self.drafter):
+                if model is not None:
+                    model.spec = self.spec
         self.logit_buffers = self._logit_buffers()  # before the KV cache takes the free memory
-        self.cache, self.draft_cache, self.pages, self.rope = build_caches(spec, conf, self.drafter)
+        self.cache, self.draft_cache, self.pages, self.rope = build_caches(self.spec, conf, self.drafter, shard)
         self.rows = RowState(conf.max_running_requests, self.device)
         self.num_sms = (torch.cuda.get_device_properties(self.device).multi_processor_count
                         if self.device.type == "cuda" else 132)
@@ -105,7 +112,7 @@ class Decoder:
             raise ValueError("the drafter has more layers than the draft cache")
         other = object.__new__(Decoder)
         for name in ("spec", "device", "target", "cache", "draft_cache", "pages", "rope", "num_sms",
-                     "logit_buffers", "rows"):
+                     "logit_buffers", "rows", "shard"):
             setattr(other, name, getattr(self, name))
         other.conf, other.drafter = conf, drafter
         other._setup(sps, acceptance)
@@ -146,6 +153,14 @@ class Decoder:
 
     def group(self) -> int:
         return self.spec.num_heads // self.spec.num_kv_heads
+
+    def agree(self, *tensors: torch.Tensor) -> None:
+        """Make every rank hold rank 0's ``tensors`` (in place): decisions drawn from a random
+        stream (drafts, accepted tokens), as SGLang's DSpark worker broadcasts them across its
+        TP group. Nothing on one GPU."""
+        if self.shard is not None:
+            for t in tensors:
+                self.shard.broadcast_(t)
 
     # -- steps --------------------------------------------------------------------
     def launch(self, decode: list, prefill: list):

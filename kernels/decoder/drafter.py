@@ -116,7 +116,7 @@ class Block(Drafter):
                      num_sms, causal=False)
         hidden = self._layers(F.embedding(ids.reshape(-1), self.embed), batch, rope, cache,
                               shape, impl).view(R, g, -1)
-        base = F.linear(hidden, self.lm_head).float()
+        base = self._shared[0].project(hidden).float()
         prev = anchors
         drafts, probs, conf = [], [], []
         for k in range(g):
@@ -160,7 +160,7 @@ class Chain(Drafter):
             shape = plan(j + 1, R, self.spec.num_kv_heads, group, num_sms)
             x = self._layers(F.embedding(window.reshape(-1), self.embed), batch, rope, cache,
                              shape, impl).view(R, j + 1, -1)
-            tok, p = sample(F.linear(x[:, -1], self.lm_head).float(), temperature)
+            tok, p = sample(self._shared[0].project(x[:, -1]).float(), temperature)
             drafts.append(tok)
             probs.append(p)
             window = torch.cat([window, tok[:, None]], dim=1)

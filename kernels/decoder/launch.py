@@ -27,8 +27,9 @@ class Launch:
     sps: object = None  # dspark_sim.cost.sps.SpsTable
 
 
-def load_launch(path, model: str | None = None, **overrides) -> Launch:
-    """Read the scenario at ``path`` for the decoder; ``model`` (``--model``) must match its model.
+def load_launch(path, model: str | None = None, tp: int = 1, **overrides) -> Launch:
+    """Read the scenario at ``path`` for the decoder; ``model`` (``--model``) must match its model,
+    ``tp`` (``--tp``) its ``deployment.tp``.
 
     ``overrides`` are :class:`DecoderConfig` fields set by the command line.
     """
@@ -38,7 +39,7 @@ def load_launch(path, model: str | None = None, **overrides) -> Launch:
     if model and model.lower() != scenario.model:
         raise InputError(scenario.file, "model", scenario.model,
                          f"config was tuned for {scenario.model}, not --model {model}")
-    conf = decoder_config(scenario, **overrides)
+    conf = decoder_config(scenario, tp, **overrides)
     spec = scenario.speculation
     sps = load_sps_table(spec.sps_table) if spec.sps_table is not None else None
     if conf.method == "dspark" and conf.scheduler != "full" and sps is None:
@@ -48,6 +49,15 @@ def load_launch(path, model: str | None = None, **overrides) -> Launch:
         raise InputError(scenario.file, "speculation.sps_table", cap, "max_batch_tokens below "
                          f"max_running_requests={conf.max_running_requests}: anchors alone overflow it")
     return Launch(scenario, conf, sps)
+
+
+def check_device(device: str) -> None:
+    """``--device``: a CUDA device only where CUDA is (checked before any model is built)."""
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise InputError(None, "--device", device, "no CUDA device on this machine")
 
 
 def check_draft_checkpoint(directory, conf: DecoderConfig) -> None:
@@ -62,8 +72,9 @@ def check_draft_checkpoint(directory, conf: DecoderConfig) -> None:
                              f"the drafter checkpoint was trained with block_size {cfg['block_size']}")
 
 
-def build_decoder(spec, launch: Launch, checkpoint=None, draft_checkpoint=None):
-    """The :class:`~dspark_sim.kernels.decoder.decoder.Decoder` of ``launch`` for the model ``spec``."""
+def build_decoder(spec, launch: Launch, checkpoint=None, draft_checkpoint=None, shard=None):
+    """The :class:`~dspark_sim.kernels.decoder.decoder.Decoder` of ``launch`` for the model ``spec``
+    (``shard``: this rank's slice under tensor parallelism)."""
     from dspark_sim.kernels.decoder.decoder import Decoder
     from dspark_sim.kernels.sps_tensors import sps_tensors
 
@@ -71,7 +82,7 @@ def build_decoder(spec, launch: Launch, checkpoint=None, draft_checkpoint=None):
         raise InputError(None, "--max-model-len", launch.conf.max_model_len, "must be >= 64")
     sps = sps_tensors(launch.sps) if launch.sps is not None else None
     return Decoder(spec, launch.conf, sps=sps, checkpoint=checkpoint, draft_checkpoint=draft_checkpoint,
-                   acceptance=launch.scenario.speculation.acceptance)
+                   acceptance=launch.scenario.speculation.acceptance, shard=shard)
 
 
 def trace_sequences(launch: Launch, vocab_size: int, *, trace=None, max_requests: int | None = None,
@@ -121,24 +132,48 @@ class _HashBlocks:
 
 
 def prompt_sequences(launch: Launch, path, *, max_tokens: int, max_requests: int | None = None,
-                     temperature: float = 1.0) -> list:
-    """One sequence per line of a JSONL prompt file (``{"prompt_ids": [...], "max_tokens": n}``)."""
+                     temperature: float = 1.0, vocab_size: int | None = None) -> list:
+    """One sequence per line of a JSONL prompt file (``{"prompt_ids": [...], "max_tokens": n}``);
+    token ids must lie in the vocabulary (``vocab_size``, when given)."""
     from dspark_sim.kernels.decoder.sequence import Sequence
 
     conf = launch.conf
     rng, draw = np.random.default_rng(conf.seed), _domains(launch)
     limit = conf.max_model_len - conf.window - 1
     seqs = []
-    for i, line in enumerate(Path(path).read_text().splitlines()):
+    try:
+        lines = Path(path).read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(path, None, None, f"cannot read: {type(err).__name__}") from None
+    for i, line in enumerate(lines):
         if not line.strip():
             continue
-        item = json.loads(line)
-        ids = item.get("prompt_ids")
-        if ids is None:
-            raise InputError(path, f"line {i + 1}", None, "needs prompt_ids (token ids)")
-        seqs.append(Sequence(len(seqs), list(ids)[-limit:], int(item.get("max_tokens", max_tokens)),
-                             temperature, draw(rng)))
+        ids, tokens = _prompt_line(path, i + 1, line, max_tokens, vocab_size)
+        seqs.append(Sequence(len(seqs), ids[-limit:], tokens, temperature, draw(rng)))
+    if not seqs:
+        raise InputError(path, None, None, "no prompts")
     return seqs[:max_requests] if max_requests else seqs
+
+
+def _prompt_line(path, number: int, line: str, max_tokens: int, vocab_size: int | None) -> tuple[list[int], int]:
+    """(token ids, tokens to generate) of one prompt-file line, or an InputError naming the line."""
+    from dspark_sim.config import is_int
+    from dspark_sim.limits import MAX_TOKENS
+
+    try:
+        item = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise InputError(path, f"line {number}", line.strip()[:40], f"bad JSON: {err.msg}") from None
+    if not isinstance(item, dict) or item.get("prompt_ids") is None:
+        raise InputError(path, f"line {number}", None, "needs prompt_ids (token ids)")
+    ids, tokens = item["prompt_ids"], item.get("max_tokens", max_tokens)
+    top = vocab_size if vocab_size is not None else 2**31
+    if not isinstance(ids, list) or not ids or not all(is_int(t) and 0 <= t < top for t in ids):
+        raise InputError(path, f"line {number}: prompt_ids", ids, f"expected a non-empty list of token ids "
+                         f"in [0, {top})")
+    if not is_int(tokens) or not 1 <= tokens <= MAX_TOKENS:
+        raise InputError(path, f"line {number}: max_tokens", tokens, f"expected an integer in [1, {MAX_TOKENS}]")
+    return ids, tokens
 
 
 def _domains(launch: Launch):

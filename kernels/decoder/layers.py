@@ -30,8 +30,16 @@ class Rope:
         self.sin = ang.sin().float().to(device)
 
 
+def _reduce(module, x: torch.Tensor) -> torch.Tensor:
+    """The row-parallel output summed over the ranks (unchanged on one GPU)."""
+    return x if module.shard is None else module.shard.all_reduce(x)
+
+
 class Attention(nn.Module):
-    """GQA self-attention with Qwen3's per-head q/k RMSNorm, over the paged cache."""
+    """GQA self-attention with Qwen3's per-head q/k RMSNorm, over the paged cache.
+    Under tensor parallelism (:mod:`.shard`) it holds a rank's heads and sums ``o`` over ranks."""
+
+    shard = None
 
     def __init__(self, spec, dtype):
         super().__init__()
@@ -65,11 +73,14 @@ class Attention(nn.Module):
         k_cache.index_copy_(0, slots, qkv[:, h:h + kvh])
         v_cache.index_copy_(0, slots, qkv[:, h + kvh:])
         o = attention(qkv[:, :h], k_cache, v_cache, batch, shape, impl)
-        return F.linear(o.view(-1, h * self.d), self.o)
+        return _reduce(self, F.linear(o.view(-1, h * self.d), self.o))
 
 
 class Mlp(nn.Module):
-    """SwiGLU: ``down(silu(gate(x)) * up(x))`` with gate and up fused."""
+    """SwiGLU: ``down(silu(gate(x)) * up(x))`` with gate and up fused (a rank's slice of the
+    width under tensor parallelism, summed over ranks)."""
+
+    shard = None
 
     def __init__(self, hidden: int, inter: int, dtype):
         super().__init__()
@@ -77,13 +88,17 @@ class Mlp(nn.Module):
         self.down = nn.Parameter(torch.empty(hidden, inter, dtype=dtype))
 
     def forward(self, x, impl: str = "torch"):
-        return F.linear(silu_mul(F.linear(x, self.gate_up), impl), self.down)
+        return _reduce(self, F.linear(silu_mul(F.linear(x, self.gate_up), impl), self.down))
 
 
 class Moe(nn.Module):
     """Qwen3-MoE block: softmax router, top-k experts, renormalised weights, run by the fused
     kernels of :mod:`.moe` (CUDA-graph safe); ``impl="torch"`` runs the per-expert loop
-    reference (eager only)."""
+    reference (eager only). Under expert parallelism (:mod:`.shard`) it holds experts
+    ``first_expert ..`` and the ranks' outputs are summed, or exchanged by all-to-all (:mod:`.ep`)."""
+
+    shard = None
+    first_expert = None
 
     def __init__(self, spec, dtype):
         super().__init__()
@@ -94,8 +109,11 @@ class Moe(nn.Module):
         self.down = nn.Parameter(torch.empty(e, h, i, dtype=dtype))
 
     def forward(self, x, impl: str = "torch"):
+        if self.shard is not None and self.shard.moe_comm == "a2a":
+            from dspark_sim.kernels.decoder.ep import moe_all_to_all
+            return moe_all_to_all(self, x, impl)
         weight, ids = route_softmax(F.linear(x, self.router), self.top_k)
-        return fused_moe(x, self.gate_up, self.down, weight, ids, impl)
+        return _reduce(self, fused_moe(x, self.gate_up, self.down, weight, ids, impl, self.first_expert))
 
 
 class Layer(nn.Module):

@@ -72,11 +72,15 @@ def kv_capacity_tokens(spec, conf, draft_layers: int) -> int:
     return max(conf.kv_block_tokens * 4, min(want, (free - HEADROOM_BYTES) // per_token))
 
 
-def build_caches(spec, conf, drafter):
-    """``(target cache, draft cache or None, pages, rope)`` sized for ``conf``."""
+def build_caches(spec, conf, drafter, shard=None):
+    """``(target cache, draft cache or None, pages, rope)`` sized for ``conf``; under tensor
+    parallelism (``shard``) every rank takes the smallest rank's capacity, so the pages rank 0
+    hands out exist on every rank."""
     dtype = DTYPES[conf.dtype]
     n_draft = len(drafter.layers) if drafter is not None else 0
     tokens = kv_capacity_tokens(spec, conf, n_draft)
+    if shard is not None:
+        tokens = shard.smallest(tokens)
     num_pages = max(2, tokens // conf.kv_block_tokens)
     slots = num_pages * conf.kv_block_tokens
     cache = KVCache(spec.num_layers, slots, spec.num_kv_heads, spec.head_dim, dtype, conf.device)

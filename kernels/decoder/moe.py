@@ -76,18 +76,20 @@ def align(ids: torch.Tensor, experts: int, bm: int):
 
 
 @triton.jit(do_not_specialize=["num_pairs"])
-def _grouped_gemm_kernel(a, w, out, sorted_ids, block_expert, num_padded, weights, num_pairs, N, K,
-                         stride_am, stride_we, stride_wn, stride_om,
+def _grouped_gemm_kernel(a, w, out, sorted_ids, block_expert, num_padded, weights, num_pairs, num_experts,
+                         N, K, stride_am, stride_we, stride_wn, stride_om,
                          TOP_K: tl.constexpr, ROWS_ARE_PAIRS: tl.constexpr, SCALE: tl.constexpr,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     if pid_m * BLOCK_M >= tl.load(num_padded):
         return
+    e = tl.load(block_expert + pid_m).to(tl.int64)
+    if e >= num_experts:  # pairs routed to another rank's experts: nothing to do here
+        return
     pairs = tl.load(sorted_ids + pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
     live = pairs < num_pairs
     rows = pairs if ROWS_ARE_PAIRS else pairs // TOP_K
-    e = tl.load(block_expert + pid_m).to(tl.int64)
     n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     kk = tl.arange(0, BLOCK_K)
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
@@ -107,7 +109,8 @@ def grouped_gemm(a, w, sorted_ids, block_expert, num_padded, pairs: int, top_k: 
                  weights=None, rows_are_pairs: bool = False) -> torch.Tensor:
     """``out [pairs, N]``: row ``p`` of ``a`` (``a [T, K]`` gathered by token ``p // k``, or
     ``a [pairs, K]`` when ``rows_are_pairs``) times expert ``w [E, N, K]``'s block,
-    times ``weights [pairs]`` (fp32) when given."""
+    times ``weights [pairs]`` (fp32) when given. Blocks of expert ``E`` (the drop bucket of
+    :func:`local_ids`) are skipped and their rows left unwritten."""
     N, K = w.shape[1], w.shape[2]
     assert a.stride(1) == 1 and w.stride(2) == 1
     out = torch.empty(pairs, N, dtype=a.dtype, device=a.device)
@@ -115,35 +118,51 @@ def grouped_gemm(a, w, sorted_ids, block_expert, num_padded, pairs: int, top_k: 
     bk = min(64, max(16, triton.next_power_of_2(K)))
     grid = (sorted_ids.numel() // bm, triton.cdiv(N, bn))
     _grouped_gemm_kernel[grid](a, w, out, sorted_ids, block_expert, num_padded,
-                               weights if weights is not None else out, pairs, N, K,
+                               weights if weights is not None else out, pairs, w.shape[0], N, K,
                                a.stride(0), w.stride(0), w.stride(1), out.stride(0),
                                TOP_K=top_k, ROWS_ARE_PAIRS=rows_are_pairs, SCALE=weights is not None,
                                BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=4, num_stages=3)
     return out
 
 
+def local_ids(ids: torch.Tensor, first: int, count: int):
+    """``(ids [T, k] in 0..count, local [T, k] bool)``: expert ids of this rank's experts
+    ``first .. first + count - 1`` renumbered from 0; pairs routed elsewhere go to the drop
+    bucket ``count`` (expert parallelism)."""
+    local = (ids >= first) & (ids < first + count)
+    return torch.where(local, ids - first, count), local
+
+
 def fused_moe(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, weights: torch.Tensor,
-              ids: torch.Tensor, impl: str = "triton") -> torch.Tensor:
+              ids: torch.Tensor, impl: str = "triton", first_expert: int | None = None) -> torch.Tensor:
     """Routed experts' output ``[T, H]`` in ``x.dtype``.
 
     x ``[T, H]``; gate_up ``[E, 2I, H]``; down ``[E, H, I]``; weights ``[T, k]`` fp32 and
-    ids ``[T, k]`` int64 from a router. ``impl="torch"``: the per-expert loop reference."""
+    ids ``[T, k]`` int64 from a router. ``first_expert``: the tensors hold experts
+    ``first_expert .. first_expert + E - 1`` of a larger set (expert parallel); pairs routed to
+    other experts contribute nothing. ``impl="torch"``: the per-expert loop reference."""
+    E = gate_up.shape[0]
+    local = None
+    if first_expert is not None:
+        ids, local = local_ids(ids, first_expert, E)
     if impl == "torch":
         return moe_ref(x, gate_up, down, weights, ids)
     T, k = ids.shape
-    E = gate_up.shape[0]
     bm = block_m(T, k, E)
-    sorted_ids, block_expert, num_padded = align(ids, E, bm)
+    sorted_ids, block_expert, num_padded = align(ids, E + (local is not None), bm)
     h = grouped_gemm(x, gate_up, sorted_ids, block_expert, num_padded, T * k, k, bm)
     h = silu_mul(h, impl)
     y = grouped_gemm(h, down, sorted_ids, block_expert, num_padded, T * k, k, bm,
                      weights=weights.reshape(-1).float().contiguous(), rows_are_pairs=True)
-    return y.view(T, k, -1).sum(1, dtype=torch.float32).to(x.dtype)
+    y = y.view(T, k, -1)
+    if local is not None:  # rows of dropped pairs were never written
+        y = torch.where(local[:, :, None], y, 0)
+    return y.sum(1, dtype=torch.float32).to(x.dtype)
 
 
 def moe_ref(x, gate_up, down, weights, ids) -> torch.Tensor:
     """Torch reference of :func:`fused_moe`: each expert's tokens through it, one at a time
-    (eager only: the split has data-dependent shapes)."""
+    (eager only: the split has data-dependent shapes). Ids ``E`` (the drop bucket) are skipped."""
     out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
     flat = ids.flatten()
     order = flat.argsort()
@@ -151,7 +170,7 @@ def moe_ref(x, gate_up, down, weights, ids) -> torch.Tensor:
     tokens = order // ids.shape[1]
     start = 0
     for e, n in enumerate(counts):
-        if n:
+        if n and e < gate_up.shape[0]:
             idx = tokens[start:start + n]
             gate, up = F.linear(x[idx], gate_up[e]).chunk(2, dim=-1)
             y = F.linear(F.silu(gate) * up, down[e])
@@ -161,4 +180,4 @@ def moe_ref(x, gate_up, down, weights, ids) -> torch.Tensor:
     return out.to(x.dtype)
 
 
-__all__ = ["route_softmax", "route_sqrtsoftplus", "align", "grouped_gemm", "fused_moe", "moe_ref", "block_m"]
+__all__ = ["route_softmax", "route_sqrtsoftplus", "align", "grouped_gemm", "fused_moe", "moe_ref", "block_m", "local_ids"]

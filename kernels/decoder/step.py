@@ -123,6 +123,7 @@ def launch(dec, decode: list, prefill: list) -> Pending:
         conf_logit = None
         if dec.drafter is not None:
             win, probs, conf_logit = dec._draft(rows, temp, rp)
+            dec.agree(win)
         else:
             win = dec.rows.anchor[rows][:, None]
         timer.mark("draft")
@@ -139,6 +140,7 @@ def launch(dec, decode: list, prefill: list) -> Pending:
     accepted, out = _accept(dec, logits, tab, win, probs, R, rp, greedy)
     if run is not None:
         accepted, out = _synthetic(accepted, out, run, win, tab["nl"], R)
+    dec.agree(accepted, out)
     _commit(dec, tab, accepted, out, R)
     if budget is None:
         budget = torch.zeros(1, dtype=torch.int32, device=dev)

@@ -25,7 +25,11 @@ def feature_layers(num_layers: int, count: int = 5) -> tuple[int, ...]:
 
 class Target(nn.Module):
     """Qwen3 target. ``forward`` returns final-normed hidden states and, when asked,
-    the concatenated outputs of some layers (the drafter's input)."""
+    the concatenated outputs of some layers (the drafter's input). Under tensor parallelism
+    (:mod:`.shard`) ``lm_head`` holds a rank's rows of the vocabulary and :meth:`project`
+    gathers the logits."""
+
+    shard = None
 
     def __init__(self, spec, dtype: torch.dtype):
         super().__init__()
@@ -52,15 +56,22 @@ class Target(nn.Module):
         feats = torch.cat(taken, dim=-1) if taken else None
         return add_rms_norm(x, res, self.norm, self.spec.rms_norm_eps, impl)[0], feats
 
+    def project(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits ``[..., V]`` in the weights' dtype (the drafter's base logits use it too)."""
+        out = F.linear(hidden, self.lm_head)
+        return out if self.shard is None else self.shard.all_gather_last(out)
+
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """fp32 logits ``[T, V]``."""
-        return F.linear(hidden, self.lm_head).float()
+        return self.project(hidden).float()
 
     def logits_into(self, hidden: torch.Tensor, half: torch.Tensor, full: torch.Tensor) -> torch.Tensor:
         """fp32 logits ``[T, V]`` written into ``full[:T]`` (``half[:T]``, in the weights'
         dtype, takes the GEMM): buffers every captured verify graph shares, so no graph
         keeps logits of its own. ``half``/``full``: ``[T_max, V]``."""
         T = hidden.shape[0]
+        if self.shard is not None:  # the gather writes a tensor of its own
+            return full[:T].copy_(self.project(hidden))
         torch.matmul(hidden, self.lm_head.t(), out=half[:T])
         return full[:T].copy_(half[:T])
 

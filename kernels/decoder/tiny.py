@@ -51,7 +51,8 @@ def make_agreeable(decoder, residual_scale: float = 0.05) -> None:
         assert drafter.w1.shape[1] == target.embed.shape[1], "needs markov_rank == hidden"
         drafter.norm.zero_()  # base logits U_k = 0: the Markov head alone drafts
         drafter.w1.copy_(rms_norm(target.embed, target.norm, target.spec.rms_norm_eps))
-        drafter.w2.copy_(target.lm_head)
+        head = target.lm_head  # a rank's rows of it under tensor parallelism: gathered
+        drafter.w2.copy_(head if target.shard is None else target.shard.all_gather_rows(head).flatten(0, 1))
 
 
 def _shrink(layer, scale: float) -> None:
@@ -69,8 +70,10 @@ def tiny_sps(scale: int = 1):
         "sample_steps_per_sec": [100.0, 96.0, 70.0, 50.0, 20.0], "max_batch_tokens": scale * 512})
 
 
-def tiny_decoder(method: str = "dspark", spec=None, agreeable: bool = True, sps=None, **overrides):
-    """A CPU fp32 decoder on :func:`tiny_spec` (torch references unless overridden)."""
+def tiny_decoder(method: str = "dspark", spec=None, agreeable: bool = True, sps=None, shard=None,
+                 **overrides):
+    """A CPU fp32 decoder on :func:`tiny_spec` (torch references unless overridden); ``shard``:
+    this rank's place in a tensor-parallel group (:mod:`.shard`)."""
     from dspark_sim.kernels.decoder.config import DecoderConfig
     from dspark_sim.kernels.decoder.decoder import Decoder
 
@@ -81,19 +84,21 @@ def tiny_decoder(method: str = "dspark", spec=None, agreeable: bool = True, sps=
                 device="cpu")
     conf.update(overrides)
     dec = Decoder(spec, DecoderConfig(**conf), sps=sps or tiny_sps(), init_std=0.3,
-                  acceptance={"target": "qwen3-8b"} if conf.get("synthetic") else None)
+                  acceptance={"target": "qwen3-8b"} if conf.get("synthetic") else None, shard=shard)
     if agreeable:
         make_agreeable(dec)
     return dec
 
 
-def generate(decoder, prompts, max_tokens: int = 12, temperature: float = 0.0) -> list[list[int]]:
-    """Serve ``prompts`` (all arriving at once) to completion; their outputs."""
+def generate(decoder, prompts, max_tokens: int = 12, temperature: float = 0.0,
+             gap_s: float = 0.0) -> list[list[int]]:
+    """Serve ``prompts`` to completion (all arriving at once, or one every ``gap_s`` seconds
+    of real time); their outputs."""
     from dspark_sim.kernels.decoder.engine import serve
     from dspark_sim.kernels.decoder.sequence import Sequence
 
-    seqs = [Sequence(i, list(p), max_tokens, temperature) for i, p in enumerate(prompts)]
-    serve(decoder, seqs)
+    seqs = [Sequence(i, list(p), max_tokens, temperature, arrival_s=i * gap_s) for i, p in enumerate(prompts)]
+    serve(decoder, seqs, realtime=gap_s > 0)
     return [s.outputs for s in seqs]
 
 
@@ -103,3 +108,34 @@ def greedy_reference(decoder, prompt, max_tokens: int) -> list[int]:
     for _ in range(max_tokens):
         tokens.append(int(decoder.score(tokens)[-1].argmax()))
     return tokens[len(prompt):]
+
+
+def on_device(device: str) -> dict:
+    """:func:`tiny_decoder` overrides for ``device``: on a GPU the Triton kernels and CUDA graphs."""
+    if not device.startswith("cuda"):
+        return {"device": device}
+    return {"device": device, "kernels": "triton", "attention": "triton", "cuda_graphs": True}
+
+
+def tp_generate_job(ctx, method: str, prompts, max_tokens: int, temperature: float = 0.0, moe: bool = False,
+                    gap_s: float = 0.0, **overrides) -> dict:
+    """One rank of :func:`generate` over a tensor-parallel tiny decoder (a :func:`~.tp.run_ranks`
+    job): rank 0 serves, the others follow. Returns rank 0's outputs and, for every rank,
+    the pages and table rows left free after the run."""
+    import torch
+    import torch.distributed as dist
+
+    from dspark_sim.kernels.decoder.ranks import Leader, follow
+
+    torch.manual_seed(0)
+    dec = tiny_decoder(method, spec=tiny_spec(moe=moe), shard=ctx.shard, **{**on_device(ctx.device), **overrides})
+    outputs = None
+    if ctx.leader:
+        leader = Leader(dec, ctx.control)
+        outputs = generate(leader, prompts, max_tokens, temperature, gap_s)
+        leader.stop()
+    else:
+        follow(dec, ctx.control)
+    free = [None] * ctx.world
+    dist.all_gather_object(free, (len(dec.pages.free), len(dec.pages.free_rows)), group=ctx.control)
+    return {"outputs": outputs, "free": free}

@@ -47,7 +47,9 @@ SECTION = {"verify": "verify", "draft": "draft", "chain": "draft", "prefill": "p
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="dspark-profile")
+    from dspark_sim.errors import ArgumentParser
+
+    p = ArgumentParser(prog="dspark-profile")
     p.add_argument("--gpu", required=True, help="GPU name recorded in the file (e.g. h200)")
     p.add_argument("--model", required=True)
     p.add_argument("--out", required=True)
@@ -63,8 +65,15 @@ def parse_args(argv=None):
     p.add_argument("--kv-tokens", type=int, default=0, help="KV capacity (0: fit free memory)")
     p.add_argument("--layers", type=int, default=0, help="time a slice of this many layers (0: all)")
     args = p.parse_args(argv)
-    if args.layers < 0:
-        p.error("--layers must be >= 0")
+    for flag, value, low, high in (("--layers", args.layers, 0, 10**4), ("--reps", args.reps, 1, 10**4),
+                                   ("--kv-tokens", args.kv_tokens, 0, 2**32),
+                                   ("--max-seconds", args.max_seconds, 1.0, 7 * 24 * 3600.0)):
+        if not low <= value <= high:  # NaN fails too
+            p.error(f"argument {flag}: {value!r} is not in [{low:g}, {high:g}]")
+    if not args.gpu.strip() or any(c in args.gpu for c in "/\\"):
+        p.error(f"argument --gpu: {args.gpu!r} is not a GPU name")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        p.error(f"argument --out: {args.out} exists and is not a directory")
     args.parts = PARTS if args.part == "all" else tuple(x for x in args.part.split(",") if x)
     args.replace = tuple(x for x in args.replace.split(",") if x)
     args.add = tuple(x for x in args.add.split(",") if x)
@@ -75,10 +84,10 @@ def parse_args(argv=None):
     if args.resume:
         try:
             args.old = json.loads(Path(args.resume).read_text())
-        except (OSError, json.JSONDecodeError) as err:
-            p.error(f"--resume {args.resume}: {err}")
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            p.error(f"argument --resume: {args.resume}: {type(err).__name__}")
         if not isinstance(args.old, dict):
-            p.error(f"--resume {args.resume}: not a raw profile (a JSON object)")
+            p.error(f"argument --resume: {args.resume}: not a raw profile (a JSON object)")
     return args
 
 
@@ -159,7 +168,7 @@ def _key(part: str, row: dict) -> tuple:
 def main(argv=None) -> int:
     from dspark_sim.errors import run_reporting_errors
 
-    return run_reporting_errors(profile, parse_args(argv))
+    return run_reporting_errors(profile, parse_args(argv), program="dspark-profile")
 
 
 def profile(args) -> int:
@@ -168,6 +177,10 @@ def profile(args) -> int:
     from dspark_sim.kernels.profiler.provenance import provenance, sm_clocks
     from dspark_sim.kernels.profiler.steps import Stepper, run_part
 
+    from dspark_sim.kernels.decoder.launch import check_device
+
+    model_spec(args)  # a bad --model, --layers or --part fails before any GPU work
+    check_device(args.device)
     t0 = time.perf_counter()
     old = args.old
     # the earlier file's points, less those of the parts to re-time (draft and chain share
