@@ -1,7 +1,9 @@
 """Correctness on the GPU before timing: the attention kernel against its reference
 (bf16, Qwen3 head shapes), the decoder with CUDA graphs against target-only greedy
 (steps overlapped and waited for, ``prefill_first`` and ``mixed`` batching, prompt steps
-through their graphs), and the schedule_verify tests run natively (R = 4096 included).
+through their graphs), the decoder's prefix cache (greedy outputs with the cache equal those
+without it, under graphs, overlap and both batchings; every page back), and the
+schedule_verify tests run natively (R = 4096 included).
 
     python benchmarks/gpu_check.py [--out FILE]
 """
@@ -77,6 +79,44 @@ def decoder_cases() -> list[dict]:
     return rows
 
 
+def prefix_cases() -> list[dict]:
+    """Sessions over one shared system prompt served with the prefix cache and without it on
+    the GPU kernels: the same greedy outputs, prompt tokens read from the cache, every page
+    back in the free list or the cache after serving. Accepted drafts are recorded beside:
+    they may differ where the verify lengths or the kernels' reductions depend on which
+    requests share a step (the cache changes that); the control serves the same prompts
+    without the cache at other arrival times, to show how much batching alone moves them."""
+    from dspark_sim.kernels.decoder.engine import serve
+    from dspark_sim.kernels.decoder.sequence import Sequence
+    from dspark_sim.kernels.decoder.tiny import tiny_decoder
+
+    system = [(5 * j + 3) % 31 for j in range(22)]
+    prompts = [system + [(u * 11 + k) % 29 + 1 for k in range(6 * (turn + 1))] for turn in range(3) for u in range(3)]
+    base = dict(device="cuda", cuda_graphs=True, kernels="triton", attention="triton", max_batched_tokens=24,
+                max_running_requests=3)
+    rows = []
+    for method, over in (("none", {}), ("static", {"block_size": 3}), ("dspark", {"scheduler": "full"}),
+                         ("dspark", {"scheduler": "production"})):
+        for batching in ("prefill_first", "mixed"):
+            runs = []
+            for cache, gap_s in ((True, 0.02), (False, 0.02), (False, 0.0)):
+                dec = tiny_decoder(method, **base, **over, batching=batching, prefix_cache=cache)
+                seqs = [Sequence(i, p, 12, arrival_s=gap_s * i) for i, p in enumerate(prompts)]
+                serve(dec, seqs)
+                runs.append((dec, [s.outputs for s in seqs], [s.accepted for s in seqs]))
+            pages = runs[0][0].pages
+            total = runs[0][0].cache.k.shape[1] // pages.page_size - 1
+            same = runs[0][1] == runs[1][1]
+            rows.append({"case": f"prefix cache {method} {over} {batching}",
+                         "ok": same and pages.hit_tokens > 0 and len(pages.free) + pages.cached_pages == total,
+                         "outputs_equal": same, "accepted_equal": runs[0][2] == runs[1][2],
+                         "accepted_on_off": [sum(runs[0][2]), sum(runs[1][2])],
+                         "control_outputs_equal": runs[1][1] == runs[2][1],
+                         "control_accepted_equal": runs[1][2] == runs[2][2],
+                         "hit_tokens": pages.hit_tokens, "cached_pages": pages.cached_pages})
+    return rows
+
+
 def kernel_tests() -> list[dict]:
     """The schedule_verify tests, natively on the GPU (the CPU runs them interpreted)."""
     import os
@@ -93,10 +133,10 @@ def kernel_tests() -> list[dict]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--out")
-    p.add_argument("--only", default="attention,decoder,kernels", help="which checks (comma list)")
+    p.add_argument("--only", default="attention,decoder,prefix,kernels", help="which checks (comma list)")
     args = p.parse_args(argv)
     rows = []
-    checks = {"attention": attention_cases, "decoder": decoder_cases, "kernels": kernel_tests}
+    checks = {"attention": attention_cases, "decoder": decoder_cases, "prefix": prefix_cases, "kernels": kernel_tests}
     for fn in (checks[name] for name in args.only.split(",")):
         try:
             rows += fn()

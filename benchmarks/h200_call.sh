@@ -24,7 +24,7 @@ export PYTHONPATH=$SHIM:$PWD/benchmarks${PYTHONPATH:+:$PYTHONPATH} PYTHONSAFEPAT
 python3 -c "import dspark_sim.kernels.decoder, torch; print('import ok', torch.__version__, torch.cuda.get_device_name(0))" || exit 1
 for arg in "$@"; do
   case "$arg" in
-    check) python3 benchmarks/gpu_check.py --out "$OUT/gpu_check.json" --only "${CHECK_ONLY:-attention,decoder,kernels}" 2>&1 | tee "$OUT/check.log" ;;
+    check) python3 benchmarks/gpu_check.py --out "$OUT/gpu_check.json" --only "${CHECK_ONLY:-attention,decoder,prefix,kernels}" 2>&1 | tee "$OUT/check.log" ;;
     bench) python3 benchmarks/bench_decoder.py --run --out "$OUT/decoder_bench.json" --max-seconds "${BENCH_S:-240}" 2>&1 | tee "$OUT/bench.log" | grep -v '^{' ;;
     fidelity) python3 benchmarks/fidelity.py run --out /tmp/fidelity --archive "$OUT/fidelity.tgz" --max-seconds "${FIDELITY_S:-300}" ${FIDELITY_ARGS:-} 2>&1 | tee "$OUT/fidelity.log" | tail -30 ;;
     targets) python3 benchmarks/bench_targets.py --run --out "$OUT/targets.json" --max-seconds "${TARGETS_S:-240}" 2>&1 | tee "$OUT/targets.log" | grep -v '^\[' ;;

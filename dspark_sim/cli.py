@@ -10,7 +10,7 @@ from dspark_sim.errors import ArgumentParser, run_reporting_errors
 
 # Modules whose register(subparsers) adds one sub-command each, in this order.
 COMMAND_MODULES = ("dspark_sim.commands.run", "dspark_sim.commands.compare", "dspark_sim.commands.capacity",
-                   "dspark_sim.commands.validate", "dspark_sim.commands.calibrate",
+                   "dspark_sim.commands.validate", "dspark_sim.commands.calibrate", "dspark_sim.commands.trace",
                    "dspark_sim.commands.engine_fit")
 
 

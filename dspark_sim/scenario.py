@@ -24,7 +24,7 @@ from dspark_sim.slo import Slo
 from dspark_sim.speculation.config import ScheduleRule, Speculation, file_path
 from dspark_sim.workload import FORMATS, SyntheticConfig
 
-ROUTERS = ("round_robin", "least_outstanding")
+ROUTERS = ("round_robin", "least_outstanding", "cache_aware")
 BATCHING = ("mixed", "prefill_first")
 KV_DTYPES = {"bf16": 2.0, "fp8": 1.0}  # bytes of one KV-cache element
 
@@ -42,6 +42,7 @@ class Workload:
     max_requests: int | None = None
     domain_mix: tuple[tuple[str, float], ...] = (("chat", 1.0),)
     synthetic: SyntheticConfig | None = None
+    hash_block_tokens: int = 512  # prompt tokens one prefix hash id covers (Mooncake's hash_ids: 512)
 
     def __post_init__(self) -> None:
         require((self.trace is None) != (self.synthetic is None), "", None if self.trace is None else str(self.trace),
@@ -50,6 +51,7 @@ class Workload:
         check_choice(self.format, "format", FORMATS, optional=True)
         check_real(self.time_scale, "time_scale", MIN_TIME_SCALE, MAX_TIME_SCALE)
         check_int(self.max_requests, "max_requests", 1, MAX_REQUESTS, optional=True)
+        check_int(self.hash_block_tokens, "hash_block_tokens", 1, 1 << 20)
         require(self.synthetic is None or isinstance(self.synthetic, SyntheticConfig), "synthetic", self.synthetic,
                 "expected a mapping")
         require(isinstance(self.domain_mix, tuple) and len(self.domain_mix) > 0
@@ -57,13 +59,22 @@ class Workload:
                 and sum(w for _, w in self.domain_mix) > 0, "domain", self.domain_mix,
                 f"expected weights >= 0 of {', '.join(DOMAINS)} summing to more than 0")
 
+    def requests(self, seed: int):
+        """The requests as a stream of :class:`~dspark_sim.workload.RequestChunk`: the trace's, or
+        the generator's for ``seed``."""
+        from dspark_sim.workload import read_trace, synthetic_requests
+
+        if self.trace is not None:
+            return read_trace(self.trace, fmt=self.format, time_scale=self.time_scale, max_requests=self.max_requests)
+        return synthetic_requests(self.synthetic, seed, hash_block_tokens=self.hash_block_tokens)
+
     @classmethod
     def from_dict(cls, raw, *, file=None, key: str = "workload", base: Path | None = None) -> Workload:
         """Build from a scenario's ``workload:`` mapping; the trace path resolves against ``base``."""
         s = Section(raw, file, key)
         base = base if base is not None else Path.cwd()
         trace, synthetic = s.raw("trace"), s.raw("synthetic")
-        kwargs = {name: s.raw(name) for name in ("format", "time_scale", "max_requests")}
+        kwargs = {name: s.raw(name) for name in ("format", "time_scale", "max_requests", "hash_block_tokens")}
         kwargs = {k: v for k, v in kwargs.items() if v is not None}
         kwargs["domain_mix"] = _domain_mix(s.raw("domain", "chat"), file, s.path("domain"))
         s.done()
@@ -121,6 +132,8 @@ class Deployment:
     dp_attention: bool = False  # attention data-parallel over the tp GPUs (each its own requests)
     kv_cache_dtype: str = "bf16"  # or "fp8"
     routing_skew: float = 0.0  # Zipf exponent of expert popularity; 0 = uniform routing
+    prefix_cache: bool = True  # share prompt KV between requests (SGLang's radix cache, vLLM's prefix caching)
+    prefix_block_tokens: int | None = None  # the cache's block; None = the engines' (see prefix_block)
     comm_curves: Path | None = None  # measured collectives (dspark-profile comm) pricing the communication
 
     def __post_init__(self) -> None:
@@ -137,6 +150,11 @@ class Deployment:
         check_bool(self.dp_attention, "dp_attention")
         check_choice(self.kv_cache_dtype, "kv_cache_dtype", tuple(KV_DTYPES))
         check_real(self.routing_skew, "routing_skew", 0, 4)
+        check_bool(self.prefix_cache, "prefix_cache")
+        check_int(self.prefix_block_tokens, "prefix_block_tokens", 1, 1 << 20, optional=True)
+        require(self.prefix_block_tokens is None or self.prefix_block_tokens % self.kv_block_tokens == 0,
+                "prefix_block_tokens", self.prefix_block_tokens,
+                f"a cache block holds whole KV pages: a multiple of kv_block_tokens={self.kv_block_tokens}")
 
     @property
     def num_gpus(self) -> int:
@@ -146,6 +164,14 @@ class Deployment:
     def kv_dtype_bytes(self) -> float:
         """Bytes of one KV-cache element."""
         return KV_DTYPES[self.kv_cache_dtype]
+
+    def prefix_block(self, model) -> int:
+        """Tokens of one prefix-cache block: ``prefix_block_tokens``, else the KV page as vLLM
+        (``block_size``) and SGLang (``page_size``) cache, which SGLang 0.5.23 sets to 256 for
+        DeepSeek-V4 (``arg_groups/model_overrides/deepseek_v4.py``)."""
+        if self.prefix_block_tokens is not None:
+            return self.prefix_block_tokens
+        return max(256, self.kv_block_tokens) if model.v4 is not None else self.kv_block_tokens
 
     @property
     def parallel(self) -> Parallel:
@@ -189,6 +215,10 @@ class Scenario:
                           ("slo", Slo), ("engine", Engine)):
             require(isinstance(getattr(self, name), cls), name, getattr(self, name), "expected a mapping")
         self.deployment.parallel.check(model, gpu, file=self.file)  # heads, experts and the node split as deployed
+        block = self.deployment.prefix_block(model)
+        require(not self.deployment.prefix_cache or self.workload.hash_block_tokens % block == 0,
+                "deployment.prefix_block_tokens", block, f"a cache block must divide the workload's "
+                f"hash_block_tokens={self.workload.hash_block_tokens} (the tokens of one prefix hash id)")
         check_int(self.seed, "seed", 0, MAX_SEED)
         check_real(self.cost_scale, "cost_scale", 0.1, 10.0)
         check_bool(self.exact, "exact")

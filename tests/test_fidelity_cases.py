@@ -100,6 +100,46 @@ def test_step_replay_prices_each_served_step_and_the_gap_before_it(tmp_path):
     assert step_replay(run, dspark, cost) is None
 
 
+def test_a_sessions_run_replays_with_its_prefix_hash_ids(tmp_path):
+    """A decoder run of a sessions case is replayed as a Mooncake trace: each request keeps the
+    hash ids of the case's request with its id, so the simulator's cache sees its prefixes."""
+    source = VALIDATION / "cases" / "sess-light.jsonl"
+    [case] = list(read_trace(source, fmt="mooncake"))
+    run = tmp_path / "run"
+    run.mkdir()
+    with open(run / "requests.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["request_id", "arrival_s", "prompt_tokens", "output_tokens"])
+        for i in (3, 0, 2):
+            w.writerow([i, round(float(case.arrival_s[i]), 3), int(case.prompt_tokens[i]), 9])
+    assert fidelity.trace_of_run(run, tmp_path / "t.jsonl", source) == 3
+    [chunk] = list(read_trace(tmp_path / "t.jsonl", fmt="mooncake"))
+    assert chunk.hash_ids == [case.hash_ids[i] for i in (0, 2, 3)]
+    assert chunk.prompt_tokens.tolist() == case.prompt_tokens[[0, 2, 3]].tolist()
+    with open(run / "requests.csv", "a", newline="") as f:
+        csv.writer(f).writerow([len(case), 9.0, 10, 1])
+    with pytest.raises(Exception, match="request_id"):
+        fidelity.trace_of_run(run, tmp_path / "u.jsonl", source)
+
+
+def test_sessions_cases_share_prefixes_and_fit_the_decoder():
+    for name in ("sess-light", "sess-mid"):
+        [chunk] = list(read_trace(VALIDATION / "cases" / f"{name}.jsonl", fmt="mooncake"))
+        assert (chunk.prompt_tokens + chunk.output_tokens).max() <= cases.MAX_MODEL_LEN - 16
+        firsts = [tuple(h[:4]) for h in chunk.hash_ids]
+        assert len(set(firsts)) < len(firsts) / 4  # most prompts start with a shared system prompt
+
+
+def test_the_report_gives_the_shared_prefix_cases_their_own_summary():
+    m = {"output_throughput": {"real": 100.0, "sim": 103.0, "rel_error": 0.03}}
+    rows = [{"case": "sess-mid__none", "current_decoder": True, "metrics": m, "real_run": "v", "passes": 1,
+             "prefix_hit": {"real": 0.78, "sim": 0.8}},
+            {"case": "syn-mid__none", "current_decoder": True, "metrics": m, "real_run": "v", "passes": 1}]
+    text = report.markdown(rows, fidelity.summarise(rows), {})
+    assert "## Shared prefixes (prefix cache on)" in text and "| sess-mid__none | 78.0% / 80.0% |" in text
+    assert "1 points: sess-mid__none." in text
+
+
 def test_the_shipped_tp2_cases_are_remade_exactly_and_the_decoder_reads_them_at_tp_2(tmp_path):
     """``benchmarks/fidelity.py cases --model qwen3-32b --tp 2 --traces syn-light syn-mid`` wrote them."""
     pytest.importorskip("torch")

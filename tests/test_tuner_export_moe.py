@@ -32,7 +32,7 @@ def test_v4_layout_in_every_engine(tmp_path):
     assert args["kv-cache-dtype"] == "fp8"
     opts, _ = export(s, "trtllm", tmp_path)
     assert (opts["moe_expert_parallel_size"], opts["enable_attention_dp"]) == (8, True)
-    assert opts["kv_cache_config"] == {"dtype": "fp8"}
+    assert opts["kv_cache_config"] == {"dtype": "fp8", "enable_block_reuse": True}
     assert opts["speculative_config"]["speculative_model"] == "deepseek-ai/DeepSeek-V4-Flash-DSpark"
 
 
@@ -44,3 +44,19 @@ def test_plain_tp_adds_no_layout_flags(tmp_path):
     assert not {"ep-size", "attn-dp-size", "enable-dp-lm-head", "kv-cache-dtype"} & set(flags)
     assert flags["model-path"] == "deepseek-ai/DeepSeek-V4-Flash"  # MTP: the plain checkpoint
     assert "speculative-draft-model-path" not in flags  # the target's own MTP layer drafts
+
+
+def test_exports_keep_the_prefix_cache_as_priced_and_say_so(tmp_path):
+    """On (every engine's default) is kept and said; off is each engine's switch."""
+    s = load_scenario(EXAMPLES / "sessions_mooncake_h200.yaml")
+    flags, text = export(s, "sglang", tmp_path)
+    assert "disable-radix-cache" not in flags and "prefix cache (radix cache): on" in text
+    args, text = export(s, "vllm", tmp_path)
+    assert args["enable-prefix-caching"] is True and "prefix caching: on" in text
+    opts, text = export(s, "trtllm", tmp_path)
+    assert opts["kv_cache_config"] == {"enable_block_reuse": True} and "(prefix cache): on" in text
+    off = replace(s, deployment=replace(s.deployment, prefix_cache=False))
+    assert export(off, "sglang", tmp_path)[0]["disable-radix-cache"] is True
+    args, text = export(off, "vllm", tmp_path)
+    assert "enable-prefix-caching" not in args and "--no-enable-prefix-caching" in text
+    assert export(off, "trtllm", tmp_path)[0]["kv_cache_config"] == {"enable_block_reuse": False}

@@ -122,6 +122,22 @@ def _layout(s: Scenario, engine: str) -> dict:
     return {**out, **({"kv_cache_config": {"dtype": "fp8"}} if fp8 else {})}
 
 
+def _prefix_cache(s: Scenario, engine: str) -> tuple[dict, str]:
+    """``(flags, note)``: the engine's prefix cache as the scenario priced it. On is every
+    engine's default (SGLang's radix cache, vLLM's ``enable_prefix_caching`` in
+    ``vllm/config/cache.py``, TensorRT-LLM's ``KvCacheConfig.enable_block_reuse``), written
+    out where a flag exists; off is SGLang ``--disable-radix-cache``, vLLM
+    ``--no-enable-prefix-caching`` and ``enable_block_reuse: false``."""
+    on = s.deployment.prefix_cache
+    state = "on, as the simulator priced prompts" if on else "off, as the simulator priced prompts (in full)"
+    if engine == "sglang":
+        return ({} if on else {"disable-radix-cache": True}), f"prefix cache (radix cache): {state}"
+    if engine == "vllm":
+        note = f"prefix caching: {state}" + ("" if on else "; launch with --no-enable-prefix-caching")
+        return ({"enable-prefix-caching": True} if on else {}), note
+    return {"kv_cache_config": {"enable_block_reuse": on}}, f"KV block reuse (prefix cache): {state}"
+
+
 def _vllm_rank_caps(s: Scenario) -> tuple[int, int]:
     """vLLM's ``max-num-seqs`` and ``max-num-batched-tokens``: they apply per data-parallel
     rank (0.33.0 ``config/scheduler.py``), so under DP attention the replica's caps are split
@@ -152,6 +168,8 @@ def sglang(s: Scenario, out: Path, header: list[str], final: Path) -> str:
              "enable-mixed-chunk": dep.batching == "mixed",
              # per-request verify trimming needs the batch inside a captured decode graph
              "cuda-graph-max-bs-decode": dep.max_running_requests}
+    prefix, prefix_note = _prefix_cache(s, "sglang")
+    flags.update(prefix)
     env = []
     if spec.method != "none":
         flags["speculative-algorithm"] = _SGL_ALGO[spec.drafter]
@@ -170,7 +188,7 @@ def sglang(s: Scenario, out: Path, header: list[str], final: Path) -> str:
             flags.update({"speculative-num-steps": k, "speculative-eagle-topk": 1})
         flags["speculative-num-draft-tokens"] = k + 1
     launch = " ".join(env + ["python -m sglang.launch_server --config sglang.yaml"])
-    return _write(out, "sglang.yaml", header, ["Launch:", f"  {launch}", drafter_note], flags)
+    return _write(out, "sglang.yaml", header, ["Launch:", f"  {launch}", drafter_note, prefix_note], flags)
 
 
 # -- vLLM ----------------------------------------------------------------------
@@ -183,6 +201,8 @@ def vllm(s: Scenario, out: Path, header: list[str], final: Path) -> str:
             "max-num-seqs": requests, "max-num-batched-tokens": tokens,
             # capture sizes count tokens: R requests with full verify windows stay in a graph
             "max-cudagraph-capture-size": requests * verify_window(s)}
+    prefix, prefix_note = _prefix_cache(s, "vllm")
+    args.update(prefix)
     if spec.method != "none":
         cfg = {"method": _VLLM_METHOD[spec.drafter]}
         checkpoint = drafter_checkpoint(s)
@@ -194,7 +214,7 @@ def vllm(s: Scenario, out: Path, header: list[str], final: Path) -> str:
         if spec.method == "schedule":
             cfg["num_speculative_tokens_per_batch_size"] = [list(r) for r in schedule_ranges(s)]
         args["speculative-config"] = cfg
-    notes = ["Launch:", "  vllm serve --config vllm.yaml", drafter_note]
+    notes = ["Launch:", "  vllm serve --config vllm.yaml", drafter_note, prefix_note]
     if dep.dp_attention:
         notes.append(f"max-num-seqs and max-num-batched-tokens are per data-parallel rank: the replica's "
                      f"{dep.max_running_requests} requests and {dep.max_batched_tokens} tokens over {dep.tp} ranks")
@@ -210,6 +230,8 @@ def trtllm(s: Scenario, out: Path, header: list[str], final: Path) -> str:
     args = {"tensor_parallel_size": dep.tp, **_layout(s, "trtllm"), "max_batch_size": dep.max_running_requests,
             "max_num_tokens": dep.max_batched_tokens, "enable_chunked_prefill": True,
             "cuda_graph_config": {"max_batch_size": dep.max_running_requests, "enable_padding": True}}
+    prefix, prefix_note = _prefix_cache(s, "trtllm")
+    args["kv_cache_config"] = {**args.get("kv_cache_config", {}), **prefix["kv_cache_config"]}
     if spec.method != "none":
         cfg = {"decoding_type": _TRT_TYPE[spec.drafter], "max_draft_len": spec.block_size}
         checkpoint = drafter_checkpoint(s)
@@ -227,7 +249,7 @@ def trtllm(s: Scenario, out: Path, header: list[str], final: Path) -> str:
             cfg["num_nextn_predict_layers"] = cfg["max_draft_len"]
         args["speculative_config"] = cfg
     path, drafter_note = _model_path(s)
-    notes = ["Launch:", f"  trtllm-serve {path} --extra_llm_api_options trtllm.yaml", drafter_note]
+    notes = ["Launch:", f"  trtllm-serve {path} --extra_llm_api_options trtllm.yaml", drafter_note, prefix_note]
     if spec.method == "dspark":
         notes.append("DSparkDecodingConfig verifies the whole block (no confidence scheduling field)")
     return _write(out, "trtllm.yaml", header, notes, args)

@@ -170,15 +170,8 @@ def _min_cap(a: int | None, b: int | None) -> int | None:
 
 def offered_rate(scenario: Scenario) -> float:
     """Arrival rate of the scenario's requests, (n - 1) / (last arrival - first arrival), in req/s."""
-    from dspark_sim.workload import read_trace, synthetic_requests
-
-    wl = scenario.workload
-    if wl.trace is not None:
-        chunks = read_trace(wl.trace, fmt=wl.format, time_scale=wl.time_scale, max_requests=wl.max_requests)
-    else:
-        chunks = synthetic_requests(wl.synthetic, scenario.seed)
     n, last_s = 0, 0.0
-    for chunk in chunks:
+    for chunk in scenario.workload.requests(scenario.seed):
         n += len(chunk)
         last_s = float(chunk.arrival_s[-1])
     if n < 2 or last_s <= 0:

@@ -41,6 +41,12 @@ def format_summary(s: dict) -> str:
             continue
         text = " / ".join("-" if v is None else fmt.format(v) for v in values)
         lines.append(f"  {label:<36} {text}")
+    pc = s.get("prefix_cache")
+    if pc is not None:
+        state = f"{pc['hit_rate']:.1%} / {pc['block_hit_rate']:.1%}" if pc["enabled"] else "off"
+        lines.append(f"  {'prefix cache hit (tokens / blocks)':<36} {state}")
+        lines.append(f"  {'prefill tokens computed / saved':<36} {pc['prefill_tokens_computed']:,} / "
+                     f"{pc['prefill_tokens_saved']:,}")
     return "\n".join(lines)
 
 

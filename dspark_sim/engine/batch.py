@@ -22,6 +22,7 @@ COLUMNS: dict[str, type] = {
     "num_preemptions": np.int64,
     "accepted_tokens": np.int64,
     "verified_drafts": np.int64,
+    "cached_tokens": np.int64,  # prompt tokens its first prefill read from the prefix cache
 }
 
 

@@ -8,7 +8,9 @@ with prompt work pending prefills only, and decoding requests wait), preempt the
 the step, advance time, then draw acceptance and emit tokens. A request no engine would
 serve (longer than the context, or than the cache holds for it alone) is rejected on
 arrival (:mod:`dspark_sim.engine.admission`), so every admitted request fits alone and
-the KV cache in use never exceeds its capacity.
+the KV cache in use never exceeds its capacity. With a prefix cache (:mod:`.prefix`) a
+request prefills only what its prompt does not share with cached blocks, and cached blocks
+no request reads fill free KV until a step needs it.
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ class Replica:
         self.kv_per_request = ctx.kv_request_tokens  # window and compressor state (DeepSeek-V4)
         self.admission = ctx.admission
         self.policy = ctx.make_policy()
+        self.prefix = ctx.make_prefix_cache()
         self.waiting: deque[dict] = deque()
         self.running = Table()
         self.kv_peak = 0
@@ -55,11 +58,15 @@ class Replica:
 
     def submit(self, request: dict) -> None:
         """Queue a new request (a row for :class:`Table`) and wake the loop if idle; a request
-        the engine would refuse (:class:`~dspark_sim.engine.admission.Admission`) is rejected."""
+        the engine would refuse (:class:`~dspark_sim.engine.admission.Admission`) is rejected.
+        The request's prefix ``hash_ids`` go to the prefix cache (when on), not into the row."""
+        hash_ids = request.pop("hash_ids", None)
         reason = self.admission.refusal(request["prompt_tokens"], request["output_tokens"])
         if reason is not None:
             self.ctx.collector.on_reject(request, reason, self.index)
             return
+        if hash_ids and self.prefix is not None:
+            self.prefix.register(request["rid"], hash_ids, request["prompt_tokens"])
         self.waiting.append(request)
         if not self._wake.triggered:
             self._wake.succeed()
@@ -68,12 +75,20 @@ class Replica:
         run = self.running
         pending = int((run["prefill_len"] - run["prefilled"]).sum())
         while self.waiting and len(run) < self.max_running:
-            need = self.waiting[0]["prefill_len"] + self.kv_per_request
+            req = self.waiting[0]
+            hit = self.prefix.lookup(req["rid"], req["prefill_len"]) if self.prefix is not None else None
+            cached = hit.tokens if hit is not None else 0
+            # cached blocks no request reads yet are free KV until this request pins them
+            need = req["prefill_len"] - cached + self.kv_per_request + (hit.idle_tokens if hit is not None else 0)
             if kv_used + pending + need > self.kv_capacity:
                 break
-            req = self.waiting.popleft()
+            self.waiting.popleft()
+            if hit is not None:
+                self.prefix.acquire(req["rid"], hit, self.clock_s, first=req["first_scheduled_s"] < 0)
+                req["prefilled"] = cached
             if req["first_scheduled_s"] < 0:
                 req["first_scheduled_s"] = self.clock_s
+                req["cached_tokens"] = cached
             run.append(req)
             pending += need
 
@@ -85,7 +100,7 @@ class Replica:
                 self.ctx.collector.advance(self.index, None)
                 yield self._wake
                 self.clock_s = self.env.now
-            self._admit(int(self._kv_tokens().sum()) + len(self.running) * self.kv_per_request)
+            self._admit(int(self._kv_tokens().sum()) + len(self.running) * self.kv_per_request + self._kv_adjust())
             stretch = self._stretch() if self.ctx.skip_ahead else None
             if stretch is not None:
                 self._apply_stretch(stretch)
@@ -129,7 +144,16 @@ class Replica:
         if not step["tokens"]:
             return None
         self.kv_peak = max(self.kv_peak, step["kv_needed"])
+        step["evicted_blocks"] = 0
+        if self.prefix is not None:  # make room for the step's tokens among the cached blocks
+            over = step["kv_needed"] + self.prefix.idle_tokens - self.kv_capacity
+            step["evicted_blocks"] = self.prefix.evict(over) if over > 0 else 0
         return step
+
+    def _kv_adjust(self) -> int:
+        """KV tokens the running requests hold beyond their summed lengths (negative when they
+        share cached blocks: those are counted once)."""
+        return self.prefix.kv_adjust if self.prefix is not None else 0
 
     def _schedule(self) -> dict:
         """Decode requests first (their verify tokens), then prefill chunks in admission order."""
@@ -169,7 +193,8 @@ class Replica:
         return {"dec": dec, "pre": pre, "num_dec": num_dec, "chunk": chunk, "verify_len": verify_len,
                 "p_true": p_true, "budget": budget, "tokens": verify_tokens + prefill_tokens,
                 "prefill_tokens": prefill_tokens,
-                "kv_needed": int(kv.sum()) + n * self.kv_per_request + verify_tokens + prefill_tokens,
+                "kv_needed": int(kv.sum()) + n * self.kv_per_request + verify_tokens + prefill_tokens
+                + self._kv_adjust(),
                 "step_s": sum(parts.values()), "draft_s": parts.get("draft_s", 0.0),
                 "sched_s": parts.get("sched_s", 0.0), "start_s": self.clock_s, "work": work}
 
@@ -181,6 +206,8 @@ class Replica:
         mask = np.zeros(len(run), dtype=bool)
         mask[i] = True
         run.remove(mask)
+        if self.prefix is not None:
+            self.prefix.release(req["rid"], finished=False)
         req["num_preemptions"] += 1
         req["prefill_len"] = req["prompt_tokens"] + req["generated"]
         req["prefilled"] = 0
@@ -240,15 +267,25 @@ class Replica:
             early = st.steps_run < st.steps
             if early.any():  # requests that finish before the last step, in the order they finish
                 for k in np.unique(st.steps_run[early]).tolist():
-                    collector.on_finish(self.running.take(st.steps_run == k), float(times[k]), self.index)
+                    rows = self.running.take(st.steps_run == k)
+                    self._release_finished(rows)
+                    collector.on_finish(rows, float(times[k]), self.index)
                 self.running.remove(early)
+
+    def _release_finished(self, rows: dict) -> None:
+        """Finished requests drop their prefix-cache references (their blocks stay cached)."""
+        if self.prefix is not None and self.prefix.chains:
+            for rid in rows["rid"].tolist():
+                self.prefix.release(rid, finished=True)
 
     def _retire(self, now: float) -> None:
         """Finished requests leave the batch (and go to the record)."""
         c, n = self.running.cols, self.running.n
         finished = c["generated"][:n] >= c["output_tokens"][:n]
         if finished.any():
-            self.ctx.collector.on_finish(self.running.take(finished), now, self.index)
+            rows = self.running.take(finished)
+            self._release_finished(rows)
+            self.ctx.collector.on_finish(rows, now, self.index)
             self.running.remove(finished)
 
     def _advance_prefill(self, pre: np.ndarray, chunk: np.ndarray, now: float) -> int:
@@ -257,6 +294,8 @@ class Replica:
         prefilled = c["prefilled"][:n]
         prefilled[pre] += chunk
         c["num_steps"][:n][pre[chunk > 0]] += 1
+        if self.prefix is not None and self.prefix.chains:
+            self.prefix.advance(c["rid"][:n][pre], prefilled[pre], now)
         done = pre[prefilled[pre] >= c["prefill_len"][:n][pre]]
         if not done.size:
             return 0

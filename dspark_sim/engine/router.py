@@ -23,6 +23,42 @@ class LeastOutstanding:
         min(self.replicas, key=lambda r: r.outstanding).submit(request)
 
 
+class CacheAware:
+    """SGLang's model gateway ``cache_aware`` policy, reading the replicas' own prefix caches.
+
+    While the replicas' loads (waiting plus running requests) are imbalanced, both
+    ``max - min > BALANCE_ABS`` and ``max > BALANCE_REL * min``, the least loaded replica
+    takes the request. Otherwise the replica holding the longest cached prefix of its prompt
+    takes it when that covers more than ``THRESHOLD`` of the prompt; else the replica with the
+    fewest cached tokens (the most room). Ties go to the less loaded, then the lower index.
+    The defaults are the gateway's (``sglang_router`` ``RouterArgs``: 0.3, 64, 1.5); the
+    gateway matches against its own approximate tree of what it routed, or against the
+    workers' KV events, the exact state used here.
+    """
+
+    THRESHOLD, BALANCE_ABS, BALANCE_REL = 0.3, 64, 1.5
+
+    def __init__(self, replicas):
+        self.replicas = replicas
+
+    def route(self, request: dict) -> None:
+        loads = [r.outstanding for r in self.replicas]
+        lo, hi = min(loads), max(loads)
+        order = range(len(self.replicas))
+        if hi - lo > self.BALANCE_ABS and hi > self.BALANCE_REL * lo:
+            self.replicas[min(order, key=lambda i: (loads[i], i))].submit(request)
+            return
+        ids = request.get("hash_ids")
+        caches = [r.prefix for r in self.replicas]
+        matched = [c.matched_tokens(ids) if c is not None and ids else 0 for c in caches]
+        best = min(order, key=lambda i: (-matched[i], loads[i], i))
+        if matched[best] <= self.THRESHOLD * request["prompt_tokens"]:
+            size = [c.tree_tokens if c is not None else 0 for c in caches]
+            best = min(order, key=lambda i: (size[i], loads[i], i))
+        self.replicas[best].submit(request)
+
+
 def make_router(name: str, replicas):
-    """Router by scenario name (``round_robin`` or ``least_outstanding``)."""
-    return {"round_robin": RoundRobin, "least_outstanding": LeastOutstanding}[name](replicas)
+    """Router by scenario name (``round_robin``, ``least_outstanding`` or ``cache_aware``)."""
+    return {"round_robin": RoundRobin, "least_outstanding": LeastOutstanding,
+            "cache_aware": CacheAware}[name](replicas)

@@ -16,6 +16,7 @@ from dspark_sim.config import located
 from dspark_sim.cost import scenario_cost
 from dspark_sim.engine.admission import Admission
 from dspark_sim.engine.kv import kv_capacity_tokens, kv_request_tokens
+from dspark_sim.engine.prefix import PrefixCache
 from dspark_sim.engine.replica import Replica
 from dspark_sim.engine.router import make_router
 from dspark_sim.errors import InputError
@@ -40,6 +41,8 @@ class SimContext:
     collector: Collector
     sps: object = None
     kv_request_tokens: int = 0  # KV tokens every running request holds besides its length
+    prefix_block_tokens: int = 0  # the prefix cache's block (0: the cache is off)
+    saw_prefixes: bool = False  # some request carried prefix hash ids
     max_running: int = 0  # running-request cap of the engine (0: the deployment's)
     frontend_s: float = 0.0  # the engine's front-end service time of one request (HTTP, template, tokenizer)
     admission: Admission | None = None  # which requests a replica serves; the others are rejected
@@ -49,6 +52,12 @@ class SimContext:
     def make_policy(self):
         spec = self.scenario.speculation
         return make_policy(spec, self.sps, self.scenario.deployment.max_batched_tokens)
+
+    def make_prefix_cache(self) -> PrefixCache | None:
+        """A replica's own prefix cache, or None when the deployment turns it off."""
+        if not self.prefix_block_tokens:
+            return None
+        return PrefixCache(self.prefix_block_tokens, self.scenario.workload.hash_block_tokens)
 
 
 @dataclass
@@ -62,6 +71,7 @@ class RunResult:
     kv_capacity_tokens: int
     kv_peak_tokens: int
     num_preemptions: int
+    prefix: dict | None = None  # the prefix caches' counters, when requests carried hash ids
     longest_request_tokens: int | None = None  # prompt + output a replica serves at most
     provenance: dict | None = None  # where the cost and acceptance come from (dspark_sim.provenance)
 
@@ -87,6 +97,7 @@ def build_context(scenario: Scenario, collector: Collector) -> SimContext:
     cap = engine.running_cap(kv, model.max_context)
     per_request = kv_request_tokens(model, dep)
     ctx = SimContext(scenario, cost, acceptance, kv, collector, kv_request_tokens=per_request,
+                     prefix_block_tokens=dep.prefix_block(model) if dep.prefix_cache else 0,
                      max_running=min(dep.max_running_requests, cap) if cap is not None else 0,
                      frontend_s=engine.terms.frontend_s,
                      admission=Admission.of(model.max_context, kv, per_request, spec))
@@ -125,8 +136,6 @@ def simulate(scenario: Scenario, out_dir: Path | None = None, progress=None, *,
     ``exact``, or the environment variable ``DSPARK_SIM_EXACT=1``, which reaches every
     simulation of a command and its worker processes); both give the same numbers.
     """
-    from dspark_sim.workload import read_trace, synthetic_requests
-
     env = simpy.Environment()
     collector = Collector(out_dir, scenario.deployment.replicas, lambda: env.now)
     if exact is None:
@@ -138,11 +147,7 @@ def simulate(scenario: Scenario, out_dir: Path | None = None, progress=None, *,
         seeds = np.random.SeedSequence(scenario.seed).spawn(scenario.deployment.replicas + 1)
         replicas = [Replica(env, i, ctx, np.random.default_rng(s)) for i, s in enumerate(seeds[1:])]
         router = make_router(scenario.deployment.router, replicas)
-        wl = scenario.workload
-        if wl.trace is not None:
-            chunks = read_trace(wl.trace, fmt=wl.format, time_scale=wl.time_scale, max_requests=wl.max_requests)
-        else:
-            chunks = synthetic_requests(wl.synthetic, scenario.seed)
+        chunks = scenario.workload.requests(scenario.seed)
         counter = {"arrived": 0}
         env.process(_arrivals(env, chunks, ctx, router, np.random.default_rng(seeds[0]), counter, progress))
         with located(scenario.file, None):  # the workload's own errors name the scenario file
@@ -153,7 +158,8 @@ def simulate(scenario: Scenario, out_dir: Path | None = None, progress=None, *,
 
     result = RunResult(scenario, collector, counter["arrived"], env.now, ctx.kv_capacity_tokens,
                        max(r.kv_peak for r in replicas), int(collector.requests["num_preemptions"].sum()),
-                       ctx.admission.longest_tokens, scenario_provenance(scenario, ctx.cost))
+                       prefix_counters(ctx, replicas) if ctx.saw_prefixes else None, ctx.admission.longest_tokens,
+                       scenario_provenance(scenario, ctx.cost))
     check_run(result)
     report_rejections(result, ctx.admission)
     return result
@@ -206,6 +212,20 @@ def check_work_bound(scenario: Scenario, admission: Admission) -> None:
                          "simulate: split the workload")
 
 
+def prefix_counters(ctx: SimContext, replicas) -> dict:
+    """The replicas' prefix-cache counters summed (all zero with the cache off), and its block."""
+    from dataclasses import fields
+
+    from dspark_sim.engine.prefix import Counters
+
+    caches = [r.prefix.counters for r in replicas if r.prefix is not None]
+    out = {f.name: sum(getattr(c, f.name) for c in caches) for f in fields(Counters)}
+    out["peak_tokens"] = max((c.peak_tokens for c in caches), default=0)  # the fullest replica's
+    out.update(enabled=bool(caches), block_tokens=ctx.prefix_block_tokens,
+               hash_block_tokens=ctx.scenario.workload.hash_block_tokens)
+    return out
+
+
 def _arrivals(env: simpy.Environment, chunks: Iterator, ctx: SimContext, router, rng, counter, progress):
     """Release requests at their arrival times, each with a domain and a difficulty."""
     names, weights = zip(*ctx.scenario.workload.domain_mix)
@@ -225,6 +245,8 @@ def _arrivals(env: simpy.Environment, chunks: Iterator, ctx: SimContext, router,
         output = chunk.output_tokens.tolist()
         dom = domain.tolist()
         diff = difficulty.tolist()
+        hash_ids = chunk.hash_ids if chunk.hash_ids is not None else [None] * n
+        ctx.saw_prefixes = ctx.saw_prefixes or any(hash_ids)
         for i in range(n):
             enter = arrival[i]
             if frontend:
@@ -240,7 +262,7 @@ def _arrivals(env: simpy.Environment, chunks: Iterator, ctx: SimContext, router,
                           "prefill_len": prompt[i], "prefilled": 0, "generated": 0, "kv_base": 0,
                           "first_scheduled_s": -1.0, "first_token_s": -1.0, "last_token_s": -1.0,
                           "num_steps": 0, "num_preemptions": 0, "accepted_tokens": 0,
-                          "verified_drafts": 0})
+                          "verified_drafts": 0, "cached_tokens": 0, "hash_ids": hash_ids[i]})
             rid += 1
         counter["arrived"] = rid
         if progress is not None:

@@ -8,7 +8,8 @@ step-by-step mode), the acceptance and confidences of all K steps in one call, t
 policy's verify lengths for all K (the production scheduler's lagged budget included: the
 confidences never depend on acceptance), the accepted drafts, and the K steps priced by
 one vectorised cost call. It stops at the first step that finishes a request, that starts
-at or after the next arrival, or that the KV cache cannot hold; the random stream is set
+at or after the next arrival, that the KV cache cannot hold or that would evict prefix-cache
+blocks; the random stream is set
 back to where the steps taken leave it. Without drafts (nothing random) and with nobody
 waiting, a finish changes nothing but the batch size, and the stretch runs on past it.
 The numbers are those of step-by-step mode, bit for bit.
@@ -79,7 +80,9 @@ def plan_stretch(rep, stop_s: float, tokens_per_step: float) -> Stretch | None:
         return _drafting(rep, n, block_size, left, kv0, generated, stop_s, tokens_per_step)
     # Without drafts nothing is random: a request emits a token a step. Without speculation at
     # all, a finish only shrinks the batch, unless it frees room for a waiting request.
-    past_finishes = rep.ctx.acceptance is None and not rep.waiting
+    # A finishing request that references prefix-cache blocks changes the KV they hold: stop there.
+    past_finishes = (rep.ctx.acceptance is None and not rep.waiting
+                     and (rep.prefix is None or not rep.prefix.chains))
     last = int(left.max() if past_finishes else left.min())
     steps = _steps_to_draw(last, stop_s - rep.clock_s, rep.last_step_s, 1.0, n, 0)
     if steps < 2:
@@ -134,14 +137,17 @@ def _drafting(rep, n: int, block_size: int, left, kv0, generated, stop_s: float,
 
 
 def _finish(rep, steps: int, taken: int, decode, kv, verify, budget, block_size: int, stop_s: float):
-    """Cut ``taken`` steps short where the KV cache runs out, price them, and cut them again at
-    the next arrival: (times, taken, step_s, parts, kv_tokens, context, max_context), or None
+    """Cut ``taken`` steps short where the KV cache runs out (or, with a prefix cache, where a
+    step would evict cached blocks: step by step takes that one), price them, and cut them again
+    at the next arrival: (times, taken, step_s, parts, kv_tokens, context, max_context), or None
     where not one step is left."""
     context = kv.sum(axis=1)
-    kv_needed = context + verify + decode * rep.kv_per_request  # as a step plans it (replica.py)
+    kv_needed = context + verify + decode * rep.kv_per_request + rep._kv_adjust()  # as a step plans it (replica.py)
     # a step the cache cannot hold preempts (or, for a lone request, is an internal error):
     # the step-by-step path takes it (replica._plan)
     crowded = kv_needed[:taken] > rep.kv_capacity
+    if rep.prefix is not None:
+        crowded |= kv_needed[:taken] + rep.prefix.idle_tokens > rep.kv_capacity
     if crowded.any():
         taken = int(crowded.argmax())
         if not taken:

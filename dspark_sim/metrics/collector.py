@@ -111,7 +111,7 @@ class Collector:
                                  "tpot_ms": np.float64, "e2el_ms": np.float64, "queue_delay_ms": np.float64,
                                  "prompt_tokens": np.int64, "output_tokens": np.int64, "domain": np.int8,
                                  "accepted_tokens": np.int64, "verified_drafts": np.int64,
-                                 "num_preemptions": np.int64, "num_steps": np.int64})
+                                 "num_preemptions": np.int64, "num_steps": np.int64, "cached_tokens": np.int64})
         self.steps = Columns({"start_s": "d", "step_s": "d", "running": "i", "decode_reqs": "i",
                               "verify_tokens": "i", "prefill_tokens": "i", "budget_k": "i", "emitted": "i",
                               "draft_s": "d", "sched_s": "d", "kv_tokens": "q"})
@@ -145,7 +145,7 @@ class Collector:
         nan = float("nan")
         self.record.requests([(request["rid"], request["arrival_s"], request["prompt_tokens"],
                                request["output_tokens"], DOMAINS[request["domain"]], nan, nan, nan, nan, nan,
-                               nan, nan, 0, 0, 0, 0, "rejected", reason)])
+                               nan, nan, 0, 0, 0, 0, 0, "rejected", reason)])
 
     def on_gaps(self, gaps: np.ndarray, replica: int, time_s: float) -> None:
         """Inter-token gaps (seconds) of the requests that emitted at ``time_s``."""
@@ -189,7 +189,7 @@ class Collector:
             self.record.steps(range(first, first + hi - lo), start, step_s, runs, runs, zeros, verify, budget,
                               emitted, draft_s, sched_s, st.context_tokens[k].tolist(),
                               st.max_context[k].tolist(), zeros, [0.0] * (hi - lo), [replica] * (hi - lo),
-                              kv_tokens)
+                              zeros, kv_tokens)  # a stretch evicts nothing (stretch.py stops before a step would)
 
     def on_step(self, replica: int, step: dict, running: int, decoded: int, first_tokens: int,
                 time_s: float) -> None:
@@ -209,7 +209,8 @@ class Collector:
             self.record.step((self.steps.n - 1, step["start_s"], step["step_s"], running, num_dec,
                               step["prefill_tokens"], verify, step["budget"], decoded, step["draft_s"],
                               step["sched_s"], work.decode_context_tokens, work.decode_max_context,
-                              work.prefill_reqs, work.prefill_attn_tokens2, replica, step["kv_needed"]))
+                              work.prefill_reqs, work.prefill_attn_tokens2, replica, step["evicted_blocks"],
+                              step["kv_needed"]))
 
     def on_finish(self, rows: dict[str, np.ndarray], now: float, replica: int = 0) -> None:
         """Requests (columns of :class:`~dspark_sim.engine.batch.Table`) that finished at ``now``."""
@@ -227,7 +228,7 @@ class Collector:
                              e2el_ms=e2el_ms, queue_delay_ms=queue_ms, prompt_tokens=rows["prompt_tokens"],
                              output_tokens=out, domain=rows["domain"], accepted_tokens=rows["accepted_tokens"],
                              verified_drafts=rows["verified_drafts"], num_preemptions=rows["num_preemptions"],
-                             num_steps=rows["num_steps"])
+                             num_steps=rows["num_steps"], cached_tokens=rows["cached_tokens"])
         if self.record is not None:
             n = arrival.size
             self.record.requests(zip(
@@ -235,7 +236,8 @@ class Collector:
                 [DOMAINS[d] for d in rows["domain"].tolist()], rows["first_scheduled_s"].tolist(),
                 rows["first_token_s"].tolist(), [now] * n, queue_ms.tolist(), ttft_ms.tolist(), tpot_ms.tolist(),
                 e2el_ms.tolist(), rows["num_steps"].tolist(), rows["num_preemptions"].tolist(),
-                rows["accepted_tokens"].tolist(), rows["verified_drafts"].tolist(), ["completed"] * n, [""] * n))
+                rows["accepted_tokens"].tolist(), rows["verified_drafts"].tolist(), rows["cached_tokens"].tolist(),
+                ["completed"] * n, [""] * n))
 
     def close(self) -> None:
         """Make the held events, then finish the record's files."""

@@ -43,12 +43,19 @@ def atomic_dir(path: str | Path):
 
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write a file through a temporary sibling and ``os.replace``."""
+    atomic_write_lines(path, [text])
+
+
+def atomic_write_lines(path: str | Path, parts) -> None:
+    """Write the strings of ``parts`` (an iterable, consumed as it is written) into a file
+    through a temporary sibling and ``os.replace``: an error on the way leaves nothing."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as f:
-            f.write(text)
+            for text in parts:
+                f.write(text)
         usual_mode(tmp)
         os.replace(tmp, path)
     except BaseException:

@@ -26,6 +26,7 @@ REQUEST_FORMATS = {
     "ttft_ms": "{:.3f}", "tpot_ms": "{:.4f}", "e2el_ms": "{:.3f}", "num_steps": "{}", "num_preemptions": "{}",
     "accepted_tokens": "{}",  # drafts the request had accepted
     "verified_drafts": "{}",
+    "cached_tokens": "{}",  # prompt tokens its first prefill read from the prefix cache
     # "completed", or "rejected" on arrival with the reason (engine/admission.py); a rejected
     # request's times and latencies are nan
     "status": "{}", "reject_reason": "{}",
@@ -40,6 +41,7 @@ STEP_FORMATS = {
     "decode_context_tokens": "{}", "decode_max_context": "{}", "prefill_reqs": "{}",
     "prefill_attn_tokens2": "{:.1f}",
     "replica": "{}",
+    "evicted_blocks": "{}",  # prefix-cache blocks evicted to make room for the step
     "kv_tokens": "{}",  # KV cache the step holds on its replica, in tokens (at most its capacity)
 }
 REQUEST_COLUMNS = tuple(REQUEST_FORMATS)

@@ -138,6 +138,8 @@ def summarize(result) -> dict:
     s["kv_capacity_tokens"] = result.kv_capacity_tokens
     s["kv_peak_fraction"] = result.kv_peak_tokens / result.kv_capacity_tokens
     s["per_domain"] = _per_domain(req)
+    if result.prefix is not None:
+        s["prefix_cache"] = prefix_stats(result.prefix, req, steps)
     s["provenance"] = result.provenance
     s["sim_wall_s"] = None  # filled by the caller; kept out of determinism checks
     return s
@@ -163,6 +165,23 @@ def _speculation_stats(req, steps) -> dict:
                      "median": float(np.percentile(budget, 50)), "p90": float(np.percentile(budget, 90)),
                      "max": int(budget.max())} if budget.size else None,
     }
+
+
+def prefix_stats(counters: dict, req, steps) -> dict:
+    """The prefix cache's effect (a run whose requests carried prefix hash ids): the share of
+    completed requests' prompt tokens their first prefill read from the cache (``hit_rate``)
+    and of their hash blocks found cached (``block_hit_rate``), prompt tokens served from the
+    cache over every admission (preempted requests' too) and those computed, evictions."""
+    prompt = int(req["prompt_tokens"].sum())
+    cached = int(req["cached_tokens"].sum())
+    c = counters
+    return {"enabled": c["enabled"], "block_tokens": c["block_tokens"], "hash_block_tokens": c["hash_block_tokens"],
+            "hit_rate": cached / prompt if prompt else 0.0,
+            "block_hit_rate": c["first_hit_blocks"] / c["first_blocks"] if c["first_blocks"] else 0.0,
+            "mean_cached_tokens_per_request": cached / req.n if req.n else 0.0,
+            "prefill_tokens_saved": c["hit_tokens"], "prefill_tokens_computed": int(steps["prefill_tokens"].sum()),
+            "evicted_blocks": c["evicted_blocks"], "evicted_tokens": c["evicted_tokens"],
+            "peak_cached_tokens": c["peak_tokens"]}
 
 
 def _per_domain(req) -> dict:

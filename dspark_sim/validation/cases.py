@@ -5,7 +5,11 @@ Poisson traces from about one running request to a saturated 256, and long promp
 several thousand tokens at two loads) and one scenario per (trace, method) for no
 speculation, MTP-3 and DSpark's production scheduler, Qwen3-8B on the H200, batching
 ``prefill_first`` (``mixed`` for the ``-mixed`` cases, which serve their base case's trace
-with prompt chunks beside the decode windows). The DSpark scenarios name one SPS table
+with prompt chunks beside the decode windows). The ``sess-`` cases are multi-turn chat
+sessions over shared system prompts at two loads, written as Mooncake traces whose
+``hash_ids`` tell both sides which prompt blocks repeat (:data:`SESSIONS`): the decoder's
+prompts repeat the same tokens there, and both serve with the prefix cache on (the
+deployment's default). The DSpark scenarios name one SPS table
 (``sps_dspark.json``, the table the simulator derives from the shipped profile, drafter
 included), so the decoder and the simulator schedule from the same numbers. Each scenario
 is read unchanged by ``dspark-decode`` and by ``dspark-sim run``.
@@ -19,10 +23,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from dspark_sim.catalog import get_gpu
-from dspark_sim.cost import get_cost_model
 from dspark_sim.errors import InputError
-from dspark_sim.scenario import Scenario
 from dspark_sim.workload import read_trace
 
 MODEL, GPU = "qwen3-8b", "h200"
@@ -46,8 +47,18 @@ TRACES = {
     "long-mid": ("synthetic", 60, (1.5, 6, 4000)),
     "syn-mid-mixed": ("synthetic", 120, (12.0, 2), "mixed"),
     "long-mid-mixed": ("synthetic", 60, (1.5, 6, 4000), "mixed"),
+    "sess-light": ("sessions", 40, (0.3, 7)),  # (sessions/s, seed)
+    "sess-mid": ("sessions", 160, (4.0, 8)),
 }
-DOMAIN = {"azure": "code", "synthetic": "math"}
+DOMAIN = {"azure": "code", "synthetic": "math", "sessions": "chat"}
+# the sessions cases' workload (the rate and seed come from TRACES): chat sessions of about
+# four turns over two 2,048-token system prompts, each turn appending a message and resending
+# the history; prompts kept under 8,000 tokens
+SESSIONS = {"prompt_tokens": {"dist": "lognormal", "mean": 300, "sigma": 0.6, "min_tokens": 16, "max_tokens": 1500},
+            "output_tokens": {"dist": "uniform", "min_tokens": 64, "max_tokens": 320},
+            "sessions": {"kind": "chat", "shared_prefix_tokens": 2048, "shared_prefixes": 2, "turn_gap_s": 8.0,
+                         "max_prompt_tokens": 8000}}
+HASH_BLOCK_TOKENS = 512
 DEPLOYMENT = {"max_running_requests": 256, "max_batched_tokens": 8192, "batching": "prefill_first"}
 MAX_MODEL_LEN = 10240
 EPOCH = dt.datetime(2026, 1, 1)
@@ -91,34 +102,55 @@ def make_cases(cases_dir: Path, azure_trace: Path, *, model: str = MODEL, tp: in
     (``deployment.tp``, one process per GPU in the decoder) name the deployment, ``traces`` a
     subset of :data:`TRACES`."""
     cases_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
+    paths, probe_trace = [], None
     for name in traces or TRACES:
         if name not in TRACES:
             raise InputError(None, "traces", name, f"expected some of {list(TRACES)}")
         source, count, load, *batching = TRACES[name]
-        a, p, o = azure_slice(azure_trace, load[0], count, load[1]) if source == "azure" \
-            else synthetic(count, *load)
         deployment = {**DEPLOYMENT, "batching": batching[0] if batching else DEPLOYMENT["batching"],
                       **({"tp": tp} if tp > 1 else {})}
-        if int((p + o).max()) > MAX_MODEL_LEN - 16:
-            raise InputError(None, "TRACES", name, f"a request exceeds max_model_len {MAX_MODEL_LEN}")
-        write_trace(cases_dir / f"{name}.csv", a, p, o)
+        workload = _write_case_trace(cases_dir, name, source, count, load, azure_trace)
+        probe_trace = probe_trace or workload["trace"]
         for method, spec in CASE_METHODS.items():
             scenario = {"name": f"{name}__{method}", "model": model, "gpu": GPU,
-                        "workload": {"trace": f"{name}.csv", "format": "azure", "domain": DOMAIN[source]},
+                        "workload": {**workload, "domain": DOMAIN[source]},
                         "deployment": deployment, "speculation": spec, "seed": 0}
             path = cases_dir / f"{name}__{method}.yaml"
             path.write_text(yaml.safe_dump(scenario, sort_keys=False))
             paths.append(path)
-    # the DSpark scenarios' table: derived from the shipped profile with the drafter's cost
-    # (the simulator imported here: serving the cases on a GPU needs only the names above)
+    # the DSpark scenarios' table: derived from the shipped profile with the drafter's cost (the
+    # simulator imported here only: the GPU side serves the cases without it)
+    from dspark_sim.catalog import get_gpu
+    from dspark_sim.cost import get_cost_model
     from dspark_sim.engine.simulator import scheduler_table
+    from dspark_sim.scenario import Scenario
 
-    first = next(iter(traces or TRACES))  # the probe reads no rows; any written trace names it
-    probe = Scenario.from_dict({"model": model, "gpu": GPU, "workload": {"trace": f"{first}.csv"},
+    # the probe reads no rows; any written trace names it
+    probe = Scenario.from_dict({"model": model, "gpu": GPU, "workload": {"trace": probe_trace},
                                 "deployment": {**DEPLOYMENT, "tp": tp},
                                 "speculation": {k: v for k, v in CASE_METHODS["dspark"].items()
                                                 if k != "sps_table"}}, file=cases_dir / "_probe.yaml")
     table = scheduler_table(probe, get_cost_model(get_gpu(GPU).name, model, tp, warn=False))
     table.save(cases_dir / "sps_dspark.json")
     return paths
+
+
+def _write_case_trace(cases_dir: Path, name: str, source: str, count: int, load: tuple, azure_trace: Path) -> dict:
+    """Write case ``name``'s trace into ``cases_dir``; returns its scenario's workload keys."""
+    if source == "sessions":
+        from dspark_sim.workload import SyntheticConfig, synthetic_requests, write_mooncake
+
+        cfg = SyntheticConfig.from_dict({"num_requests": count, "rate_per_s": load[0], **SESSIONS}, file=None)
+        chunks = list(synthetic_requests(cfg, load[1], hash_block_tokens=HASH_BLOCK_TOKENS))
+        _check_fits(name, np.concatenate([c.prompt_tokens + c.output_tokens for c in chunks]))
+        write_mooncake(cases_dir / f"{name}.jsonl", chunks)
+        return {"trace": f"{name}.jsonl", "format": "mooncake", "hash_block_tokens": HASH_BLOCK_TOKENS}
+    a, p, o = azure_slice(azure_trace, load[0], count, load[1]) if source == "azure" else synthetic(count, *load)
+    _check_fits(name, p + o)
+    write_trace(cases_dir / f"{name}.csv", a, p, o)
+    return {"trace": f"{name}.csv", "format": "azure"}
+
+
+def _check_fits(name: str, total_tokens: np.ndarray) -> None:
+    if int(total_tokens.max()) > MAX_MODEL_LEN - 16:
+        raise InputError(None, "TRACES", name, f"a request exceeds max_model_len {MAX_MODEL_LEN}")

@@ -18,6 +18,7 @@ import numpy as np
 import yaml
 
 from dspark_sim.catalog import get_gpu
+from dspark_sim.errors import InputError
 from dspark_sim.cost import get_cost_model
 from dspark_sim.metrics.outdir import atomic_dir
 from dspark_sim.metrics.record import read_columns
@@ -26,6 +27,8 @@ from dspark_sim.scenario import Speculation, load_scenario
 from dspark_sim.validation.cases import CASE_METHODS, GPU, MODEL, write_trace
 from dspark_sim.validation.replay import step_replay
 from dspark_sim.validation.validate import compare_metrics, plot, run_metrics
+from dspark_sim.workload import read_trace, write_mooncake
+from dspark_sim.workload.chunk import RequestChunk
 
 KEYS = ("output_throughput", "p50_tpot_ms", "mean_tpot_ms", "p99_tpot_ms", "mean_ttft_ms", "p50_ttft_ms",
         "p99_ttft_ms",
@@ -37,13 +40,23 @@ GOALS = {"output_throughput": 0.05, "p50_tpot_ms": 0.05, "p99_tpot_ms": 0.10, "m
 P90_GOALS = {key: 2 * goal for key, goal in GOALS.items()}
 
 
-def trace_of_run(run_dir: Path, path: Path) -> int:
+def trace_of_run(run_dir: Path, path: Path, source: Path | None = None) -> int:
     """The trace a decoder run served, rebuilt from its ``requests.csv`` (arrival, prompt and
-    output tokens of every request, in id order); returns the number of requests."""
+    output tokens of every request, in id order); returns the number of requests. With
+    ``source`` (the case's Mooncake trace, whose request ``i`` the decoder served as id ``i``)
+    it is a Mooncake trace keeping each request's prefix ``hash_ids``."""
     req = read_columns(run_dir / "requests.csv", ("request_id", "arrival_s", "prompt_tokens", "output_tokens"))
     order = np.argsort(req["request_id"], kind="stable")
-    write_trace(path, req["arrival_s"][order], req["prompt_tokens"][order].astype(np.int64),
-                req["output_tokens"][order].astype(np.int64))
+    arrival, prompt = req["arrival_s"][order], req["prompt_tokens"][order].astype(np.int64)
+    output = req["output_tokens"][order].astype(np.int64)
+    if source is None:
+        write_trace(path, arrival, prompt, output)
+        return int(order.size)
+    ids = [h for c in read_trace(source, fmt="mooncake") for h in c.hash_ids]
+    rid = req["request_id"][order].astype(np.int64)
+    if rid.size and (rid.min() < 0 or rid.max() >= len(ids)):
+        raise InputError(run_dir / "requests.csv", "request_id", int(rid.max()), f"past the {len(ids)} requests of {source}")
+    write_mooncake(path, [RequestChunk(arrival, prompt, output, [ids[i] for i in rid.tolist()])])
     return int(order.size)
 
 
@@ -62,8 +75,10 @@ def compare_cases(cases_dir: Path, real_roots: list[Path], out_root: Path, *, qu
                 print(f"{case}: no real run", flush=True)
             continue
         with atomic_dir(out_root / "runs" / case) as tmp:
-            metrics = _simulate_case(path, real_dir, cases_dir, tmp, plots)
+            metrics, prefix = _simulate_case(path, real_dir, cases_dir, tmp, plots)
         rows.append(_row(case, real_dir, metrics, cost))
+        if prefix is not None:
+            rows[-1]["prefix_hit"] = prefix
         if not quiet:
             print(f"{case:<22}" + "".join(f"{k.replace('_ms', '')[:14]:>16}{rows[-1]['metrics'][k]['rel_error']:>+7.1%}"
                                          for k in ("output_throughput", "p50_tpot_ms", "mean_ttft_ms")
@@ -71,12 +86,18 @@ def compare_cases(cases_dir: Path, real_roots: list[Path], out_root: Path, *, qu
     return rows
 
 
-def _simulate_case(path: Path, real_dir: Path, cases_dir: Path, tmp: Path, plots: bool) -> list[dict]:
-    """The case simulated into ``tmp/sim`` beside a copy of the real run; the metrics' errors."""
+def _simulate_case(path: Path, real_dir: Path, cases_dir: Path, tmp: Path, plots: bool):
+    """The case simulated into ``tmp/sim`` beside a copy of the real run: ``(the metrics' errors,
+    the share of prompt tokens read from the prefix cache {"real", "sim"} or None for a trace
+    without prefixes)``."""
     shutil.copytree(real_dir, tmp / "real")
-    trace_of_run(real_dir, tmp / "trace.csv")
     scenario = yaml.safe_load(path.read_text())
-    scenario["workload"]["trace"] = "trace.csv"
+    if scenario["workload"].get("format") == "mooncake":  # prefixes: the hash ids travel with the requests
+        trace_of_run(real_dir, tmp / "trace.jsonl", cases_dir / scenario["workload"]["trace"])
+        scenario["workload"]["trace"] = "trace.jsonl"
+    else:
+        trace_of_run(real_dir, tmp / "trace.csv")
+        scenario["workload"]["trace"] = "trace.csv"
     (tmp / "scenario.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False))
     # the table the decoder scheduled from (kept with its runs), else the case's
     table = real_dir.parent / "sps_dspark.json"
@@ -87,7 +108,16 @@ def _simulate_case(path: Path, real_dir: Path, cases_dir: Path, tmp: Path, plots
             shutil.rmtree(name) if name.is_dir() else name.unlink()
     if plots:
         plot(tmp / "sim", tmp / "real", tmp)
-    return compare_metrics(run_metrics(tmp / "sim"), run_metrics(tmp / "real"))
+    prefix = None
+    if scenario["workload"].get("format") == "mooncake":
+        prefix = {side: _hit_rate(tmp / side / "requests.csv") for side in ("real", "sim")}
+    return compare_metrics(run_metrics(tmp / "sim"), run_metrics(tmp / "real")), prefix
+
+
+def _hit_rate(requests: Path) -> float:
+    """Prompt tokens read from the prefix cache over all prompt tokens of a run."""
+    req = read_columns(requests, ("prompt_tokens", "cached_tokens"))
+    return float(req["cached_tokens"].sum() / max(req["prompt_tokens"].sum(), 1))
 
 
 def _row(case: str, real_dir: Path, metrics: list[dict], cost) -> dict:

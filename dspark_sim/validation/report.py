@@ -117,6 +117,7 @@ def markdown(rows: list[dict], summary: dict, prov: dict, real: str = "DIR",
         lines += ["", f"## Replicate on another machine (`{name}`)", "",
                   f"{len(rep_rows)} points: " + ", ".join(r["case"] for r in rep_rows) + ".", ""] \
             + summary_lines(summarise(rep_rows)) + ["", _table(rep_rows)]
+    lines += _prefix_lines(current)
     replay = _replay_table(rows)
     return head + "![errors by case](img/validation_errors.png)\n\n" + "\n".join(lines) \
         + "\n\n## Each point\n\n" + _table(rows) + replay \
@@ -143,6 +144,20 @@ def _table(rows: list[dict]) -> str:
             run += f", {r['compiles']} compiles"
         table.append(f"| {r['case']} | {run} | " + " | ".join(cells) + " |")
     return "\n".join(table)
+
+
+def _prefix_lines(rows: list[dict]) -> list[str]:
+    """The cases whose prompts share prefixes (prefix cache on both sides): their own error
+    summary and the share of prompt tokens each side read from its cache."""
+    rows = [r for r in rows if r.get("prefix_hit")]
+    if not rows:
+        return []
+    return ["", "## Shared prefixes (prefix cache on)", "",
+            f"{len(rows)} points: " + ", ".join(r["case"] for r in rows) + ". Multi-turn sessions written as "
+            "Mooncake traces: the decoder matches cached pages by token ids, the simulator by the "
+            "trace's hash ids.", ""] + summary_lines(summarise(rows)) + [
+            "", "| case | prompt tokens read from the cache: real / sim |", "|---|---|"] + [
+            f"| {r['case']} | {r['prefix_hit']['real']:.1%} / {r['prefix_hit']['sim']:.1%} |" for r in rows]
 
 
 def _replay_table(rows: list[dict]) -> str:

@@ -110,7 +110,7 @@ def _warm_decoder(path: Path, kv_tokens: int, warm_requests: int):
     return decoder, shapes
 
 
-META_KEYS = ("case", "wall_s", "requests", "passes", "warm_requests", "warmup", "kv_capacity_tokens",
+META_KEYS = ("case", "wall_s", "requests", "passes", "warm_requests", "warmup", "kv_capacity_tokens", "prefix_cache",
              "output_tokens", "steps", "graphs_captured_during_case", "triton_compiles_during_case",
              "allocator_during_case", "stalled_steps", "provenance")
 
@@ -129,6 +129,8 @@ def _serve_case(decoder, path: Path, out: Path, kv_tokens: int, passes: int) -> 
     case, launch = path.stem, _launch(path, kv_tokens)
     decoder.conf = dataclasses.replace(decoder.conf, batching=launch.conf.batching)  # the case's batching
     for _ in range(passes):
+        decoder.pages.drop_cached()  # every pass starts with a cold prefix cache, as the simulator
+        hits0, evicted0 = getattr(decoder.pages, "hit_tokens", 0), getattr(decoder.pages, "evicted_pages", 0)
         seqs = trace_sequences(launch, decoder.spec.vocab_size)
         with StallLog(decoder.device) as stalls:
             events, seen = [], {"compiles": 0, "captures": decoder.graphs.captures}
@@ -150,6 +152,9 @@ def _serve_case(decoder, path: Path, out: Path, kv_tokens: int, passes: int) -> 
     tokens = sum(r["output_tokens"] for r in result.requests)
     meta = {"case": case, "wall_s": round(wall, 2), "requests": len(result.requests), "passes": passes,
             "kv_capacity_tokens": int(decoder.cache.k.shape[1]),
+            "prefix_cache": {"enabled": launch.conf.prefix_cache,
+                             "hit_tokens": getattr(decoder.pages, "hit_tokens", 0) - hits0,
+                             "evicted_pages": getattr(decoder.pages, "evicted_pages", 0) - evicted0},
             "output_tokens": tokens, "steps": len(result.steps),
             "graphs_captured_during_case": sum(e["graphs_captured"] for e in events),
             "triton_compiles_during_case": sum(len(e["compiles"]) for e in events)

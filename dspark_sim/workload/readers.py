@@ -1,4 +1,5 @@
-"""Trace readers: Azure and BurstGPT CSV, Mooncake JSONL, streamed as RequestChunks.
+"""Trace readers: Azure and BurstGPT CSV, Mooncake JSONL, streamed as RequestChunks (and the
+Mooncake writer, :func:`write_mooncake`, that ``dspark-sim trace`` uses).
 
 Formats (shared/traces/README.md):
   * azure: ``TIMESTAMP`` (wall clock, e.g. ``2023-11-16 18:17:03.9799600``; the
@@ -8,7 +9,8 @@ Formats (shared/traces/README.md):
     ``Response tokens``, zero ``Request tokens``, or a ``Log Type`` containing
     "fail") are dropped and counted in one :class:`TraceWarning`.
   * mooncake: one JSON object a line: ``timestamp`` (ms), ``input_length``,
-    ``output_length``, ``hash_ids`` (kept on the chunks for a prefix-cache model).
+    ``output_length``, ``hash_ids`` (ids of the prompt's 512-token blocks, equal between
+    prompts that agree up to the block's end: the simulator's prefix cache reads them).
 
 Every stream is shifted so its first request arrives at t = 0 s. Files are read
 ``chunk_rows`` rows at a time; each chunk is parsed with vectorised numpy.
@@ -297,6 +299,26 @@ def _field(rows: list[dict], lines: list[int], key: str, path: Path) -> list:
     except KeyError:
         line = next(line for row, line in zip(rows, lines) if key not in row)
         raise InputError(path, f"line {line}: {key}", None, "missing key") from None
+
+
+def write_mooncake(path, chunks) -> int:
+    """Write the requests of ``chunks`` (RequestChunks) as a Mooncake trace: one JSON object a
+    line, ``timestamp`` in whole milliseconds, ``input_length``, ``output_length`` and
+    ``hash_ids`` (empty when a chunk has none). Written atomically; returns the requests."""
+    from dspark_sim.metrics.outdir import atomic_write_lines
+
+    count = [0]
+
+    def lines():
+        for chunk in chunks:
+            ids = chunk.hash_ids if chunk.hash_ids is not None else [[]] * len(chunk)
+            ms = np.rint(chunk.arrival_s * _MOONCAKE_TICKS_PER_S).astype(np.int64).tolist()
+            rows = zip(ms, chunk.prompt_tokens.tolist(), chunk.output_tokens.tolist(), ids)
+            yield "".join(json.dumps(dict(zip(MOONCAKE_KEYS + ("hash_ids",), row)), separators=(",", ":")) + "\n"
+                          for row in rows)
+            count[0] += len(chunk)
+    atomic_write_lines(path, lines())
+    return count[0]
 
 
 # -- shared checks -------------------------------------------------------------------

@@ -79,6 +79,16 @@ class Pages:
         self.free_rows.append(seq.row)
         seq.row = None
 
+    def match(self, seq) -> None:
+        """Give a just-attached ``seq`` the cached pages its prompt starts with: none here
+        (:class:`~.prefix.PrefixPages` shares them)."""
+
+    def share(self, seqs) -> None:
+        """Offer the pages a prefill step computed to other sequences: nothing here."""
+
+    def drop_cached(self) -> None:
+        """Forget pages kept for sharing: none here."""
+
     def flush(self) -> None:
         """Write the page ids handed out since the last flush into the device table."""
         if not self._updates:

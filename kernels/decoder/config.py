@@ -24,6 +24,8 @@ class DecoderConfig:
     ``kernels``: ``triton`` runs the fused kernels, ``torch`` their references.
     ``batching``: ``prefill_first`` (prompt chunks in steps of their own) or ``mixed``
     (chunks beside the decode windows in every step).
+    ``prefix_cache``: requests share whole cached pages of their prompts (:mod:`.prefix`);
+    off unless the scenario's ``deployment.prefix_cache`` (on by default) turns it on.
     """
 
     method: str = "dspark"
@@ -46,6 +48,7 @@ class DecoderConfig:
     kernels: str = "triton"
     attention: str = "triton"
     cuda_graphs: bool = True
+    prefix_cache: bool = False
     dtype: str = "bfloat16"
     device: str = "cuda"
     seed: int = 0
@@ -142,10 +145,12 @@ def decoder_config(scenario, tp: int = 1, **overrides) -> DecoderConfig:
         if value:
             raise InputError(file, f"speculation.{key}", value, "not supported by the decoder")
     batched = min(dep.chunked_prefill_tokens or dep.max_batched_tokens, dep.max_batched_tokens)
+    prefix = _prefix_cache(scenario)
     kwargs = dict(method=method, block_size=spec.block_size, scheduler=scheduler, lag_steps=spec.lag_steps,
                   min_verify_len=spec.min_verify_len, max_verify_len=spec.max_verify_len,
                   survival_eps=spec.survival_eps, max_running_requests=dep.max_running_requests,
                   max_batched_tokens=batched, batching=dep.batching, kv_block_tokens=dep.kv_block_tokens,
+                  prefix_cache=prefix,
                   seed=scenario.seed,
                   source=None if file is None else str(file))
     if spec.sts is not None:
@@ -155,6 +160,20 @@ def decoder_config(scenario, tp: int = 1, **overrides) -> DecoderConfig:
     except InputError as err:
         key = SCENARIO_KEYS.get(err.key, err.key) if err.key not in overrides else err.key
         raise InputError(file, key, err.value, err.why) from None
+
+
+def _prefix_cache(scenario) -> bool:
+    """Whether the decoder shares prompt pages: as the deployment asks, in whole pages (a
+    DeepSeek-V4 target keeps per-request state besides its pages: no sharing)."""
+    from dspark_sim.catalog import get_model
+
+    dep, model = scenario.deployment, get_model(scenario.model)
+    if not dep.prefix_cache or model.v4 is not None:
+        return False
+    if dep.prefix_block(model) != dep.kv_block_tokens:
+        raise InputError(scenario.file, "deployment.prefix_block_tokens", dep.prefix_block_tokens,
+                         f"the decoder caches whole pages of kv_block_tokens={dep.kv_block_tokens}")
+    return True
 
 
 def _decoder_ep(scenario, tp: int) -> int:

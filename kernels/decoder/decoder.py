@@ -116,6 +116,7 @@ class Decoder:
             setattr(other, name, getattr(self, name))
         other.conf, other.drafter = conf, drafter
         other._setup(sps, acceptance)
+        self.pages.drop_cached()  # cached pages hold this drafter's context keys, not the variant's
         return other
 
     def _kernels(self) -> None:
@@ -129,8 +130,10 @@ class Decoder:
 
     # -- admission -------------------------------------------------------------
     def admit(self, seq) -> None:
-        """Give ``seq`` a page-table row (and a difficulty, in synthetic mode)."""
+        """Give ``seq`` a page-table row, the cached pages its prompt starts with (prefix
+        cache: ``num_cached`` > 0), and a difficulty in synthetic mode."""
         self.pages.attach(seq)
+        self.pages.match(seq)
         if self.synthetic is not None and seq.difficulty is None:
             self.synthetic.admit(seq)
 

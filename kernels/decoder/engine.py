@@ -201,7 +201,7 @@ def request_row(seq) -> dict:
             "ttft_ms": (seq.first_token_s - seq.arrival_s) * ms, "tpot_ms": tpot,
             "e2el_ms": (seq.finish_s - seq.arrival_s) * ms, "num_steps": seq.num_steps,
             "num_preemptions": seq.num_preemptions, "accepted_tokens": seq.accepted,
-            "verified_drafts": seq.verified}
+            "verified_drafts": seq.verified, "cached_tokens": seq.cached_tokens}
 
 
 def write_csvs(run: Run, out_dir: str | Path) -> None:

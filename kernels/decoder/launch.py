@@ -98,13 +98,37 @@ def trace_sequences(launch: Launch, vocab_size: int, *, trace=None, max_requests
         raise InputError(launch.scenario.file, "workload.trace", None, "no trace: give --trace or --prompts")
     rng, draw = np.random.default_rng(conf.seed), _domains(launch)
     limit = conf.max_model_len - conf.window - 1
+    blocks = _HashBlocks(conf.seed, vocab_size, wl.hash_block_tokens)
     seqs = []
     for chunk in read_trace(path, fmt=wl.format, time_scale=wl.time_scale, max_requests=max_requests or wl.max_requests):
-        for a, p, o in zip(chunk.arrival_s.tolist(), chunk.prompt_tokens.tolist(), chunk.output_tokens.tolist()):
+        ids = chunk.hash_ids if chunk.hash_ids is not None else [None] * len(chunk)
+        for a, p, o, h in zip(chunk.arrival_s.tolist(), chunk.prompt_tokens.tolist(), chunk.output_tokens.tolist(), ids):
             out = int(min(o, limit - 1))
-            prompt = rng.integers(0, vocab_size, size=max(1, min(p, limit - out))).tolist()
+            size = max(1, min(p, limit - out))
+            prompt = blocks.prompt(h or (), size, rng)
             seqs.append(Sequence(len(seqs), prompt, out, temperature, draw(rng), arrival_s=a))
     return seqs
+
+
+class _HashBlocks:
+    """Prompt tokens of a trace's prefix hash chain: one fixed run of ``block`` random tokens per
+    hash id (the same in every request that names it), random tokens past the chain. Two requests
+    share exactly the prefix their hash ids share, so a prefix cache finds what the simulator's does."""
+
+    def __init__(self, seed: int, vocab_size: int, block: int):
+        self.seed, self.vocab, self.block = seed, vocab_size, block
+        self.tokens: dict[int, list[int]] = {}
+
+    def _of(self, h: int) -> list[int]:
+        if h not in self.tokens:
+            gen = np.random.default_rng(np.random.SeedSequence([self.seed, h % (1 << 63), 1]))
+            self.tokens[h] = gen.integers(0, self.vocab, size=self.block).tolist()
+        return self.tokens[h]
+
+    def prompt(self, hash_ids, size: int, rng) -> list[int]:
+        """``size`` tokens: the blocks of ``hash_ids`` (the last one cut), then ``rng``'s tokens."""
+        prompt = [t for h in hash_ids[:-(-size // self.block)] for t in self._of(h)][:size]
+        return prompt + rng.integers(0, self.vocab, size=size - len(prompt)).tolist()
 
 
 def prompt_sequences(launch: Launch, path, *, max_tokens: int, max_requests: int | None = None,

@@ -88,6 +88,9 @@ def build_caches(spec, conf, drafter, shard=None):
     if drafter is not None:
         draft = KVCache(n_draft, slots, spec.num_kv_heads, spec.head_dim, dtype, conf.device)
     max_pages = -(-(conf.max_model_len + conf.window) // conf.kv_block_tokens)
-    pages = Pages(num_pages, conf.kv_block_tokens, conf.max_running_requests, max_pages, conf.device)
+    kind = Pages
+    if conf.prefix_cache and spec.v4 is None:  # a DeepSeek-V4 target keeps per-request state besides its pages
+        from dspark_sim.kernels.decoder.prefix import PrefixPages as kind
+    pages = kind(num_pages, conf.kv_block_tokens, conf.max_running_requests, max_pages, conf.device)
     rope = Rope(spec.head_dim, spec.rope_theta, conf.max_model_len + conf.window + 1, conf.device)
     return cache, draft, pages, rope

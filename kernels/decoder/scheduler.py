@@ -72,9 +72,9 @@ class Scheduler:
                     budget -= n
         while self.waiting and budget > 0 and len(self.running) < self.conf.max_running_requests:
             seq = self.waiting[0]
-            n = min(seq.prefill_target, budget)
-            self.decoder.admit(seq)
-            if not pages.reserve(seq, n):
+            self.decoder.admit(seq)  # with a prefix cache, its cached pages: num_cached > 0
+            n = min(seq.prefill_target - seq.num_cached, budget)
+            if not pages.reserve(seq, seq.num_cached + n):
                 self.decoder.release(seq)
                 break
             self.waiting.popleft()

@@ -31,6 +31,7 @@ class Sequence:
     num_preemptions: int = 0
     accepted: int = 0
     verified: int = 0
+    cached_tokens: int = 0  # prompt tokens its first prefill read from the prefix cache
     done: bool = False
     pending: int = 0  # most tokens launched, unfinished steps may still add (decode windows, a first token)
     pending_min: int = 0  # fewest they add (one per decode step and per first token)

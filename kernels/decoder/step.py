@@ -155,6 +155,7 @@ def launch(dec, decode: list, prefill: list) -> Pending:
     for s, n in prefill:
         s.num_cached += int(n)
         s.num_steps += 1
+    dec.pages.share([s for s, _ in prefill])  # the stream orders a later reader after this step
     for i, (s, _) in enumerate(prefill):
         if flags[rp + i] & SAMPLE:
             s.pending += 1

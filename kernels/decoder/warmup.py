@@ -155,6 +155,7 @@ def warm_up(dec) -> dict:
     graphs = _prefill_graphs(dec)
     prefill = _prefill_shapes(dec)
     dec.sync()
+    dec.pages.drop_cached()  # the scratch prompts' pages: serving starts with a cold cache
     if len(dec.pages.free) != free:
         raise RuntimeError("warm-up leaked KV pages")
     return {"verify_points": len(points), "prefill_steps": prefill, "prefill_graphs": graphs,
