@@ -202,12 +202,12 @@ def test_tune_flags_are_named(tmp_path, capsys, flags, fragments):
 def test_no_baselines_is_not_reported_as_baselines_missing_the_slo():
     from types import SimpleNamespace
 
-    from dspark_sim.tuner.report import _headline
+    from dspark_sim.tuner.report import headline
 
     ours = {"job": SimpleNamespace(method="dspark"), "value": 900.0, "winner": {"feasible": True}, "gain": None}
-    assert "No baseline was compared" in _headline([ours], "tok/s/GPU")
+    assert "No baseline was compared" in headline([ours], "tok/s/GPU")
     missed = {"job": SimpleNamespace(method="static"), "value": 700.0, "winner": {"feasible": False}, "gain": None}
-    assert "No baseline meets the SLO" in _headline([ours, missed], "tok/s/GPU")
+    assert "No baseline meets the SLO" in headline([ours, missed], "tok/s/GPU")
 
 
 # -- stopping cleanly ---------------------------------------------------------------------------------

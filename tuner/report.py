@@ -154,7 +154,8 @@ def nearest_slo(job: Job) -> str | None:
             f"Nearest SLO a trial meets (trial {best.number}, worst seed): {met}.")
 
 
-def _headline(table: list[dict], unit: str) -> str:
+def headline(table: list[dict], unit: str) -> str:
+    """The report's verdict line: the tuned DSpark value, its interval and how it compares."""
     ours = next((r for r in table if r["job"].method == "dspark"), None)
     if ours is None:
         return "No DSpark trial completed."
@@ -252,7 +253,7 @@ def write(out: Path, jobs: list[Job], winners: dict[str, dict], info: dict) -> s
              f"- storage: `{info['storage']}`; sampler: TPE seed {main.sampler_seed}; "
              f"wall time {info['wall_s']:.0f} s on {info['workers']} worker(s)", "",
              *_provenance_head(info.get("provenance", {})),
-             _headline(table, unit), "",
+             headline(table, unit), "",
              *([nearest, ""] if (nearest := nearest_slo(main)) else []),
              "## Winner and baselines (same trace, same SLO, confirmed on fresh seeds)", "",
              *_table(table, unit, main.target.objective == "pareto"), "",

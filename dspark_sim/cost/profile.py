@@ -16,9 +16,10 @@ import numpy as np
 
 from dspark_sim.catalog import GpuSpec, get_gpu, get_model, served_format
 from dspark_sim.cost.base import CostModel, DraftWork, StepWork, StepWorks, per_step, pick
-from dspark_sim.cost.comm_curves import load_comm_curves, measured_comm, retarget
+from dspark_sim.cost.comm_curves import measured_comm
 from dspark_sim.cost.moe import Routing
 from dspark_sim.cost.parallel import Parallel, shard_factors
+from dspark_sim.cost.projection import curves_for, project_profile, time_scaled
 from dspark_sim.cost.profile_format import (DRAFT_KINDS, FORMAT_VERSION, DraftFit, GpuRef, HeldOut,
                                             Profile, Projection, TargetFit, check_grids,
                                             load_profile, profile_from_json_dict)
@@ -300,44 +301,6 @@ def _sharded(fit, f: dict, kv_terms: tuple[str, ...]):
     return replace(out, **changes)
 
 
-def project_profile(profile: Profile, to_gpu: GpuSpec) -> Profile:
-    """``profile`` carried to ``to_gpu`` by spec-sheet ratios, keeping the measured efficiencies.
-
-    Memory-bound terms scale by HBM bandwidth, compute-bound ones by dense
-    bf16 FLOP/s, fixed (host/launch) terms and shapes stay; measured communication curves
-    scale their bandwidth part by the NVLink ratio (:func:`~.comm_curves.retarget`). The
-    result is marked ``projected from <gpu>, measured <date>`` and carries no grids.
-    """
-    base = profile.projection.measured_gpu if profile.projection else profile.gpu_spec
-    cur = profile.gpu_spec
-    link = get_gpu(profile.gpu).nvlink_bytes_per_s / to_gpu.nvlink_bytes_per_s if profile.comm else 1.0
-    ratio = {"memory": cur.hbm_bytes_per_s / to_gpu.hbm_bytes_per_s,
-             "compute": cur.bf16_flops / to_gpu.bf16_flops}
-    method = profile.held_out_method
-    if profile.projection is None:
-        method += f" (measured on {base.name}; the projection to other GPUs is not validated)"
-    return replace(
-        profile, gpu=to_gpu.name,
-        source=f"projected from {base.name}, measured {profile.measured_date}",
-        gpu_spec=GpuRef(to_gpu.name, to_gpu.hbm_bytes_per_s, to_gpu.bf16_flops, to_gpu.source),
-        target=profile.target.scaled(ratio),
-        draft={k: d.scaled(ratio) for k, d in profile.draft.items()},
-        held_out_method=method, grids=None,
-        comm={tp: retarget(c, bw_ratio=link, gpu=to_gpu.name) for tp, c in profile.comm.items()},
-        projection=Projection(base, profile.measured_date,
-                              memory_ratio=base.hbm_bytes_per_s / to_gpu.hbm_bytes_per_s,
-                              compute_ratio=base.bf16_flops / to_gpu.bf16_flops))
-
-
-def time_scaled(profile: Profile, scale: float) -> Profile:
-    """``profile`` with every time term (memory, compute, fixed and host) multiplied by ``scale``."""
-    r = {"memory": scale, "compute": scale, "fixed": scale}
-    return replace(profile, target=profile.target.scaled(r), draft={k: d.scaled(r) for k, d in profile.draft.items()},
-                   host={k: replace(h, bias_s=h.bias_s * scale, req_s=h.req_s * scale) for k, h in profile.host.items()},
-                   schedule=None if profile.schedule is None else replace(
-                       profile.schedule, bias_s=profile.schedule.bias_s * scale, req_s=profile.schedule.req_s * scale))
-
-
 def scenario_cost(scenario, *, warn: bool = True) -> CostModel:
     """:func:`get_cost_model` for one replica of ``scenario``'s deployment, under its engine: the
     decoder's own host time comes with its profile (warned about, ``warn``, when a host term its
@@ -399,7 +362,7 @@ def get_cost_model(gpu: str, model: str, tp: int = 1, *, file=None, warn: bool =
     par = parallel or Parallel(tp)
     spec, gpu_spec = get_model(model, file=file), get_gpu(gpu, file=file)
     params = RooflineParams(dtype_bytes=kv_dtype_bytes)
-    extra = _curves(comm_curves, gpu_spec)
+    extra = curves_for(comm_curves, gpu_spec)
     roofline = RooflineCost(spec, gpu_spec, params=params, parallel=par, routing=routing,
                             measured=measured_comm(spec, par, extra))
     path = Path(profile) if profile is not None else shipped_profile_path(gpu, model)
@@ -419,18 +382,6 @@ def get_cost_model(gpu: str, model: str, tp: int = 1, *, file=None, warn: bool =
         loaded = replace(loaded, comm={**loaded.comm, **extra})
     return profile_cost(loaded, spec, gpu_spec, par, roofline, warn=warn, kv_dtype_bytes=kv_dtype_bytes,
                         decoder_host=decoder_host, substitutes=substitutes)
-
-
-def _curves(path, gpu_spec: GpuSpec) -> dict:
-    """``{tp: curves}`` of a comm-curves file, carried to ``gpu_spec`` by the NVLink ratio when it
-    was measured on another GPU; empty without a file."""
-    if path is None:
-        return {}
-    curves = load_comm_curves(path)
-    if curves.gpu != gpu_spec.name:
-        ratio = get_gpu(curves.gpu, file=path, key="gpu").nvlink_bytes_per_s / gpu_spec.nvlink_bytes_per_s
-        curves = retarget(curves, bw_ratio=ratio, gpu=gpu_spec.name)
-    return {curves.tp: curves}
 
 
 def profile_cost(profile: Profile, spec, gpu_spec: GpuSpec, par: Parallel, roofline: RooflineCost | None = None,
