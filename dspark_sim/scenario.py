@@ -59,6 +59,15 @@ class Workload:
                 and sum(w for _, w in self.domain_mix) > 0, "domain", self.domain_mix,
                 f"expected weights >= 0 of {', '.join(DOMAINS)} summing to more than 0")
 
+    @property
+    def carries_prefixes(self) -> bool:
+        """Whether requests carry prefix ``hash_ids``: a Mooncake trace or synthetic sessions."""
+        if self.synthetic is not None:
+            return self.synthetic.sessions is not None
+        from dspark_sim.workload.readers import detect_format
+
+        return (self.format or detect_format(self.trace)) == "mooncake"
+
     def requests(self, seed: int):
         """The requests as a stream of :class:`~dspark_sim.workload.RequestChunk`: the trace's, or
         the generator's for ``seed``."""
@@ -216,7 +225,8 @@ class Scenario:
             require(isinstance(getattr(self, name), cls), name, getattr(self, name), "expected a mapping")
         self.deployment.parallel.check(model, gpu, file=self.file)  # heads, experts and the node split as deployed
         block = self.deployment.prefix_block(model)
-        require(not self.deployment.prefix_cache or self.workload.hash_block_tokens % block == 0,
+        require(not (self.deployment.prefix_cache and self.workload.carries_prefixes)
+                or self.workload.hash_block_tokens % block == 0,
                 "deployment.prefix_block_tokens", block, f"a cache block must divide the workload's "
                 f"hash_block_tokens={self.workload.hash_block_tokens} (the tokens of one prefix hash id)")
         check_int(self.seed, "seed", 0, MAX_SEED)

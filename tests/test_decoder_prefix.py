@@ -42,7 +42,11 @@ def test_greedy_outputs_and_drafts_equal_serving_without_the_cache(method, over,
     on_dec, _ = _serve(method, on, prefix_cache=True, **over)
     serve(tiny_decoder(method, **over), off)
     assert [s.outputs for s in on] == [s.outputs for s in off]
-    assert [s.accepted for s in on] == [s.accepted for s in off]  # the drafter read the same context
+    if gap_s == 0 or "max_batched_tokens" not in over:
+        # the drafter read the same context. Not compared with a token budget and arrivals spread in
+        # time: which requests share a step then follows the wall clock (a cached turn prefills
+        # sooner), and the budget splits verify tokens among them, so accepted drafts differ.
+        assert [s.accepted for s in on] == [s.accepted for s in off]
     assert isinstance(on_dec.pages, PrefixPages) and on_dec.pages.hit_tokens > 0
     assert sum(s.cached_tokens for s in on) == on_dec.pages.hit_tokens
     assert all(s.cached_tokens % 4 == 0 and s.cached_tokens < s.prompt_len for s in on)

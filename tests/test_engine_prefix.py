@@ -158,3 +158,16 @@ def test_the_cache_aware_router_keeps_sessions_on_their_cache(write_scenario, tm
         rates[router] = summary["prefix_cache"]["hit_rate"]
     assert rates["cache_aware"] > rates["round_robin"] + 0.15
     assert rates["cache_aware"] > rates["least_outstanding"] + 0.15
+
+
+def test_a_cache_block_that_splits_a_hash_block_is_refused_only_when_requests_carry_hash_ids(write_scenario,
+                                                                                            tmp_path):
+    from dspark_sim.errors import InputError
+
+    trace = _mooncake(tmp_path / "t.jsonl", [(0, 64, 4, [1]), (10, 64, 4, [1])])
+    with pytest.raises(InputError, match=r"deployment\.prefix_block_tokens=3: .*hash_block_tokens=512"):
+        load_scenario(write_scenario(_trace_scenario(trace, kv_block_tokens=3), "hashed.yaml"))
+    plain = synthetic_scenario(num_requests=2)
+    plain["deployment"]["kv_block_tokens"] = 3
+    summary, _ = _run(write_scenario, tmp_path, plain, "plain")  # no hash ids: nothing to split, the run goes on
+    assert summary["completed"] == 2

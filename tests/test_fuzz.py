@@ -162,6 +162,10 @@ def valid_scenario(draw, workload=None):
             "seed": draw(st.integers(0, 2**32))}
     if data["gpu"] == "a100" and data["model"] == "qwen3-14b":
         data["deployment"]["gpu_memory_fraction"] = 0.9
+    wl, block = data["workload"], data["deployment"].get("kv_block_tokens")
+    hashed = str(wl.get("trace", "")).endswith(".jsonl") or "sessions" in wl.get("synthetic", {})
+    if hashed and block is not None and 512 % block:  # a cache block must divide a 512-token hash block
+        data["deployment"]["kv_block_tokens"] = draw(st.sampled_from([1, 2, 4, 8, 16, 32, 64]))
     return data
 
 

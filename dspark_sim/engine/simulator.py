@@ -96,8 +96,10 @@ def build_context(scenario: Scenario, collector: Collector) -> SimContext:
     engine = scenario.engine
     cap = engine.running_cap(kv, model.max_context)
     per_request = kv_request_tokens(model, dep)
+    block = dep.prefix_block(model)  # divides hash_block_tokens whenever requests carry hash ids (Scenario)
     ctx = SimContext(scenario, cost, acceptance, kv, collector, kv_request_tokens=per_request,
-                     prefix_block_tokens=dep.prefix_block(model) if dep.prefix_cache else 0,
+                     prefix_block_tokens=block if dep.prefix_cache and
+                     scenario.workload.hash_block_tokens % block == 0 else 0,
                      max_running=min(dep.max_running_requests, cap) if cap is not None else 0,
                      frontend_s=engine.terms.frontend_s,
                      admission=Admission.of(model.max_context, kv, per_request, spec))
