@@ -91,6 +91,15 @@ def assert_one_line_error(code, lines, listing, file_name):
     assert "out" not in listing and not [n for n in listing if n.startswith(".out")], listing
 
 
+def assert_ran_or_one_line(code, lines, listing, file_name):
+    """Either outcome a user may get: a completed run, or one error line naming the file."""
+    event(f"exit {code}")
+    if code == 0:
+        assert_completed(code, lines, listing)
+    else:
+        assert_one_line_error(code, lines, listing, file_name)
+
+
 # -- strategies: valid scenarios --------------------------------------------------------
 def length_dist(max_mean: int):
     constant = st.fixed_dictionaries({"dist": st.just("constant"), "mean": st.integers(1, max_mean)})
@@ -436,11 +445,7 @@ def _put(data: dict, section: str, key: str, value) -> dict:
 def test_any_value_at_any_key_completes_or_fails_in_one_line(base, where, value):
     data = _put(base, *where, value)
     code, lines, listing = run_case({"s.yaml": yaml.safe_dump(data)})
-    event(f"exit {code}")
-    if code == 0:
-        assert_completed(code, lines, listing)
-    else:
-        assert_one_line_error(code, lines, listing, "s.yaml")
+    assert_ran_or_one_line(code, lines, listing, "s.yaml")
 
 
 # -- extreme magnitudes: a physical run or one line ---------------------------------------------------
@@ -479,11 +484,7 @@ def extreme_scenario(draw):
 @given(data=extreme_scenario())
 def test_extreme_synthetic_magnitudes_run_physically_or_fail_in_one_line(data):
     code, lines, listing = run_case({"s.yaml": yaml.safe_dump(data)})
-    event(f"exit {code}")
-    if code == 0:
-        assert_completed(code, lines, listing)
-    else:
-        assert_one_line_error(code, lines, listing, "s.yaml")
+    assert_ran_or_one_line(code, lines, listing, "s.yaml")
 
 
 @fuzz(200)

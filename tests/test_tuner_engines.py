@@ -240,12 +240,16 @@ def _edited(src: Path, name: str, old: str, new: str, dst: Path) -> Path:
     return dst
 
 
-def test_sglang_startup_rules_refuse_dp_attention_without_the_dp_lm_head(v4_exported, tmp_path):
-    """The start-up check is SGLang's own: drop one flag the V4 layout needs and it refuses."""
+@pytest.mark.parametrize("engine, old, new, refusal", [
+    ("sglang", "enable-dp-lm-head: true\n", "", "enable-dp-lm-head"),  # DP attention needs the DP LM head
+    ("vllm", "data-parallel-size: 8", "data-parallel-size: 0", "data_parallel_size|greater than or equal"),
+])
+def test_the_engines_own_checks_refuse_a_broken_v4_layout(v4_exported, tmp_path, engine, old, new, refusal):
+    """The start-up checks are the engines' own: drop or break one value the V4 layout needs and they refuse."""
     _need_engines()
-    edited = _edited(v4_exported, "sglang.yaml", "enable-dp-lm-head: true\n", "", tmp_path)
-    with pytest.raises(RuntimeError, match="enable-dp-lm-head"):
-        enginecheck.run("sglang", [edited], ROOT)
+    edited = _edited(v4_exported, f"{engine}.yaml", old, new, tmp_path)
+    with pytest.raises(RuntimeError, match=refusal):
+        enginecheck.run(engine, [edited], ROOT)
 
 
 def test_v4_flash_export_passes_vllm_fields_and_values(v4_exported):
@@ -259,13 +263,6 @@ def test_v4_flash_export_passes_vllm_fields_and_values(v4_exported):
         set(answer["values_checked"])
     spec = answer["speculative_config"]
     assert (spec["method"], spec["model"], spec["num_speculative_tokens"]) == ("dspark", V4_CHECKPOINT, 5)
-
-
-def test_vllm_check_refuses_a_bad_layout_value(v4_exported, tmp_path):
-    _need_engines()
-    edited = _edited(v4_exported, "vllm.yaml", "data-parallel-size: 8", "data-parallel-size: 0", tmp_path)
-    with pytest.raises(RuntimeError, match="data_parallel_size|greater than or equal"):
-        enginecheck.run("vllm", [edited], ROOT)
 
 
 def test_v4_flash_trtllm_export_follows_llm_args_rules(v4_exported):
