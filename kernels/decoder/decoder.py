@@ -39,6 +39,11 @@ from dspark_sim.kernels.decoder.synthetic import Synthetic
 
 __all__ = ["Decoder", "StepStats"]
 
+# Programs a CPU launch plans for (a GPU's are its SMs): the CPU runs Triton programs one after
+# another, so splitting keys over a GPU's 16 splits only multiplies the work; 4 keeps the
+# split-and-combine path in use.
+CPU_PROGRAMS = 4
+
 
 class Decoder:
     """Target + drafter + caches for one model; steps launched and finished."""
@@ -59,7 +64,7 @@ class Decoder:
         self.cache, self.draft_cache, self.pages, self.rope = build_caches(self.spec, conf, self.drafter, shard)
         self.rows = RowState(conf.max_running_requests, self.device)
         self.num_sms = (torch.cuda.get_device_properties(self.device).multi_processor_count
-                        if self.device.type == "cuda" else 132)
+                        if self.device.type == "cuda" else CPU_PROGRAMS)
         self._setup(sps, acceptance)
 
     def _setup(self, sps, acceptance) -> None:
