@@ -439,14 +439,14 @@ def test_host_terms_round_trip_and_are_validated():
         profile_from_json_dict(bad)
 
 
-def test_fit_recovers_the_scheduling_gap_and_the_simulator_adds_it():
+def test_fit_recovers_the_scheduling_gap_and_the_simulator_adds_it(fitted):
     """The serving loop's gaps between steps (``sched`` rows, every drafter kind) fit
     ``bias + req_s * R``; the cost model adds that gap to every step with tokens, by the
     running requests, and keeps it out of the held-out "all" summary."""
     from dspark_sim.cost.profile_format import ScheduleFit
 
-    raw = synthetic_raw(RooflineCost(MODEL, GPU), seed=1)
-    base = fit_profile(raw, MODEL, GPU, folds=3)
+    raw = synthetic_raw(RooflineCost(MODEL, GPU), seed=1)  # the raw file ``fitted`` was fitted to
+    base = fitted
     assert base.schedule is None and "sched" not in base.held_out
     rng = np.random.default_rng(0)
     raw["sched"] = [{"kind": kind, "reqs": r, "step_s": (3e-5 + 4e-6 * r) * (1 + 0.01 * rng.standard_normal()),

@@ -17,13 +17,13 @@ from dspark_sim.kernels.decoder.tiny import tiny_decoder  # noqa: E402
 SYSTEM = [(5 * j + 3) % 31 for j in range(22)]  # 5.5 pages of 4 tokens
 
 
-def _sessions(turns=3, users=3, gap_s=0.0):
+def _sessions(turns=3, users=3, gap_s=0.0, outputs=5):
     """``users`` conversations over one system prompt, each turn resending the last prompt."""
     seqs, t = [], 0.0
     for turn in range(turns):
         for u in range(users):
             history = SYSTEM + [(u * 11 + k) % 29 + 1 for k in range(6 * (turn + 1))]
-            seqs.append(Sequence(len(seqs), history, 5, arrival_s=t))
+            seqs.append(Sequence(len(seqs), history, outputs, arrival_s=t))
             t += gap_s
     return seqs
 
@@ -57,7 +57,7 @@ def test_the_triton_attention_reads_shared_pages_as_its_own(method, batching):
     """The Triton attention (interpreted on the CPU) over shared pages: a second turn reads the
     first turn's pages and gives the same greedy outputs as computing them itself."""
     over = dict(attention="triton", batching=batching, max_running_requests=2)
-    on, off = _sessions(turns=2, users=1, gap_s=1e3), _sessions(turns=2, users=1, gap_s=1e3)  # turn 1 done first
+    on, off = (_sessions(turns=2, users=1, gap_s=1e3, outputs=2) for _ in range(2))  # turn 1 done first
     dec, _ = _serve(method, on, prefix_cache=True, **over)
     serve(tiny_decoder(method, **over), off)
     assert [s.outputs for s in on] == [s.outputs for s in off]

@@ -70,7 +70,7 @@ def test_stepper_times_each_part_and_skips_what_does_not_fit():
     assert len(dec.pages.free) == free  # every point gave its pages back
 
 
-def test_profiler_resumes_a_raw_file_and_replaces_a_part(tmp_path):
+def test_profiler_resumes_a_raw_file_and_replaces_a_part(tmp_path, monkeypatch):
     """A second run keeps the first run's points, times only the missing ones, and
     --replace re-times a part from scratch (the split-and-merge of a large grid)."""
     env = {"PYTHONHASHSEED": "0", "PATH": "/usr/bin:/bin"}
@@ -85,16 +85,15 @@ def test_profiler_resumes_a_raw_file_and_replaces_a_part(tmp_path):
     raw.write_text(json.dumps(old))
     from dspark_sim.kernels.profiler.__main__ import main
     import dspark_sim.kernels.profiler.__main__ as prof
-    from dspark_sim.kernels.decoder.tiny import tiny_decoder
+    from dspark_sim.kernels.decoder.tiny import tiny_decoder, tiny_spec
 
-    prof_build = prof.build
-    prof.build = lambda args: tiny_decoder("dspark", block_size=8, kv_tokens=4096, max_model_len=512)
-    try:
-        assert main(["--gpu", "cpu", "--model", "tiny", "--out", str(tmp_path / "b"),
-                     "--part", "draft,prefill", "--resume", str(raw), "--replace", "prefill",
-                     "--max-seconds", "0", "--device", "cpu"]) == 0
-    finally:
-        prof.build = prof_build
+    # the tiny model is not in the catalog: the profiler builds it and checks it by hand
+    monkeypatch.setattr(prof, "build", lambda args: tiny_decoder("dspark", block_size=8, kv_tokens=4096,
+                                                                 max_model_len=512))
+    monkeypatch.setattr(prof, "model_spec", lambda args: tiny_spec())
+    assert main(["--gpu", "cpu", "--model", "tiny", "--out", str(tmp_path / "b"),
+                 "--part", "draft,prefill", "--resume", str(raw), "--replace", "prefill",
+                 "--max-seconds", "0", "--device", "cpu"]) == 0
     new = json.loads((tmp_path / "b" / "raw_tiny.json").read_text())
     assert new["verify"] == old["verify"]  # untouched part kept
     assert {"kind": "block", **old["draft"][0]} in new["draft"]  # kept, not re-timed
@@ -104,12 +103,8 @@ def test_profiler_resumes_a_raw_file_and_replaces_a_part(tmp_path):
     assert len(new["provenance"]["skipped"]["draft"]) == 35  # 36 points, one already measured
     assert new["kernels"] == [] and new["step"] == []
     # --add times a part's points again beside the old ones (a second process, pooled)
-    prof.build = lambda args: tiny_decoder("dspark", block_size=8, kv_tokens=4096, max_model_len=512)
-    try:
-        assert main(["--gpu", "cpu", "--model", "tiny", "--out", str(tmp_path / "c"), "--part", "draft",
-                     "--resume", str(raw), "--add", "draft", "--max-seconds", "0", "--device", "cpu"]) == 0
-    finally:
-        prof.build = prof_build
+    assert main(["--gpu", "cpu", "--model", "tiny", "--out", str(tmp_path / "c"), "--part", "draft",
+                 "--resume", str(raw), "--add", "draft", "--max-seconds", "0", "--device", "cpu"]) == 0
     again = json.loads((tmp_path / "c" / "raw_tiny.json").read_text())
     assert {"kind": "block", **old["draft"][0]} in again["draft"]
     assert len(again["provenance"]["skipped"]["draft"]) == 36  # every point due again

@@ -34,13 +34,15 @@ from dspark_sim.names import DOMAINS
 from dspark_sim.scenario import ROUTERS
 
 CASE_LIMIT_S = 30  # a generated case that runs longer than this is a hang, reported as a failure
-# Derandomized so CI sees the same cases every run; DSPARK_FUZZ_RANDOM=1 explores new ones.
+# Derandomized so CI sees the same cases every run; DSPARK_FUZZ_RANDOM=1 explores new ones, and
+# DSPARK_FUZZ_SCALE=N runs N times as many cases of every test.
 _BASE = settings(deadline=None, derandomize=os.environ.get("DSPARK_FUZZ_RANDOM") != "1",
                  suppress_health_check=list(HealthCheck), database=None)
+_SCALE = float(os.environ.get("DSPARK_FUZZ_SCALE", "1"))
 
 
 def fuzz(max_examples: int) -> settings:
-    return settings(_BASE, max_examples=max_examples)
+    return settings(_BASE, max_examples=max(1, round(max_examples * _SCALE)))
 SMALL_MODELS = ("qwen3-4b", "qwen3-8b", "qwen3-14b", "llama-3.1-8b")
 AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens"
 BURSTGPT_HEADER = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type"
@@ -222,14 +224,14 @@ def trace_workload(draw, fmt: str, name: str):
 
 
 # -- valid inputs complete -----------------------------------------------------------------
-@fuzz(450)
+@fuzz(250)
 @given(data=valid_scenario())
 def test_valid_synthetic_scenarios_complete(data):
     code, lines, listing = run_case({"s.yaml": yaml.safe_dump(data)})
     assert_completed(code, lines, listing)
 
 
-@fuzz(350)
+@fuzz(200)
 @given(fmt=st.sampled_from(["azure", "burstgpt", "mooncake"]), rows=trace_rows(), data=st.data())
 def test_valid_traces_complete(fmt, rows, data):
     name, text = render_trace(fmt, rows)
@@ -316,7 +318,7 @@ def _set(data: dict, section: str, key: str, value) -> dict:
     return data
 
 
-@fuzz(700)
+@fuzz(400)
 @given(base=valid_scenario(), bad=st.sampled_from(BAD_VALUES).flatmap(
     lambda b: st.tuples(st.just(b[0]), st.just(b[1]), b[2])))
 def test_invalid_scenario_values_fail_in_one_line(base, bad):
@@ -440,7 +442,7 @@ def _put(data: dict, section: str, key: str, value) -> dict:
     return data
 
 
-@fuzz(500)
+@fuzz(300)
 @given(base=valid_scenario(), where=st.sampled_from(SCENARIO_KEYS), value=ANY_VALUE)
 def test_any_value_at_any_key_completes_or_fails_in_one_line(base, where, value):
     data = _put(base, *where, value)

@@ -2,8 +2,10 @@
 
 Policy (docs/notebooks.md): notebooks are committed with outputs stripped, so a
 diff shows code, never numbers that went stale. Each notebook is executed
-headless with nbclient, exactly as shipped, in a temporary copy of
+headless with nbclient, every cell as shipped, in a temporary copy of
 ``notebooks/`` and ``examples/``, so a run writes nothing into the repository.
+Smaller sizes (fewer requests, trials) are set in a cell inserted after the
+parameters cell, as papermill inserts its values.
 """
 from __future__ import annotations
 
@@ -25,6 +27,11 @@ SHIPPED = ("01_capacity_planning", "02_policy_frontier", "03_tuning", "04_accept
 KERNEL = "dspark-sim-test"
 # A notebook must run in 2 minutes on a laptop; the test allows twice that for a loaded CI box.
 MAX_WALL_S = 240
+# The sizes the test runs at (inserted after the parameters cell): every cell runs, on less work.
+SMALL = {"01_capacity_planning": {"MAX_REQUESTS": 200, "PRECISION": 0.1},
+         "02_policy_frontier": {"CONCURRENCY": [1, 32, 256]},
+         "03_tuning": {"TRIALS": 8, "BASELINE_TRIALS": 3},
+         "04_acceptance_calibration": {"DEMO_REQUESTS": 300, "SIM_REQUESTS": 96}}
 # What each run must leave behind: lines its explanations print, and files under runs/notebooks/<name>/.
 KEY_OUTPUT = {
     "01_capacity_planning": (["Recommendation (", "H100: ", "H200: ", "B200: ", "B300: ", "per M output tokens"],
@@ -130,6 +137,10 @@ def test_runs_top_to_bottom(name, tmp_path, kernel_name):
     (work / "notebooks").mkdir()
     shutil.copy(NOTEBOOKS / f"{name}.ipynb", work / "notebooks")
     nb = nbformat.read(work / "notebooks" / f"{name}.ipynb", as_version=4)
+    params = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
+    for key in SMALL[name]:
+        assert re.search(rf"^{key} = ", nb.cells[params].source, re.MULTILINE), f"{name}: no parameter {key}"
+    nb.cells.insert(params + 1, nbformat.v4.new_code_cell("\n".join(f"{k} = {v!r}" for k, v in SMALL[name].items())))
 
     started = time.perf_counter()
     nbclient.NotebookClient(nb, kernel_name=kernel_name, timeout=600,
