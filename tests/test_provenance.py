@@ -112,3 +112,16 @@ def test_run_writes_provenance_beside_the_record_and_prints_one_line(tmp_path, w
     assert sidecar["cost_model"]["projected"]["from"] == "h200"
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("provenance:")]
     assert len(lines) == 1 and "b300/qwen3-8b profile projected from h200" in lines[0]
+
+
+def test_a_sibling_whose_base_term_is_zero_gives_no_ratio():
+    """The 14B's none and chain host terms are 0 s: a ratio to them is undefined, so a term
+    missing from a profile measured the same day is copied from a sibling instead."""
+    fourteen = load_profile(shipped_profile_path("h200", "qwen3-14b"))
+    assert fourteen.host["none"].seconds(RATIO_REQS) == 0 and fourteen.host["chain"].seconds(RATIO_REQS) == 0
+    shipped = load_profile(shipped_profile_path("h200", "qwen3-8b"))
+    profile = replace(shipped, measured_date=fourteen.measured_date,
+                      host={k: v for k, v in shipped.host.items() if k != "block"})
+    filled, labels = fill_host_terms(profile)
+    assert labels["host_block"].startswith("copied from")
+    assert filled.host["block"].seconds(RATIO_REQS) > 0

@@ -75,10 +75,12 @@ def fill_host_terms(profile: Profile, kinds=STEP_KINDS) -> tuple[Profile, dict[s
             continue
         have = [k for k in STEP_KINDS if k in profile.host]
         pairs = _ranked(profile, [d for d in siblings if kind in d[3] and any(k in d[3] for k in have)])
+        same, base = [], None
         if have and pairs:
             same = [d for d in pairs if d[1] == pairs[0][1]]
             base = next(k for k in have if k in same[0][3])
-            same = [d for d in same if base in d[3]]
+            same = [d for d in same if base in d[3] and d[3][base].seconds(RATIO_REQS) > 0]  # a ratio to 0 s: none
+        if same:
             ratio = median(d[3][kind].seconds(RATIO_REQS) / d[3][base].seconds(RATIO_REQS) for d in same)
             fit = profile.host[base]
             host[kind] = HostFit(kind, fit.bias_s * ratio, fit.req_s * ratio)
