@@ -115,6 +115,38 @@ def test_profiler_resumes_a_raw_file_and_replaces_a_part(tmp_path):
     assert len(again["provenance"]["skipped"]["draft"]) == 36  # every point due again
 
 
+def test_prefill_grid_puts_cached_levels_coarse_first():
+    from dspark_sim.kernels.profiler.grid import coarse_first, prefill_points
+
+    assert coarse_first([4096, 0, 1024, 2048, 8192, 16384, 512]) == [0, 16384, 2048, 512, 4096, 1024, 8192]
+    pts = prefill_points(("none", "block"), (16, 64), (0, 512, 1024), max_total=1056)
+    assert pts[:4] == [("none", 16, 0), ("block", 16, 0), ("none", 64, 0), ("block", 64, 0)]
+    assert [c for _, _, c in pts[4:6]] == [1024, 1024] and ("none", 64, 1024) not in pts  # over max_total
+
+
+def test_profiler_times_prefill_after_cached_levels_with_p90(tmp_path):
+    """--prefill-chunks/--prefill-cached/--prefill-kinds set the prefill grid; each row
+    carries the median, the 90th percentile and how many calls were timed."""
+    from dspark_sim.kernels.profiler.__main__ import main
+    import dspark_sim.kernels.profiler.__main__ as prof
+    from dspark_sim.kernels.decoder.tiny import tiny_decoder
+
+    prof_build = prof.build
+    prof.build = lambda args: tiny_decoder("dspark", block_size=8, kv_tokens=4096, max_model_len=512)
+    try:
+        assert main(["--gpu", "cpu", "--model", "qwen3-8b", "--out", str(tmp_path), "--part", "prefill",
+                     "--prefill-chunks", "8,16", "--prefill-cached", "0,64,32", "--prefill-kinds", "none",
+                     "--reps", "10", "--device", "cpu"]) == 0
+    finally:
+        prof.build = prof_build
+    rows = json.loads((tmp_path / "raw_qwen3-8b.json").read_text())["prefill"]
+    assert [(r["chunk"], r["context"]) for r in rows] == [(8, 0), (16, 0), (8, 64), (16, 64), (8, 32), (16, 32)]
+    assert all(r["kind"] == "none" and r["reps"] in (5, 10) and r["p90_s"] >= r["step_s"] > 0 for r in rows)  # 5: steps over 0.1 s
+    with pytest.raises(SystemExit) as bad:
+        main(["--gpu", "cpu", "--model", "qwen3-8b", "--out", str(tmp_path), "--prefill-cached", "0,x"])
+    assert bad.value.code == 2
+
+
 def test_bench_table_reports_checks_and_misses(tmp_path):
     data = {"provenance": {"gpu": "X"}, "rows": [
         {"method": "none", "reqs": 1, "tok_per_s_per_user": 100.0, "tok_per_s": 100.0,
