@@ -472,3 +472,40 @@ def test_fit_recovers_the_scheduling_gap_and_the_simulator_adds_it():
     with pytest.raises(InputError, match="req_s"):
         profile_from_json_dict(d)
     assert ScheduleFit(1e-4, 0.0).seconds(7) == 1e-4
+
+
+def test_a_short_chunk_after_a_long_cached_prefix_pays_one_programs_key_stream():
+    """The prefill attention is the pairs' compute floored by one program's stream over the
+    request's keys; a chunk of one query tile splits its keys as a decode does."""
+    fit = replace(KNOWN_TARGET, prefill_host_s=0.0, prefill_kv_s_per_token=1e-6, prefill_sharpness=4.0,
+                  prefill_tile=16.0, split_target=33.0, max_splits=16.0)
+    cost = ProfileCost(replace(_known_profile_bare(), target=fit))
+    old = ProfileCost(replace(_known_profile_bare(), target=replace(fit, prefill_kv_s_per_token=0.0)))
+
+    def chunk(n, cached):
+        return StepWork(prefill_tokens=n, prefill_reqs=1, prefill_attn_tokens2=n * (cached + n / 2))
+    short = cost.breakdown(chunk(64, 16384))["attn_s"]
+    assert short >= 1e-6 * (16384 + 32) and old.breakdown(chunk(64, 16384))["attn_s"] < 0.1 * short
+    assert cost.breakdown(chunk(128, 16384))["attn_s"] < 1.1 * short  # the floor, not the pairs
+    tile = cost.breakdown(chunk(16, 16384))["attn_s"]
+    assert tile == pytest.approx(1e-6 * (16384 + 8) / 16, rel=0.05)  # 16 splits at one request
+    long = chunk(8192, 0)  # compute-bound: the floor changes nothing
+    assert cost.step_s(long) == pytest.approx(old.step_s(long), rel=1e-3)
+    with pytest.raises(InputError, match="prefill_tile"):
+        replace(fit, prefill_tile=-1.0)
+
+
+def test_fit_recovers_the_prefill_key_stream_by_cached_level(fitted):
+    """Timings made with a known floor over chunks after 0-16k cached tokens: the fit finds the
+    floor, and holding out a whole cached level predicts it within a few percent."""
+    from dspark_sim.profiling.levels import level_errors
+
+    truth = replace(KNOWN_TARGET, prefill_kv_s_per_token=1e-6, prefill_sharpness=4.0)
+    grid = {**default_grid(), "prefill": [(n, c) for n in (64, 128, 256, 512, 1024, 2048, 4096)
+                                          for c in (0, 1024, 2048, 4096, 8192, 16384)]}
+    raw = synthetic_raw(ProfileCost(replace(_known_profile(fitted), target=truth)), noise=0.005, quantum=1,
+                        seed=3, grid=grid)
+    got = fit_profile(raw, MODEL, GPU, folds=2)
+    assert got.target.prefill_kv_s_per_token == pytest.approx(1e-6, rel=0.15)
+    held = level_errors(raw, MODEL, GPU)
+    assert held["prefill@cached"].median_rel_err < 0.02 and held["prefill@cached"].max_rel_err < 0.1

@@ -76,7 +76,7 @@ def test_profiler_resumes_a_raw_file_and_replaces_a_part(tmp_path):
     env = {"PYTHONHASHSEED": "0", "PATH": "/usr/bin:/bin"}
     import os
     env.update({k: v for k, v in os.environ.items() if k.startswith(("PYTHON", "VIRTUAL", "HOME"))})
-    raw = tmp_path / "a" / "raw_tiny.json"
+    raw = tmp_path / "a" / "raw_qwen3-8b.json"
     old = {"provenance": {"date": "2026-01-01"},
            "verify": [{"reqs": 1, "tokens": 1, "context": 512, "step_s": 1.0}],
            "draft": [{"reqs": 1, "gamma": 4, "context": 1024, "step_s": 2.0}],
@@ -90,12 +90,12 @@ def test_profiler_resumes_a_raw_file_and_replaces_a_part(tmp_path):
     prof_build = prof.build
     prof.build = lambda args: tiny_decoder("dspark", block_size=8, kv_tokens=4096, max_model_len=512)
     try:
-        assert main(["--gpu", "cpu", "--model", "tiny", "--out", str(tmp_path / "b"),
+        assert main(["--gpu", "cpu", "--model", "qwen3-8b", "--out", str(tmp_path / "b"),
                      "--part", "draft,prefill", "--resume", str(raw), "--replace", "prefill",
                      "--max-seconds", "0", "--device", "cpu"]) == 0
     finally:
         prof.build = prof_build
-    new = json.loads((tmp_path / "b" / "raw_tiny.json").read_text())
+    new = json.loads((tmp_path / "b" / "raw_qwen3-8b.json").read_text())
     assert new["verify"] == old["verify"]  # untouched part kept
     assert {"kind": "block", **old["draft"][0]} in new["draft"]  # kept, not re-timed
     assert new["prefill"] == []  # replaced; no time left to re-time it
@@ -106,11 +106,11 @@ def test_profiler_resumes_a_raw_file_and_replaces_a_part(tmp_path):
     # --add times a part's points again beside the old ones (a second process, pooled)
     prof.build = lambda args: tiny_decoder("dspark", block_size=8, kv_tokens=4096, max_model_len=512)
     try:
-        assert main(["--gpu", "cpu", "--model", "tiny", "--out", str(tmp_path / "c"), "--part", "draft",
+        assert main(["--gpu", "cpu", "--model", "qwen3-8b", "--out", str(tmp_path / "c"), "--part", "draft",
                      "--resume", str(raw), "--add", "draft", "--max-seconds", "0", "--device", "cpu"]) == 0
     finally:
         prof.build = prof_build
-    again = json.loads((tmp_path / "c" / "raw_tiny.json").read_text())
+    again = json.loads((tmp_path / "c" / "raw_qwen3-8b.json").read_text())
     assert {"kind": "block", **old["draft"][0]} in again["draft"]
     assert len(again["provenance"]["skipped"]["draft"]) == 36  # every point due again
 

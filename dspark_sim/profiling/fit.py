@@ -55,8 +55,12 @@ HOST_SHARPNESS = 12.0
 # file may state its own as provenance.attn_split_programs_per_sm / attn_max_splits.
 DECODER_SPLIT_PROGRAMS_PER_SM = 2.0
 DECODER_MAX_SPLITS = 16.0
+# Its prefill attention gives a program BLOCK_M = 64 query rows: 64 / pow2(query heads per KV
+# head) tokens of one request (kernels/decoder/attention.py, plan), the prefill query tile; a
+# raw file may state its own as provenance.attn_query_rows.
+DECODER_QUERY_ROWS = 64.0
 HOST_S_PER_LAYER = 12 * 30e-6
-NO_HOST = {"prefill_host_s": 0.0}
+NO_HOST = {"prefill_host_s": 0.0, "prefill_kv_s_per_token": 0.0}
 
 
 # -- the target forward ---------------------------------------------------------------
@@ -86,6 +90,9 @@ def _target_params(model: ModelSpec, gpu: GpuSpec, has_prefill: bool, split_targ
     # an eager forward launches about a dozen kernels a layer at tens of microseconds of
     # Python each; with no eager step measured there is no host floor (NO_HOST)
     host = [Param("prefill_host_s", model.num_layers * HOST_S_PER_LAYER, 1.0)] if has_prefill else []
+    # a short chunk's keys are streamed by a few programs, as one decoding request's are
+    floor = [Param("prefill_kv_s_per_token", kv_one, 3.0), sharpness_param("prefill_sharpness", 4.0)] \
+        if has_prefill else []
     return [
         Param("bias_s", 3e-4, 3.0),
         Param("req_s", 2e-6, 3.0),
@@ -102,6 +109,7 @@ def _target_params(model: ModelSpec, gpu: GpuSpec, has_prefill: bool, split_targ
         Param("attn_s_per_pair", model.attn_flops_per_token_per_ctx() / (0.4 * flops),
                prefill_sigma, *eff(0.02, 0.4, 1.05)),
         *host,
+        *floor,
     ]
 
 
@@ -141,8 +149,12 @@ def _splits_of(provenance: dict, model: ModelSpec) -> dict:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise InputError(None, f"provenance.{key}", value, "must be a positive number")
         out[key] = float(value)
+    rows = provenance.get("attn_query_rows", DECODER_QUERY_ROWS)
+    if isinstance(rows, bool) or not isinstance(rows, (int, float)) or not rows >= 1:
+        raise InputError(None, "provenance.attn_query_rows", rows, "must be a number >= 1")
+    group = 2 ** math.ceil(math.log2(max(model.num_heads // model.num_kv_heads, 1)))
     return {"split_target": out["attn_split_programs_per_sm"] * out["sm_count"] / model.num_kv_heads,
-            "max_splits": max(1.0, out["attn_max_splits"])}
+            "max_splits": max(1.0, out["attn_max_splits"]), "prefill_tile": max(1.0, float(rows) // group)}
 
 
 def pad_and_splits(provenance: dict, model: ModelSpec) -> dict:
