@@ -16,7 +16,7 @@ from dspark_sim.cost.base import CostModel, DraftWork
 from dspark_sim.cost.profile import shipped_profile_path
 from dspark_sim.cost.profile_format import (DraftFit, GpuRef, HostFit, Profile, TargetFit,
                                             profile_from_json_dict)
-from dspark_sim.cost.shapes import (hat_matrix, interp2_array, interp2_clamped, interp_array,
+from dspark_sim.cost.shapes import (SCALAR, hat_matrix, interp2_array, interp2_clamped, interp_array,
                                     interp_clamped, pad_tokens, pow2_array, pow2_scalar)
 from dspark_sim.errors import InputError
 from dspark_sim.profiling.fit import TargetModel, fit_profile
@@ -509,3 +509,21 @@ def test_fit_recovers_the_prefill_key_stream_by_cached_level(fitted):
     assert got.target.prefill_kv_s_per_token == pytest.approx(1e-6, rel=0.15)
     held = level_errors(raw, MODEL, GPU)
     assert held["prefill@cached"].median_rel_err < 0.02 and held["prefill@cached"].max_rel_err < 0.1
+
+
+def test_small_prompt_steps_run_a_graph_over_a_power_of_two_tokens():
+    """Prompt steps up to prefill_graph_tokens are priced over the next power of two of their
+    tokens (at least prefill_graph_min), larger ones over their own; logits stay unpadded."""
+    fit = replace(KNOWN_TARGET, prefill_host_s=0.0, pad_limits=(8.0, 64.0, 256.0), pad_steps=(1.0, 8.0, 32.0, 128.0),
+                  prefill_graph_tokens=512.0, prefill_graph_min=16.0)
+    cost = ProfileCost(replace(_known_profile_bare(), target=fit))
+    eager = ProfileCost(replace(_known_profile_bare(), target=replace(fit, prefill_graph_tokens=0.0)))
+
+    def linear(c, n):
+        return c.breakdown(StepWork(prefill_tokens=n, prefill_reqs=1, prefill_attn_tokens2=n * n / 2))["linear_s"]
+    assert linear(cost, 300) == pytest.approx(linear(eager, 512), rel=1e-9)
+    assert linear(cost, 5) == pytest.approx(linear(eager, 16), rel=1e-9)
+    assert linear(cost, 600) == linear(eager, 600)
+    assert fit.padded_tokens(0, 300, True, SCALAR) == 512 and fit.padded_tokens(24, 0, False, SCALAR) == 24
+    with pytest.raises(InputError, match="prefill_graph_min"):
+        replace(fit, prefill_graph_min=0.5)

@@ -109,9 +109,10 @@ class TargetFit:
     """Fitted target forward: seconds of one step (see ``docs/profiles.md``, "Target step").
 
     A step without prefill replays a CUDA graph over T = pad(M) tokens (tiers
-    ``pad_limits``/``pad_steps``); a step with prefill runs eagerly over T = M
-    tokens while the host launches its kernels, so it lasts the smooth maximum
-    of the host's launch time and the GPU's::
+    ``pad_limits``/``pad_steps``); a step with prefill of at most ``prefill_graph_tokens``
+    tokens replays one over T = max(prefill_graph_min, pow2(M)), a larger one runs
+    eagerly over T = M tokens while the host launches its kernels; a step with prefill
+    lasts the smooth maximum of the host's launch time and the GPU's::
 
         gpu  = bias_s + req_s*R + r_delta(R) + lin + dec_attn + pre_attn
         lin  = [roof(weights_s*moe(T), flop_s_per_token, T, sharpness) + logits_s_per_token*L]
@@ -170,12 +171,18 @@ class TargetFit:
     prefill_kv_s_per_token: float = 0.0
     prefill_sharpness: float = 4.0
     prefill_tile: float = 0.0
+    prefill_graph_tokens: float = 0.0
+    prefill_graph_min: float = 1.0
 
     def __post_init__(self) -> None:
         _check_terms(self, [n for n in TARGET_BOUNDS if n != "r_delta_s"],
                      ("sharpness", "kv_sharpness", "host_sharpness", "prefill_sharpness"))
         if not (math.isfinite(self.prefill_tile) and self.prefill_tile >= 0):
             fail("prefill_tile", self.prefill_tile, "must be a number >= 0 (0: prefill keys never split)")
+        if not (math.isfinite(self.prefill_graph_tokens) and self.prefill_graph_tokens >= 0):
+            fail("prefill_graph_tokens", self.prefill_graph_tokens, "must be a number >= 0 (0: prompt steps eager)")
+        if not (math.isfinite(self.prefill_graph_min) and self.prefill_graph_min >= 1):
+            fail("prefill_graph_min", self.prefill_graph_min, "must be a number >= 1")
         _check_knots("moe_tokens", self.moe_tokens, "moe_fraction", self.moe_fraction)
         _check_knots("m_knots", self.m_knots, "m_ratio", self.m_ratio)
         _check_knots("r_knots", self.r_knots, "r_delta_s", self.r_delta_s)
@@ -223,11 +230,10 @@ class TargetFit:
     def fixed_parts(self, reqs, verify_tokens, prefill_tokens, eager, ops: Ops):
         """(bias_s, linear_s, per_req_s): the terms :meth:`parts` takes before the attention
         (none depends on the context), the wait for the host apart."""
-        tokens = verify_tokens + prefill_tokens
-        if self.pad_steps:  # a graph step (no prefill tokens) runs its padded token count
-            padded = pad_tokens(self.pad_limits, self.pad_steps, tokens)
-            tokens = padded + eager * (tokens - padded)
-        logits = tokens - prefill_tokens  # prefill computes no logits but the last token's
+        tokens = self.padded_tokens(verify_tokens, prefill_tokens, eager, ops)
+        # prefill computes no logits but the last token's (nor do a prompt graph's padding rows)
+        logits = self.padded_tokens(verify_tokens, prefill_tokens, eager, ops, prompt_graphs=False) \
+            - prefill_tokens
         weights = self.weights_s
         if self.moe_tokens:
             weights = weights * ops.interp(self.moe_tokens, self.moe_fraction, tokens)
@@ -255,6 +261,24 @@ class TargetFit:
             short = prefill_tokens <= self.prefill_tile * reqs  # one query tile a request: keys split
             floor = floor / (1.0 + short * (self.splits(reqs, ops) - 1.0))
         return smax(compute, floor, self.prefill_sharpness, ops.power)
+
+    def padded_tokens(self, verify_tokens, prefill_tokens, eager, ops: Ops, prompt_graphs: bool = True):
+        """Tokens the linear layers run over: a graph step (no prefill) its token tier
+        (``pad_limits``/``pad_steps``); a step with prompt tokens of at most
+        ``prefill_graph_tokens`` in all a CUDA graph over the next power of two (at least
+        ``prefill_graph_min``); a larger one its own count (eager)."""
+        tokens = verify_tokens + prefill_tokens
+        if self.pad_steps:
+            padded = pad_tokens(self.pad_limits, self.pad_steps, tokens)
+            tokens = padded + eager * (tokens - padded)
+        if prompt_graphs and self.prefill_graph_tokens:
+            raw = verify_tokens + prefill_tokens
+            graph = eager * (raw <= self.prefill_graph_tokens)
+            tier = ops.pow2(raw)
+            tier = np.maximum(tier, self.prefill_graph_min) if isinstance(tier, np.ndarray) \
+                else max(tier, self.prefill_graph_min)
+            tokens = tokens + graph * (tier - tokens)
+        return tokens
 
     def decode_shape(self, reqs, verify_tokens, ops: Ops) -> DecodeShape:
         """The decode attention's factors of R requests verifying V tokens (R >= 1): key splits,

@@ -29,7 +29,7 @@ from dspark_sim.cost.base import DraftWork
 from dspark_sim.cost.jsonio import with_file
 from dspark_sim.cost.profile_format import DraftFit, GpuRef, Profile, TargetFit, check_grids
 from dspark_sim.cost.roofline import RooflineCost
-from dspark_sim.cost.shapes import ARRAY, hat_matrix, pad_tokens, pow2_array
+from dspark_sim.cost.shapes import ARRAY, hat_matrix, pow2_array
 from dspark_sim.cost.terms import check_pad
 from dspark_sim.profiling.heldout import held_out, summarize_errors
 from dspark_sim.profiling.host import fit_host, fit_schedule, held_out_schedule, held_out_steps
@@ -59,6 +59,10 @@ DECODER_MAX_SPLITS = 16.0
 # head) tokens of one request (kernels/decoder/attention.py, plan), the prefill query tile; a
 # raw file may state its own as provenance.attn_query_rows.
 DECODER_QUERY_ROWS = 64.0
+# It runs a step with prompt tokens of at most 512 tokens in all as a CUDA graph over the next
+# power of two of them, at least 16 (kernels/decoder/step.py, PREFILL_GRAPH_TOKENS); a raw file
+# may state its own as provenance.prefill_graph_tokens / prefill_graph_min (0: eager).
+DECODER_PREFILL_GRAPH = {"prefill_graph_tokens": 512.0, "prefill_graph_min": 16.0}
 HOST_S_PER_LAYER = 12 * 30e-6
 NO_HOST = {"prefill_host_s": 0.0, "prefill_kv_s_per_token": 0.0}
 
@@ -122,7 +126,8 @@ def _moe_curve(model: ModelSpec) -> dict:
 
 
 def _pad_of(provenance: dict) -> dict:
-    """The token tiers the measured engine pads graph steps to (see DECODER_PAD_*)."""
+    """The token tiers the measured engine pads graph steps to (see DECODER_PAD_*), and its
+    prompt steps' graphs (DECODER_PREFILL_GRAPH)."""
     out = {}
     for key, default in (("pad_limits", DECODER_PAD_LIMITS), ("pad_steps", DECODER_PAD_STEPS)):
         value = provenance.get(key, default)
@@ -130,6 +135,11 @@ def _pad_of(provenance: dict) -> dict:
                 or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in value):
             raise InputError(None, f"provenance.{key}", value, "must be a list of numbers")
         out[key] = tuple(float(v) for v in value)
+    for key, default in DECODER_PREFILL_GRAPH.items():
+        value = provenance.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            raise InputError(None, f"provenance.{key}", value, "must be a number >= 0")
+        out[key] = max(float(value), 1.0) if key == "prefill_graph_min" else float(value)
     try:
         check_pad(out["pad_limits"], out["pad_steps"])
     except InputError as err:
@@ -207,9 +217,7 @@ def _fit_target_knots(fit: TargetFit, rows: Rows) -> TargetFit:
     # an eager step moves by d(step)/d(gpu) when its GPU time does (the host-floor ridge)
     gpu = pred - over + fit.bias_s
     slope = np.where(c["pre"] > 0, (gpu / pred) ** (fit.host_sharpness - 1.0), 1.0)
-    tokens = c["vtok"] + c["ptok"]
-    if fit.pad_steps:
-        tokens = np.where(c["pre"] > 0, tokens, pad_tokens(fit.pad_limits, fit.pad_steps, tokens))
+    tokens = fit.padded_tokens(c["vtok"], c["ptok"], c["pre"] > 0, ARRAY)
     m_knots = knots_of(linear, tokens)
     design = [hat_matrix(m_knots, tokens) * (linear * slope)[:, None]]
     has_reqs = c["reqs"] > 0

@@ -208,6 +208,7 @@ def main(argv=None) -> int:
 def profile(args) -> int:
     """Time the parts of ``args`` and write the raw file (atomically)."""
     from dspark_sim.kernels.decoder.graphs import TOKEN_STEP_ABOVE, TOKEN_TIERS, request_tier
+    from dspark_sim.kernels.decoder.step import PREFILL_GRAPH_MIN, PREFILL_GRAPH_TOKENS
     from dspark_sim.kernels.profiler.provenance import provenance, sm_clocks
     from dspark_sim.kernels.profiler.steps import Stepper, run_part
 
@@ -259,6 +260,8 @@ def profile(args) -> int:
     prov.update(sm_clocks_after=sm_clocks(), elapsed_s=round(time.perf_counter() - t0, 1),
                 skipped=skipped, kv_capacity_tokens=int(dec.cache.k.shape[1]), reps=args.reps,
                 pad_limits=limits, pad_steps=steps,
+                prefill_graph_tokens=PREFILL_GRAPH_TOKENS if dec.pad_prefill else 0,
+                prefill_graph_min=PREFILL_GRAPH_MIN,
                 request_tiers=sorted({request_tier(r, 256) for r in range(1, 257)}),
                 note="verify = target forward over the windows + drafter context keys + logits "
                 "(one CUDA graph, token count padded to pad_limits/pad_steps tiers, requests to "
