@@ -16,7 +16,7 @@ from dspark_sim.cost.base import CostModel, DraftWork
 from dspark_sim.cost.profile import shipped_profile_path
 from dspark_sim.cost.profile_format import (DraftFit, GpuRef, HostFit, Profile, TargetFit,
                                             profile_from_json_dict)
-from dspark_sim.cost.shapes import (hat_matrix, interp2_array, interp2_clamped, interp_array,
+from dspark_sim.cost.shapes import (SCALAR, hat_matrix, interp2_array, interp2_clamped, interp_array,
                                     interp_clamped, pad_tokens, pow2_array, pow2_scalar)
 from dspark_sim.errors import InputError
 from dspark_sim.profiling.fit import TargetModel, fit_profile
@@ -472,3 +472,58 @@ def test_fit_recovers_the_scheduling_gap_and_the_simulator_adds_it(fitted):
     with pytest.raises(InputError, match="req_s"):
         profile_from_json_dict(d)
     assert ScheduleFit(1e-4, 0.0).seconds(7) == 1e-4
+
+
+def test_a_short_chunk_after_a_long_cached_prefix_pays_one_programs_key_stream():
+    """The prefill attention is the pairs' compute floored by one program's stream over the
+    request's keys; a chunk of one query tile splits its keys as a decode does."""
+    fit = replace(KNOWN_TARGET, prefill_host_s=0.0, prefill_kv_s_per_token=1e-6, prefill_sharpness=4.0,
+                  prefill_tile=16.0, split_target=33.0, max_splits=16.0)
+    cost = ProfileCost(replace(_known_profile_bare(), target=fit))
+    old = ProfileCost(replace(_known_profile_bare(), target=replace(fit, prefill_kv_s_per_token=0.0)))
+
+    def chunk(n, cached):
+        return StepWork(prefill_tokens=n, prefill_reqs=1, prefill_attn_tokens2=n * (cached + n / 2))
+    short = cost.breakdown(chunk(64, 16384))["attn_s"]
+    assert short >= 1e-6 * (16384 + 32) and old.breakdown(chunk(64, 16384))["attn_s"] < 0.1 * short
+    assert cost.breakdown(chunk(128, 16384))["attn_s"] < 1.1 * short  # the floor, not the pairs
+    tile = cost.breakdown(chunk(16, 16384))["attn_s"]
+    assert tile == pytest.approx(1e-6 * (16384 + 8) / 16, rel=0.05)  # 16 splits at one request
+    long = chunk(8192, 0)  # compute-bound: the floor changes nothing
+    assert cost.step_s(long) == pytest.approx(old.step_s(long), rel=1e-3)
+    with pytest.raises(InputError, match="prefill_tile"):
+        replace(fit, prefill_tile=-1.0)
+
+
+def test_fit_recovers_the_prefill_key_stream_by_cached_level(fitted):
+    """Timings made with a known floor over chunks after 0-16k cached tokens: the fit finds the
+    floor, and holding out a whole cached level predicts it within a few percent."""
+    from dspark_sim.profiling.levels import level_errors
+
+    truth = replace(KNOWN_TARGET, prefill_kv_s_per_token=1e-6, prefill_sharpness=4.0)
+    grid = {**default_grid(), "prefill": [(n, c) for n in (64, 128, 256, 512, 1024, 2048, 4096)
+                                          for c in (0, 1024, 2048, 4096, 8192, 16384)]}
+    raw = synthetic_raw(ProfileCost(replace(_known_profile(fitted), target=truth)), noise=0.005, quantum=1,
+                        seed=3, grid=grid)
+    got = fit_profile(raw, MODEL, GPU, folds=2)
+    assert got.target.prefill_kv_s_per_token == pytest.approx(1e-6, rel=0.15)
+    held = level_errors(raw, MODEL, GPU)
+    assert held["prefill@cached"].median_rel_err < 0.02 and held["prefill@cached"].max_rel_err < 0.1
+
+
+def test_small_prompt_steps_run_a_graph_over_a_power_of_two_tokens():
+    """Prompt steps up to prefill_graph_tokens are priced over the next power of two of their
+    tokens (at least prefill_graph_min), larger ones over their own; logits stay unpadded."""
+    fit = replace(KNOWN_TARGET, prefill_host_s=0.0, pad_limits=(8.0, 64.0, 256.0), pad_steps=(1.0, 8.0, 32.0, 128.0),
+                  prefill_graph_tokens=512.0, prefill_graph_min=16.0)
+    cost = ProfileCost(replace(_known_profile_bare(), target=fit))
+    eager = ProfileCost(replace(_known_profile_bare(), target=replace(fit, prefill_graph_tokens=0.0)))
+
+    def linear(c, n):
+        return c.breakdown(StepWork(prefill_tokens=n, prefill_reqs=1, prefill_attn_tokens2=n * n / 2))["linear_s"]
+    assert linear(cost, 300) == pytest.approx(linear(eager, 512), rel=1e-9)
+    assert linear(cost, 5) == pytest.approx(linear(eager, 16), rel=1e-9)
+    assert linear(cost, 600) == linear(eager, 600)
+    assert fit.padded_tokens(0, 300, True, SCALAR) == 512 and fit.padded_tokens(24, 0, False, SCALAR) == 24
+    with pytest.raises(InputError, match="prefill_graph_min"):
+        replace(fit, prefill_graph_min=0.5)

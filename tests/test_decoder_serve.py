@@ -57,6 +57,8 @@ def test_step_rows_cover_the_whole_cycle_and_record_the_work(overlap):
     pre = [r for r in steps if r["prefill_tokens"]]
     assert pre and all(r["prefill_reqs"] >= 1 and r["decode_context_tokens"] == 0 for r in pre)
     assert all(r["prefill_attn_tokens2"] >= r["prefill_tokens"] ** 2 / (2 * r["prefill_reqs"]) for r in pre)
+    # each chunk's pairs n * (cached before it + n / 2) add up to L^2 / 2 over a prompt of L
+    assert sum(r["prefill_attn_tokens2"] for r in pre) == pytest.approx(sum(s.prompt_len ** 2 / 2 for s in seqs))
     dec_rows = [r for r in steps if r["decode_reqs"]]
     assert dec_rows and all(r["prefill_reqs"] == 0 for r in dec_rows)
     assert all(9 <= r["decode_max_context"] <= r["decode_context_tokens"]

@@ -218,7 +218,7 @@ class ProfileCost:
         attn = self._target.decode_attn(dec, works.verify_tokens, ctx, EXACT, longest, DecodeShape(*shape))
         pairs = works.prefill_attn_tokens2
         if isinstance(pairs, np.ndarray) or pairs:
-            attn = self._target.attn_s_per_pair * pairs + attn
+            attn = self._target.prefill_attn(works.prefill_tokens, pairs, works.prefill_reqs, EXACT) + attn
         parts = {"overhead_s": over, "linear_s": linear, "per_req_s": per_req, "attn_s": attn, "comm_s": comm}
         if has is not True:
             parts = {name: pick(has, v) for name, v in parts.items()}

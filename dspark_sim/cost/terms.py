@@ -26,7 +26,8 @@ STEP_KINDS = ("none",) + DRAFT_KINDS  # a decode step: no drafter, or which one
 TARGET_BOUNDS = {"bias_s": "fixed", "req_s": "memory", "weights_s": "memory",
                  "flop_s_per_token": "compute", "logits_s_per_token": "compute",
                  "kv_s_per_token": "memory", "kv_req_s_per_token": "memory",
-                 "attn_s_per_pair": "compute", "prefill_host_s": "fixed", "r_delta_s": "memory"}
+                 "attn_s_per_pair": "compute", "prefill_host_s": "fixed", "r_delta_s": "memory",
+                 "prefill_kv_s_per_token": "memory"}
 DRAFT_BOUNDS = {"bias_s": "fixed", "launch_s": "fixed", "weights_s": "memory",
                 "flop_s_per_token": "compute", "mem_s_per_token": "memory",
                 "kv_s_per_token": "memory"}
@@ -108,16 +109,18 @@ class TargetFit:
     """Fitted target forward: seconds of one step (see ``docs/profiles.md``, "Target step").
 
     A step without prefill replays a CUDA graph over T = pad(M) tokens (tiers
-    ``pad_limits``/``pad_steps``); a step with prefill runs eagerly over T = M
-    tokens while the host launches its kernels, so it lasts the smooth maximum
-    of the host's launch time and the GPU's::
+    ``pad_limits``/``pad_steps``); a step with prefill of at most ``prefill_graph_tokens``
+    tokens replays one over T = max(prefill_graph_min, pow2(M)), a larger one runs
+    eagerly over T = M tokens while the host launches its kernels; a step with prefill
+    lasts the smooth maximum of the host's launch time and the GPU's::
 
-        gpu  = bias_s + req_s*R + r_delta(R) + lin + dec_attn + attn_s_per_pair*A2
+        gpu  = bias_s + req_s*R + r_delta(R) + lin + dec_attn + pre_attn
         lin  = [roof(weights_s*moe(T), flop_s_per_token, T, sharpness) + logits_s_per_token*L]
                * (1 + m_ratio(T))
         dec_attn = smax(kv_s_per_token*S*(1 + kv_width_ratio(W)),
                         kv_req_s_per_token*C/splits(R)*(1 + lat_width_ratio(W)), kv_sharpness)
                    * (1 + kv_ratio(R, W))
+        pre_attn = smax(attn_s_per_pair*A2, prefill_kv_s_per_token*A2/P/splits(Q), prefill_sharpness)
         step = gpu                                        (graph: no prefill)
              = smax(prefill_host_s, gpu, host_sharpness)  (eager: prefill chunks)
 
@@ -125,8 +128,12 @@ class TargetFit:
     tokens given logits (T on the graph path, V on the eager one: a prefill
     chunk needs no logits), S the summed decode context, C the longest decoding
     request's context (S/R in the profiler's grid, where all are equal), A2 the prefill
-    attention pairs, W = the power of two >= ceil(V/R) (the query tile of the
-    widest window). The decode attention streams the KV over the whole GPU,
+    attention pairs, P the prefill tokens, Q the prefill requests, W = the power of two
+    >= ceil(V/R) (the query tile of the widest window). A prefill chunk's attention is
+    the pairs' compute, floored by the stream of one request's keys (A2/P: the keys a
+    prefill query reads, token-weighted) by the few programs a short chunk gets (one per
+    KV head and query tile of ``prefill_tile`` tokens); chunks no longer than one tile
+    split their keys as a decode does (``splits(Q)``; 1 when ``prefill_tile`` is 0). The decode attention streams the KV over the whole GPU,
     but one request's keys are streamed by a few programs only, a latency
     floor set by the longest request (C), whose keys ``splits(R)`` programs per KV head
     share (flash-decoding: min(max_splits, pow2(split_target / pow2(R))), the measured
@@ -161,10 +168,21 @@ class TargetFit:
     kv_ratio: tuple[tuple[float, ...], ...] = ()
     split_target: float = 0.0
     max_splits: float = 1.0
+    prefill_kv_s_per_token: float = 0.0
+    prefill_sharpness: float = 4.0
+    prefill_tile: float = 0.0
+    prefill_graph_tokens: float = 0.0
+    prefill_graph_min: float = 1.0
 
     def __post_init__(self) -> None:
         _check_terms(self, [n for n in TARGET_BOUNDS if n != "r_delta_s"],
-                     ("sharpness", "kv_sharpness", "host_sharpness"))
+                     ("sharpness", "kv_sharpness", "host_sharpness", "prefill_sharpness"))
+        if not (math.isfinite(self.prefill_tile) and self.prefill_tile >= 0):
+            fail("prefill_tile", self.prefill_tile, "must be a number >= 0 (0: prefill keys never split)")
+        if not (math.isfinite(self.prefill_graph_tokens) and self.prefill_graph_tokens >= 0):
+            fail("prefill_graph_tokens", self.prefill_graph_tokens, "must be a number >= 0 (0: prompt steps eager)")
+        if not (math.isfinite(self.prefill_graph_min) and self.prefill_graph_min >= 1):
+            fail("prefill_graph_min", self.prefill_graph_min, "must be a number >= 1")
         _check_knots("moe_tokens", self.moe_tokens, "moe_fraction", self.moe_fraction)
         _check_knots("m_knots", self.m_knots, "m_ratio", self.m_ratio)
         _check_knots("r_knots", self.r_knots, "r_delta_s", self.r_delta_s)
@@ -202,7 +220,8 @@ class TargetFit:
         """
         eager = prefill_reqs > 0
         over, linear, per_req = self.fixed_parts(reqs, verify_tokens, prefill_tokens, eager, ops)
-        attn = self.attn_s_per_pair * pairs + self.decode_attn(reqs, verify_tokens, ctx, ops, max_ctx)
+        attn = self.prefill_attn(prefill_tokens, pairs, prefill_reqs, ops) \
+            + self.decode_attn(reqs, verify_tokens, ctx, ops, max_ctx)
         if self.prefill_host_s and eager is not False:  # False: a float step on the graph path
             gpu = over + linear + per_req + attn
             over = over + eager * (smax(self.prefill_host_s, gpu, self.host_sharpness, ops.power) - gpu)
@@ -211,11 +230,10 @@ class TargetFit:
     def fixed_parts(self, reqs, verify_tokens, prefill_tokens, eager, ops: Ops):
         """(bias_s, linear_s, per_req_s): the terms :meth:`parts` takes before the attention
         (none depends on the context), the wait for the host apart."""
-        tokens = verify_tokens + prefill_tokens
-        if self.pad_steps:  # a graph step (no prefill tokens) runs its padded token count
-            padded = pad_tokens(self.pad_limits, self.pad_steps, tokens)
-            tokens = padded + eager * (tokens - padded)
-        logits = tokens - prefill_tokens  # prefill computes no logits but the last token's
+        tokens = self.padded_tokens(verify_tokens, prefill_tokens, eager, ops)
+        # prefill computes no logits but the last token's (nor do a prompt graph's padding rows)
+        logits = self.padded_tokens(verify_tokens, prefill_tokens, eager, ops, prompt_graphs=False) \
+            - prefill_tokens
         weights = self.weights_s
         if self.moe_tokens:
             weights = weights * ops.interp(self.moe_tokens, self.moe_fraction, tokens)
@@ -227,6 +245,40 @@ class TargetFit:
         if self.r_knots:
             per_req = per_req + (reqs > 0) * ops.interp(self.r_knots, self.r_delta_s, reqs)
         return self.bias_s, linear, per_req
+
+    def prefill_attn(self, prefill_tokens, pairs, prefill_reqs, ops: Ops):
+        """Prefill attention seconds of ``prefill_reqs`` chunks of ``prefill_tokens`` tokens in
+        all with ``pairs`` attention pairs: the pairs' compute, floored by the stream of one
+        request's keys (see the class docstring)."""
+        compute = self.attn_s_per_pair * pairs
+        if not self.prefill_kv_s_per_token:
+            return compute
+        array = isinstance(prefill_tokens, np.ndarray) or isinstance(pairs, np.ndarray)
+        tokens = np.maximum(prefill_tokens, 1) if array else max(prefill_tokens, 1)
+        floor = self.prefill_kv_s_per_token * pairs / tokens
+        if self.prefill_tile and self.split_target:
+            reqs = np.maximum(prefill_reqs, 1) if array else max(prefill_reqs, 1)
+            short = prefill_tokens <= self.prefill_tile * reqs  # one query tile a request: keys split
+            floor = floor / (1.0 + short * (self.splits(reqs, ops) - 1.0))
+        return smax(compute, floor, self.prefill_sharpness, ops.power)
+
+    def padded_tokens(self, verify_tokens, prefill_tokens, eager, ops: Ops, prompt_graphs: bool = True):
+        """Tokens the linear layers run over: a graph step (no prefill) its token tier
+        (``pad_limits``/``pad_steps``); a step with prompt tokens of at most
+        ``prefill_graph_tokens`` in all a CUDA graph over the next power of two (at least
+        ``prefill_graph_min``); a larger one its own count (eager)."""
+        tokens = verify_tokens + prefill_tokens
+        if self.pad_steps:
+            padded = pad_tokens(self.pad_limits, self.pad_steps, tokens)
+            tokens = padded + eager * (tokens - padded)
+        if prompt_graphs and self.prefill_graph_tokens:
+            raw = verify_tokens + prefill_tokens
+            graph = eager * (raw <= self.prefill_graph_tokens)
+            tier = ops.pow2(raw)
+            tier = np.maximum(tier, self.prefill_graph_min) if isinstance(tier, np.ndarray) \
+                else max(tier, self.prefill_graph_min)
+            tokens = tokens + graph * (tier - tokens)
+        return tokens
 
     def decode_shape(self, reqs, verify_tokens, ops: Ops) -> DecodeShape:
         """The decode attention's factors of R requests verifying V tokens (R >= 1): key splits,

@@ -29,7 +29,7 @@ from dspark_sim.cost.base import DraftWork
 from dspark_sim.cost.jsonio import with_file
 from dspark_sim.cost.profile_format import DraftFit, GpuRef, Profile, TargetFit, check_grids
 from dspark_sim.cost.roofline import RooflineCost
-from dspark_sim.cost.shapes import ARRAY, hat_matrix, pad_tokens, pow2_array
+from dspark_sim.cost.shapes import ARRAY, hat_matrix, pow2_array
 from dspark_sim.cost.terms import check_pad
 from dspark_sim.profiling.heldout import held_out, summarize_errors
 from dspark_sim.profiling.host import fit_host, fit_schedule, held_out_schedule, held_out_steps
@@ -55,8 +55,16 @@ HOST_SHARPNESS = 12.0
 # file may state its own as provenance.attn_split_programs_per_sm / attn_max_splits.
 DECODER_SPLIT_PROGRAMS_PER_SM = 2.0
 DECODER_MAX_SPLITS = 16.0
+# Its prefill attention gives a program BLOCK_M = 64 query rows: 64 / pow2(query heads per KV
+# head) tokens of one request (kernels/decoder/attention.py, plan), the prefill query tile; a
+# raw file may state its own as provenance.attn_query_rows.
+DECODER_QUERY_ROWS = 64.0
+# It runs a step with prompt tokens of at most 512 tokens in all as a CUDA graph over the next
+# power of two of them, at least 16 (kernels/decoder/step.py, PREFILL_GRAPH_TOKENS); a raw file
+# may state its own as provenance.prefill_graph_tokens / prefill_graph_min (0: eager).
+DECODER_PREFILL_GRAPH = {"prefill_graph_tokens": 512.0, "prefill_graph_min": 16.0}
 HOST_S_PER_LAYER = 12 * 30e-6
-NO_HOST = {"prefill_host_s": 0.0}
+NO_HOST = {"prefill_host_s": 0.0, "prefill_kv_s_per_token": 0.0}
 
 
 # -- the target forward ---------------------------------------------------------------
@@ -86,6 +94,9 @@ def _target_params(model: ModelSpec, gpu: GpuSpec, has_prefill: bool, split_targ
     # an eager forward launches about a dozen kernels a layer at tens of microseconds of
     # Python each; with no eager step measured there is no host floor (NO_HOST)
     host = [Param("prefill_host_s", model.num_layers * HOST_S_PER_LAYER, 1.0)] if has_prefill else []
+    # a short chunk's keys are streamed by a few programs, as one decoding request's are
+    floor = [Param("prefill_kv_s_per_token", kv_one, 3.0), sharpness_param("prefill_sharpness", 4.0)] \
+        if has_prefill else []
     return [
         Param("bias_s", 3e-4, 3.0),
         Param("req_s", 2e-6, 3.0),
@@ -102,6 +113,7 @@ def _target_params(model: ModelSpec, gpu: GpuSpec, has_prefill: bool, split_targ
         Param("attn_s_per_pair", model.attn_flops_per_token_per_ctx() / (0.4 * flops),
                prefill_sigma, *eff(0.02, 0.4, 1.05)),
         *host,
+        *floor,
     ]
 
 
@@ -114,7 +126,8 @@ def _moe_curve(model: ModelSpec) -> dict:
 
 
 def _pad_of(provenance: dict) -> dict:
-    """The token tiers the measured engine pads graph steps to (see DECODER_PAD_*)."""
+    """The token tiers the measured engine pads graph steps to (see DECODER_PAD_*), and its
+    prompt steps' graphs (DECODER_PREFILL_GRAPH)."""
     out = {}
     for key, default in (("pad_limits", DECODER_PAD_LIMITS), ("pad_steps", DECODER_PAD_STEPS)):
         value = provenance.get(key, default)
@@ -122,6 +135,11 @@ def _pad_of(provenance: dict) -> dict:
                 or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in value):
             raise InputError(None, f"provenance.{key}", value, "must be a list of numbers")
         out[key] = tuple(float(v) for v in value)
+    for key, default in DECODER_PREFILL_GRAPH.items():
+        value = provenance.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            raise InputError(None, f"provenance.{key}", value, "must be a number >= 0")
+        out[key] = max(float(value), 1.0) if key == "prefill_graph_min" else float(value)
     try:
         check_pad(out["pad_limits"], out["pad_steps"])
     except InputError as err:
@@ -141,8 +159,12 @@ def _splits_of(provenance: dict, model: ModelSpec) -> dict:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise InputError(None, f"provenance.{key}", value, "must be a positive number")
         out[key] = float(value)
+    rows = provenance.get("attn_query_rows", DECODER_QUERY_ROWS)
+    if isinstance(rows, bool) or not isinstance(rows, (int, float)) or not rows >= 1:
+        raise InputError(None, "provenance.attn_query_rows", rows, "must be a number >= 1")
+    group = 2 ** math.ceil(math.log2(max(model.num_heads // model.num_kv_heads, 1)))
     return {"split_target": out["attn_split_programs_per_sm"] * out["sm_count"] / model.num_kv_heads,
-            "max_splits": max(1.0, out["attn_max_splits"])}
+            "max_splits": max(1.0, out["attn_max_splits"]), "prefill_tile": max(1.0, float(rows) // group)}
 
 
 def pad_and_splits(provenance: dict, model: ModelSpec) -> dict:
@@ -195,9 +217,7 @@ def _fit_target_knots(fit: TargetFit, rows: Rows) -> TargetFit:
     # an eager step moves by d(step)/d(gpu) when its GPU time does (the host-floor ridge)
     gpu = pred - over + fit.bias_s
     slope = np.where(c["pre"] > 0, (gpu / pred) ** (fit.host_sharpness - 1.0), 1.0)
-    tokens = c["vtok"] + c["ptok"]
-    if fit.pad_steps:
-        tokens = np.where(c["pre"] > 0, tokens, pad_tokens(fit.pad_limits, fit.pad_steps, tokens))
+    tokens = fit.padded_tokens(c["vtok"], c["ptok"], c["pre"] > 0, ARRAY)
     m_knots = knots_of(linear, tokens)
     design = [hat_matrix(m_knots, tokens) * (linear * slope)[:, None]]
     has_reqs = c["reqs"] > 0

@@ -3,7 +3,7 @@
 k-fold holds out random grid points, so every held-out point has measured neighbours on
 both sides: it measures interpolation. Here a whole level of one axis is held out at a
 time (every row at that request count, or that context per request, or that prefill
-chunk), the term refitted without it and the level predicted, so the error includes
+chunk, or that many cached tokens before a chunk), the term refitted without it and the level predicted, so the error includes
 extrapolation: at the grid's edges the level is predicted from one side only.
 
 For each term ``<t>`` (``verify``, ``prefill``, ``draft_<kind>``, ``step``, ``sched``) and
@@ -20,20 +20,23 @@ from dspark_sim.cost.shapes import pow2_array
 from dspark_sim.profiling.heldout import summarize_errors
 
 # term -> axes whose levels are held out one at a time
-AXES = {"verify": ("reqs", "context"), "prefill": ("chunk",), "draft": ("reqs", "context"),
+AXES = {"verify": ("reqs", "context"), "prefill": ("chunk", "cached"), "draft": ("reqs", "context"),
         "step": ("reqs",), "sched": ("reqs",)}
 METHOD = ("leave-one-level-out (<term>@<axis>): every row at one level of the axis (request count, "
-          "context per request rounded up to a power of two, prefill chunk) held out together and "
+          "context per request rounded up to a power of two, prefill chunk, cached tokens before a prefill "
+          "chunk) held out together and "
           "predicted by a fit without it; <term>@largest: the largest level of each axis only")
 
 
 def level_columns(cols: dict, section: str) -> dict[str, np.ndarray]:
     """The level of each row on each axis: request count, context per request (power of two),
-    prefill chunk (power of two)."""
+    prefill chunk (power of two), cached tokens before a prefill chunk (as timed)."""
     reqs = cols["reqs"]
     out = {"reqs": reqs, "context": pow2_array(cols["ctx"] / np.maximum(reqs, 1.0))}
     if "ptok" in cols:
         out["chunk"] = pow2_array(cols["ptok"])
+    if "cached" in cols:
+        out["cached"] = cols["cached"]
     return {axis: out[axis] for axis in AXES[section]}
 
 

@@ -160,10 +160,10 @@ def held_out_table(profiles: list[Profile]) -> str:
         cells = [f"{100 * p.held_out[s].median_rel_err:.1f} % / {100 * p.held_out[s].p90_rel_err:.1f} %"
                  if s in p.held_out else "-" for s in sections]
         lines.append(f"| {p.model} | {p.gpu} | " + " | ".join(cells) + f" | {p.held_out['all'].num_points} |")
-    axes = ["", "@reqs", "@context", "@chunk", "@largest"]
+    axes = ["", "@reqs", "@context", "@chunk", "@cached", "@largest"]
     lines += ["", "Leave-one-level-out (median / p90 / max, %; the first column is k-fold):", "",
-              "| model | term | k-fold | by request count | by context | by prefill chunk | largest level |",
-              "|---|---|---|---|---|---|---|"]
+              "| model | term | k-fold | by request count | by context | by prefill chunk | by cached prefix "
+              "| largest level |", "|---|---|---|---|---|---|---|---|"]
     for p in profiles:
         for term in sections[:-1]:
             if term not in p.held_out:

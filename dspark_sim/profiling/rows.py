@@ -74,7 +74,8 @@ def target_rows(grids: dict) -> Rows:
             "maxctx": np.concatenate([np.array([r.get("max_context", r["context"]) for r in v],
                                                dtype=np.float64), none]),
             "pairs": np.concatenate([np.zeros(len(v)), chunk * (cached + chunk / 2)]),
-            "pre": np.concatenate([np.zeros(len(v)), np.ones(len(p))])}
+            "pre": np.concatenate([np.zeros(len(v)), np.ones(len(p))]),
+            "cached": np.concatenate([np.zeros(len(v)), cached])}
     step = np.concatenate([col(v, "step_s"), col(p, "step_s")])
     section = np.array(["verify"] * len(v) + ["prefill"] * len(p))
     return Rows(cols, step, section)

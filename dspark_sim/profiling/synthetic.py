@@ -56,5 +56,6 @@ def synthetic_raw(cost: CostModel, *, noise: float = 0.015, quantum: int = 64, s
                for n, c in grid["prefill"]]
     # the only padding is the quantum staircase above, for the fit to interpolate, not model
     provenance = {"synthetic": True, "generator": cost.name, "noise": noise, "quantum": quantum,
-                  "seed": seed, "date": "synthetic", "pad_limits": [], "pad_steps": []}
+                  "seed": seed, "date": "synthetic", "pad_limits": [], "pad_steps": [],
+                  "prefill_graph_tokens": 0}
     return {"provenance": provenance, "verify": verify, "draft": draft, "prefill": prefill}

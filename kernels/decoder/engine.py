@@ -88,8 +88,8 @@ def serve(decoder, seqs: list, realtime: bool = False, max_steps: int | None = N
             for seq in plan.seqs():
                 if seq.first_scheduled_s is None:
                     seq.first_scheduled_s = launched
-            step = _Flight(decoder.launch(plan.decode, plan.prefill), _work_columns(plan), len(sched.running),
-                           launched)
+            work = _work_columns(plan)  # before the launch moves the chunks' cached counts on
+            step = _Flight(decoder.launch(plan.decode, plan.prefill), work, len(sched.running), launched)
             if flight is not None:
                 loop.land(flight)
             flight = step

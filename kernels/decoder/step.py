@@ -30,6 +30,7 @@ from dspark_sim.kernels.decoder.batch import expand
 from dspark_sim.kernels.decoder.graphs import request_tier, token_tier
 
 PREFILL_GRAPH_TOKENS = 512  # steps with prompt tokens run as a CUDA graph up to this many tokens
+PREFILL_GRAPH_MIN = 16  # ... over the next power of two of them, at least this many
 SAMPLE, SET = 1, 2  # prompt slots: the chunk ends the prompt and samples / restores the anchor
 
 
@@ -223,7 +224,7 @@ def _mixed(dec, decode, prefill, rp, win, vlen, bound):
     outs = np.array([s.num_outputs for s, _ in prefill], np.int64)
     flags_pre = np.where(done & (outs == 0), SAMPLE, np.where(done, SET, 0))
     if graph:
-        T, S = max(16, 1 << (tokens - 1).bit_length()), 1 << (rp + n_pre - 1).bit_length()
+        T, S = max(PREFILL_GRAPH_MIN, 1 << (tokens - 1).bit_length()), 1 << (rp + n_pre - 1).bit_length()
         L = min(T, S * width)
     else:
         T, S = tokens, rp + n_pre

@@ -7,7 +7,8 @@
 Writes ``DIR/raw_<model>.json``: a provenance block and the timed points
 ``verify: [{reqs, tokens, context, step_s}]``, ``draft: [{kind, reqs, gamma,
 context, step_s}]`` (kind ``block``: the DSpark drafter; ``chain``: an MTP-k
-chain), ``prefill: [{chunk, context, step_s}]``, ``step: [{kind, reqs,
+chain), ``prefill: [{kind, chunk, context, step_s, p90_s, reps}]`` (``--prefill-chunks``,
+``--prefill-cached``, ``--prefill-kinds``: the grid; levels of cached tokens coarse first), ``step: [{kind, reqs,
 context, graphs, step_s, steps}]`` (whole decode steps as served) and
 ``kernels: [{kernel, reqs, gamma, vocab, step_s}]`` (one launch of the fused
 ``schedule_verify`` or ``accept``), ``mixed: [{reqs, tokens, short_context,
@@ -65,7 +66,17 @@ def parse_args(argv=None):
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--kv-tokens", type=int, default=0, help="KV capacity (0: fit free memory)")
     p.add_argument("--layers", type=int, default=0, help="time a slice of this many layers (0: all)")
+    p.add_argument("--prefill-chunks", default="", help="prefill chunk sizes, comma list (default: the grid's)")
+    p.add_argument("--prefill-cached", default="", help="cached tokens before a prefill chunk, comma list")
+    p.add_argument("--prefill-kinds", default="", help="drafter kinds of prefill steps (none,chain,block)")
+    p.add_argument("--prefill-max-total", type=int, default=0, help="largest chunk + cached timed (0: any)")
     args = p.parse_args(argv)
+    args.prefill_chunks = _int_list(p, "--prefill-chunks", args.prefill_chunks, 1)
+    args.prefill_cached = _int_list(p, "--prefill-cached", args.prefill_cached, 0)
+    args.prefill_kinds = tuple(x for x in args.prefill_kinds.split(",") if x)
+    for kind in args.prefill_kinds:
+        if kind not in ("none", "chain", "block"):
+            p.error(f"argument --prefill-kinds: unknown kind {kind!r}; expected none, chain, block")
     for flag, value, low, high in (("--layers", args.layers, 0, 10**4), ("--reps", args.reps, 1, 10**4),
                                    ("--kv-tokens", args.kv_tokens, 0, 2**32),
                                    ("--max-seconds", args.max_seconds, 0.0, 7 * 24 * 3600.0)):
@@ -92,15 +103,35 @@ def parse_args(argv=None):
     return args
 
 
+def _int_list(p, flag: str, text: str, low: int) -> tuple[int, ...]:
+    """A comma list of whole numbers >= ``low`` (empty: the grid's default)."""
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        p.error(f"argument {flag}: {text!r} is not a comma list of whole numbers")
+    if any(v < low or v > 2**20 for v in values):
+        p.error(f"argument {flag}: {text!r}: values must lie in [{low}, {2**20}]")
+    return values
+
+
+def prefill_grid(args) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``(chunks, cached)`` of the prefill part: the flags', else the grid's."""
+    from dspark_sim.kernels.profiler.grid import CACHED, CHUNKS
+
+    return (getattr(args, "prefill_chunks", ()) or CHUNKS), (getattr(args, "prefill_cached", ()) or CACHED)
+
+
 def build(args):
     """The decoder the points run on: DSpark block drafter, gamma 8 (the largest timed)."""
     from dspark_sim.kernels.decoder import Decoder, DecoderConfig
-    from dspark_sim.kernels.profiler.grid import CACHED, CHUNKS
+    from dspark_sim.kernels.profiler.grid import CHUNKS
 
     spec = model_spec(args)
+    chunks, cached = prefill_grid(args)
     method = "none" if spec.v4 is not None else "dspark"  # V4 runs without a drafter here
     conf = DecoderConfig(method=method, block_size=8, scheduler="full", max_running_requests=256,
-                         max_batched_tokens=max(CHUNKS), max_model_len=max(CACHED) + max(CHUNKS) + 64,
+                         max_batched_tokens=max(max(CHUNKS), max(chunks)),
+                         max_model_len=max(cached) + max(chunks) + 64,
                          kv_tokens=args.kv_tokens, dtype=args.dtype, device=args.device)
     dec = Decoder(spec, conf)
     dec.randomize_cache()
@@ -125,7 +156,7 @@ def model_spec(args):
     return spec.sliced(args.layers) if args.layers else spec
 
 
-def plan(stepper, part: str, eager: bool):
+def plan(stepper, part: str, eager: bool, args=None):
     """``(points, fn, keys, extra)`` of one part: what to time and how rows are named."""
     from dspark_sim.kernels.profiler import grid
     from dspark_sim.kernels.profiler.steps import DRAFT_CONTEXT
@@ -140,7 +171,9 @@ def plan(stepper, part: str, eager: bool):
                 {"kind": "chain", "context": DRAFT_CONTEXT})
     if part == "prefill":
         kinds = grid.STEP_KINDS if stepper.dec.drafter is not None else ("none",)
-        return ([(kind, c, k) for k in grid.CACHED for c in grid.CHUNKS for kind in kinds],
+        kinds = tuple(k for k in kinds if k in (getattr(args, "prefill_kinds", ()) or kinds))
+        chunks, cached = prefill_grid(args)
+        return (grid.prefill_points(kinds, chunks, cached, getattr(args, "prefill_max_total", 0)),
                 stepper.prefill_kind, ("kind", "chunk", "context"), {})
     if part == "mixed":
         return grid.mixed_points(), stepper.verify_mixed, ("reqs", "tokens", "short_context", "max_context"), {}
@@ -175,6 +208,7 @@ def main(argv=None) -> int:
 def profile(args) -> int:
     """Time the parts of ``args`` and write the raw file (atomically)."""
     from dspark_sim.kernels.decoder.graphs import TOKEN_STEP_ABOVE, TOKEN_TIERS, request_tier
+    from dspark_sim.kernels.decoder.step import PREFILL_GRAPH_MIN, PREFILL_GRAPH_TOKENS
     from dspark_sim.kernels.profiler.provenance import provenance, sm_clocks
     from dspark_sim.kernels.profiler.steps import Stepper, run_part
 
@@ -210,7 +244,7 @@ def profile(args) -> int:
         budget = (args.max_seconds - (time.perf_counter() - t0)) * SHARE[part] / total
         total -= SHARE[part]
         deadline = time.perf_counter() + max(budget, 0.0)
-        points, fn, keys, extra = plan(stepper, part, args.eager_steps)
+        points, fn, keys, extra = plan(stepper, part, args.eager_steps, args)
         section = SECTION[part]
         done = set() if part in args.add else {_key(part, r) for r in out[section]}
         points = [p for p in points if _key(part, {**extra, **dict(zip(keys, p))}) not in done]
@@ -226,6 +260,8 @@ def profile(args) -> int:
     prov.update(sm_clocks_after=sm_clocks(), elapsed_s=round(time.perf_counter() - t0, 1),
                 skipped=skipped, kv_capacity_tokens=int(dec.cache.k.shape[1]), reps=args.reps,
                 pad_limits=limits, pad_steps=steps,
+                prefill_graph_tokens=PREFILL_GRAPH_TOKENS if dec.pad_prefill else 0,
+                prefill_graph_min=PREFILL_GRAPH_MIN,
                 request_tiers=sorted({request_tier(r, 256) for r in range(1, 257)}),
                 note="verify = target forward over the windows + drafter context keys + logits "
                 "(one CUDA graph, token count padded to pad_limits/pad_steps tiers, requests to "
@@ -233,8 +269,8 @@ def profile(args) -> int:
                 "confidence head (one CUDA graph); draft chain = one layer run k times (one CUDA "
                 "graph); prefill = chunk forward per drafter kind (none, chain, block; rows "
                 "without kind: block) as served (a CUDA graph up to 512 tokens, eager above), the chunk "
-                "ending its prompt (first token sampled), wall time with host, median of >= 5 "
-                "synchronised calls after 3 warm-ups, GC off; step = whole decode steps as served "
+                "ending its prompt (first token sampled), wall time with host, median (step_s) and 90th "
+                "percentile (p90_s) of reps synchronised calls after 3 warm-ups, GC off; step = whole decode steps as served "
                 "(step n+1 launched before step n's tokens are read; temperature 1, synthetic "
                 "acceptance), time between step ends; kernels = one launch "
                 "of schedule_verify (production) or accept, median of replays, inputs rotating; mixed = "

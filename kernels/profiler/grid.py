@@ -16,7 +16,7 @@ STEP_CONTEXT = 1024
 KERNELS = ("schedule_verify", "accept")  # the fused kernels, timed at R x KERNEL_GAMMA
 KERNEL_GAMMA = 7
 CHUNKS = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
-CACHED = (0, 4096)
+CACHED = (0, 4096)  # prefill: cached tokens before the chunk (--prefill-cached)
 MAX_TOKENS = 2048
 MAX_WINDOW = 16  # verify tokens per request: gamma + 1 up to 15 drafts
 MIXED_SHORT = 256  # mixed-context verify steps: requests this long ...
@@ -59,3 +59,31 @@ def spread_points() -> list[tuple[int, int, int, float]]:
     largest batches first."""
     return [(r, r * w, SPREAD_MEAN, SPREAD_SIGMA) for r in SPREAD_REQS for w in SPREAD_WIDTHS
             if r * w <= MAX_TOKENS]
+
+
+def coarse_first(values) -> list:
+    """``values`` sorted, then reordered ends first and by halving the gaps (0, 16384, 8192,
+    4096, 12288, ...): a run cut short still spans the whole range."""
+    values = sorted(set(values))
+    if len(values) <= 2:
+        return values
+    order, seen, spans = [values[0], values[-1]], {0, len(values) - 1}, [(0, len(values) - 1)]
+    while spans:
+        nxt = []
+        for lo, hi in spans:
+            if hi - lo < 2:
+                continue
+            mid = (lo + hi) // 2
+            if mid not in seen:
+                seen.add(mid)
+                order.append(values[mid])
+            nxt += [(lo, mid), (mid, hi)]
+        spans = nxt
+    return order
+
+
+def prefill_points(kinds, chunks=CHUNKS, cached=CACHED, max_total: int = 0) -> list[tuple[str, int, int]]:
+    """``(kind, chunk, cached)``: every chunk after each cached context (levels coarse first,
+    kinds alternating), ``chunk + cached <= max_total`` when given."""
+    return [(kind, c, k) for k in coarse_first(cached) for c in sorted(set(chunks)) for kind in kinds
+            if not max_total or c + k <= max_total]

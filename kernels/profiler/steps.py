@@ -143,9 +143,16 @@ class Stepper:
 
     def prefill(self, chunk: int, cached: int, sample: bool = False, decoder=None) -> float | None:
         """Wall seconds of one prefill step (a ``chunk``-token piece after ``cached``
-        tokens), host included: the median of at least 5 synchronised calls after 3
-        warm-up calls, with the garbage collector off. ``sample``: the chunk ends the
-        prompt, so the step also samples the request's first token."""
+        tokens), host included: the median of :meth:`prefill_samples`."""
+        samples = self.prefill_samples(chunk, cached, sample, decoder)
+        return None if samples is None else statistics.median(samples)
+
+    def prefill_samples(self, chunk: int, cached: int, sample: bool = False, decoder=None) -> list | None:
+        """Wall seconds of synchronised calls of one prefill step (a ``chunk``-token piece
+        after ``cached`` tokens), host included, after 3 warm-up calls, with the garbage
+        collector off: at least ``max(reps, 10)`` calls for steps under 0.1 s, else
+        ``max(5, reps // 2)``. ``sample``: the chunk ends the prompt, so the step also
+        samples the request's first token. None when the pages do not hold it."""
         dec = decoder or self.dec
         prompt = cached + chunk + (0 if sample else 1)
         s = Sequence(0, self.rng.integers(0, self.vocab, prompt).tolist(), 1, 1.0)
@@ -163,17 +170,22 @@ class Stepper:
                 return time.perf_counter() - t0
             with _no_gc():
                 first = [step() for _ in range(3)][-1]
-                reps = max(self.reps, 10) if first < 0.1 else 5
-                return statistics.median(step() for _ in range(reps))
+                reps = max(self.reps, 10) if first < 0.1 else max(5, self.reps // 2)
+                return [step() for _ in range(reps)]
         finally:
             dec.release(s)
 
-    def prefill_kind(self, kind: str, chunk: int, cached: int) -> float | None:
+    def prefill_kind(self, kind: str, chunk: int, cached: int) -> dict | None:
         """:meth:`prefill` as served with drafter ``kind`` (none, chain: the MTP layer, block:
-        DSpark's context projection), the chunk ending its prompt (first token sampled)."""
+        DSpark's context projection), the chunk ending its prompt (first token sampled):
+        ``{"step_s": median, "p90_s": 90th percentile, "reps": calls timed}``."""
         if kind not in self._prefill_decoders:  # through its graphs up to 512 tokens, as served
             self._prefill_decoders[kind] = self._step_decoder(kind, graphs=self.dec.conf.cuda_graphs)
-        return self.prefill(chunk, cached, sample=True, decoder=self._prefill_decoders[kind])
+        samples = self.prefill_samples(chunk, cached, sample=True, decoder=self._prefill_decoders[kind])
+        if samples is None:
+            return None
+        return {"step_s": statistics.median(samples), "p90_s": float(np.percentile(samples, 90)),
+                "reps": len(samples)}
 
     def chain(self, reqs: int, k: int, context: int = DRAFT_CONTEXT) -> float | None:
         """Seconds of one chain (MTP-k) draft step: one layer run ``k`` times (CUDA graph)."""
