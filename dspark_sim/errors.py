@@ -55,9 +55,21 @@ class Terminated(BaseException):
     """SIGTERM, raised where the process is so that ``finally`` blocks and atomic outputs clean up."""
 
 
-def _raise_terminated(signum, frame):
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the clean-up short
-    raise Terminated()
+_PENDING: list[type[BaseException]] = []  # the stop a signal asked for, until the command returns
+
+
+def _raise_stop(signum, frame):
+    signal.signal(signum, signal.SIG_IGN)  # a second signal must not cut the clean-up short
+    stop = Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+    _PENDING.append(stop)
+    raise stop()
+
+
+def raise_if_stopped() -> None:
+    """Raise the stop a signal asked for again: the handler's exception is lost when the signal
+    lands in a finalizer (Python prints such exceptions and goes on). Long loops call this."""
+    if _PENDING:
+        raise _PENDING[0]()
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -75,9 +87,9 @@ def run_reporting_errors(fn, *args, interrupted: str = "interrupted; nothing wri
     code 70. SIGINT and SIGTERM unwind the command (its temporary outputs are removed on the way)
     and exit with 130 and 143."""
     try:
-        previous = signal.signal(signal.SIGTERM, _raise_terminated)
-    except ValueError:  # not the main thread: leave SIGTERM to whoever owns the process
-        previous = None
+        previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread: leave the signals to whoever owns the process
+        previous = {}
     try:
         return fn(*args)
     except InputError as err:
@@ -95,5 +107,6 @@ def run_reporting_errors(fn, *args, interrupted: str = "interrupted; nothing wri
         print(interrupted.replace("interrupted", "terminated"), file=sys.stderr)
         return EXIT_SIGTERM
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        _PENDING.clear()

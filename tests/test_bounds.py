@@ -228,6 +228,27 @@ def test_a_stopped_run_leaves_nothing_and_exits_128_plus_the_signal(tmp_path, si
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
 
 
+@pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_lost_in_a_finalizer_still_stops_the_command(sig, code, capsys):
+    """A signal that lands in a finalizer raises there, and Python prints and drops that
+    exception; the command's loops ask again and stop all the same."""
+    from dspark_sim.errors import raise_if_stopped, run_reporting_errors
+
+    class Finalized:
+        def __del__(self):
+            os.kill(os.getpid(), sig)
+
+    def command():
+        Finalized()  # collected at once: the handler's exception is raised in __del__ and lost
+        raise_if_stopped()  # what the simulator's loops call
+        return 0
+
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    assert run_reporting_errors(command) == code
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+    assert run_reporting_errors(lambda: raise_if_stopped() or 0) == 0  # nothing left pending
+
+
 # -- further hostile inputs, across the seven commands ----------------------------------------------
 def _syn(tmp_path, **over) -> str:
     return _scenario(tmp_path, synthetic_scenario(num_requests=3, **over))

@@ -22,7 +22,7 @@ import simpy
 from dspark_sim.cost.base import DraftWork, StepWork
 from dspark_sim.engine.batch import Table
 from dspark_sim.engine.stretch import Stretch, delay_to, plan_stretch
-from dspark_sim.errors import InternalError
+from dspark_sim.errors import InternalError, raise_if_stopped
 
 
 class Replica:
@@ -95,6 +95,7 @@ class Replica:
     # -- the step loop --------------------------------------------------------
     def _loop(self):
         while True:
+            raise_if_stopped()
             if not self.waiting and not len(self.running):
                 self._wake = self.env.event()
                 self.ctx.collector.advance(self.index, None)

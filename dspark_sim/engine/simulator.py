@@ -19,7 +19,7 @@ from dspark_sim.engine.kv import kv_capacity_tokens, kv_request_tokens
 from dspark_sim.engine.prefix import PrefixCache
 from dspark_sim.engine.replica import Replica
 from dspark_sim.engine.router import make_router
-from dspark_sim.errors import InputError
+from dspark_sim.errors import InputError, raise_if_stopped
 from dspark_sim.limits import MAX_RUN_TOKENS
 from dspark_sim.metrics.collector import Collector
 from dspark_sim.metrics.invariants import check_run
@@ -239,6 +239,7 @@ def _arrivals(env: simpy.Environment, chunks: Iterator, ctx: SimContext, router,
     frontend_free = 0.0
     rid = 0
     for chunk in chunks:
+        raise_if_stopped()
         n = chunk.arrival_s.size
         domain = domain_ids[np.minimum(np.searchsorted(cum, rng.random(n), side="right"), len(cum) - 1)]
         difficulty = ctx.acceptance.new_requests(domain, rng) if ctx.acceptance else np.zeros(n)
