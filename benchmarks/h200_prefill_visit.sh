@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # One device call (one H200, about 8 minutes): prefill chunks after cached contexts.
-#   Qwen3-8B prefill steps as served (CUDA graphs up to 512 tokens, eager above; first token
+#   MODEL's (default Qwen3-8B) prefill steps as served (CUDA graphs up to 512 tokens, eager above; first token
 #   sampled), every chunk of PREFILL_CHUNKS after every cached context of PREFILL_CACHED,
 #   drafter kinds PREFILL_KINDS (none: the target alone; block: with DSpark's context projection)
 #   (levels coarse first, so a cut run still spans the range; kinds alternating);
 #   median and 90th percentile of each point's synchronised calls (--reps: at least 10 calls
 #   for steps under 0.1 s). The other parts of the shipped raw file are kept as they are
-#   (--resume profiles/h200/raw/raw_qwen3-8b.json --replace prefill).
-# The raw file ($OUT/raw_qwen3-8b.json: provenance with GPU, driver, torch, triton, date and
+#   (--resume profiles/h200/raw/raw_$MODEL.json --replace prefill).
+# The raw file ($OUT/raw_$MODEL.json: provenance with GPU, driver, torch, triton, date and
 # the decoder's commit) is written when the profiler ends; the log goes to $OUT/visit.log.
 # Usage (repository root, on the device machine):  bash benchmarks/h200_prefill_visit.sh
+# Qwen3-32B (steps about 4x the 8B's; the target alone, 10 calls a point, 5 above 0.1 s):
+#   MODEL=qwen3-32b PREFILL_KINDS=none REPS=10 PREFILL_CHUNKS=16,32,64,128,256,384,512,768,1024,2048,4096 \
+#   PREFILL_CACHED=0,512,1024,2048,3072,4096,6144,8192,12288,16384 PREFILL_S=225 BUDGET_S=290 \
+#   bash benchmarks/h200_prefill_visit.sh
 # Seconds: BUDGET_S (the whole call, 500), PREFILL_S (the profiler's own budget, 400).
 # Afterwards, in the repository (no GPU needed):
-#   cp RAW_FILES/raw_qwen3-8b.json profiles/h200/raw/
-#   python benchmarks/fit_profiles.py --models qwen3-8b
+#   cp RAW_FILES/raw_$MODEL.json profiles/h200/raw/
+#   python benchmarks/fit_profiles.py --models $MODEL
 set -o pipefail
 OUT=${OUT:-/tmp/out}
 BUDGET_S=${BUDGET_S:-500}

@@ -12,7 +12,7 @@ from conftest import synthetic_scenario
 from dspark_sim.cli import main
 from dspark_sim.cost import DraftWork, StepWork, get_cost_model
 from dspark_sim.cost.profile import ProfileCost, load_profile, shipped_profile_path
-from dspark_sim.cost.substitute import RATIO_REQS, fill_host_terms
+from dspark_sim.cost.substitute import RATIO_REQS, fill_host_terms, host_date
 from dspark_sim.provenance import basis, provenance_line, scenario_provenance
 from dspark_sim.scenario import Scenario
 
@@ -62,9 +62,10 @@ def test_substitute_uses_the_ratio_of_siblings_measured_the_same_day():
     profile = replace(shipped, host={k: v for k, v in shipped.host.items() if k != "block"})
     filled, labels = fill_host_terms(profile)
     assert "block" not in profile.host and "block" in filled.host
-    # the 32B is the only sibling measured the same day as the 4B
+    # the 32B is the only sibling whose host terms were timed the same day as the 4B's (its
+    # prefill alone was timed again later)
     sibling = load_profile(shipped_profile_path("h200", "qwen3-32b"))
-    assert sibling.measured_date == shipped.measured_date
+    assert host_date(sibling.provenance, "") == host_date(shipped.provenance, "") == shipped.measured_date
     ratio = sibling.host["block"].seconds(RATIO_REQS) / sibling.host["none"].seconds(RATIO_REQS)
     got = filled.host["block"].seconds(RATIO_REQS) / profile.host["none"].seconds(RATIO_REQS)
     assert got == pytest.approx(ratio) and ratio != pytest.approx(1.0)
@@ -120,8 +121,19 @@ def test_a_sibling_whose_base_term_is_zero_gives_no_ratio():
     fourteen = load_profile(shipped_profile_path("h200", "qwen3-14b"))
     assert fourteen.host["none"].seconds(RATIO_REQS) == 0 and fourteen.host["chain"].seconds(RATIO_REQS) == 0
     shipped = load_profile(shipped_profile_path("h200", "qwen3-8b"))
-    profile = replace(shipped, measured_date=fourteen.measured_date,
-                      host={k: v for k, v in shipped.host.items() if k != "block"})
+    assert host_date(shipped.provenance, "") == host_date(fourteen.provenance, "")
+    profile = replace(shipped, host={k: v for k, v in shipped.host.items() if k != "block"})
     filled, labels = fill_host_terms(profile)
     assert labels["host_block"].startswith("copied from")
     assert filled.host["block"].seconds(RATIO_REQS) > 0
+
+
+def test_a_profile_whose_prefill_alone_was_timed_again_keeps_its_host_terms_day():
+    """The host terms' day is that of the latest run that timed whole steps or the loop's gaps,
+    not the latest run's (a later prefill-only run), nor the measured date without runs."""
+    steps = {"date": "2026-11-29T15:33:10+00:00", "skipped": {"verify": [], "step": [[1]]}}
+    prefill = {"date": "2026-12-01T23:45:00+00:00", "skipped": {"prefill": []}, "merged_from": [steps]}
+    assert host_date(prefill, "2026-12-01") == "2026-11-29"
+    assert host_date({**steps, "skipped": {"sched": []}, "merged_from": [prefill]}, "x") == "2026-11-29"
+    assert host_date({"date": "2026-12-01", "skipped": {"prefill": []}}, "2026-12-01") == "2026-12-01"
+    assert host_date(None, "2026-11-30") == "2026-11-30"

@@ -3,8 +3,8 @@
 A profile measured before a term was timed (the 14B's DSpark host time, the serving
 loop's ``sched`` gap of every profile but the re-timed 8B, the MoE profiles' host time)
 would price that part of a step at zero. :func:`fill_host_terms` fills each missing
-host term from the shipped profiles measured on the same GPU, preferring those measured
-the same day (the same decoder), and says how:
+host term from the shipped profiles measured on the same GPU, preferring those whose host
+terms were timed the same day (the same decoder; :func:`host_date`), and says how:
 
 - a missing drafter kind's host term, when the profile has another kind's: that term
   times the median ratio of the two kinds at ``RATIO_REQS`` running requests among the
@@ -33,9 +33,25 @@ PROFILES_PACKAGE = "dspark_sim.profiles"
 
 
 
+def host_date(provenance, fallback: str) -> str:
+    """The day a profile's host terms were timed: that of the latest run in ``provenance`` (the
+    newest first, then its ``merged_from`` chain) that timed whole steps or the serving loop's
+    gaps (a run's ``skipped`` names every part it timed), else ``fallback`` (the measured date).
+    A profile whose prefill alone was timed again keeps its host terms' day."""
+    todo = [provenance]
+    while todo:
+        run = todo.pop(0)
+        if not isinstance(run, dict):
+            continue
+        if any(part in (run.get("skipped") or {}) for part in ("step", "sched")) and run.get("date"):
+            return str(run["date"])[:10]
+        todo += run.get("merged_from") or []
+    return fallback
+
+
 @lru_cache(maxsize=8)
 def _siblings(gpu: str) -> tuple[tuple[str, str, int, dict, ScheduleFit | None], ...]:
-    """(model, measured date, layers, host terms, schedule) of every measured profile shipped for ``gpu``."""
+    """(model, host terms' date, layers, host terms, schedule) of every measured profile shipped for ``gpu``."""
     from dspark_sim.catalog import MODELS
 
     folder = Path(str(resources.files(PROFILES_PACKAGE).joinpath(gpu)))
@@ -48,16 +64,19 @@ def _siblings(gpu: str) -> tuple[tuple[str, str, int, dict, ScheduleFit | None],
             continue
         host = {k: HostFit(**v) for k, v in (d.get("host") or {}).items()}
         sched = ScheduleFit(**d["schedule"]) if d.get("schedule") else None
-        out.append((path.stem, str(d.get("measured_date", "")), MODELS[path.stem].num_layers, host, sched))
+        day = host_date(d.get("provenance"), str(d.get("measured_date", "")))
+        out.append((path.stem, day, MODELS[path.stem].num_layers, host, sched))
     return tuple(out)
 
 
 def _ranked(profile: Profile, donors: list) -> list:
-    """Donors measured the same day first (the same decoder), then by nearest layer count."""
+    """Donors whose host terms were timed the same day first (the same decoder), then by
+    nearest layer count."""
     from dspark_sim.catalog import MODELS
 
     layers = MODELS[profile.model].num_layers if profile.model in MODELS else 0
-    return sorted(donors, key=lambda d: (d[1] != profile.measured_date, abs(d[2] - layers), d[0]))
+    day = host_date(profile.provenance, profile.measured_date)
+    return sorted(donors, key=lambda d: (d[1] != day, abs(d[2] - layers), d[0]))
 
 
 def _where(donors: list, gpu: str) -> str:
@@ -102,4 +121,4 @@ def fill_host_terms(profile: Profile, kinds=STEP_KINDS) -> tuple[Profile, dict[s
     return replace(profile, host=host, schedule=schedule), labels
 
 
-__all__ = ["fill_host_terms", "RATIO_REQS"]
+__all__ = ["fill_host_terms", "host_date", "RATIO_REQS"]
