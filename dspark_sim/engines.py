@@ -47,9 +47,10 @@ MIB = 1 << 20
 GIB = 1 << 30
 
 # Whether each engine overlaps host and GPU by default (DEFAULT_SOURCES' "host overlap" rows;
-# the decoder: kernels/decoder/engine.py serve(overlap=True)). Off for all until the simulator's
-# model of it is validated against the decoder's runs (docs/validation.md).
-OVERLAP = {"decoder": False, "sglang": False, "vllm": False, "trtllm": False}
+# the decoder: kernels/decoder/engine.py serve(overlap=True)). On for the decoder, whose runs
+# validate it (docs/validation_ttft.md); off for the others until their host terms, fitted
+# without it (benchmarks/external.py calibrate), are fitted again with it.
+OVERLAP = {"decoder": True, "sglang": False, "vllm": False, "trtllm": False}
 # Where each default comes from: engine -> [(setting, value rule, file:line of the release)].
 DEFAULT_SOURCES = {
     "sglang": [
