@@ -99,7 +99,8 @@ def markdown(data: dict) -> str:
              "token (with overlapped steps, the step in flight when it was planned); **step** that step's duration; "
              "**read** its end to the first token's time. **idle** is the share of requests that arrived while no "
              "step ran; **first** the TTFT of the run's first request (the decoder's includes its start of serving, "
-             "`gc.collect` and `gc.freeze` after its clock started, in the runs before 2026-12-02).", "",
+             "`gc.collect` and `gc.freeze` after its clock started, in every run made before `serve` started "
+             "its clock after them).", "",
              "| case | TTFT | error | queue | error | to step | error | step | error | read | error | idle | first "
              "| error w/o first |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
