@@ -78,8 +78,16 @@ def _validation() -> str:
     return markdown(data["cases"], data["summary"], data["provenance"], made, replicate, VALIDATION / "real")
 
 
+def _validation_ttft() -> str:
+    """docs/validation_ttft.md from the committed ttft_parts.json."""
+    from fidelity import TTFT_JSON
+    from dspark_sim.validation.ttft import markdown
+
+    return markdown(json.loads(TTFT_JSON.read_text()))
+
+
 # whole generated files -> their text from committed data
-FILES = {"docs/validation.md": _validation}
+FILES = {"docs/validation.md": _validation, "docs/validation_ttft.md": _validation_ttft}
 
 
 def stale() -> list[str]:

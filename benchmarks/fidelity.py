@@ -5,13 +5,16 @@
     python benchmarks/fidelity.py run --out DIR          # GPU: the decoder serves every case
     python benchmarks/fidelity.py compare --real DIR     # CPU: simulate every case, error table
     python benchmarks/fidelity.py report --real DIR      # the doc again from the committed errors.json
+    python benchmarks/fidelity.py ttft                   # TTFT in parts, decoder against simulator
 
 A driver of :mod:`dspark_sim.validation` on this repository's files: ``cases`` writes
 ``profiles/h200/validation/cases/`` (:mod:`~dspark_sim.validation.cases`); ``run`` has the
 decoder serve them on the GPU (:mod:`~dspark_sim.validation.serve`); ``compare`` simulates
 every case, copies both runs to ``profiles/h200/validation/runs/<case>/{real,sim}/`` and
 writes the error table (``profiles/h200/validation/errors.json``, ``docs/validation.md`` and
-its plot; :mod:`~dspark_sim.validation.fidelity`, :mod:`~dspark_sim.validation.report`).
+its plot; :mod:`~dspark_sim.validation.fidelity`, :mod:`~dspark_sim.validation.report`), then
+the TTFT decomposition of the same cases (``ttft``: ``profiles/h200/validation/ttft_parts.json``,
+``docs/validation_ttft.md``; :mod:`~dspark_sim.validation.ttft`).
 """
 from __future__ import annotations
 
@@ -26,6 +29,19 @@ REPO = Path(__file__).resolve().parents[1]
 VALIDATION = REPO / "profiles" / "h200" / "validation"
 CASES_DIR = VALIDATION / "cases"
 AZURE = REPO / "examples" / "traces" / "azure_llm_2023_code.csv"
+TTFT_JSON, TTFT_DOC = VALIDATION / "ttft_parts.json", REPO / "docs" / "validation_ttft.md"
+
+
+def ttft(args=None) -> None:
+    """The TTFT decomposition of the cases in the committed ``errors.json``, from their runs."""
+    from dspark_sim.engines import Engine
+    from dspark_sim.validation.ttft import markdown, write_parts
+
+    cases = [row["case"] for row in json.loads((VALIDATION / "errors.json").read_text())["cases"]]
+    overlap = "on" if Engine().overlapped else "off"
+    data = write_parts(VALIDATION / "runs", cases, TTFT_JSON, "python benchmarks/fidelity.py ttft",
+                       f"the simulator with the decoder engine's overlap {overlap}")
+    TTFT_DOC.write_text(markdown(data))
 
 
 def compare(args) -> None:
@@ -44,6 +60,8 @@ def compare(args) -> None:
                     replicate, VALIDATION / "real")
     Path(args.doc).write_text(text)
     print(text)
+    if Path(args.doc).resolve() == (REPO / "docs" / "validation.md").resolve():
+        ttft()
 
 
 def report(args) -> None:
@@ -86,6 +104,7 @@ def main(argv=None) -> int:
     w.add_argument("--real", required=True, nargs="+")
     w.add_argument("--replicate")
     w.add_argument("--doc", default=str(REPO / "docs" / "validation.md"))
+    sub.add_parser("ttft", help="TTFT in parts for the cases of the committed errors.json, from their runs")
     args = p.parse_args(argv)
     if args.cmd == "cases":
         out = Path(args.dir) if args.dir else CASES_DIR if args.tp == 1 else VALIDATION / f"cases_tp{args.tp}"
@@ -99,6 +118,8 @@ def main(argv=None) -> int:
                   args.warm_requests, args.kv_tokens, not args.no_crosscheck)
     elif args.cmd == "report":
         report(args)
+    elif args.cmd == "ttft":
+        ttft(args)
     else:
         compare(args)
     return 0

@@ -11,6 +11,11 @@ same for every engine; what the engine adds is described here:
 * **runtime limits** that depend on the replica: SGLang's running-request cap derived
   from the KV pool, the largest batch a CUDA graph covers (a decode step above it runs
   eagerly);
+* **overlap**: whether the engine plans and launches step n+1 while step n runs (SGLang's
+  overlap scheduler, vLLM's asynchronous scheduling, the decoder's ``serve``): a request
+  that reaches the scheduler while a step is in flight joins the step planned after it
+  (:mod:`dspark_sim.engine.replica`); ``OVERLAP`` holds each engine's default, its source in
+  ``DEFAULT_SOURCES`` (``host overlap``); a scenario may set ``engine: {overlap: ...}``;
 * **host terms** (:class:`EngineTerms`): per-step host time the engine does not hide
   behind the GPU, per-request front-end time (HTTP, chat template, tokenizer) before the
   scheduler sees a request, and the launch floor of an eager decode step. They are host
@@ -41,6 +46,11 @@ CALIBRATION_FORMAT = "dspark-engine-calibration"
 MIB = 1 << 20
 GIB = 1 << 30
 
+# Whether each engine overlaps host and GPU by default (DEFAULT_SOURCES' "host overlap" rows;
+# the decoder: kernels/decoder/engine.py serve(overlap=True)). On for the decoder, whose runs
+# validate it (docs/validation_ttft.md); off for the others until their host terms, fitted
+# without it (benchmarks/external.py calibrate), are fitted again with it.
+OVERLAP = {"decoder": True, "sglang": False, "vllm": False, "trtllm": False}
 # Where each default comes from: engine -> [(setting, value rule, file:line of the release)].
 DEFAULT_SOURCES = {
     "sglang": [
@@ -132,6 +142,7 @@ class Engine:
     version: str | None = None
     calibration: Path | None = None
     terms: EngineTerms = field(default_factory=EngineTerms)
+    overlap: bool | None = None  # None: the engine's default (OVERLAP)
 
     def __post_init__(self) -> None:
         check_choice(self.name, "name", ENGINES)
@@ -139,12 +150,19 @@ class Engine:
             require(isinstance(self.version, str) and self.version in VERSIONS[self.name], "version",
                     self.version, f"{self.name} defaults are read from {', '.join(VERSIONS[self.name])}")
         require(isinstance(self.terms, EngineTerms), "terms", self.terms, "expected EngineTerms")
+        require(self.overlap is None or isinstance(self.overlap, bool), "overlap", self.overlap,
+                "expected true or false")
         require(self.name != "decoder" or self.calibration is None, "calibration", self.calibration,
                 "the decoder's host time is measured into its profile; calibrate sglang, vllm or trtllm")
 
     @property
     def is_decoder(self) -> bool:
         return self.name == "decoder"
+
+    @property
+    def overlapped(self) -> bool:
+        """Whether step n+1 is planned while step n runs (the scenario's ``overlap``, else the engine's)."""
+        return OVERLAP[self.name] if self.overlap is None else self.overlap
 
     @property
     def label(self) -> str:
@@ -158,12 +176,14 @@ class Engine:
             raw = {"name": raw}
         s = Section(raw, file, key)
         name, version, calibration = s.raw("name", "decoder"), s.raw("version"), s.raw("calibration")
+        overlap = s.raw("overlap")
         s.done()
         if isinstance(version, (int, float)) and not isinstance(version, bool):
             version = str(version)
-        engine = build(cls, {"name": name, "version": version}, file, key)
+        engine = build(cls, {"name": name, "version": version, "overlap": overlap}, file, key)
         if calibration is None:
-            return build(cls, {"name": name, "version": version, "terms": shipped_terms(engine.name)}, file, key)
+            return build(cls, {"name": name, "version": version, "overlap": overlap,
+                               "terms": shipped_terms(engine.name)}, file, key)
         if engine.is_decoder:
             raise InputError(file, f"{key}.calibration", calibration, "the decoder's host time is measured into "
                              "its profile; calibrate sglang, vllm or trtllm")
@@ -173,7 +193,8 @@ class Engine:
         if not path.is_file():
             raise InputError(file, f"{key}.calibration", calibration, "calibration file not found")
         terms = load_calibration(path, engine=engine.name)
-        return build(cls, {"name": name, "version": version, "calibration": path, "terms": terms}, file, key)
+        return build(cls, {"name": name, "version": version, "overlap": overlap, "calibration": path,
+                           "terms": terms}, file, key)
 
     # -- defaults -----------------------------------------------------------------
     def deployment_defaults(self, gpu, tp: int, model=None) -> dict:
@@ -266,5 +287,5 @@ def load_calibration(path: str | Path, *, engine: str | None = None) -> EngineTe
     return terms
 
 
-__all__ = ["CALIBRATION_FORMAT", "DEFAULT_SOURCES", "ENGINES", "Engine", "EngineTerms", "VERSIONS",
+__all__ = ["CALIBRATION_FORMAT", "DEFAULT_SOURCES", "ENGINES", "Engine", "EngineTerms", "OVERLAP", "VERSIONS",
            "load_calibration", "shipped_terms"]

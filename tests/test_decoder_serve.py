@@ -66,6 +66,18 @@ def test_step_rows_cover_the_whole_cycle_and_record_the_work(overlap):
     assert gc.get_freeze_count() == 0
 
 
+def test_the_serving_clock_starts_after_the_collector_is_frozen(monkeypatch):
+    """A slow collection before serving (a model's heap) is not in the first request's wait."""
+    import time
+
+    from dspark_sim.kernels.decoder import engine
+
+    collect = engine.gc.collect
+    monkeypatch.setattr(engine.gc, "collect", lambda: (time.sleep(0.5), collect())[1])
+    run = serve(tiny_decoder("none"), _seqs(1, out=2))
+    assert run.requests[0]["queue_delay_ms"] < 250
+
+
 def test_preemption_recomputes_and_keeps_outputs():
     dec = tiny_decoder("dspark", kv_tokens=64, max_running_requests=3)  # 16 pages of 4 tokens
     seqs = _seqs(3, prompt_len=10, out=12)

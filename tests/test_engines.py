@@ -54,12 +54,24 @@ def test_vllm_defaults_depend_on_the_gpu():
     ({"name": "vllm", "version": "0.6.0"}, "engine.version", "read from"),
     ({"name": "vllm", "speed": 2}, "engine.speed", "unknown key"),
     ({"name": "decoder", "calibration": "x.json"}, "engine.calibration", "decoder"),
+    ({"name": "sglang", "overlap": "yes"}, "engine.overlap", "true or false"),
 ])
 def test_bad_engine_names_the_key(write_scenario, engine, key, why):
     path = write_scenario(synthetic_scenario(engine=engine))
     with pytest.raises(InputError) as err:
         load_scenario(path)
     assert err.value.key == key and why in str(err.value)
+
+
+def test_overlap_is_the_engines_unless_the_scenario_says():
+    from dspark_sim.engines import OVERLAP
+
+    for name in OVERLAP:
+        assert _scenario(engine=name).engine.overlapped == OVERLAP[name]
+        for on in (True, False):
+            engine = _scenario(engine={"name": name, "overlap": on}).engine
+            assert engine.overlapped is on
+            assert build_context(_scenario(engine={"name": name, "overlap": on}), Collector(None)).overlap is on
 
 
 def test_sglang_caps_running_requests_by_its_kv_pool():

@@ -81,6 +81,27 @@ def test_skip_ahead_is_step_by_step(method, batching, router, replicas, load, tm
     assert summary["completed"] == 60
 
 
+OVERLAP_CONFIGS = [(m, b, load) for m, b, load in itertools.product(METHODS, ("mixed", "prefill_first"),
+                                                                    ("light", "heavy"))]
+
+
+@pytest.mark.parametrize("method,batching,load", OVERLAP_CONFIGS)
+def test_skip_ahead_is_step_by_step_with_overlapped_steps(method, batching, load, tmp_path):
+    """A request that arrives during a step waits for the plan made after it (engine overlap):
+    a stretch never runs past a step that plan could change."""
+    sc = scenario(method, seed=200 + OVERLAP_CONFIGS.index((method, batching, load)), batching=batching,
+                  load=load, replicas=2, router="least_outstanding")
+    summary = assert_identical(replace(sc, engine=replace(sc.engine, overlap=True)), tmp_path)
+    assert summary["completed"] == 60
+
+
+@pytest.mark.parametrize("method", ["none", "production"])
+def test_skip_ahead_is_step_by_step_with_overlap_through_preemptions(method, tmp_path):
+    sc = scenario(method, seed=12, load="kv", requests=30)
+    summary = assert_identical(replace(sc, engine=replace(sc.engine, overlap=True)), tmp_path)
+    assert summary["num_preemptions"] > 0 and summary["completed"] == 30
+
+
 @pytest.mark.parametrize("method", list(METHODS))
 def test_skip_ahead_is_step_by_step_through_preemptions(method, tmp_path):
     summary = assert_identical(scenario(method, seed=11, load="kv", requests=30, replicas=2,

@@ -11,9 +11,18 @@ arrival (:mod:`dspark_sim.engine.admission`), so every admitted request fits alo
 the KV cache in use never exceeds its capacity. With a prefix cache (:mod:`.prefix`) a
 request prefills only what its prompt does not share with cached blocks, and cached blocks
 no request reads fill free KV until a step needs it.
+
+With ``overlap`` (the engine plans and launches step n+1 while step n runs: SGLang's overlap
+scheduler, vLLM's asynchronous scheduling, the decoder's ``serve``), the plan of a step is
+made when the step before it starts: a request that reaches the replica while a step is in
+flight joins the step after the next, and its ``first_scheduled_s`` is when that step's plan
+was made. When the step in flight leaves nothing to run after it, the engine plans anew once
+it lands, as after an idle wait. Token times stay the ends of their steps (when the engine
+reads them).
 """
 from __future__ import annotations
 
+import math
 from collections import deque
 
 import numpy as np
@@ -43,6 +52,9 @@ class Replica:
         self.waiting: deque[dict] = deque()
         self.running = Table()
         self.kv_peak = 0
+        self.overlap = ctx.overlap
+        # with overlap, when the next step's plan is made: the start of the step in flight
+        self.plan_s = 0.0
         # The replica's own clock: every step's start and end, summed step after step (simpy's
         # clock lands on a stretch's end within a rounding; the record keeps this one).
         self.clock_s = 0.0
@@ -67,15 +79,34 @@ class Replica:
             return
         if hash_ids and self.prefix is not None:
             self.prefix.register(request["rid"], hash_ids, request["prompt_tokens"])
+        request["ready_s"] = self.env.now  # when the scheduler sees it (not a column of Table)
         self.waiting.append(request)
         if not self._wake.triggered:
             self._wake.succeed()
 
-    def _admit(self, kv_used: int) -> None:
+    def _admit_planned(self) -> None:
+        """Admit what the next step's plan takes: everything that fits, or with overlap what had
+        reached the replica when the plan was made (``plan_s``); if then nothing runs, the engine
+        plans again now (the step in flight left nothing to run beside it)."""
+        kv_used = int(self._kv_tokens().sum()) + len(self.running) * self.kv_per_request + self._kv_adjust()
+        if not self.overlap:
+            self._admit(kv_used)
+            return
+        self._admit(kv_used, self.plan_s)
+        if self.waiting and not len(self.running):
+            self.plan_s = self.clock_s
+            self._admit(kv_used)
+
+    def _admit(self, kv_used: int, plan_s: float | None = None) -> None:
+        """Admit waiting requests in order while they fit. ``plan_s``: when the plan was made
+        (overlap): a request that came later waits, and an admitted one was scheduled then."""
         run = self.running
         pending = int((run["prefill_len"] - run["prefilled"]).sum())
+        ready_by_s = math.inf if plan_s is None else plan_s
         while self.waiting and len(run) < self.max_running:
             req = self.waiting[0]
+            if req.get("ready_s", -math.inf) > ready_by_s:  # a preempted request has waited since before
+                break
             hit = self.prefix.lookup(req["rid"], req["prefill_len"]) if self.prefix is not None else None
             cached = hit.tokens if hit is not None else 0
             # cached blocks no request reads yet are free KV until this request pins them
@@ -87,7 +118,7 @@ class Replica:
                 self.prefix.acquire(req["rid"], hit, self.clock_s, first=req["first_scheduled_s"] < 0)
                 req["prefilled"] = cached
             if req["first_scheduled_s"] < 0:
-                req["first_scheduled_s"] = self.clock_s
+                req["first_scheduled_s"] = self.clock_s if plan_s is None else plan_s
                 req["cached_tokens"] = cached
             run.append(req)
             pending += need
@@ -100,10 +131,11 @@ class Replica:
                 self._wake = self.env.event()
                 self.ctx.collector.advance(self.index, None)
                 yield self._wake
-                self.clock_s = self.env.now
-            self._admit(int(self._kv_tokens().sum()) + len(self.running) * self.kv_per_request + self._kv_adjust())
+                self.clock_s = self.plan_s = self.env.now
+            self._admit_planned()
             stretch = self._stretch() if self.ctx.skip_ahead else None
             if stretch is not None:
+                self.plan_s = float(stretch.times_s[-2])  # its last step's start
                 self._apply_stretch(stretch)
                 self.ctx.collector.advance(self.index, stretch.end_s)
                 yield self.env.timeout(delay_to(self.env.now, stretch.end_s))
@@ -114,6 +146,7 @@ class Replica:
             if step is None:  # nothing schedulable: admission lets every request run alone
                 raise InternalError(f"replica {self.index} stalled with {len(self.waiting)} requests waiting")
             end_s = self.clock_s + step["step_s"]
+            self.plan_s = self.clock_s
             self.ctx.collector.advance(self.index, end_s)
             yield self.env.timeout(delay_to(self.env.now, end_s))
             self.clock_s = end_s
@@ -125,6 +158,8 @@ class Replica:
         c, n = self.running.cols, self.running.n
         if not n or (c["prefilled"][:n] < c["prefill_len"][:n]).any():
             return None
+        if self.overlap and self.waiting and self.waiting[0].get("ready_s", -math.inf) > self.plan_s:
+            return None  # it came after this step's plan: the next plan may take it
         tokens, steps = self._decoded
         return plan_stretch(self, self.ctx.next_arrival_s, tokens / steps if steps else 1.0)
 

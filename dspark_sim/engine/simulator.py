@@ -47,6 +47,7 @@ class SimContext:
     frontend_s: float = 0.0  # the engine's front-end service time of one request (HTTP, template, tokenizer)
     admission: Admission | None = None  # which requests a replica serves; the others are rejected
     skip_ahead: bool = True  # advance steady decode steps in stretches (engine/stretch.py)
+    overlap: bool = False  # step n+1 planned while step n runs (engines.Engine.overlapped)
     next_arrival_s: float = math.inf  # when the next request arrives (the stretches stop there)
 
     def make_policy(self):
@@ -101,7 +102,7 @@ def build_context(scenario: Scenario, collector: Collector) -> SimContext:
                      prefix_block_tokens=block if dep.prefix_cache and
                      scenario.workload.hash_block_tokens % block == 0 else 0,
                      max_running=min(dep.max_running_requests, cap) if cap is not None else 0,
-                     frontend_s=engine.terms.frontend_s,
+                     frontend_s=engine.terms.frontend_s, overlap=engine.overlapped,
                      admission=Admission.of(model.max_context, kv, per_request, spec))
     if spec.method == "dspark":
         ctx.sps = scheduler_sps(scenario, cost)

@@ -12,7 +12,7 @@ overlap did not hide: retiring, admitting, scheduling, launching). The rows are 
 through :mod:`dspark_sim.metrics.record`, the simulator's run record. While serving, the
 objects alive before it are frozen out of the garbage collector (``gc.freeze``, as vLLM
 does after start-up): the model, kernels and graphs are never garbage, and collections
-then scan only what serving allocates.
+then scan only what serving allocates. The serving clock starts after the freeze.
 """
 from __future__ import annotations
 
@@ -65,11 +65,13 @@ def serve(decoder, seqs: list, realtime: bool = False, max_steps: int | None = N
     ``overlap``: launch step n+1 before reading step n's tokens (the default, as
     SGLang's overlap scheduler and vLLM's asynchronous scheduling); False waits for
     each step before planning the next."""
+    gc.collect()
+    gc.freeze()
+    # the clock starts once the collector is set (a collection of a model's heap takes ~0.1 s,
+    # which the first request's TTFT would otherwise carry)
     loop = _Loop(decoder, Scheduler(decoder), Clock(realtime), Run(sequences=seqs), on_step)
     arrivals = list(reversed(seqs))
     sched, clock, flight = loop.sched, loop.clock, None  # flight: the launched, unfinished step
-    gc.collect()
-    gc.freeze()
     try:
         loop.restart()
         while arrivals or not sched.idle() or flight is not None:
