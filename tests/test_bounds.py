@@ -228,6 +228,7 @@ def test_a_stopped_run_leaves_nothing_and_exits_128_plus_the_signal(tmp_path, si
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the lost exception, by design
 @pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_signal_lost_in_a_finalizer_still_stops_the_command(sig, code, capsys):
     """A signal that lands in a finalizer raises there, and Python prints and drops that

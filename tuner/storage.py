@@ -95,6 +95,9 @@ def _write_ahead_log(engine) -> None:
     engine.dispose()  # so every pooled connection is opened through the listener
 
 
+STARTUP_TRIALS = 12  # TPE's random start-up trials (seeded by trial number, as the later ones)
+
+
 class TrialSeededTPE(optuna.samplers.TPESampler):
     """TPE whose random streams restart from (seed, trial number) before every trial.
 
@@ -112,7 +115,7 @@ class TrialSeededTPE(optuna.samplers.TPESampler):
     def __init__(self, seed: int, first: dict | None = None):
         with warnings.catch_warnings():  # multivariate and group are "experimental"
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            super().__init__(seed=seed, multivariate=True, group=True, n_startup_trials=12)
+            super().__init__(seed=seed, multivariate=True, group=True, n_startup_trials=STARTUP_TRIALS)
         self._base_seed = seed
         self._first = dict(first or {})
 
