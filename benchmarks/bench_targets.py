@@ -67,19 +67,40 @@ def roofline_ms(spec, weights_read: int, reqs: int, context: int, copy_gbps: flo
     return 1e3 * (linear + attn)
 
 
+def make_decoder(name: str, model: str, context: int, max_reqs: int, kv_tokens: int, device: str,
+                 cuda_graphs: bool = True):
+    """The benchmark's decoder of one method (random bf16 weights, synthetic acceptance; DSpark
+    scheduling from the shipped profile's SPS table), its KV cache filled with random values."""
+    sys.path.insert(0, str(HERE))
+    from bench_decoder import DECODERS, profile_table
+
+    from dspark_sim.catalog import get_model
+    from dspark_sim.kernels.decoder import Decoder, DecoderConfig
+
+    conf = DecoderConfig(**DECODERS[name], synthetic=True, max_running_requests=max_reqs,
+                         max_model_len=context + 1024, kv_tokens=kv_tokens, device=device, cuda_graphs=cuda_graphs)
+    sps0 = None
+    if conf.method == "dspark":
+        from dspark_sim.kernels.sps_tensors import SpsTensors
+        sps0 = SpsTensors.from_json_dict({"sample_batch_tokens": [1], "sample_steps_per_sec": [1.0],
+                                          "max_batch_tokens": 1 << 20})
+    dec = Decoder(get_model(model), conf, sps=sps0, acceptance={"drafter": "mtp" if name == "mtp3" else "dspark"})
+    dec.randomize_cache()
+    if conf.method == "dspark":
+        dec.set_sps(profile_table(model, dec, context, conf)[0])
+    return dec
+
+
 def run(args) -> dict:
     import torch
 
     sys.path.insert(0, str(HERE))
-    from bench_decoder import DECODERS, measure, profile_table
+    from bench_decoder import measure
     from bench_kernels import copy_bandwidth
 
-    from dspark_sim.catalog import get_model
-    from dspark_sim.kernels.decoder import Decoder, DecoderConfig
     from dspark_sim.kernels.profiler.provenance import provenance, sm_clocks
 
     dev = torch.device(args.device)
-    spec = get_model(args.model)
     start = time.perf_counter()
     log = lambda m: print(f"[{time.perf_counter() - start:6.1f}s] {m}", flush=True)  # noqa: E731
     out = {"provenance": {**provenance(), "model": args.model, "weights": "random bf16",
@@ -89,17 +110,7 @@ def run(args) -> dict:
     log(f"copy {out['copy']['gbps']:.0f} GB/s, gemm {out['gemm']['tflops']:.0f} TFLOP/s")
     kv = max(BATCHES) * (args.context + 8 * (4 * args.steps + 60) + 64)
     for name in METHOD_NAMES:
-        conf = DecoderConfig(**DECODERS[name], synthetic=True, max_running_requests=max(BATCHES),
-                             max_model_len=args.context + 1024, kv_tokens=kv, device=args.device)
-        sps0 = None
-        if conf.method == "dspark":
-            from dspark_sim.kernels.sps_tensors import SpsTensors
-            sps0 = SpsTensors.from_json_dict({"sample_batch_tokens": [1], "sample_steps_per_sec": [1.0],
-                                              "max_batch_tokens": 1 << 20})
-        dec = Decoder(spec, conf, sps=sps0, acceptance={"drafter": "mtp" if name == "mtp3" else "dspark"})
-        dec.randomize_cache()
-        if conf.method == "dspark":
-            dec.set_sps(profile_table(args.model, dec, args.context, conf)[0])
+        dec = make_decoder(name, args.model, args.context, max(BATCHES), kv, args.device)
         if name == "none":
             out["weights"] = weight_bytes(dec)
         for overlap in (True, False) if name == "none" else (True,):

@@ -135,3 +135,23 @@ def test_unknown_model_is_one_line_naming_the_flag(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: dspark-profile: --model='nosuch': unknown model") and "\n" not in err
     assert not (tmp_path / "o").exists()
+
+
+def test_prefill_idle_leaves_the_gpu_idle_after_each_timed_prefill(tmp_path, capsys):
+    import time
+
+    from dspark_sim.kernels.decoder.tiny import tiny_decoder
+    from dspark_sim.kernels.profiler.__main__ import main
+    from dspark_sim.kernels.profiler.steps import Stepper
+
+    stepper = Stepper(tiny_decoder("none", kv_tokens=4096, max_model_len=512), reps=2, prefill_idle=2.0)
+    t0 = time.perf_counter()
+    samples = stepper.prefill_samples(32, 64)
+    wall = time.perf_counter() - t0
+    assert len(samples) >= 5
+    assert wall >= 3.0 * sum(samples)  # each timed call (and warm-up) followed by twice its time idle
+    assert max(samples) < wall / len(samples)  # the idle time is not in the samples
+    with pytest.raises(SystemExit) as stop:
+        main(["--gpu", "h200", "--model", "qwen3-8b", "--prefill-idle", "-1", "--out", str(tmp_path / "o"),
+              "--device", "cpu"])
+    assert stop.value.code == 2 and "--prefill-idle: -1.0 is not in" in capsys.readouterr().err and not (tmp_path / "o").exists()

@@ -58,6 +58,8 @@ def parse_args(argv=None):
     p.add_argument("--max-seconds", type=float, default=540.0,
                    help="time budget; 0 times nothing (a resumed file merged and written as is)")
     p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--prefill-idle", type=float, default=0.0,
+                   help="idle seconds after each timed prefill per second it took (served duty cycle)")
     p.add_argument("--resume", help="earlier raw file: keep its points, time the missing ones")
     p.add_argument("--replace", default="", help="with --resume: parts whose old points are dropped")
     p.add_argument("--add", default="", help="with --resume: parts timed again, old points kept beside")
@@ -78,6 +80,7 @@ def parse_args(argv=None):
         if kind not in ("none", "chain", "block"):
             p.error(f"argument --prefill-kinds: unknown kind {kind!r}; expected none, chain, block")
     for flag, value, low, high in (("--layers", args.layers, 0, 10**4), ("--reps", args.reps, 1, 10**4),
+                                   ("--prefill-idle", args.prefill_idle, 0, 100),
                                    ("--kv-tokens", args.kv_tokens, 0, 2**32),
                                    ("--max-seconds", args.max_seconds, 0.0, 7 * 24 * 3600.0)):
         if not low <= value <= high:  # NaN fails too
@@ -237,7 +240,7 @@ def profile(args) -> int:
     if dec.spec.v4 is not None:  # V4's sparse attention streams a request's keys in one program
         prov["attn_max_splits"] = 1
     print(f"profiling {args.model} on {args.gpu}: parts {','.join(args.parts)}", flush=True)
-    stepper = Stepper(dec, reps=args.reps)
+    stepper = Stepper(dec, reps=args.reps, prefill_idle=args.prefill_idle)
     total = sum(SHARE[p] for p in args.parts)
     skipped = {}
     for part in args.parts:
@@ -259,6 +262,7 @@ def profile(args) -> int:
     steps = [step for _, step in TOKEN_TIERS] + [TOKEN_STEP_ABOVE]
     prov.update(sm_clocks_after=sm_clocks(), elapsed_s=round(time.perf_counter() - t0, 1),
                 skipped=skipped, kv_capacity_tokens=int(dec.cache.k.shape[1]), reps=args.reps,
+                prefill_idle=args.prefill_idle,
                 pad_limits=limits, pad_steps=steps,
                 prefill_graph_tokens=PREFILL_GRAPH_TOKENS if dec.pad_prefill else 0,
                 prefill_graph_min=PREFILL_GRAPH_MIN,

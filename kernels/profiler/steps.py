@@ -36,9 +36,10 @@ DRAFT_CONTEXT = 1024
 class Stepper:
     """Builds timing points on one :class:`~dspark_sim.kernels.decoder.Decoder`."""
 
-    def __init__(self, decoder, reps: int = 10, seed: int = 0):
+    def __init__(self, decoder, reps: int = 10, seed: int = 0, prefill_idle: float = 0.0):
         self.dec = decoder
         self.reps = reps
+        self.prefill_idle = prefill_idle  # idle seconds after a timed prefill, per second it took
         self.rng = np.random.default_rng(seed)
         self.vocab = decoder.spec.vocab_size
         self._chain = None
@@ -152,7 +153,10 @@ class Stepper:
         after ``cached`` tokens), host included, after 3 warm-up calls, with the garbage
         collector off: at least ``max(reps, 10)`` calls for steps under 0.1 s, else
         ``max(5, reps // 2)``. ``sample``: the chunk ends the prompt, so the step also
-        samples the request's first token. None when the pages do not hold it."""
+        samples the request's first token. None when the pages do not hold it. After each
+        call the GPU idles ``prefill_idle`` times the call's seconds: back-to-back prefills
+        hold the GPU at full power, where its clock falls below what served prefills (between
+        decode steps) run at."""
         dec = decoder or self.dec
         prompt = cached + chunk + (0 if sample else 1)
         s = Sequence(0, self.rng.integers(0, self.vocab, prompt).tolist(), 1, 1.0)
@@ -167,7 +171,10 @@ class Stepper:
                 t0 = time.perf_counter()
                 dec.prefill([(s, chunk)])
                 dec.sync()
-                return time.perf_counter() - t0
+                took = time.perf_counter() - t0
+                if self.prefill_idle > 0:
+                    time.sleep(self.prefill_idle * took)
+                return took
             with _no_gc():
                 first = [step() for _ in range(3)][-1]
                 reps = max(self.reps, 10) if first < 0.1 else max(5, self.reps // 2)
