@@ -48,6 +48,12 @@ def _vs_sglang() -> str:
     return block_text(json.loads((H200 / "kernels_vs_sglang.json").read_text()))
 
 
+def _forward_breakdown() -> str:
+    from forward_breakdown import block_text
+
+    return block_text(json.loads((H200 / "forward_breakdown.json").read_text()))
+
+
 def _held_out() -> str:
     from dspark_sim.profiling.pipeline import held_out_table, measured_profiles
 
@@ -59,6 +65,7 @@ BLOCKS = {
     ("docs/decoder.md", "targets"): _targets,
     ("docs/decoder.md", "bench_decoder"): _bench_decoder,
     ("docs/decoder.md", "graphs_vs_eager"): _graphs_vs_eager,
+    ("docs/decoder.md", "forward_breakdown"): _forward_breakdown,
     ("docs/kernels.md", "vs_sglang"): _vs_sglang,
     ("docs/profiles.md", "held-out"): _held_out,
 }
