@@ -15,6 +15,8 @@
 #   PREFILL_CACHED=0,512,1024,2048,3072,4096,6144,8192,12288,16384 PREFILL_S=225 BUDGET_S=290 \
 #   bash benchmarks/h200_prefill_visit.sh
 # Seconds: BUDGET_S (the whole call, 500), PREFILL_S (the profiler's own budget, 400).
+# PREFILL_IDLE=r: the GPU idles r times each timed call's seconds after it (served prefills run
+#   between decode steps; back to back they run at a lower clock: benchmarks/prefill_clocks.py).
 # Afterwards, in the repository (no GPU needed):
 #   cp RAW_FILES/raw_$MODEL.json profiles/h200/raw/
 #   python benchmarks/fit_profiles.py --models $MODEL
@@ -28,6 +30,7 @@ PREFILL_CACHED=${PREFILL_CACHED:-0,512,1024,2048,3072,4096,6144,8192,12288,16384
 PREFILL_KINDS=${PREFILL_KINDS:-none,block}
 PREFILL_MAX_TOTAL=${PREFILL_MAX_TOTAL:-20480}
 REPS=${REPS:-20}
+PREFILL_IDLE=${PREFILL_IDLE:-0}  # idle seconds after each timed prefill per second it took
 START_S=40  # imports, the model's build and its KV cache, beyond the profiler's own seconds
 source "$(dirname "$0")/visit_common.sh"
 say "start: $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader 2>&1)"
@@ -36,7 +39,7 @@ triton.__version__, torch.cuda.get_device_name(0))" 2>&1 | tee -a "$LOG" || exit
 RAW=${RAW:-profiles/h200/raw/raw_$MODEL.json}
 resume=(); [ -f "$RAW" ] && resume=(--resume "$RAW" --replace prefill)
 run prefill "$PREFILL_S" python3 -m dspark_sim.profiling.cli --gpu h200 --model "$MODEL" --out "$OUT" \
-    --part prefill --max-seconds "$PREFILL_S" --reps "$REPS" "${resume[@]}" \
+    --part prefill --max-seconds "$PREFILL_S" --reps "$REPS" --prefill-idle "$PREFILL_IDLE" "${resume[@]}" \
     --prefill-chunks "$PREFILL_CHUNKS" --prefill-cached "$PREFILL_CACHED" \
     --prefill-kinds "$PREFILL_KINDS" --prefill-max-total "$PREFILL_MAX_TOTAL"
 grep -h "| wrote\|Error" "$LOG" | tail -4
