@@ -97,8 +97,17 @@ def _validation_ttft() -> str:
     return markdown(json.loads(TTFT_JSON.read_text()))
 
 
+def _bench_page(name: str):
+    def make() -> str:
+        from bench_sim import markdown
+
+        return markdown(json.loads((REPO / "docs" / "bench" / f"{name}.json").read_text()))
+    return make
+
+
 # whole generated files -> their text from committed data
-FILES = {"docs/validation.md": _validation, "docs/validation_ttft.md": _validation_ttft}
+FILES = {"docs/validation.md": _validation, "docs/validation_ttft.md": _validation_ttft,
+         **{f"docs/bench/{name}.md": _bench_page(name) for name in ("sim", "sim_speedup", "sim_million")}}
 
 
 def stale() -> list[str]:
