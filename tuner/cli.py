@@ -3,6 +3,7 @@
     dspark-tune --gpu b300                       # the shipped scenario, into runs/
     dspark-tune --gpu h200 --drafter PATH        # name the DSpark drafter's checkpoint
     dspark-tune --gpu b300 --scenario trace.yaml --slo-tok-per-s-user 60 --workers 2
+    dspark-tune --gpu b300 --repeats 3           # every study over 3 sampler seeds: mean and spread
     dspark-tune --study NAME                     # resume (SQLite in runs/ by default)
     dspark-tune export --study NAME --format sglang [--trial N]
 
