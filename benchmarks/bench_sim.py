@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-from outputs import write_result
+from outputs import code_commit, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 CODE_TRACE = REPO / "examples" / "traces" / "azure_llm_2023_code.csv"
@@ -193,14 +193,6 @@ def verdict(case: Case, r: dict) -> str:
     return "FAIL (cpu s within)" if r["cpu_s"] <= case.target_s and memory_ok else "FAIL"
 
 
-def _commit() -> str:
-    """The code's git revision (``+changes`` where the work tree differs from it)."""
-    def git(*cmd: str) -> str:
-        return subprocess.run(["git", "-C", str(REPO), *cmd], capture_output=True, text=True).stdout.strip()
-
-    return git("rev-parse", "--short", "HEAD") + ("+changes" if git("status", "--porcelain", "--", "dspark_sim") else "")
-
-
 def _cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -275,7 +267,7 @@ def main() -> None:
     if args.markdown:  # the figures beside the page, and the page made from them
         command = command.replace(f"--markdown {args.markdown}", "").strip()
         out = Path(args.markdown)
-        data = meta | {"command": command, "commit": _commit(),
+        data = meta | {"command": command, "commit": code_commit("dspark_sim"),
                        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                        "file": out.with_suffix(".json").name, "rows": rows}
         write_result(out.with_suffix(".json"), data)

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 import optuna
-from outputs import write_block, write_result
+from outputs import code_commit, write_block, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 LIMIT_S = 600  # the brief: 200 trials on the shipped trace in 10 minutes on 2 cores (per repeat)
@@ -88,15 +88,6 @@ def machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, {platform.system()}"
 
 
-def commit() -> str:
-    """The code's git revision (``+changes`` where the package differs from it)."""
-    def git(*cmd: str) -> str:
-        return subprocess.run(["git", "-C", str(REPO), *cmd], capture_output=True, text=True).stdout.strip()
-
-    changed = git("status", "--porcelain", "--", "dspark_sim", "tuner", "profiles", "examples")
-    return git("rev-parse", "--short", "HEAD") + ("+changes" if changed else "")
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--slo", type=float, nargs="+", default=[100.0], help="tok/s/user SLOs to run")
@@ -123,7 +114,8 @@ def main() -> int:
             print("\n".join(table(r["comparison"], r["unit"], {})))
     file = json_path(args.markdown[1]) if args.markdown else None
     data = {"command": "python benchmarks/bench_tune.py " + " ".join(sys.argv[1:]), "machine": machine(),
-            "load_end": os.getloadavg()[0], "date": time.strftime("%Y-%m-%d"), "commit": commit(),
+            "load_end": os.getloadavg()[0], "date": time.strftime("%Y-%m-%d"),
+            "commit": code_commit("dspark_sim", "tuner", "profiles", "examples"),
             "file": str(file.relative_to(REPO)) if file else None, "results": results}
     print(f"machine: {machine()}")
     if args.json:

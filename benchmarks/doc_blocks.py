@@ -63,10 +63,17 @@ def _tune(tag: str):
     return make
 
 
+def _capacity_example() -> str:
+    from capacity_example import JSON, block_text
+
+    return block_text(json.loads(JSON.read_text()))
+
+
 # (doc, tag) -> the block's text from committed data
 BLOCKS = {
     ("docs/tuning.md", "bench-default"): _tune("bench-default"),
     ("docs/tuning.md", "bench-chat"): _tune("bench-chat"),
+    ("docs/capacity.md", "example"): _capacity_example,
     ("docs/decoder.md", "targets"): _targets,
     ("docs/decoder.md", "bench_decoder"): _bench_decoder,
     ("docs/decoder.md", "graphs_vs_eager"): _graphs_vs_eager,
