@@ -17,6 +17,10 @@ absolute times move with the load, their ratio much less. ``--against REV`` does
 with the code of git revision REV. ``--exact`` times step-by-step mode alone. The tuner case
 stops searching at its target (``dspark-tune --timeout``) and counts the trials it
 completed. The load average is printed before and after every case.
+
+``--markdown docs/bench/NAME.md`` writes the rows, with the command, machine, commit and date,
+to ``docs/bench/NAME.json`` and the page from that file (:func:`markdown`);
+``benchmarks/doc_blocks.py`` re-derives the page from the committed JSON.
 """
 from __future__ import annotations
 
@@ -34,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from outputs import code_commit, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 CODE_TRACE = REPO / "examples" / "traces" / "azure_llm_2023_code.csv"
@@ -188,14 +193,6 @@ def verdict(case: Case, r: dict) -> str:
     return "FAIL (cpu s within)" if r["cpu_s"] <= case.target_s and memory_ok else "FAIL"
 
 
-def _commit() -> str:
-    """The code's git revision (``+changes`` where the work tree differs from it)."""
-    def git(*cmd: str) -> str:
-        return subprocess.run(["git", "-C", str(REPO), *cmd], capture_output=True, text=True).stdout.strip()
-
-    return git("rev-parse", "--short", "HEAD") + ("+changes" if git("status", "--porcelain", "--", "dspark_sim") else "")
-
-
 def _cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -230,13 +227,10 @@ def main() -> None:
     cases = [CASES[n] if args.requests is None else sliced(CASES[n], args.requests) for n in names]
     if None in cases:
         p.error(f"--requests slices synthetic cases only, not {names[cases.index(None)]!r}")
-    mode = "step-by-step (--exact)" if args.exact else "skip-ahead"
-    other = "exact" if args.against == "exact" else "REV"
-    lines = [f"machine: {_cpu_name()}, {os.cpu_count()} cores, python {platform.python_version()}; "
-             f"one core per simulation (the tuner: two workers); {mode}; fastest of {args.repeat}",
-             f"{'case':<46}{'target':>9}{'wall s':>9}{'cpu s':>8}{'steps':>9}{'out tok/s':>11}{'MiB':>7}"
-             + (f"{other + ' wall':>13}{other + ' cpu':>12}{'speed-up':>9}" if args.against else "")
-             + f"{'load':>11}  result"]
+    meta = {"cpu": _cpu_name(), "cores": os.cpu_count(), "python": platform.python_version(),
+            "mode": "step-by-step (--exact)" if args.exact else "skip-ahead", "repeat": args.repeat,
+            "against": args.against, "requests": args.requests}
+    lines = header_lines(meta)
     print("\n".join(lines), flush=True)
     rows = []
     base_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -255,48 +249,78 @@ def main() -> None:
                     old.append(run_case(case, tmp, old_env, args.against == "exact"))
                 new.append(run_case(case, tmp, base_env, args.exact))
             r = min(new, key=lambda x: x["wall_s"]) | {"case": name, "label": case.label,
-                                                       "target_s": case.target_s, "target_mib": case.target_mib,
+                                                       "target_s": None if math.isinf(case.target_s) else case.target_s,
+                                                       "target_mib": case.target_mib,
                                                        "load_before": before, "load_after": load()}
-            target = "-" if math.isinf(case.target_s) else f"{case.target_s:g}s" + (f"/{case.target_mib:g}M" if case.target_mib else "")
-            line = (f"{case.label:<46}{target:>9}{r['wall_s']:>9.2f}{r['cpu_s']:>8.2f}"
-                    f"{r['steps'] if r['steps'] is not None else str(r['completed']) + ' tr':>9}"
-                    f"{r['output_tokens'] / r['wall_s'] if r['output_tokens'] else 0:>11,.0f}"
-                    f"{r['peak_mib'] or 0:>7.0f}")
+            r["out_tok_per_s"] = r["output_tokens"] / r["wall_s"] if r["output_tokens"] else 0.0
             if old:
                 o = min(old, key=lambda x: x["wall_s"])
                 r |= {"rev": args.against, "rev_wall_s": o["wall_s"], "rev_cpu_s": o["cpu_s"],
                       "speedup_cpu": o["cpu_s"] / r["cpu_s"]}
-                line += f"{o['wall_s']:>13.2f}{o['cpu_s']:>12.2f}{r['speedup_cpu']:>8.1f}x"
                 if args.against == "exact" and any(o[k] != r[k] for k in ("completed", "output_tokens", "steps")):
                     r["result"] = "DIFFERS"  # the two modes must give the same run
             r["result"] = r.get("result") or verdict(case, r)
-            line += f"{before:>5.1f}-{r['load_after']:<5.1f}  {r['result']}"
             rows.append(r)
-            lines.append(line)
-            print(line, flush=True)
-    if args.markdown:
-        command = "python benchmarks/bench_sim.py " + " ".join(sys.argv[1:]).replace(f"--markdown {args.markdown}", "")
-        against = "" if not args.against else (
-            " The speed-up is step-by-step mode's CPU seconds over skip-ahead's, both run interleaved in the "
-            "same conditions (the two give the same run: steps, requests and tokens are checked equal)."
-            if args.against == "exact" else f" The speed-up is the CPU seconds of revision {args.against} over "
-            "this code's, both run interleaved in the same conditions.")
-        if args.requests is not None:
-            against += (f" Each case is cut to its first {args.requests:,} requests: a slice, timed for the "
-                        "speed-up; the targets are for whole cases.")
-        text = (f"Made by `{command.strip()}` at commit {_commit()} on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. "
-                f"Measured, one run each (fastest of {args.repeat}). Targets: wall seconds on one core (peak MiB "
-                f"where given; the tuner: two workers, and every one of its {TUNE_TRIALS} trials done). `load` is "
-                f"the 1-minute load average before and after the case: the machine is shared with other work, and "
-                f"where the load passes its two cores the wall times are longer than on a quiet machine.{against}"
-                "\n\n```\n" + "\n".join(lines) + "\n```\n")
+            lines.append(row_line(r))
+            print(lines[-1], flush=True)
+    command = "python benchmarks/bench_sim.py " + " ".join(sys.argv[1:])
+    if args.markdown:  # the figures beside the page, and the page made from them
+        command = command.replace(f"--markdown {args.markdown}", "").strip()
         out = Path(args.markdown)
+        data = meta | {"command": command, "commit": code_commit("dspark_sim"),
+                       "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                       "file": out.with_suffix(".json").name, "rows": rows}
+        write_result(out.with_suffix(".json"), data)
         part = out.with_name(out.name + ".part")
-        part.write_text(text)
+        part.write_text(markdown(data))
         part.replace(out)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
 
+
+def header_lines(meta: dict) -> list[str]:
+    """The machine line and the column heads of the table."""
+    other = "exact" if meta["against"] == "exact" else "REV"
+    return [f"machine: {meta['cpu']}, {meta['cores']} cores, python {meta['python']}; "
+            f"one core per simulation (the tuner: two workers); {meta['mode']}; fastest of {meta['repeat']}",
+            f"{'case':<46}{'target':>9}{'wall s':>9}{'cpu s':>8}{'steps':>9}{'out tok/s':>11}{'MiB':>7}"
+            + (f"{other + ' wall':>13}{other + ' cpu':>12}{'speed-up':>9}" if meta["against"] else "")
+            + f"{'load':>11}  result"]
+
+
+def row_line(r: dict) -> str:
+    """One case's row of the table."""
+    target = "-" if r["target_s"] is None else f"{r['target_s']:g}s" + (
+        f"/{r['target_mib']:g}M" if r.get("target_mib") else "")
+    cpu = "-" if r["cpu_s"] is None else f"{r['cpu_s']:.2f}"  # not recorded in converted older runs
+    load_after = "" if r["load_after"] is None else f"{r['load_after']:.1f}"
+    line = (f"{r['label']:<46}{target:>9}{r['wall_s']:>9.2f}{cpu:>8}"
+            f"{r['steps'] if r['steps'] is not None else str(r['completed']) + ' tr':>9}"
+            f"{r['out_tok_per_s']:>11,.0f}{r['peak_mib'] or 0:>7.0f}")
+    if "speedup_cpu" in r:
+        line += f"{r['rev_wall_s']:>13.2f}{r['rev_cpu_s']:>12.2f}{r['speedup_cpu']:>8.1f}x"
+    return line + f"{r['load_before']:>5.1f}-{load_after:<5}  {r['result']}"
+
+
+def markdown(data: dict) -> str:
+    """A ``docs/bench`` page from its JSON: command, commit, date, what the figures mean, the table."""
+    against = "" if not data["against"] else (
+        " The speed-up is step-by-step mode's CPU seconds over skip-ahead's, both run interleaved in the "
+        "same conditions (the two give the same run: steps, requests and tokens are checked equal)."
+        if data["against"] == "exact" else f" The speed-up is the CPU seconds of revision {data['against']} over "
+        "this code's, both run interleaved in the same conditions.")
+    if data["requests"] is not None:
+        against += (f" Each case is cut to its first {data['requests']:,} requests: a slice, timed for the "
+                    "speed-up; the targets are for whole cases.")
+    made = f"Made by `{data['command']}` at commit {data['commit']} on {data['date']}"
+    source = f" The figures are in `{data['file']}`; this page is made from it (`python benchmarks/doc_blocks.py write`)."
+    if data.get("converted"):
+        source += f" {data['converted']}"
+    return (f"{made}. Measured, one run each (fastest of {data['repeat']}). Targets: wall seconds on one core "
+            f"(peak MiB where given; the tuner: two workers, and every one of its {TUNE_TRIALS} trials done). `load` "
+            "is the 1-minute load average before and after the case: the machine is shared with other work, and "
+            f"where the load passes its two cores the wall times are longer than on a quiet machine.{against}{source}"
+            "\n\n```\n" + "\n".join(header_lines(data) + [row_line(r) for r in data["rows"]]) + "\n```\n")
 
 if __name__ == "__main__":
     main()

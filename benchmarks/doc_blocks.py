@@ -5,11 +5,12 @@
 
 Each block sits between ``<!-- tag:begin -->`` and ``<!-- tag:end -->`` and is made by one
 script from committed files (a GPU run's JSON, the profiler's logs, the shipped
-profiles, the fidelity comparison's ``errors.json``: ``docs/validation.md`` whole); ``check`` recomputes it and names every block that differs, so a table cannot
-silently pair data of different runs or outlive the data it shows
-(``tests/test_doc_blocks.py``). Blocks made by timing benchmarks on this machine
-(``docs/tuning.md``'s studies, ``docs/bench/``) are not here: their figures are
-measurements of the moment, each with its command, machine and load beside it.
+profiles, the fidelity comparison's ``errors.json``: ``docs/validation.md`` whole); ``check``
+recomputes it and names every block that differs, so a table cannot silently pair data of
+different runs or outlive the data it shows (``tests/test_doc_blocks.py``). Timing benchmarks
+(``docs/tuning.md``'s studies, ``docs/bench/*.md``) are measurements of the moment: each
+writes its figures with its command, machine, load and commit into ``docs/bench/*.json``,
+and its block is re-derived from that file here, so the page cannot drift from its data.
 """
 from __future__ import annotations
 
@@ -60,8 +61,25 @@ def _held_out() -> str:
     return f"Made by `python benchmarks/fit_profiles.py`.\n\n{held_out_table(measured_profiles(REPO / 'profiles'))}"
 
 
+def _tune(tag: str):
+    def make() -> str:
+        from bench_tune import block_text, json_path
+
+        return block_text(json.loads(json_path(tag).read_text()))
+    return make
+
+
+def _capacity_example() -> str:
+    from capacity_example import JSON, block_text
+
+    return block_text(json.loads(JSON.read_text()))
+
+
 # (doc, tag) -> the block's text from committed data
 BLOCKS = {
+    ("docs/tuning.md", "bench-default"): _tune("bench-default"),
+    ("docs/tuning.md", "bench-chat"): _tune("bench-chat"),
+    ("docs/capacity.md", "example"): _capacity_example,
     ("docs/decoder.md", "targets"): _targets,
     ("docs/decoder.md", "bench_decoder"): _bench_decoder,
     ("docs/decoder.md", "graphs_vs_eager"): _graphs_vs_eager,
@@ -93,8 +111,17 @@ def _validation_ttft() -> str:
     return markdown(json.loads(TTFT_JSON.read_text()))
 
 
+def _bench_page(name: str):
+    def make() -> str:
+        from bench_sim import markdown
+
+        return markdown(json.loads((REPO / "docs" / "bench" / f"{name}.json").read_text()))
+    return make
+
+
 # whole generated files -> their text from committed data
-FILES = {"docs/validation.md": _validation, "docs/validation_ttft.md": _validation_ttft}
+FILES = {"docs/validation.md": _validation, "docs/validation_ttft.md": _validation_ttft,
+         **{f"docs/bench/{name}.md": _bench_page(name) for name in ("sim", "sim_speedup", "sim_million")}}
 
 
 def stale() -> list[str]:

@@ -2,7 +2,10 @@
 text between ``<!-- tag:begin -->`` and ``<!-- tag:end -->``)."""
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def write_result(path, data: dict) -> None:
@@ -30,3 +33,12 @@ def read_block(path: Path, tag: str) -> str | None:
     if begin not in doc or end not in doc:
         return None
     return doc[doc.index(begin) + len(begin):doc.index(end)].strip("\n")
+
+
+def code_commit(*paths: str) -> str:
+    """The repository's git revision, with ``+changes`` where the work tree differs from it under
+    ``paths`` (the code a benchmark's figures depend on)."""
+    def git(*cmd: str) -> str:
+        return subprocess.run(["git", "-C", str(REPO), *cmd], capture_output=True, text=True).stdout.strip()
+
+    return git("rev-parse", "--short", "HEAD") + ("+changes" if git("status", "--porcelain", "--", *paths) else "")

@@ -203,11 +203,15 @@ def test_no_baselines_is_not_reported_as_baselines_missing_the_slo():
     from types import SimpleNamespace
 
     from dspark_sim.tuner.report import headline
+    from dspark_sim.tuner.repeats import Spread, summary
 
-    ours = {"job": SimpleNamespace(method="dspark"), "value": 900.0, "winner": {"feasible": True}, "gain": None}
-    assert "No baseline was compared" in headline([ours], "tok/s/GPU")
-    missed = {"job": SimpleNamespace(method="static"), "value": 700.0, "winner": {"feasible": False}, "gain": None}
-    assert "No baseline meets the SLO" in headline([ours, missed], "tok/s/GPU")
+    ours = {"job": SimpleNamespace(method="dspark"), "value": 900.0, "winner": {"feasible": True}}
+    alone = summary({"dspark": Spread("dspark", (900.0,), 1, 10, (10,))}, 1)
+    assert "No baseline was compared" in headline([ours], "tok/s/GPU", alone)
+    missed = {"job": SimpleNamespace(method="static"), "value": 700.0, "winner": {"feasible": False}}
+    both = summary({"dspark": Spread("dspark", (900.0,), 1, 10, (10,)),
+                    "static": Spread("static", (), 1, 10, (10,))}, 1)
+    assert "No baseline meets the SLO" in headline([ours, missed], "tok/s/GPU", both)
 
 
 # -- stopping cleanly ---------------------------------------------------------------------------------

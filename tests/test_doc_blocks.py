@@ -1,4 +1,5 @@
 """Every generated table in the docs is what its committed data gives now (benchmarks/doc_blocks.py)."""
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -27,3 +28,28 @@ def test_a_changed_block_is_caught(tmp_path, monkeypatch):
     assert doc_blocks.stale() == []
     doc.write_text(doc.read_text().replace("| none |", "| none (typed) |", 1))
     assert doc_blocks.stale() == ["docs/decoder.md:bench_decoder"]
+
+
+def test_a_timing_page_is_made_from_its_json(tmp_path, monkeypatch):
+    """A timing benchmark's page (docs/bench/*.md) is re-derived from the JSON committed beside it:
+    a figure changed in the data, or typed into the page, makes it stale."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import doc_blocks
+
+    bench = tmp_path / "docs" / "bench"
+    bench.mkdir(parents=True)
+    data = (REPO / "docs" / "bench" / "sim.json").read_text()
+    (bench / "sim.json").write_text(data)
+    monkeypatch.setattr(doc_blocks, "REPO", tmp_path)
+    monkeypatch.setattr(doc_blocks, "BLOCKS", {})
+    monkeypatch.setattr(doc_blocks, "FILES", {"docs/bench/sim.md": doc_blocks._bench_page("sim")})
+    doc_blocks.write()
+    assert doc_blocks.stale() == []
+    page = (bench / "sim.md").read_text()
+    wall = json.loads(data)["rows"][0]["wall_s"]
+    assert f"{wall:.2f}" in page
+    (bench / "sim.md").write_text(page.replace(f"{wall:.2f}", f"{wall / 2:.2f}", 1))
+    assert doc_blocks.stale() == ["docs/bench/sim.md"]
+    doc_blocks.write()
+    (bench / "sim.json").write_text(data.replace(f'"wall_s": {wall}', f'"wall_s": {wall + 1}', 1))
+    assert doc_blocks.stale() == ["docs/bench/sim.md"]

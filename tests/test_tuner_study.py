@@ -125,10 +125,13 @@ def test_pareto_objective(tmp_path):
 def test_baselines_and_report(tmp_path):
     out = run_tiny(tmp_path, "rep", baselines="none,static")
     report = (out / "report.md").read_text()
-    for label in ("DSpark (tuned)", "no speculation", "static chain k (EAGLE-3 / MTP)", "DSpark gain", "pareto.png",
-                  "Parameter importances", "optuna-dashboard"):
+    for label in ("DSpark (tuned)", "no speculation", "static chain k (EAGLE-3 / MTP)", "DSpark's difference",
+                  "pareto.png", "Parameter importances", "optuna-dashboard"):
         assert label in report
-    assert "%" in report.split("DSpark gains")[1].split("\n")[0]
+    # one repeat: the difference is shown, never called a gain
+    assert "%" in report.split("DSpark's mean is")[1].split("\n")[0]
+    assert "one sampler seed: not a measured gain" in report and "`--repeats 3` (or more) measures it" in report
+    assert "a gain (above" not in report
     assert (out / "pareto.png").stat().st_size > 1000
     url = sqlite_url(tmp_path)
     names = {s.study_name for s in optuna.get_all_study_summaries(url)}

@@ -3,6 +3,7 @@
     dspark-tune --gpu b300                       # the shipped scenario, into runs/
     dspark-tune --gpu h200 --drafter PATH        # name the DSpark drafter's checkpoint
     dspark-tune --gpu b300 --scenario trace.yaml --slo-tok-per-s-user 60 --workers 2
+    dspark-tune --gpu b300 --repeats 3           # every study over 3 sampler seeds: mean and spread
     dspark-tune --study NAME                     # resume (SQLite in runs/ by default)
     dspark-tune export --study NAME --format sglang [--trial N]
 
@@ -50,6 +51,8 @@ def tune_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, help="simulation seeds per trial (default 2)")
     p.add_argument("--baseline-trials", type=int,
                    help="trials per baseline study (default: --trials, the same budget as DSpark's)")
+    p.add_argument("--repeats", type=int, help="studies per method, sampler seeds --seed, --seed + 1, ... "
+                                                "(default 1); the report compares their mean and spread")
     p.add_argument("--baselines", help="comma list of none,static,schedule,threshold (default all; '' for none)")
     p.add_argument("--space", help="YAML overriding the search space (docs/tuning.md)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -80,9 +83,11 @@ def main(argv: list[str] | None = None) -> int:
                                 program="dspark-tune")
 
 
+MAX_REPEATS = 50
 # The numeric flags' bounds: (flag, attribute, low, high, integer).
 FLAG_BOUNDS = (("--trials", "trials", 1, 10**6, True), ("--workers", "workers", 1, 256, True),
-               ("--seeds", "seeds", 1, 100, True), ("--baseline-trials", "baseline_trials", 0, 10**6, True),
+               ("--seeds", "seeds", 1, 100, True),
+               ("--repeats", "repeats", 1, MAX_REPEATS, True), ("--baseline-trials", "baseline_trials", 0, 10**6, True),
                ("--timeout", "timeout", 1e-3, 1e8, False), ("--seed", "seed", 0, MAX_SEED - 200, False),
                ("--slo-tpot-ms", "slo_tpot_ms", 0, MAX_LATENCY_MS, False),
                ("--slo-ttft-ms", "slo_ttft_ms", 0, MAX_LATENCY_MS, False),
@@ -143,7 +148,7 @@ def new_settings(args):
                     baseline_trials=(args.trials or 200) if args.baseline_trials is None else args.baseline_trials,
                     baselines=baselines, seeds=tuple(seed + i for i in range(n_seeds)),
                     confirm_seeds=tuple(seed + n_seeds + i for i in range(3)), sampler_seed=seed,
-                    engine=args.engine or "sglang")
+                    engine=args.engine or "sglang", repeats=args.repeats or 1)
 
 
 def default_baselines(model: str) -> tuple[str, ...]:
@@ -166,7 +171,7 @@ def settings_for(args, url: str):
 
     Resuming needs only ``--study``. Flags given along with an existing study
     must define the same study (another machine joining it runs the same
-    command); only the budgets may change, and file paths may differ.
+    command); only the budgets (trials, repeats) may change, and file paths may differ.
     """
     from dataclasses import replace
 
@@ -187,7 +192,7 @@ def settings_for(args, url: str):
     print(f"resuming study {name} from {url}", file=sys.stderr)
     return name, replace(settings, trials=args.trials or stored.trials,
                          baseline_trials=stored.baseline_trials if args.baseline_trials is None
-                         else args.baseline_trials)
+                         else args.baseline_trials, repeats=args.repeats or stored.repeats)
 
 
 def run_tune(args) -> int:
@@ -213,14 +218,17 @@ def run_export(args) -> int:
     from dspark_sim.tuner.tune import record_of, stored_settings, write_exports
 
     url = storage.check_url(args.storage) if args.storage else storage.default_url()
-    main_name = args.study.rpartition(".")[0]
-    settings = stored_settings(url, args.study) or (stored_settings(url, main_name) if main_name else None)
+    # NAME, NAME.<baseline>, NAME.rN or NAME.<baseline>.rN: the settings live on NAME
+    parts = args.study.split(".")
+    settings = next((found for i in range(len(parts), 0, -1)
+                     if (found := stored_settings(url, ".".join(parts[:i]))) is not None), None)
     if settings is None:
         raise InputError(None, "--study", args.study, f"no dspark-tune study of that name in {url}")
     record = record_of(url, args.study, args.trial, list(settings.seeds))
-    out = Path(args.out) if args.out else Path("runs") / args.study / f"trial-{record['trial']}"
+    study = record.get("study", args.study)  # the DSpark study's winner may be another repeat's
+    out = Path(args.out) if args.out else Path("runs") / study / f"trial-{record['trial']}"
     # each file is written atomically; other formats already in ``out`` stay
-    files, notes = write_exports(settings.base, record, args.study, out, [args.format], out,
+    files, notes = write_exports(settings.base, record, study, out, [args.format], out,
                                  settings.target.describe(), settings.engine)
     for note in notes:
         print(note)

@@ -73,7 +73,7 @@ def confirm(jobs: list[Job], confirm_seeds: list[int], workers: int = 1) -> dict
     winners = {}
     for job in jobs:
         if records[job.study]:
-            winners[job.study] = _pick(records[job.study], job)
+            winners[job.study] = pick(records[job.study], job)
             job.open().set_user_attr("winner", winners[job.study])
     return winners
 
@@ -84,15 +84,16 @@ def _record(job: Job, trial: optuna.trial.FrozenTrial, extra: list[dict]) -> dic
     mean, worst = aggregate(summaries)
     constraints = job.target.violations(worst)
     per_seed = [s.get(job.target.value_names[0]) or 0.0 for s in summaries]
-    return {"trial": trial.number, "method": job.method, "config": trial.user_attrs["config"],
+    return {"study": job.study, "trial": trial.number, "method": job.method, "config": trial.user_attrs["config"],
             "seeds": [s["seed"] for s in summaries], "mean": mean, "worst": worst,
             "spread": statistics.stdev(per_seed) if len(per_seed) > 1 else 0.0,
             "values": [mean[name] or 0.0 for name in job.target.value_names], "constraints": constraints,
             "feasible": feasible(constraints), "search_values": list(trial.values)}
 
 
-def _pick(records: list[dict], job: Job) -> dict:
-    """The best confirmed finalist (feasible on every seed first; least violation otherwise)."""
+def pick(records: list[dict], job: Job) -> dict:
+    """The best confirmed record (feasible on every seed first; least violation otherwise): a
+    study's winner among its finalists, or a method's among its repeats' winners."""
     ok = [r for r in records if r["feasible"]]
     if not ok:
         return min(records, key=lambda r: violation(r["constraints"]))

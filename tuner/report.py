@@ -10,7 +10,7 @@ from optuna.trial import TrialState
 
 from dspark_sim.catalog.drafters import PLACEHOLDER
 from dspark_sim.provenance import basis, provenance_line
-from dspark_sim.tuner import honour
+from dspark_sim.tuner import honour, repeats
 from dspark_sim.tuner.objective import THROUGHPUT, USER_SPEED, feasible, pareto_front
 from dspark_sim.tuner.runner import Job
 
@@ -55,11 +55,10 @@ def matched_throughput(job: Job, speed: float) -> float | None:
 
 
 def rows(winners: dict[str, dict], jobs: list[Job]) -> list[dict]:
-    """One row per study, DSpark first: its value and DSpark's gain over it.
+    """One row per study, DSpark first, with its confirmed objective.
 
-    The value is the confirmed objective; for a Pareto study a baseline's value
-    is its best throughput/GPU at DSpark's tok/s/user, so the gain is at matched speed.
-    """
+    For a Pareto study a baseline's value is its best throughput/GPU at DSpark's tok/s/user
+    (matched speed)."""
     main = jobs[0]
     ours = winners.get(main.study)
     out = []
@@ -70,19 +69,16 @@ def rows(winners: dict[str, dict], jobs: list[Job]) -> list[dict]:
         value = w["values"][0]
         if job is not main and ours is not None and main.target.objective == "pareto":
             value = matched_throughput(job, ours["mean"][USER_SPEED] or 0.0)
-        comparable = job is not main and ours is not None and w["feasible"] and value
-        gain = ours["values"][0] / value - 1.0 if comparable else None
-        # the seed-to-seed spread of the difference: a gain within it is not called one
-        noise = (ours.get("spread", 0.0) ** 2 + w.get("spread", 0.0) ** 2) ** 0.5 / value if comparable else None
-        out.append({"job": job, "winner": w, "value": value, "gain": gain, "noise": noise,
-                    "significant": gain is not None and abs(gain) > noise})
+        out.append({"job": job, "winner": w, "value": value})
     return out
 
 
-def best_baseline(table: list[dict]) -> dict | None:
-    """The strongest baseline that meets the SLO."""
-    ok = [r for r in table if r["job"].method != "dspark" and r["gain"] is not None]
-    return max(ok, key=lambda r: r["value"]) if ok else None
+def comparison(jobs: list[Job], winners: dict[str, dict], n_repeats: int) -> dict:
+    """Every method's confirmed winners over its repeats and DSpark's difference to each
+    (:mod:`dspark_sim.tuner.repeats`)."""
+    completed = {job.study: len(_trials(job)) for job in jobs}
+    matched = matched_throughput if jobs[0].target.objective == "pareto" else None
+    return repeats.summary(repeats.spreads(jobs, winners, completed, matched), n_repeats)
 
 
 def pareto_plot(jobs: list[Job], winners: dict[str, dict], path: Path, min_speed: float | None) -> None:
@@ -154,22 +150,24 @@ def nearest_slo(job: Job) -> str | None:
             f"Nearest SLO a trial meets (trial {best.number}, worst seed): {met}.")
 
 
-def headline(table: list[dict], unit: str) -> str:
-    """The report's verdict line: the tuned DSpark value, its interval and how it compares."""
+def headline(table: list[dict], unit: str, compared: dict | None = None) -> str:
+    """The report's verdict line: the tuned DSpark value, its interval and how DSpark compares
+    over the repeats (a gain only above the spread)."""
     ours = next((r for r in table if r["job"].method == "dspark"), None)
     if ours is None:
         return "No DSpark trial completed."
     met = "meets" if ours["winner"]["feasible"] else "does NOT meet"
     text = f"**Tuned DSpark: {ours['value']:,.1f} {unit}** ({met} the SLO)." + _interval(ours["winner"], unit)
-    base = best_baseline(table)
-    if base is None:
-        compared = any(r["job"].method != "dspark" for r in table)
-        return text + (" No baseline meets the SLO." if compared else " No baseline was compared (--baselines '').")
-    verdict = (f"DSpark gains **{base['gain']:+.1%}**" if base["significant"] else
-               f"DSpark's difference ({base['gain']:+.1%}) is within the seed-to-seed spread "
-               f"({base['noise']:.1%}): no gain is claimed")
-    return (text + f" Best baseline: {LABELS.get(base['job'].method)} at {base['value']:,.1f} {unit}; "
-            f"{verdict}.")
+    methods = (compared or {}).get("methods", {})
+    others = {m: e for m, e in methods.items() if m != "dspark" and e.get("mean") is not None}
+    if not others:
+        baselines = any(r["job"].method != "dspark" for r in table) or len(methods) > 1
+        return text + (" No baseline meets the SLO." if baselines else " No baseline was compared (--baselines '').")
+    best = max(others, key=lambda m: others[m]["mean"])
+    n = compared["repeats"]
+    return (text + f" Over {n} repeat{'s' if n > 1 else ''} of every study, the best baseline is "
+            f"{LABELS.get(best, best)} (mean {others[best]['mean']:,.1f} {unit}); DSpark's mean is "
+            f"{repeats.describe(others[best]['vs_dspark'])}.")
 
 
 def _interval(winner: dict, unit: str) -> str:
@@ -188,19 +186,15 @@ def _interval(winner: dict, unit: str) -> str:
 
 def _table(table: list[dict], unit: str, pareto: bool) -> list[str]:
     value_head = f"{unit} at DSpark's tok/s/user" if pareto else unit
-    lines = [f"| method | trial | knobs | {value_head} (mean +- sd over seeds) | tok/s/user | p99 TPOT ms | "
-             "p99 TTFT ms | SLO met | DSpark gain |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [f"| method | study | trial | knobs | {value_head} (mean +- sd over seeds) | tok/s/user | p99 TPOT ms | "
+             "p99 TTFT ms | SLO met |", "|---|---|---|---|---|---|---|---|---|"]
     for r in table:
         w, m = r["winner"], r["winner"]["mean"]
-        gain = "-" if r["job"].method == "dspark" else ("misses SLO" if not w["feasible"] else
-                                                        "n/a" if r["gain"] is None else
-                                                        f"{r['gain']:+.1%}" if r["significant"] else
-                                                        f"{r['gain']:+.1%} (within spread {r['noise']:.1%})")
         value = "-" if r["value"] is None else f"{r['value']:,.1f} +- {w.get('spread', 0.0):,.1f}"
         speed, tpot, ttft = (m.get(k) for k in (USER_SPEED, "p99_tpot_ms", "p99_ttft_ms"))
-        lines.append(f"| {LABELS.get(r['job'].method, r['job'].method)} | {w['trial']} | {knobs(w['config'])} | "
-                     f"{value} | {speed or 0:.1f} | {tpot or 0:.1f} | {ttft or 0:,.0f} | "
-                     f"{'yes' if w['feasible'] else 'no'} | {gain} |")
+        lines.append(f"| {LABELS.get(r['job'].method, r['job'].method)} | {r['job'].study} | {w['trial']} | "
+                     f"{knobs(w['config'])} | {value} | {speed or 0:.1f} | {tpot or 0:.1f} | {ttft or 0:,.0f} | "
+                     f"{'yes' if w['feasible'] else 'no'} |")
     return lines
 
 
@@ -237,31 +231,48 @@ def _drafter_lines(drafter) -> list[str]:
 
 
 def write(out: Path, jobs: list[Job], winners: dict[str, dict], info: dict) -> str:
-    """Write ``report.md`` and ``pareto.png`` into ``out``; returns the report text."""
-    main = jobs[0]
-    table = rows(winners, jobs)
+    """Write ``report.md``, ``report.json`` and ``pareto.png`` into ``out``; returns the report text.
+
+    ``jobs``: every study of every repeat. Each method is shown by its best confirmed winner
+    over its repeats (DSpark's is the one exported); the comparison is over all repeats."""
+    picks = repeats.chosen(jobs, winners)
+    main = picks["dspark"][0] if "dspark" in picks else jobs[0]
+    shown = [main] + [job for method, (job, _) in picks.items() if method != "dspark"]
+    table = rows({job.study: record for job, record in picks.values()}, shown)
     unit = UNITS[main.target.objective]
-    pareto_plot(jobs, winners, out / "pareto.png", main.target.slo.tok_per_s_user)
+    compared = comparison(jobs, winners, info.get("repeats", 1))
+    _write_json(out / "report.json", jobs[0], picks, compared, info, unit)
+    pareto_plot(shown, {job.study: record for job, record in picks.values()}, out / "pareto.png",
+                main.target.slo.tok_per_s_user)
     imp = importances(main)
-    lines = [f"# dspark-tune report: {main.study}", "",
+    n = info.get("repeats", 1)
+    lines = [f"# dspark-tune report: {jobs[0].study}", "",
              f"- scenario: `{info['scenario']}` ({info['model']} on {info['num_gpus']} x {info['gpu']})",
              f"- objective: {main.target.objective}; SLO: {main.target.describe()}",
              f"- trials: {info['trials']} DSpark, {info.get('baseline_trials', '?')} per baseline"
              f"{'' if info.get('baseline_trials') == info['trials'] else ' (UNEQUAL budgets: not like for like)'}; "
              f"seeds per trial: {list(main.seeds)}; "
              f"finalists re-run on seeds {info['confirm_seeds']}",
-             f"- storage: `{info['storage']}`; sampler: TPE seed {main.sampler_seed}; "
-             f"wall time {info['wall_s']:.0f} s on {info['workers']} worker(s)", "",
+             f"- repeats: {n} of every study, TPE sampler seeds {jobs[0].sampler_seed}"
+             f"{'' if n == 1 else f'..{jobs[0].sampler_seed + n - 1}'}; the winner (and exports) is the best "
+             f"confirmed DSpark winner over them: study `{main.study}`",
+             f"- storage: `{info['storage']}`; wall time {info['wall_s']:.0f} s on {info['workers']} worker(s)", "",
              *_provenance_head(info.get("provenance", {})),
-             headline(table, unit), "",
+             headline(table, unit, compared), "",
              *([nearest, ""] if (nearest := nearest_slo(main)) else []),
-             "## Winner and baselines (same trace, same SLO, confirmed on fresh seeds)", "",
+             f"## Comparison over {n} repeat{'s' if n > 1 else ''} (same trace, simulation seeds and SLO; budgets in the table)", "",
+             *repeats.table(compared, unit, LABELS), "",
+             ("One repeat: the spread over sampler seeds is not measured, so no difference is called a gain; "
+              "`--repeats 3` (or more) measures it." if n == 1 else
+              "A difference is a gain (or a loss) only when it exceeds the combined spread: the standard "
+              "deviations over repeats in quadrature, relative to the baseline's mean."), "",
+             "## Winners (each method's best over its repeats, confirmed on fresh seeds)", "",
              *_table(table, unit, main.target.objective == "pareto"), "",
              "![Pareto front](pareto.png)", "",
              "## Parameter importances (DSpark study; PED-ANOVA over the knobs every trial has)", "",
              *(["| knob | importance |", "|---|---|", *(f"| {k} | {v:.3f} |" for k, v in imp.items())]
                if imp else ["(not enough complete trials)"]), "",
-             *_provenance_table(jobs, info.get("provenance", {})),
+             *_provenance_table(shown, info.get("provenance", {})),
              "## Engines", "",
              f"Tuned for **{honour.NAMES[info['engine']]}**: a knob it has no field for is held at its "
              "behaviour, not searched. Which tuned knob each engine honours:", "",
@@ -270,11 +281,28 @@ def write(out: Path, jobs: list[Job], winners: dict[str, dict], info: dict) -> s
              "## Files", "",
              "- `dspark.yaml`: the winner as a scenario: `dspark-sim run dspark.yaml` replays it",
              "- `provenance.json`: what each study's numbers rest on (cost model terms, acceptance)",
+             "- `report.json`: the comparison over repeats and each method's winner, as data",
              "- `sglang.yaml` (+ `sps_table.json`, `sts.json`), `vllm.yaml`, `trtllm.yaml`: engine configs "
              "(docs/tuning.md shows the command that starts each engine with them)",
              *(f"- {note}" for note in info.get("notes", [])),
              f"- the study: `optuna-dashboard {info['storage']}`; other trials: "
-             f"`dspark-tune export --study {main.study} --trial N --format sglang`", ""]
+             f"`dspark-tune export --study {jobs[0].study} --trial N --format sglang`", ""]
     text = "\n".join(lines)
     (out / "report.md").write_text(text)
     return text
+
+
+def _write_json(path: Path, first: Job, picks: dict, compared: dict, info: dict, unit: str) -> None:
+    """``report.json``: the settings that define the comparison, each method's winner and the
+    comparison over repeats (what ``report.md`` shows, as data)."""
+    import json
+
+    data = {"study": first.study, "objective": first.target.objective, "unit": unit,
+            "slo": first.target.describe(), "trials": info["trials"], "baseline_trials": info.get("baseline_trials"),
+            "seeds": list(first.seeds), "confirm_seeds": info["confirm_seeds"],
+            "sampler_seeds": [first.sampler_seed + r for r in range(info.get("repeats", 1))],
+            "winners": {method: {"study": job.study, "trial": rec["trial"], "value": rec["values"][0],
+                                 "feasible": rec["feasible"], "config": rec["config"]}
+                        for method, (job, rec) in picks.items()},
+            "comparison": compared}
+    path.write_text(json.dumps(data, indent=2) + "\n")

@@ -39,6 +39,7 @@ class Job:
     seeds: tuple[int, ...]
     sampler_seed: int
     n_trials: int
+    repeat: int = 0  # which repeat of the method's study (sampler seed = the settings' + repeat)
 
     def open(self) -> optuna.Study:
         # a TPOT-bound study's trial 0 probes where the tail is smallest (space.tail_probe)

@@ -19,7 +19,7 @@ from dspark_sim.catalog import get_model
 from dspark_sim.catalog.drafters import chain_baseline_drafter
 from dspark_sim.metrics.record import write_provenance
 from dspark_sim.provenance import basis, provenance_line, scenario_provenance
-from dspark_sim.tuner import engines, exports, honour, report
+from dspark_sim.tuner import engines, exports, honour, repeats, report
 from dspark_sim.tuner.confirm import confirm, winner_interval
 from dspark_sim.tuner.objective import Target, feasible
 from dspark_sim.tuner.runner import Job, run
@@ -44,6 +44,7 @@ class Settings:
     confirm_seeds: tuple[int, ...] = (2, 3, 4)
     sampler_seed: int = 0
     engine: str = "sglang"
+    repeats: int = 1  # whole studies per method, sampler seeds sampler_seed, sampler_seed + 1, ...
 
     def engine_space(self) -> SearchSpace:
         """The space searched: knobs ``engine`` does not honour held at its behaviour (honour.py),
@@ -53,16 +54,21 @@ class Settings:
         return self.space.restricted(held, dspark_drafter(self.base).trained_block)
 
     def jobs(self, url: str, name: str) -> list[Job]:
-        """The DSpark study ``name`` first, then one study ``name.<method>`` per baseline."""
+        """Per repeat (sampler seed ``sampler_seed + r``), the DSpark study first, then one study per
+        baseline: ``name`` and ``name.<method>`` for the first repeat, :func:`repeat_name` after it.
+        Every method's study has the same budget, but ``none`` (few knobs: a third of it covers them)."""
         space = self.engine_space()
-        out = [Job(url, name, "dspark", self.base, space, self.target, self.seeds,
-                   self.sampler_seed, self.trials)]
-        for method in self.baselines:
-            n = self.baseline_trials
-            if method == "none":  # few knobs only: a third of the budget covers them
-                n = min(n, max(4, n // 3))
-            out.append(Job(url, f"{name}.{method}", method, self.base, space, self.target,
-                           self.seeds, self.sampler_seed, n))
+        out = []
+        for r in range(self.repeats):
+            seed = self.sampler_seed + r
+            out.append(Job(url, repeat_name(name, r), "dspark", self.base, space, self.target, self.seeds,
+                           seed, self.trials, r))
+            for method in self.baselines:
+                n = self.baseline_trials
+                if method == "none":
+                    n = min(n, max(4, n // 3))
+                out.append(Job(url, repeat_name(f"{name}.{method}", r), method, self.base, space, self.target,
+                               self.seeds, seed, n, r))
         return out
 
     def to_json(self) -> dict:
@@ -70,19 +76,25 @@ class Settings:
                 "trials": self.trials, "baseline_trials": self.baseline_trials,
                 "baselines": list(self.baselines), "seeds": list(self.seeds),
                 "confirm_seeds": list(self.confirm_seeds), "sampler_seed": self.sampler_seed,
-                "engine": self.engine}
+                "engine": self.engine, "repeats": self.repeats}
 
     def identity(self) -> dict:
-        """What makes two settings the same study: all but the budgets, with file paths as names."""
+        """What makes two settings the same study: all but the budgets (trials, repeats), with file
+        paths as names."""
         d = self.to_json()
         d["base"] = rebase_paths(d["base"], Path("/"), None, names_only=True)
-        return {k: v for k, v in d.items() if k not in ("trials", "baseline_trials")}
+        return {k: v for k, v in d.items() if k not in ("trials", "baseline_trials", "repeats")}
 
     @classmethod
     def from_json(cls, d: dict) -> Settings:
         return cls(d["base"], Target.from_json(d["target"]), space_from_json(d["space"]), d["trials"],
                    d["baseline_trials"], tuple(d["baselines"]), tuple(d["seeds"]),
-                   tuple(d["confirm_seeds"]), d["sampler_seed"], d.get("engine", "sglang"))
+                   tuple(d["confirm_seeds"]), d["sampler_seed"], d.get("engine", "sglang"), d.get("repeats", 1))
+
+
+def repeat_name(study: str, repeat: int) -> str:
+    """Study ``study`` of repeat ``repeat``: the name itself for the first, ``study.rN`` after it."""
+    return study if repeat == 0 else f"{study}.r{repeat}"
 
 
 def space_json(space: SearchSpace) -> dict:
@@ -119,22 +131,25 @@ def tune(settings: Settings, url: str, name: str, out: Path, *, workers: int = 1
     main.set_user_attr("settings", settings.to_json())
     run(jobs, workers, timeout_s, show_progress)
     winners = confirm(jobs, list(settings.confirm_seeds), workers)
-    if jobs[0].study in winners:  # the tuned config's interval, stored with it
-        winners[jobs[0].study]["interval"] = winner_interval(jobs[0], winners[jobs[0].study],
-                                                             list(settings.confirm_seeds))
-        jobs[0].open().set_user_attr("winner", winners[jobs[0].study])
+    picks = repeats.chosen(jobs, winners)
+    if "dspark" in picks:  # the best DSpark winner over the repeats: its interval, and what is exported
+        job, best = picks["dspark"]
+        best["interval"] = winner_interval(job, best, list(settings.confirm_seeds))
+        job.open().set_user_attr("winner", best)
+        main.set_user_attr("chosen", best)
     scenario = to_scenario(settings.base)
     info = {"scenario": settings.base.get("name"), "model": scenario.model, "gpu": scenario.gpu,
             "num_gpus": scenario.deployment.num_gpus, "trials": settings.trials,
-            "baseline_trials": settings.baseline_trials,
+            "baseline_trials": settings.baseline_trials, "repeats": settings.repeats,
             "confirm_seeds": list(settings.confirm_seeds), "storage": url, "workers": workers,
             "wall_s": time.monotonic() - started, "engine": settings.engine,
             "drafter": dspark_drafter(settings.base), "notes": [],
-            "provenance": {job.study: scenario_provenance(to_scenario(configure(
-                settings.base, winners[job.study]["config"]))) for job in jobs if job.study in winners}}
+            "provenance": {job.study: scenario_provenance(to_scenario(configure(settings.base, record["config"])))
+                           for job, record in picks.values()}}
     with atomic_dir(out) as tmp:
-        if jobs[0].study in winners:
-            _, info["notes"] = write_exports(settings.base, winners[jobs[0].study], name, tmp, engines.FORMATS,
+        if "dspark" in picks:
+            best = picks["dspark"][1]
+            _, info["notes"] = write_exports(settings.base, best, best["study"], tmp, engines.FORMATS,
                                              out, settings.target.describe(), settings.engine)
         write_provenance(tmp, info["provenance"])
         report.write(tmp, jobs, winners, info)
@@ -195,8 +210,9 @@ def record_of(url: str, name: str, trial: int | None, seeds: list[int]) -> dict:
     ``seeds`` are the study's search seeds (a trial's metrics are means over them).
     """
     study = open_study(url, name, [], create=False)
-    if trial is None and study.user_attrs.get("winner"):
-        return study.user_attrs["winner"]
+    if trial is None and (study.user_attrs.get("chosen") or study.user_attrs.get("winner")):
+        # the DSpark study holds the best winner over its repeats, which may be another repeat's
+        return study.user_attrs.get("chosen") or study.user_attrs["winner"]
     done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     if trial is not None:
         chosen = next((t for t in done if t.number == trial), None)
@@ -207,5 +223,6 @@ def record_of(url: str, name: str, trial: int | None, seeds: list[int]) -> dict:
     else:
         ok = [t for t in done if feasible(t.constraints)] or done
         chosen = max(ok, key=lambda t: t.values[0])
-    return {"trial": chosen.number, "method": chosen.user_attrs["method"], "config": chosen.user_attrs["config"],
+    return {"study": name, "trial": chosen.number, "method": chosen.user_attrs["method"],
+            "config": chosen.user_attrs["config"],
             "mean": chosen.user_attrs["metrics"], "seeds": list(seeds), "feasible": feasible(chosen.constraints)}

@@ -25,6 +25,26 @@ def format_table(rows: list[dict], header: str) -> str:
     return "\n".join(lines)
 
 
+def answer_text(report: dict) -> str:
+    """What ``dspark-sim capacity`` prints for ``report`` (a ``capacity.json``): the table under
+    its rule, the provenance line when anything is not measured, and the cheapest answer."""
+    from dspark_sim.provenance import provenance_line
+
+    header = (f"{report['scenario']}: {report['model']}, target {report['target_rps']:.3f} req/s "
+              f"({report['target_source']}); sustained = {report['rule']}")
+    lines = [format_table(report["rows"], header)]
+    line = provenance_line([r["provenance"] for r in report["rows"] if r["provenance"]])
+    lines += [line] if line else []
+    best = report["recommendation"]
+    if best:
+        cost = f", ${best['cost_per_mtok']:.3f}/M output tokens" if best["cost_per_mtok"] is not None else ""
+        lines.append(f"cheapest: {best['gpus']} x {best['gpu']} ({best['replicas']} replica(s) of TP {best['tp']}) "
+                     f"with {best['method']}{cost}")
+    else:
+        lines.append("no GPU kind meets the SLO at any rate tried")
+    return "\n".join(lines)
+
+
 def _range(pair, fmt: str) -> str:
     return "" if not pair else f"({format(pair[0], fmt)}-{format(pair[1], fmt)})"
 

@@ -12,13 +12,12 @@ import math
 from pathlib import Path
 
 from dspark_sim.capacity.plan import DEFAULT_MAX_REQUESTS, FLAGS, TP_CHOICES, CapacitySettings, capacity
-from dspark_sim.capacity.report import format_table, plot
+from dspark_sim.capacity.report import answer_text, plot
 from dspark_sim.capacity.search import OnceWarnings
 from dspark_sim.config import build
 from dspark_sim.errors import InputError
 from dspark_sim.methods import method_speculation
 from dspark_sim.metrics.outdir import atomic_dir
-from dspark_sim.provenance import provenance_line
 from dspark_sim.scenario import Scenario, load_scenario
 from dspark_sim.slo import RULES, Slo
 
@@ -104,23 +103,11 @@ def run(args) -> int:
         report = capacity(scenario, cfg, bar, OnceWarnings(bar.quiet_writer))
     finally:
         bar.close()
-    header = (f"{scenario.name}: {scenario.model}, target {report['target_rps']:.3f} req/s "
-              f"({report['target_source']}); sustained = {report['rule']}")
     with atomic_dir(out) as tmp:
         (tmp / "capacity.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
         if not args.no_plots:
             plot(report["rows"], f"{scenario.model}: {scenario.name}", report["target_rps"], tmp / "capacity.png")
-    print(format_table(report["rows"], header))
-    line = provenance_line([r["provenance"] for r in report["rows"] if r["provenance"]])
-    if line:
-        print(line)
-    best = report["recommendation"]
-    if best:
-        cost = f", ${best['cost_per_mtok']:.3f}/M output tokens" if best["cost_per_mtok"] is not None else ""
-        print(f"cheapest: {best['gpus']} x {best['gpu']} ({best['replicas']} replica(s) of TP {best['tp']}) "
-              f"with {best['method']}{cost}")
-    else:
-        print("no GPU kind meets the SLO at any rate tried")
+    print(answer_text(report))
     print(f"wrote {out}/capacity.json{'' if args.no_plots else ' and capacity.png'}")
     return 0
 
