@@ -16,6 +16,9 @@ same for every engine; what the engine adds is described here:
   that reaches the scheduler while a step is in flight joins the step planned after it
   (:mod:`dspark_sim.engine.replica`); ``OVERLAP`` holds each engine's default, its source in
   ``DEFAULT_SOURCES`` (``host overlap``); a scenario may set ``engine: {overlap: ...}``;
+* **admission**: the KV an engine reserves for output still to come when it admits a request
+  (:class:`KvReserve`, ``KV_RESERVE``: TensorRT-LLM's GUARANTEED_NO_EVICT, SGLang's new-token
+  ratio; vLLM none), and vLLM 0.6's multi-step scheduling (``multi_step``);
 * **host terms** (:class:`EngineTerms`): per-step host time the engine does not hide
   behind the GPU, per-request front-end time (HTTP, chat template, tokenizer) before the
   scheduler sees a request, and the launch floor of an eager decode step. They are host
@@ -47,10 +50,11 @@ MIB = 1 << 20
 GIB = 1 << 30
 
 # Whether each engine overlaps host and GPU by default (DEFAULT_SOURCES' "host overlap" rows;
-# the decoder: kernels/decoder/engine.py serve(overlap=True)). On for the decoder, whose runs
-# validate it (docs/validation_ttft.md); off for the others until their host terms, fitted
-# without it (benchmarks/external.py calibrate), are fitted again with it.
-OVERLAP = {"decoder": True, "sglang": False, "vllm": False, "trtllm": False}
+# the decoder: kernels/decoder/engine.py serve(overlap=True), validated by its runs in
+# docs/validation_ttft.md). On for SGLang and vLLM, as their released sources cited there
+# resolve it; their shipped host terms are fitted with it on (benchmarks/external.py calibrate).
+# Off for TensorRT-LLM: its default is not read from the 1.2.0rc1 release here.
+OVERLAP = {"decoder": True, "sglang": True, "vllm": True, "trtllm": False}
 # Where each default comes from: engine -> [(setting, value rule, file:line of the release)].
 DEFAULT_SOURCES = {
     "sglang": [
@@ -69,6 +73,11 @@ DEFAULT_SOURCES = {
          "sglang 0.5.23 sglang/srt/arg_groups/fields/schedule.py:208-211"),
         ("host overlap", "overlap scheduler on (disable_overlap_schedule = False)",
          "sglang 0.5.23 sglang/srt/arg_groups/fields/schedule.py:193-199"),
+        ("KV reserved at admission", "a new request: prompt + min(max_new_tokens, 4096); each running request: "
+         "new_token_ratio x its remaining min(max_new_tokens, 4096), the ratio 0.7 falling to 0.7 x 0.14 over 600 "
+         "decode steps, back to 0.7 after a retraction", "sglang 0.5.23 sglang/srt/managers/schedule_policy.py:"
+         "89-91, 785-794, 1118-1124; sglang/srt/managers/scheduler_components/new_token_ratio_tracker.py:20-38; "
+         "sglang/srt/environ.py:646-650"),
     ],
     "vllm": [
         ("max_batched_tokens", "8192 (>= 70 GiB, not A100), 16384 (>= 160 GiB), else 2048 (OpenAI server)",
@@ -82,6 +91,9 @@ DEFAULT_SOURCES = {
         ("CUDA-graph batch limit", "min(2 x max_num_seqs, 512; 1024 on Blackwell) tokens",
          "vllm 0.33.0 vllm/config/vllm.py:2460-2470"),
         ("host overlap", "asynchronous scheduling on by default", "vllm 0.33.0 vllm/config/vllm.py:1685-1719"),
+        ("KV reserved at admission", "none: a request is admitted when its prompt fits; decode preempts the newest "
+         "request when the pool runs out", "vllm 0.33.0 vllm/v1/core/sched/scheduler.py:911-945 (running), 1435 "
+         "(waiting: allocate_slots for the prompt tokens only)"),
     ],
     "trtllm": [
         ("gpu_memory_fraction", "0.9 of the memory left after the weights (kv_cache free_gpu_memory_fraction)",
@@ -93,8 +105,12 @@ DEFAULT_SOURCES = {
          "taken whole when it fits (approximated by chunks of the step budget)",
          "TensorRT-LLM tensorrt_llm/commands/serve.py get_llm_args (enable_chunked_prefill=False)"),
         ("kv_block_tokens", "32 (tokens_per_block)", "TensorRT-LLM KvCacheConfig tokens_per_block"),
-        ("host overlap", "overlap scheduler of the PyTorch backend (on unless disable_overlap_scheduler)",
-         "TensorRT-LLM tensorrt_llm/llmapi/llm_args.py"),
+        ("host overlap", "off in the model: the PyTorch backend's overlap scheduler is on unless "
+         "disable_overlap_scheduler, but that default is not re-read from the 1.2.0rc1 release",
+         "TensorRT-LLM tensorrt_llm/llmapi/llm_args.py (disable_overlap_scheduler=False)"),
+        ("KV reserved at admission", "every request's prompt + max_tokens (capacity scheduler GUARANTEED_NO_EVICT: "
+         "nothing is preempted)", "TensorRT-LLM tensorrt_llm/llmapi/llm_args.py SchedulerConfig "
+         "(capacity_scheduler_policy=GUARANTEED_NO_EVICT; not re-read from the 1.2.0rc1 release)"),
     ],
 }
 
@@ -135,6 +151,43 @@ class EngineTerms:
 
 
 @dataclass(frozen=True, slots=True)
+class KvReserve:
+    """KV an engine sets aside at admission for output tokens its requests have yet to decode.
+
+    A waiting request is admitted only when its prompt, ``new_ratio`` of its output tokens and
+    what the running requests hold and reserve fit the KV pool. A running request reserves a
+    ratio of the output tokens it has left (at most ``clip_tokens`` of them): ``running_init``
+    after a preemption (and at start), falling linearly to ``running_min`` over ``decay_steps``
+    decode steps. An engine without one (vLLM) admits on the prompt alone and preempts when decode
+    outgrows the pool.
+    """
+
+    new_ratio: float
+    running_init: float
+    running_min: float
+    decay_steps: int = 0
+    clip_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("new_ratio", "running_init", "running_min"):
+            check_real(getattr(self, name), name, 0.0, 1.0)
+        require(self.running_min <= self.running_init, "running_min", self.running_min, "above running_init")
+        require(isinstance(self.decay_steps, int) and self.decay_steps >= 0, "decay_steps", self.decay_steps,
+                "expected an integer >= 0")
+
+    @property
+    def decay_per_step(self) -> float:
+        return (self.running_init - self.running_min) / self.decay_steps if self.decay_steps else 0.0
+
+
+# SGLang 0.5.23: a new request needs prompt + min(max_new_tokens, 4096); a running one keeps
+# new_token_ratio x its remaining (clipped) tokens, 0.7 falling to 0.7 x 0.14 over 600 decode
+# steps, back to 0.7 after a retraction. TensorRT-LLM (GUARANTEED_NO_EVICT): every request's
+# full output. DEFAULT_SOURCES' "KV reserved at admission" rows cite both.
+KV_RESERVE = {"sglang": KvReserve(1.0, 0.7, 0.7 * 0.14, 600, 4096), "trtllm": KvReserve(1.0, 1.0, 1.0)}
+
+
+@dataclass(frozen=True, slots=True)
 class Engine:
     """The serving engine of a scenario (see the module docstring)."""
 
@@ -143,6 +196,7 @@ class Engine:
     calibration: Path | None = None
     terms: EngineTerms = field(default_factory=EngineTerms)
     overlap: bool | None = None  # None: the engine's default (OVERLAP)
+    multi_step: int = 1  # decode steps run per schedule (vLLM 0.6's --num-scheduler-steps)
 
     def __post_init__(self) -> None:
         check_choice(self.name, "name", ENGINES)
@@ -152,6 +206,10 @@ class Engine:
         require(isinstance(self.terms, EngineTerms), "terms", self.terms, "expected EngineTerms")
         require(self.overlap is None or isinstance(self.overlap, bool), "overlap", self.overlap,
                 "expected true or false")
+        require(isinstance(self.multi_step, int) and not isinstance(self.multi_step, bool)
+                and 1 <= self.multi_step <= 64, "multi_step", self.multi_step, "expected an integer from 1 to 64")
+        require(self.multi_step == 1 or self.name == "vllm", "multi_step", self.multi_step,
+                "multi-step scheduling is a vLLM setting (--num-scheduler-steps)")
         require(self.name != "decoder" or self.calibration is None, "calibration", self.calibration,
                 "the decoder's host time is measured into its profile; calibrate sglang, vllm or trtllm")
 
@@ -165,6 +223,11 @@ class Engine:
         return OVERLAP[self.name] if self.overlap is None else self.overlap
 
     @property
+    def kv_reserve(self) -> KvReserve | None:
+        """The KV the engine reserves at admission for output still to decode (None: none)."""
+        return KV_RESERVE.get(self.name)
+
+    @property
     def label(self) -> str:
         """``name version`` as outputs name the engine."""
         return f"{self.name} {self.version or VERSIONS[self.name][0]}"
@@ -176,14 +239,14 @@ class Engine:
             raw = {"name": raw}
         s = Section(raw, file, key)
         name, version, calibration = s.raw("name", "decoder"), s.raw("version"), s.raw("calibration")
-        overlap = s.raw("overlap")
+        overlap, multi_step = s.raw("overlap"), s.raw("multi_step", 1)
         s.done()
         if isinstance(version, (int, float)) and not isinstance(version, bool):
             version = str(version)
-        engine = build(cls, {"name": name, "version": version, "overlap": overlap}, file, key)
+        given = {"name": name, "version": version, "overlap": overlap, "multi_step": multi_step}
+        engine = build(cls, given, file, key)
         if calibration is None:
-            return build(cls, {"name": name, "version": version, "overlap": overlap,
-                               "terms": shipped_terms(engine.name)}, file, key)
+            return build(cls, {**given, "terms": shipped_terms(engine.name)}, file, key)
         if engine.is_decoder:
             raise InputError(file, f"{key}.calibration", calibration, "the decoder's host time is measured into "
                              "its profile; calibrate sglang, vllm or trtllm")
@@ -193,8 +256,7 @@ class Engine:
         if not path.is_file():
             raise InputError(file, f"{key}.calibration", calibration, "calibration file not found")
         terms = load_calibration(path, engine=engine.name)
-        return build(cls, {"name": name, "version": version, "overlap": overlap, "calibration": path,
-                           "terms": terms}, file, key)
+        return build(cls, {**given, "calibration": path, "terms": terms}, file, key)
 
     # -- defaults -----------------------------------------------------------------
     def deployment_defaults(self, gpu, tp: int, model=None) -> dict:
@@ -287,5 +349,6 @@ def load_calibration(path: str | Path, *, engine: str | None = None) -> EngineTe
     return terms
 
 
-__all__ = ["CALIBRATION_FORMAT", "DEFAULT_SOURCES", "ENGINES", "Engine", "EngineTerms", "OVERLAP", "VERSIONS",
+__all__ = ["CALIBRATION_FORMAT", "DEFAULT_SOURCES", "ENGINES", "Engine", "EngineTerms", "KV_RESERVE", "KvReserve",
+           "OVERLAP", "VERSIONS",
            "load_calibration", "shipped_terms"]

@@ -55,6 +55,8 @@ def test_vllm_defaults_depend_on_the_gpu():
     ({"name": "vllm", "speed": 2}, "engine.speed", "unknown key"),
     ({"name": "decoder", "calibration": "x.json"}, "engine.calibration", "decoder"),
     ({"name": "sglang", "overlap": "yes"}, "engine.overlap", "true or false"),
+    ({"name": "sglang", "multi_step": 4}, "engine.multi_step", "vLLM setting"),
+    ({"name": "vllm", "multi_step": 0}, "engine.multi_step", "from 1 to 64"),
 ])
 def test_bad_engine_names_the_key(write_scenario, engine, key, why):
     path = write_scenario(synthetic_scenario(engine=engine))

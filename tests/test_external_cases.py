@@ -28,7 +28,8 @@ def test_every_case_builds_its_scenario(case):
     scenario = external.case_scenario(case)
     assert scenario.engine.name == case["engine"] and scenario.deployment.tp == case["tp"]
     syn = scenario.workload.synthetic
-    cap = external.BURST_REQUESTS if case["rate"] == "inf" else external.PACED_REQUESTS
+    # a burst is replayed with every request the run sent (its ramp and drain depend on the count)
+    cap = case["requests"] if case["rate"] == "inf" else external.PACED_REQUESTS
     assert syn.num_requests == min(case["requests"], cap)
     if "gpu_memory_fraction" in case:
         assert scenario.deployment.gpu_memory_fraction == case["gpu_memory_fraction"]
@@ -40,3 +41,12 @@ def test_summary_counts_each_metric_and_judges_the_target():
     assert s["tpot"]["cases"] == 3 and s["tpot"]["median"] == pytest.approx(0.08)
     assert s["tpot"]["max"] == pytest.approx(0.3) and not s["tpot"]["met"]
     assert "throughput" not in s
+
+
+def test_every_case_explains_its_gap_in_words():
+    """A case's ``gap`` is printed beside the generated errors: words only, the figures come from the table."""
+    import re
+
+    for case in external.load_cases()[1]:
+        assert case.get("gap"), case["id"]
+        assert not re.search(r"\d\s*(%|ms\b|us\b|s\b|tok/s)", case["gap"]), (case["id"], case["gap"])

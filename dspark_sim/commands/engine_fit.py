@@ -16,9 +16,11 @@ def run(args) -> int:
 
     def progress(done: int, total: int) -> None:
         if not args.quiet:
-            print(f"\rreplayed {done}/{total} runs", end="" if done < total else "\n", file=sys.stderr, flush=True)
+            print(f"\rfit: replayed the runs {done} times (at most {total})", end="", file=sys.stderr, flush=True)
 
     result = calibrate(scenario, [Path(f) for f in args.files], progress=progress)
+    if not args.quiet:
+        print(file=sys.stderr)
     out = Path(args.out)
     write_json_atomic(out, result)
     t = result["terms"]

@@ -19,6 +19,11 @@ flight joins the step after the next, and its ``first_scheduled_s`` is when that
 was made. When the step in flight leaves nothing to run after it, the engine plans anew once
 it lands, as after an idle wait. Token times stay the ends of their steps (when the engine
 reads them).
+
+An engine that reserves KV at admission for output still to come (TensorRT-LLM's whole output,
+SGLang's falling new-token ratio: :class:`~dspark_sim.engines.KvReserve`) admits a request only
+when that fits too. With multi-step scheduling (vLLM 0.6) a schedule runs several decode steps,
+and a request waits for the last of them.
 """
 from __future__ import annotations
 
@@ -53,6 +58,12 @@ class Replica:
         self.running = Table()
         self.kv_peak = 0
         self.overlap = ctx.overlap
+        # KV reserved at admission for output to come (engines.KvReserve), and the running ratio now
+        self.reserve = ctx.kv_reserve
+        self.reserve_ratio = self.reserve.running_init if self.reserve is not None else 0.0
+        # multi-step scheduling: decode steps run per schedule, and how far into one the next step is
+        # (0: the next step is scheduled, and may admit)
+        self.multi_step, self.group_pos = ctx.multi_step, 0
         # with overlap, when the next step's plan is made: the start of the step in flight
         self.plan_s = 0.0
         # The replica's own clock: every step's start and end, summed step after step (simpy's
@@ -102,6 +113,8 @@ class Replica:
         (overlap): a request that came later waits, and an admitted one was scheduled then."""
         run = self.running
         pending = int((run["prefill_len"] - run["prefilled"]).sum())
+        if self.reserve is not None:  # the output the running requests may still write
+            pending += int(self.reserve_ratio * self._output_left(run["output_tokens"] - run["generated"]).sum())
         ready_by_s = math.inf if plan_s is None else plan_s
         while self.waiting and len(run) < self.max_running:
             req = self.waiting[0]
@@ -111,6 +124,8 @@ class Replica:
             cached = hit.tokens if hit is not None else 0
             # cached blocks no request reads yet are free KV until this request pins them
             need = req["prefill_len"] - cached + self.kv_per_request + (hit.idle_tokens if hit is not None else 0)
+            if self.reserve is not None:
+                need += int(self.reserve.new_ratio * self._output_left(req["output_tokens"] - req["generated"]))
             if kv_used + pending + need > self.kv_capacity:
                 break
             self.waiting.popleft()
@@ -123,6 +138,16 @@ class Replica:
             run.append(req)
             pending += need
 
+    def _output_left(self, tokens):
+        """Output tokens a request may still write, as the engine's reservation counts them."""
+        clip = self.reserve.clip_tokens
+        return tokens if clip is None else np.minimum(tokens, clip)
+
+    def _decay_reserve(self, steps: int) -> None:
+        """The running requests' reservation ratio after ``steps`` more decode steps."""
+        if self.reserve is not None and steps:
+            self.reserve_ratio = max(self.reserve.running_min, self.reserve_ratio - self.reserve.decay_per_step * steps)
+
     # -- the step loop --------------------------------------------------------
     def _loop(self):
         while True:
@@ -132,7 +157,11 @@ class Replica:
                 self.ctx.collector.advance(self.index, None)
                 yield self._wake
                 self.clock_s = self.plan_s = self.env.now
-            self._admit_planned()
+                self.group_pos = 0
+            if not len(self.running):  # a schedule whose requests all finished has ended
+                self.group_pos = 0
+            if not self.group_pos:
+                self._admit_planned()
             stretch = self._stretch() if self.ctx.skip_ahead else None
             if stretch is not None:
                 self.plan_s = float(stretch.times_s[-2])  # its last step's start
@@ -160,6 +189,11 @@ class Replica:
             return None
         if self.overlap and self.waiting and self.waiting[0].get("ready_s", -math.inf) > self.plan_s:
             return None  # it came after this step's plan: the next plan may take it
+        if self.waiting and self.multi_step > 1:
+            return None  # a waiting request joins at the end of this schedule's steps
+        if self.waiting and self.reserve is not None and self.reserve.decay_per_step \
+                and self.reserve_ratio > self.reserve.running_min:
+            return None  # the reservation shrinks step by step: a waiting request may fit after any
         tokens, steps = self._decoded
         return plan_stretch(self, self.ctx.next_arrival_s, tokens / steps if steps else 1.0)
 
@@ -245,6 +279,8 @@ class Replica:
         if self.prefix is not None:
             self.prefix.release(req["rid"], finished=False)
         req["num_preemptions"] += 1
+        if self.reserve is not None:  # a retraction: the engine reserves as at start again
+            self.reserve_ratio = self.reserve.running_init
         req["prefill_len"] = req["prompt_tokens"] + req["generated"]
         req["prefilled"] = 0
         req["kv_base"] = req["generated"]
@@ -268,12 +304,15 @@ class Replica:
             emitted = int(new.sum())
             self._decoded[0] += emitted
             self._decoded[1] += step["num_dec"]
+            self._decay_reserve(1)
             last = c["last_token_s"][:n]
             self.ctx.collector.on_gaps(now - last[dec], self.index, now)
             generated[dec] += new
             last[dec] = now
             steps[dec] += 1
         first_tokens = self._advance_prefill(pre, step["chunk"], now) if pre is not None else 0
+        # a step with prompt work is scheduled alone; a decode step starts or continues a schedule
+        self.group_pos = 0 if step["prefill_tokens"] else (self.group_pos + 1) % self.multi_step
         self.ctx.collector.on_step(self.index, step, n, emitted, first_tokens, now)
         self.last_step_s = step["step_s"]
         self._retire(now)
@@ -299,6 +338,8 @@ class Replica:
         self._decoded[0] += int(st.emitted.sum())
         self._decoded[1] += int(st.decode_reqs.sum())
         self.last_step_s = float(st.step_s[-1])
+        self._decay_reserve(st.steps)
+        self.group_pos = (self.group_pos + st.steps) % self.multi_step
         if isinstance(st.steps_run, np.ndarray):
             early = st.steps_run < st.steps
             if early.any():  # requests that finish before the last step, in the order they finish

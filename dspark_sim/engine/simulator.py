@@ -48,6 +48,8 @@ class SimContext:
     admission: Admission | None = None  # which requests a replica serves; the others are rejected
     skip_ahead: bool = True  # advance steady decode steps in stretches (engine/stretch.py)
     overlap: bool = False  # step n+1 planned while step n runs (engines.Engine.overlapped)
+    kv_reserve: object = None  # KV the engine reserves at admission for output to come (engines.KvReserve)
+    multi_step: int = 1  # decode steps run per schedule (engines.Engine.multi_step)
     next_arrival_s: float = math.inf  # when the next request arrives (the stretches stop there)
 
     def make_policy(self):
@@ -102,7 +104,8 @@ def build_context(scenario: Scenario, collector: Collector) -> SimContext:
                      prefix_block_tokens=block if dep.prefix_cache and
                      scenario.workload.hash_block_tokens % block == 0 else 0,
                      max_running=min(dep.max_running_requests, cap) if cap is not None else 0,
-                     frontend_s=engine.terms.frontend_s, overlap=engine.overlapped,
+                     frontend_s=engine.terms.frontend_s, overlap=engine.overlapped, kv_reserve=engine.kv_reserve,
+                     multi_step=engine.multi_step,
                      admission=Admission.of(model.max_context, kv, per_request, spec))
     if spec.method == "dspark":
         ctx.sps = scheduler_sps(scenario, cost)

@@ -5,9 +5,9 @@ directly: what a step took beyond the GPU work the profile predicts for it, fitt
 ``step_host_s + step_host_s_per_req x R`` (least squares, terms >= 0). Serving benchmarks
 (``sglang.bench_serving``, ``vllm bench serve``) are replayed in the simulator: the
 requests of each run (their lengths when the file kept them, else the run's mean
-lengths) arrive at the run's rate, and the per-step host time is moved until the median
-TPOT of the runs matches, then the front-end time until the median TTFT does (medians
-over runs, so one run does not decide). The result is written as a calibration file that
+lengths) arrive at the run's rate, and the per-step host time and the front-end time are
+moved together until the runs' medians (TTFT, TPOT, output throughput) match as well as one
+set of terms can (least squares on log errors, every candidate replayed in full). The result is written as a calibration file that
 names every file it was fitted from and how well it replays each.
 """
 from __future__ import annotations
@@ -31,8 +31,13 @@ from dspark_sim.workload.synthetic import LengthDist
 
 ALL_AT_ONCE_RATE = 1e9  # requests a second standing for "all at once" (request_rate inf)
 MAX_HOST_S = 0.05
-HOST_ROUNDS = 3  # replays of the runs while the host terms settle
-FRONTEND_ROUNDS = 2  # secant steps on the front end
+# the terms a replay fit moves, the unit its search steps in, the most each may take
+FITTED_TERMS = ("step_host_s", "step_host_s_per_req", "frontend_s")
+TERM_UNIT_S = {"step_host_s": 1e-3, "step_host_s_per_req": 1e-5, "frontend_s": 1e-3}
+MAX_TERM_S = {"step_host_s": MAX_HOST_S, "step_host_s_per_req": MAX_HOST_S, "frontend_s": 10.0}
+FITTED_METRICS = ("median_ttft_ms", "median_tpot_ms", "output_throughput")
+MAX_FIT_STEPS = 25  # trust-region steps, at most (each replays the runs, and len(terms) more for the Jacobian)
+MAX_FIT_EVALS = MAX_FIT_STEPS * (1 + len(FITTED_TERMS))
 
 def with_terms(scenario: Scenario, terms: EngineTerms) -> Scenario:
     """``scenario`` under the same engine with other host terms."""
@@ -120,79 +125,54 @@ def fit_step_terms(reqs: np.ndarray, residual_s: np.ndarray) -> tuple[float, flo
 
 
 def fit_replay_terms(scenarios: list[Scenario], measured: list[dict], terms: EngineTerms, *, fit_step: bool,
-                     frontend_from: list[bool] | None = None, progress=None) -> EngineTerms:
-    """``terms`` with the per-step host time (when ``fit_step``) and the front-end time moved so the
-    replayed ``scenarios`` match ``measured`` (``median_tpot_ms``, ``median_ttft_ms``).
+                     progress=None) -> EngineTerms:
+    """``terms`` with the front-end time (and, when ``fit_step``, the per-step host time: bias and
+    per running request) moved so the replayed ``scenarios`` match ``measured``.
 
-    Host time: each output token of a run waits about one step's host time, ``step_host_s +
-    step_host_s_per_req x R`` with R the decode batch an output token sees, so the TPOT gaps of the runs
-    are fitted by least squares (terms >= 0) on their batches, and the replay repeated (a few
-    rounds, the batches moving with the terms); runs at one batch size fit the bias alone.
-    Front end: its service time moves until the median TTFT over the runs ``frontend_from``
-    marks (default all) matches; the front end is fitted first, then the host time with it in
-    place, then the front end again."""
-    def results(t: EngineTerms, which: list[Scenario] | None = None) -> list[dict]:
-        out = []
-        for scenario in scenarios if which is None else which:
-            out.append(replay(with_terms(scenario, t)))
-            if progress is not None:
-                progress(len(out), len(scenarios))
-        return out
+    One objective over every run: the sum of squared log errors of each median the run measured
+    (``median_ttft_ms``, ``median_tpot_ms``, ``output_throughput``), each run replayed in full for
+    every candidate (a burst's batch, and so its TPOT, moves with the terms: the fit never
+    extrapolates from one replay). Bounded least squares (trust region, the Jacobian by finite
+    differences of 5 % a term) in ms, 10 us a request and ms, every term >= 0, from the terms given
+    (1 unit where they are 0); deterministic. A poor fit raises nothing: the caller reports how
+    well each run replays."""
+    from scipy.optimize import least_squares
 
-    tpot = [i for i, m in enumerate(measured) if m.get("median_tpot_ms") is not None]
-    chosen = frontend_from or [True] * len(scenarios)
-    ttft = [i for i, m in enumerate(measured) if chosen[i] and m.get("median_ttft_ms") is not None]
-
-    def fit_host(terms: EngineTerms) -> EngineTerms:
-        for _ in range(HOST_ROUNDS):
-            sim = results(terms)
-            batch = np.array([max(sim[i]["token_batch"], 1.0) for i in tpot])
-            need = np.array([(measured[i]["median_tpot_ms"] - sim[i]["median_tpot_ms"]) / 1e3 for i in tpot]) \
-                + terms.step_host_s + terms.step_host_s_per_req * batch
-            bias, per_req = fit_step_terms(batch, need)
-            moved = abs(bias - terms.step_host_s) + abs(per_req - terms.step_host_s_per_req) * batch.max()
-            terms = replace(terms, step_host_s=bias, step_host_s_per_req=per_req)
-            if moved < 2e-5:
-                break
+    names = FITTED_TERMS if fit_step else FITTED_TERMS[-1:]
+    wanted = [[(k, v) for k, v in m.items() if k in FITTED_METRICS and v] for m in measured]
+    if not any(wanted):
         return terms
+    evals = [0]
 
-    def excess_s(terms: EngineTerms, frontend: float) -> float:  # median simulated less measured TTFT
-        sim = results(replace(terms, frontend_s=frontend), [scenarios[i] for i in ttft])
-        return float(np.median([(s["median_ttft_ms"] - measured[i]["median_ttft_ms"]) / 1e3
-                                for s, i in zip(sim, ttft)]))
+    def at(x) -> EngineTerms:
+        return replace(terms, **{n: min(max(float(xi), 0.0) * TERM_UNIT_S[n], MAX_TERM_S[n])
+                                 for n, xi in zip(names, x)})
 
-    def fit_frontend(terms: EngineTerms) -> EngineTerms:
-        # one request's service time is the gap when nothing queues at the front end; a burst
-        # queues there, so a secant step or two on the median TTFT gap finds the service time
-        if not ttft:
-            return replace(terms, frontend_s=0.0)
-        low, g_low = 0.0, excess_s(terms, 0.0)
-        high = min(max(-g_low, 0.0), 10.0)
-        for _ in range(FRONTEND_ROUNDS):
-            if high <= 0.0:
-                break
-            g_high = excess_s(terms, high)
-            if abs(g_high) < 1e-3 or g_high == g_low:
-                break
-            low, g_low, high = high, g_high, min(max(high - g_high * (high - low) / (g_high - g_low), 0.0), 10.0)
-        return replace(terms, frontend_s=high)
+    def residuals(x) -> np.ndarray:
+        t, out = at(x), []
+        for scenario, want in zip(scenarios, wanted):
+            if want:
+                sim = replay(with_terms(scenario, t))
+                out += [math.log(max(sim[k], 1e-9) / v) for k, v in want]
+        evals[0] += 1
+        if progress is not None:
+            progress(evals[0], MAX_FIT_EVALS)
+        return np.array(out)
 
-    # the front end sets how fast a burst reaches the batch and the host time how fast the batch
-    # runs: each fitted with the other in place
-    terms = fit_frontend(terms)
-    if fit_step and tpot:
-        terms = fit_frontend(fit_host(terms))
-    return terms
+    x0 = np.array([getattr(terms, n) / TERM_UNIT_S[n] or 1.0 for n in names])
+    upper = np.array([MAX_TERM_S[n] / TERM_UNIT_S[n] for n in names])
+    fit = least_squares(residuals, x0, bounds=(np.zeros(len(names)), upper), method="trf", diff_step=0.05,
+                        x_scale=np.ones(len(names)), ftol=1e-6, xtol=1e-4, max_nfev=MAX_FIT_STEPS)
+    return at(fit.x)
 
 
 def fit_bench_terms(base: Scenario, runs: list[BenchRun], terms: EngineTerms, *, fit_step: bool,
                     folder: Path, progress=None) -> EngineTerms:
     """:func:`fit_replay_terms` on ``base`` replaying each of ``runs``."""
     scenarios = [replay_scenario(base, run, folder) for run in runs]
-    measured = [{"median_tpot_ms": r.median_tpot_ms, "median_ttft_ms": r.median_ttft_ms} for r in runs]
-    bursts = [math.isinf(r.request_rate) for r in runs]  # where requests queue at the front end
-    return fit_replay_terms(scenarios, measured, terms, fit_step=fit_step, progress=progress,
-                            frontend_from=bursts if any(bursts) else None)
+    measured = [{"median_tpot_ms": r.median_tpot_ms, "median_ttft_ms": r.median_ttft_ms,
+                 "output_throughput": r.output_throughput} for r in runs]
+    return fit_replay_terms(scenarios, measured, terms, fit_step=fit_step, progress=progress)
 
 
 def _sha256(path: str) -> str:
