@@ -29,8 +29,14 @@ class InputError(Exception):
         where = self.file or "<input>"
         value = "" if self.value is None else f"={_short(self.value)}"
         if not self.key:
-            return f"{where}: {value.lstrip('=')}{': ' if value else ''}{self.why}".replace("\n", " ")
-        return f"{where}: {self.key}{value}: {self.why}".replace("\n", " ")
+            return _one_line(f"{where}: {value.lstrip('=')}{': ' if value else ''}{self.why}")
+        return _one_line(f"{where}: {self.key}{value}: {self.why}")
+
+
+def _one_line(text: str) -> str:
+    """``text`` with every line boundary (``\\r``, ``\\n``, ``\\u2028``... as ``str.splitlines`` knows
+    them) turned into a space: a key or file name may hold any of them."""
+    return " ".join(text.splitlines())
 
 
 def _short(value: object, limit: int = 80) -> str:

@@ -96,3 +96,14 @@ def test_console_script_exit_code_and_no_traceback(tmp_path, write_scenario):
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert "no-such-model" in proc.stderr
+
+
+@pytest.mark.parametrize("key", ["\r", "a\nb", "x\u2028y", "\x0bk", "z\r\n"])
+def test_an_unknown_key_with_a_line_break_is_still_one_line(tmp_path, capsys, write_scenario, key):
+    data = synthetic_scenario()
+    data["speculation"] = {**(data.get("speculation") or {}), key: 1}
+    out = tmp_path / "out"
+    assert main(["run", str(write_scenario(data)), "--out", str(out), "--quiet"]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("warning:")]
+    assert len(lines) == 1 and "unknown key" in lines[0]
+    assert not out.exists()
