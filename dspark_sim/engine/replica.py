@@ -58,7 +58,7 @@ class Replica:
         # The replica's own clock: every step's start and end, summed step after step (simpy's
         # clock lands on a stretch's end within a rounding; the record keeps this one).
         self.clock_s = 0.0
-        self.last_step_s = 0.0
+        self.decode_step_s = 0.0  # the last step without prefill work (how far a stretch may reach)
         self._decoded = [0, 0]  # tokens decoding requests emitted, request-steps they took
         self._wake = env.event()
         self.process = env.process(self._loop())
@@ -275,7 +275,8 @@ class Replica:
             steps[dec] += 1
         first_tokens = self._advance_prefill(pre, step["chunk"], now) if pre is not None else 0
         self.ctx.collector.on_step(self.index, step, n, emitted, first_tokens, now)
-        self.last_step_s = step["step_s"]
+        if not step["prefill_tokens"]:
+            self.decode_step_s = step["step_s"]
         self._retire(now)
 
     def _apply_stretch(self, st: Stretch) -> None:
@@ -298,7 +299,7 @@ class Replica:
         self.kv_peak = max(self.kv_peak, st.kv_peak)
         self._decoded[0] += int(st.emitted.sum())
         self._decoded[1] += int(st.decode_reqs.sum())
-        self.last_step_s = float(st.step_s[-1])
+        self.decode_step_s = float(st.step_s[-1])
         if isinstance(st.steps_run, np.ndarray):
             early = st.steps_run < st.steps
             if early.any():  # requests that finish before the last step, in the order they finish
