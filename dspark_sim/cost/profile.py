@@ -241,9 +241,14 @@ class ProfileCost:
         arrays = [i for i, v in enumerate(values) if isinstance(v, np.ndarray)]
         kind = works.draft_kind
         if not arrays:
-            out = list(self._fixed(kind, tuple(values)))
-        elif all(values[i] is values[arrays[0]] for i in arrays):  # one varying column: its distinct values
-            keys, where = np.unique(values[arrays[0]], return_inverse=True)
+            return self._fixed_terms_of(kind, values)
+        if all(values[i] is values[arrays[0]] for i in arrays):  # one varying column: its distinct values
+            column = values[arrays[0]]
+            if column.min() == column.max():  # one value after all: the N steps share their shape
+                for i in arrays:
+                    values[i] = column[0].item()
+                return self._fixed_terms_of(kind, values)
+            keys, where = np.unique(column, return_inverse=True)
             rows = []
             for value in keys.tolist():
                 for i in arrays:
@@ -254,7 +259,15 @@ class ProfileCost:
             columns = [v.tolist() if isinstance(v, np.ndarray) else [v] * len(works) for v in values]
             out = list(np.array([self._fixed(kind, key) for key in zip(*columns)], dtype=np.float64).T)
         for i in range(8, len(out)):  # a factor the profile lacks is None
-            if np.isnan(out[i] if np.isscalar(out[i]) else out[i][0]):
+            if np.isnan(out[i][0]):
+                out[i] = None
+        return out
+
+    def _fixed_terms_of(self, kind, values: list) -> list:
+        """:meth:`_fixed_terms` where every step has the batch shape ``values`` (numbers)."""
+        out = list(self._fixed(kind, tuple(values)))
+        for i in range(8, len(out)):
+            if math.isnan(out[i]):
                 out[i] = None
         return out
 
