@@ -185,11 +185,11 @@ class Collector:
         first = self.steps.n
         kv_tokens = st.kv_tokens[k].tolist()
         self.steps.extend(start, step_s, runs, runs, verify, zeros, budget, emitted, draft_s, sched_s, kv_tokens)
-        if self.record is not None:
-            self.record.steps(range(first, first + hi - lo), start, step_s, runs, runs, zeros, verify, budget,
-                              emitted, draft_s, sched_s, st.context_tokens[k].tolist(),
-                              st.max_context[k].tolist(), zeros, [0.0] * (hi - lo), [replica] * (hi - lo),
-                              zeros, kv_tokens)  # a stretch evicts nothing (stretch.py stops before a step would)
+        if self.record is not None:  # a stretch prefills nothing and evicts nothing (stretch.py stops before)
+            self.record.steps(range(first, first + hi - lo), start, step_s, runs, runs, 0, verify,
+                              _constant(budget), emitted, _constant(draft_s), sched_s,
+                              st.context_tokens[k].tolist(), st.max_context[k].tolist(), 0, 0.0, replica, 0,
+                              kv_tokens)
 
     def on_step(self, replica: int, step: dict, running: int, decoded: int, first_tokens: int,
                 time_s: float) -> None:
@@ -245,3 +245,14 @@ class Collector:
             self.order.release()
         if self.record is not None:
             self.record.close()
+
+
+def _constant(values: list):
+    """``values``' one value where they are all equal and write alike (so a record writes it
+    once; 0.0 and -0.0 are equal but do not), else ``values``."""
+    first = values[0] if values else None
+    if values.count(first) != len(values):
+        return values
+    if isinstance(first, float) and first == 0.0 and any(math.copysign(1.0, v) < 0 for v in values):
+        return values
+    return first
