@@ -88,6 +88,8 @@ class Replica:
         """Admit what the next step's plan takes: everything that fits, or with overlap what had
         reached the replica when the plan was made (``plan_s``); if then nothing runs, the engine
         plans again now (the step in flight left nothing to run beside it)."""
+        if not self.waiting:
+            return
         kv_used = int(self._kv_tokens().sum()) + len(self.running) * self.kv_per_request + self._kv_adjust()
         if not self.overlap:
             self._admit(kv_used)
@@ -216,7 +218,7 @@ class Replica:
         if pre is not None:
             rem = left[pre]
             room = max(0, min(self.max_tokens - verify_tokens, self.prefill_cap))
-            chunk = np.clip(room - (np.cumsum(rem) - rem), 0, rem)
+            chunk = np.minimum(np.maximum(room - (np.cumsum(rem) - rem), 0), rem)  # np.clip, without its overhead
             prefill_tokens = int(chunk.sum())
             prefill_reqs = int(np.count_nonzero(chunk))
             attn2 = float((chunk * (c["prefilled"][:n][pre] + chunk / 2.0)).sum())
@@ -303,10 +305,11 @@ class Replica:
         if isinstance(st.steps_run, np.ndarray):
             early = st.steps_run < st.steps
             if early.any():  # requests that finish before the last step, in the order they finish
-                for k in np.unique(st.steps_run[early]).tolist():
-                    rows = self.running.take(st.steps_run == k)
-                    self._release_finished(rows)
-                    collector.on_finish(rows, float(times[k]), self.index)
+                when = st.steps_run[early]
+                order = np.argsort(when, kind="stable")
+                rows = {name: column[order] for name, column in self.running.take(early).items()}
+                self._release_finished(rows)
+                collector.on_finish(rows, times[when[order]], self.index)
                 self.running.remove(early)
 
     def _release_finished(self, rows: dict) -> None:
