@@ -190,7 +190,7 @@ class Collector:
         self.steps.extend(start, step_s, runs, runs, verify, zeros, budget, emitted, draft_s, sched_s, kv_tokens)
         if self.record is not None:  # a stretch prefills nothing and evicts nothing (stretch.py stops before)
             self.record.steps(range(first, first + hi - lo), start, step_s, runs, runs, 0, verify,
-                              _constant(budget), emitted, _constant(draft_s), sched_s,
+                              _constant(st.budget[k], budget), emitted, _constant(st.draft_s[k], draft_s), sched_s,
                               st.context_tokens[k].tolist(), st.max_context[k].tolist(), 0, 0.0, replica, 0,
                               kv_tokens)
 
@@ -256,12 +256,16 @@ class Collector:
             self.record.close()
 
 
-def _constant(values: list):
-    """``values``' one value where they are all equal and write alike (so a record writes it
-    once; 0.0 and -0.0 are equal but do not), else ``values``."""
-    first = values[0] if values else None
+def _constant(column: np.ndarray, values: list):
+    """``values`` (``column`` as a list): its one value where all are equal and write alike (so
+    a record writes it once; 0.0 and -0.0 are equal but do not), else ``values``."""
+    if not values:
+        return values
+    first = values[0]
     if values.count(first) != len(values):
         return values
-    if isinstance(first, float) and first == 0.0 and any(math.copysign(1.0, v) < 0 for v in values):
-        return values
+    if isinstance(first, float) and first == 0.0:
+        negative = np.signbit(column)
+        if negative.any() and not negative.all():
+            return values
     return first
