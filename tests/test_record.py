@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dspark_sim.metrics.collector import Collector, Growing, _constant
+from dspark_sim.metrics.collector import Collector, Growing, one_value
 from dspark_sim.metrics.record import STEP_COLUMNS, RecordWriter
 
 
@@ -27,12 +27,12 @@ def test_constant_step_columns_write_the_rows_full_columns_write(tmp_path):
     assert b",-0.000000000," in _steps_csv(tmp_path, "given", *given)
 
 
-def test_a_column_is_constant_only_where_every_value_writes_alike():
-    assert _constant(np.array([0.0, 0.0]), [0.0, 0.0]) == 0.0
-    assert _constant(np.array([-0.0, -0.0]), [-0.0, -0.0]) == 0.0  # -0.0, written "-0..."
-    assert _constant(np.array([0.0, -0.0]), [0.0, -0.0]) == [0.0, -0.0]
-    assert _constant(np.array([3, 4]), [3, 4]) == [3, 4]
-    assert _constant(np.array([], dtype=np.int64), []) == []
+def test_a_column_is_one_value_only_where_every_value_writes_alike():
+    assert one_value(np.array([0.0, 0.0]), [0.0, 0.0]) == 0.0
+    assert one_value(np.array([-0.0, -0.0]), [-0.0, -0.0]) == 0.0  # -0.0, written "-0..."
+    assert one_value(np.array([0.0, -0.0]), [0.0, -0.0]) == [0.0, -0.0]
+    assert one_value(np.array([3, 4]), [3, 4]) == [3, 4]
+    assert one_value(np.array([], dtype=np.int64), []) == []
 
 
 def test_gaps_are_counted_as_unique_counts_them():

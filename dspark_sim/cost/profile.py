@@ -239,15 +239,14 @@ class ProfileCost:
         of N, or one number where the N steps share their batch shape)."""
         values = [getattr(works, name) for name in FIXED_KEYS]
         arrays = [i for i, v in enumerate(values) if isinstance(v, np.ndarray)]
-        kind = works.draft_kind
+        kind, column = works.draft_kind, values[arrays[0]] if arrays else None
+        if arrays and all(values[i] is column for i in arrays) and column.min() == column.max():
+            for i in arrays:  # one value after all: the N steps share their batch shape
+                values[i] = column[0].item()
+            arrays = []
         if not arrays:
-            return self._fixed_terms_of(kind, values)
-        if all(values[i] is values[arrays[0]] for i in arrays):  # one varying column: its distinct values
-            column = values[arrays[0]]
-            if column.min() == column.max():  # one value after all: the N steps share their shape
-                for i in arrays:
-                    values[i] = column[0].item()
-                return self._fixed_terms_of(kind, values)
+            out = list(self._fixed(kind, tuple(values)))
+        elif all(values[i] is column for i in arrays):  # one varying column: its distinct values
             keys, where = np.unique(column, return_inverse=True)
             rows = []
             for value in keys.tolist():
@@ -259,15 +258,7 @@ class ProfileCost:
             columns = [v.tolist() if isinstance(v, np.ndarray) else [v] * len(works) for v in values]
             out = list(np.array([self._fixed(kind, key) for key in zip(*columns)], dtype=np.float64).T)
         for i in range(8, len(out)):  # a factor the profile lacks is None
-            if np.isnan(out[i][0]):
-                out[i] = None
-        return out
-
-    def _fixed_terms_of(self, kind, values: list) -> list:
-        """:meth:`_fixed_terms` where every step has the batch shape ``values`` (numbers)."""
-        out = list(self._fixed(kind, tuple(values)))
-        for i in range(8, len(out)):
-            if math.isnan(out[i]):
+            if np.isnan(out[i] if np.isscalar(out[i]) else out[i][0]):
                 out[i] = None
         return out
 

@@ -190,7 +190,7 @@ class Collector:
         self.steps.extend(start, step_s, runs, runs, verify, zeros, budget, emitted, draft_s, sched_s, kv_tokens)
         if self.record is not None:  # a stretch prefills nothing and evicts nothing (stretch.py stops before)
             self.record.steps(range(first, first + hi - lo), start, step_s, runs, runs, 0, verify,
-                              _constant(st.budget[k], budget), emitted, _constant(st.draft_s[k], draft_s), sched_s,
+                              one_value(st.budget[k], budget), emitted, one_value(st.draft_s[k], draft_s), sched_s,
                               st.context_tokens[k].tolist(), st.max_context[k].tolist(), 0, 0.0, replica, 0,
                               kv_tokens)
 
@@ -256,7 +256,7 @@ class Collector:
             self.record.close()
 
 
-def _constant(column: np.ndarray, values: list):
+def one_value(column: np.ndarray, values: list):
     """``values`` (``column`` as a list): its one value where all are equal and write alike (so
     a record writes it once; 0.0 and -0.0 are equal but do not), else ``values``."""
     if not values:
