@@ -239,11 +239,15 @@ class ProfileCost:
         of N, or one number where the N steps share their batch shape)."""
         values = [getattr(works, name) for name in FIXED_KEYS]
         arrays = [i for i, v in enumerate(values) if isinstance(v, np.ndarray)]
-        kind = works.draft_kind
+        kind, column = works.draft_kind, values[arrays[0]] if arrays else None
+        if arrays and all(values[i] is column for i in arrays) and column.min() == column.max():
+            for i in arrays:  # one value after all: the N steps share their batch shape
+                values[i] = column[0].item()
+            arrays = []
         if not arrays:
             out = list(self._fixed(kind, tuple(values)))
-        elif all(values[i] is values[arrays[0]] for i in arrays):  # one varying column: its distinct values
-            keys, where = np.unique(values[arrays[0]], return_inverse=True)
+        elif all(values[i] is column for i in arrays):  # one varying column: its distinct values
+            keys, where = np.unique(column, return_inverse=True)
             rows = []
             for value in keys.tolist():
                 for i in arrays:

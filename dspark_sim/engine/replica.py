@@ -69,7 +69,7 @@ class Replica:
         # The replica's own clock: every step's start and end, summed step after step (simpy's
         # clock lands on a stretch's end within a rounding; the record keeps this one).
         self.clock_s = 0.0
-        self.last_step_s = 0.0
+        self.decode_step_s = 0.0  # the last step without prefill work (how far a stretch may reach)
         self._decoded = [0, 0]  # tokens decoding requests emitted, request-steps they took
         self._wake = env.event()
         self.process = env.process(self._loop())
@@ -99,6 +99,8 @@ class Replica:
         """Admit what the next step's plan takes: everything that fits, or with overlap what had
         reached the replica when the plan was made (``plan_s``); if then nothing runs, the engine
         plans again now (the step in flight left nothing to run beside it)."""
+        if not self.waiting:
+            return
         kv_used = int(self._kv_tokens().sum()) + len(self.running) * self.kv_per_request + self._kv_adjust()
         if not self.overlap:
             self._admit(kv_used)
@@ -250,7 +252,7 @@ class Replica:
         if pre is not None:
             rem = left[pre]
             room = max(0, min(self.max_tokens - verify_tokens, self.prefill_cap))
-            chunk = np.clip(room - (np.cumsum(rem) - rem), 0, rem)
+            chunk = np.minimum(np.maximum(room - (np.cumsum(rem) - rem), 0), rem)  # np.clip, without its overhead
             prefill_tokens = int(chunk.sum())
             prefill_reqs = int(np.count_nonzero(chunk))
             attn2 = float((chunk * (c["prefilled"][:n][pre] + chunk / 2.0)).sum())
@@ -314,7 +316,8 @@ class Replica:
         # a step with prompt work is scheduled alone; a decode step starts or continues a schedule
         self.group_pos = 0 if step["prefill_tokens"] else (self.group_pos + 1) % self.multi_step
         self.ctx.collector.on_step(self.index, step, n, emitted, first_tokens, now)
-        self.last_step_s = step["step_s"]
+        if not step["prefill_tokens"]:
+            self.decode_step_s = step["step_s"]
         self._retire(now)
 
     def _apply_stretch(self, st: Stretch) -> None:
@@ -337,16 +340,17 @@ class Replica:
         self.kv_peak = max(self.kv_peak, st.kv_peak)
         self._decoded[0] += int(st.emitted.sum())
         self._decoded[1] += int(st.decode_reqs.sum())
-        self.last_step_s = float(st.step_s[-1])
+        self.decode_step_s = float(st.step_s[-1])
         self._decay_reserve(st.steps)
         self.group_pos = (self.group_pos + st.steps) % self.multi_step
         if isinstance(st.steps_run, np.ndarray):
             early = st.steps_run < st.steps
             if early.any():  # requests that finish before the last step, in the order they finish
-                for k in np.unique(st.steps_run[early]).tolist():
-                    rows = self.running.take(st.steps_run == k)
-                    self._release_finished(rows)
-                    collector.on_finish(rows, float(times[k]), self.index)
+                when = st.steps_run[early]
+                order = np.argsort(when, kind="stable")
+                rows = {name: column[order] for name, column in self.running.take(early).items()}
+                self._release_finished(rows)
+                collector.on_finish(rows, times[when[order]], self.index)
                 self.running.remove(early)
 
     def _release_finished(self, rows: dict) -> None:

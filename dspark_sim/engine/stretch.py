@@ -84,7 +84,7 @@ def plan_stretch(rep, stop_s: float, tokens_per_step: float) -> Stretch | None:
     past_finishes = (rep.ctx.acceptance is None and not rep.waiting
                      and (rep.prefix is None or not rep.prefix.chains))
     last = int(left.max() if past_finishes else left.min())
-    steps = _steps_to_draw(last, stop_s - rep.clock_s, rep.last_step_s, 1.0, n, 0)
+    steps = _steps_to_draw(last, stop_s - rep.clock_s, rep.decode_step_s, 1.0, n, 0)
     if steps < 2:
         return None
     k = np.arange(steps)[:, None]
@@ -96,7 +96,8 @@ def plan_stretch(rep, stop_s: float, tokens_per_step: float) -> Stretch | None:
         decode = np.full(steps, n)
         kv = kv0 + k
     taken = min(steps, last)
-    st = _finish(rep, steps, taken, decode, kv, decode, np.zeros(steps, dtype=np.int64), 0, stop_s)
+    st = _finish(rep, steps, taken, decode, kv, decode, np.zeros(steps, dtype=np.int64), 0, stop_s,
+                 left if past_finishes else None)
     if st is None:
         return None
     times, taken, step_s, parts, kv_tokens, context, max_context = st
@@ -109,7 +110,7 @@ def plan_stretch(rep, stop_s: float, tokens_per_step: float) -> Stretch | None:
 def _drafting(rep, n: int, block_size: int, left, kv0, generated, stop_s: float,
               tokens_per_step: float) -> Stretch | None:
     """A stretch of steps with drafts: it ends at the first finish."""
-    steps = _steps_to_draw(int(left.min()), stop_s - rep.clock_s, rep.last_step_s, tokens_per_step, n,
+    steps = _steps_to_draw(int(left.min()), stop_s - rep.clock_s, rep.decode_step_s, tokens_per_step, n,
                            block_size)
     if steps < 2:
         return None
@@ -136,11 +137,13 @@ def _drafting(rep, n: int, block_size: int, left, kv0, generated, stop_s: float,
                    draw.accepted[:taken].sum(axis=0), draw.verify_len[:taken].sum(axis=0) - taken)
 
 
-def _finish(rep, steps: int, taken: int, decode, kv, verify, budget, block_size: int, stop_s: float):
+def _finish(rep, steps: int, taken: int, decode, kv, verify, budget, block_size: int, stop_s: float,
+            finishes: np.ndarray | None = None):
     """Cut ``taken`` steps short where the KV cache runs out (or, with a prefix cache, where a
     step would evict cached blocks: step by step takes that one), price them, and cut them again
     at the next arrival: (times, taken, step_s, parts, kv_tokens, context, max_context), or None
-    where not one step is left."""
+    where not one step is left. ``finishes``: the step after which each request finishes, where
+    requests finish inside the stretch (they leave when it starts)."""
     context = kv.sum(axis=1)
     kv_needed = context + verify + decode * rep.kv_per_request + rep._kv_adjust()  # as a step plans it (replica.py)
     # a step the cache cannot hold preempts (or, for a lone request, is an internal error):
@@ -160,8 +163,14 @@ def _finish(rep, steps: int, taken: int, decode, kv, verify, budget, block_size:
     parts = rep.ctx.cost.breakdown_array(works)
     step_s = sum(parts.values())
     times = np.cumsum(np.concatenate(([rep.clock_s], step_s)))  # sequential sums, as step by step
-    # a step that would start at or after the next arrival is not taken
-    taken = int(np.searchsorted(times[1:taken], stop_s)) + 1
+    # a step that would start at or after the next arrival is not taken, unless (engine
+    # overlap) its plan was made when the step before it started, before the arrival: the
+    # newcomer joins the step after it. Not where a request would leave the batch at or after
+    # the arrival while the stretch is applied before it (a router reads the batch then).
+    cut = int(np.searchsorted(times[1:taken], stop_s)) + 1
+    if rep.overlap and cut < taken and (finishes is None or not (finishes == cut).any()):
+        cut += 1
+    taken = cut
     k = slice(0, taken)
     zero = np.zeros(taken)
     parts = {"draft_s": parts.get("draft_s", zero)[k], "sched_s": parts.get("sched_s", zero)[k]}

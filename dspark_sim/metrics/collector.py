@@ -22,20 +22,22 @@ class Growing:
     """Append-only numeric columns backed by numpy arrays that double as they fill."""
 
     def __init__(self, dtypes: dict[str, type]):
-        self.n = 0
-        self.cols = {k: np.zeros(1024, dtype=t) for k, t in dtypes.items()}
+        self.n, self.capacity = 0, 1024
+        self.cols = {k: np.zeros(self.capacity, dtype=t) for k, t in dtypes.items()}
 
     def extend(self, **values) -> None:
-        size = np.size(next(iter(values.values())))
-        if self.n + size > self.cols[next(iter(self.cols))].size:
-            cap = max(2 * (self.n + size), 1024)
+        size = len(next(iter(values.values())))  # arrays or lists, one entry per row
+        end = self.n + size
+        if end > self.capacity:
+            self.capacity = max(2 * end, 1024)
             for k, col in self.cols.items():
-                new = np.zeros(cap, dtype=col.dtype)
+                new = np.zeros(self.capacity, dtype=col.dtype)
                 new[: self.n] = col[: self.n]
                 self.cols[k] = new
+        cols = self.cols
         for k, v in values.items():
-            self.cols[k][self.n: self.n + size] = v
-        self.n += size
+            cols[k][self.n: end] = v
+        self.n = end
 
     def __getitem__(self, key: str) -> np.ndarray:
         return self.cols[key][: self.n]
@@ -156,9 +158,10 @@ class Collector:
         lo, hi = gaps.min(), gaps.max()
         if lo == hi:
             self.gaps.extend(gap_s=[lo], count=[gaps.size])
-        else:
-            values, counts = np.unique(gaps, return_counts=True)
-            self.gaps.extend(gap_s=values, count=counts)
+        else:  # np.unique's values and counts, without its overhead on a batch's few gaps
+            ordered = np.sort(gaps)
+            starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+            self.gaps.extend(gap_s=ordered[starts], count=np.diff(np.append(starts, ordered.size)))
 
     def on_stretch(self, replica: int, st, first_gaps: np.ndarray) -> None:
         """The K decode steps of a :class:`~dspark_sim.engine.stretch.Stretch`, as K steps would
@@ -185,11 +188,11 @@ class Collector:
         first = self.steps.n
         kv_tokens = st.kv_tokens[k].tolist()
         self.steps.extend(start, step_s, runs, runs, verify, zeros, budget, emitted, draft_s, sched_s, kv_tokens)
-        if self.record is not None:
-            self.record.steps(range(first, first + hi - lo), start, step_s, runs, runs, zeros, verify, budget,
-                              emitted, draft_s, sched_s, st.context_tokens[k].tolist(),
-                              st.max_context[k].tolist(), zeros, [0.0] * (hi - lo), [replica] * (hi - lo),
-                              zeros, kv_tokens)  # a stretch evicts nothing (stretch.py stops before a step would)
+        if self.record is not None:  # a stretch prefills nothing and evicts nothing (stretch.py stops before)
+            self.record.steps(range(first, first + hi - lo), start, step_s, runs, runs, 0, verify,
+                              one_value(st.budget[k], budget), emitted, one_value(st.draft_s[k], draft_s), sched_s,
+                              st.context_tokens[k].tolist(), st.max_context[k].tolist(), 0, 0.0, replica, 0,
+                              kv_tokens)
 
     def on_step(self, replica: int, step: dict, running: int, decoded: int, first_tokens: int,
                 time_s: float) -> None:
@@ -212,18 +215,24 @@ class Collector:
                               work.prefill_reqs, work.prefill_attn_tokens2, replica, step["evicted_blocks"],
                               step["kv_needed"]))
 
-    def on_finish(self, rows: dict[str, np.ndarray], now: float, replica: int = 0) -> None:
-        """Requests (columns of :class:`~dspark_sim.engine.batch.Table`) that finished at ``now``."""
-        self._at(now, replica, self._finish, rows, now)
+    def on_finish(self, rows: dict[str, np.ndarray], now: float | np.ndarray, replica: int = 0) -> None:
+        """Requests (columns of :class:`~dspark_sim.engine.batch.Table`) that finished at ``now``
+        (one time, or each request's, in the order of their times)."""
+        if self.order is None or not isinstance(now, np.ndarray):
+            self._at(now if self.order is None else float(now), replica, self._finish, rows, now)
+            return
+        starts = np.flatnonzero(np.concatenate(([True], now[1:] != now[:-1])))
+        for lo, hi in zip(starts.tolist(), starts[1:].tolist() + [now.size]):  # by time, for the order
+            self._at(float(now[lo]), replica, self._finish, {k: v[lo:hi] for k, v in rows.items()}, float(now[lo]))
 
-    def _finish(self, rows: dict[str, np.ndarray], now: float) -> None:
+    def _finish(self, rows: dict[str, np.ndarray], now: float | np.ndarray) -> None:
         arrival = rows["arrival_s"]
         out = rows["output_tokens"]
         ttft_ms = (rows["first_token_s"] - arrival) * 1e3
         e2el_ms = (now - arrival) * 1e3
         tpot_ms = np.where(out > 1, (e2el_ms - ttft_ms) / np.maximum(out - 1, 1), np.nan)
         queue_ms = (rows["first_scheduled_s"] - arrival) * 1e3
-        finish = np.full(arrival.size, now)
+        finish = np.broadcast_to(now, arrival.shape)
         self.requests.extend(arrival_s=arrival, finish_s=finish, ttft_ms=ttft_ms, tpot_ms=tpot_ms,
                              e2el_ms=e2el_ms, queue_delay_ms=queue_ms, prompt_tokens=rows["prompt_tokens"],
                              output_tokens=out, domain=rows["domain"], accepted_tokens=rows["accepted_tokens"],
@@ -234,7 +243,7 @@ class Collector:
             self.record.requests(zip(
                 rows["rid"].tolist(), arrival.tolist(), rows["prompt_tokens"].tolist(), out.tolist(),
                 [DOMAINS[d] for d in rows["domain"].tolist()], rows["first_scheduled_s"].tolist(),
-                rows["first_token_s"].tolist(), [now] * n, queue_ms.tolist(), ttft_ms.tolist(), tpot_ms.tolist(),
+                rows["first_token_s"].tolist(), finish.tolist(), queue_ms.tolist(), ttft_ms.tolist(), tpot_ms.tolist(),
                 e2el_ms.tolist(), rows["num_steps"].tolist(), rows["num_preemptions"].tolist(),
                 rows["accepted_tokens"].tolist(), rows["verified_drafts"].tolist(), rows["cached_tokens"].tolist(),
                 ["completed"] * n, [""] * n))
@@ -245,3 +254,18 @@ class Collector:
             self.order.release()
         if self.record is not None:
             self.record.close()
+
+
+def one_value(column: np.ndarray, values: list):
+    """``values`` (``column`` as a list): its one value where all are equal and write alike (so
+    a record writes it once; 0.0 and -0.0 are equal but do not), else ``values``."""
+    if not values:
+        return values
+    first = values[0]
+    if values.count(first) != len(values):
+        return values
+    if isinstance(first, float) and first == 0.0:
+        negative = np.signbit(column)
+        if negative.any() and not negative.all():
+            return values
+    return first

@@ -66,6 +66,7 @@ class RecordWriter:
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         self._files, self._buffers = {}, {}
+        self._lines: dict[tuple, str] = {}  # step lines with constant columns written in
         for name, cols in (("requests", REQUEST_COLUMNS), ("steps", STEP_COLUMNS)):
             f = open(out_dir / f"{name}.csv", "w", newline="")
             f.write(",".join(cols) + "\n")
@@ -79,9 +80,24 @@ class RecordWriter:
         """One step's row, values in ``STEP_COLUMNS`` order."""
         self._add("steps", [STEP_LINE.format(*row)])
 
-    def steps(self, *columns: Sequence) -> None:
-        """Many steps' rows given as one sequence per column, in ``STEP_COLUMNS`` order."""
-        self._add("steps", list(map(STEP_LINE.format, *columns)))
+    def steps(self, *columns: Sequence | int | float) -> None:
+        """Many steps' rows given as one sequence per column, in ``STEP_COLUMNS`` order; a column
+        given as one number holds it in every row (formatted once)."""
+        constants = tuple((i, c) for i, c in enumerate(columns) if not isinstance(c, (list, tuple, range)))
+        if not constants:
+            self._add("steps", list(map(STEP_LINE.format, *columns)))
+            return
+        # the line with every constant column written in: fewer values to format per row
+        line = self._lines.get(constants)
+        if line is None:
+            if len(self._lines) > 256:
+                self._lines.clear()
+            cells = list(STEP_FORMATS.values())
+            for i, c in constants:
+                cells[i] = cells[i].format(c).replace("{", "{{").replace("}", "}}")
+            line = self._lines[constants] = ",".join(cells)
+        varying = [c for c in columns if isinstance(c, (list, tuple, range))]
+        self._add("steps", list(map(line.format, *varying)))
 
     def _add(self, name: str, lines: list[str]) -> None:
         buf = self._buffers[name]

@@ -244,18 +244,34 @@ def algorithm1_many(survival: np.ndarray, sps: SpsFn, limits: VerifyLimits) -> t
     return verify_lengths_many(ranks, budget), budget
 
 
+def best_budgets(ranks: Ranked, sps: SpsFn, limits: VerifyLimits) -> np.ndarray:
+    """:func:`production_budget` of every step's own candidates, int64 [K]."""
+    return np.argmax(theta_many(ranks, ranks.forced_reqs.size, sps, limits), axis=1)
+
+
 def production_many(ranks: Ranked, held: list[Candidates], lag: int, sps: SpsFn, limits: VerifyLimits,
-                    tiers: tuple[int, ...] = ()) -> tuple[np.ndarray, np.ndarray]:
+                    tiers: tuple[int, ...] = (), best: np.ndarray | None = None,
+                    held_best: list[tuple[int, int] | None] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """:func:`production` of every step, each budget from the candidates ``lag`` steps before
     (``held``: those of the steps before these, oldest first, at most ``lag``; fewer while
-    warming up, when the oldest there is serves, or the step's own when there is none)."""
+    warming up, when the oldest there is serves, or the step's own when there is none).
+    ``best``: :func:`best_budgets` of ``ranks`` where known; ``held_best``: beside each of
+    ``held``, (requests, budget) where its budget for that many requests is known, else None."""
     num_reqs = ranks.forced_reqs.size
-    best = np.argmax(theta_many(ranks, num_reqs, sps, limits), axis=1)
+    if best is None:
+        best = best_budgets(ranks, sps, limits)
     source = np.maximum(0, len(held) + np.arange(best.size) - lag)  # in held + these steps
     budget = best[np.maximum(source - len(held), 0)]
     early = np.flatnonzero(source < len(held))
     if early.size:  # budgets from candidates kept from before these steps
-        budget[early] = _budgets([held[i] for i in source[early].tolist()], num_reqs, sps, limits)
+        early_list, sources = early.tolist(), source[early].tolist()
+        known = [held_best[i] if held_best is not None else None for i in sources]
+        missing = [j for j, b in enumerate(known) if b is None or b[0] != num_reqs]
+        if missing:
+            found = _budgets([held[sources[j]] for j in missing], num_reqs, sps, limits)
+            for j, b in zip(missing, found):
+                known[j] = (num_reqs, int(b))
+        budget[early_list] = [b[1] for b in known]
     budget = np.minimum(budget, ranks.count)
     if tiers:
         base = num_reqs + int(ranks.forced_reqs.sum())

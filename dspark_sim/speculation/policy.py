@@ -93,7 +93,10 @@ class DSparkPolicy(Policy):
         self.limits = VerifyLimits(spec.min_verify_len - 1, spec.verify_cap - 1,
                                    spec.survival_eps, max_batch_tokens)
         self._lagged: deque[dspark.Candidates] = deque(maxlen=spec.lag_steps)
+        # beside each lagged step: (requests, its own budget) where a stretch computed it
+        self._lagged_best: deque[tuple[int, int] | None] = deque(maxlen=spec.lag_steps)
         self._ranked: dspark.Ranked | None = None
+        self._best: np.ndarray | None = None
 
     @property
     def _tiers(self) -> tuple[int, ...]:
@@ -108,6 +111,7 @@ class DSparkPolicy(Policy):
         cands = dspark.candidates(survival, self.limits)
         if self.spec.lag_steps:
             self._lagged.append(cands)
+            self._lagged_best.append(None)
         return dspark.production(cands, lagged, self.sps, self.limits, self._tiers)
 
     def plan_many(self, conf, steps, num_reqs):
@@ -118,14 +122,17 @@ class DSparkPolicy(Policy):
         # step k's budget reads the candidates of step k - lag_steps, drawn in this same call
         # (or kept from before it).
         self._ranked = dspark.ranked(survival, self.limits)
+        self._best = dspark.best_budgets(self._ranked, self.sps, self.limits)
         return dspark.production_many(self._ranked, list(self._lagged), self.spec.lag_steps, self.sps,
-                                      self.limits, self._tiers)
+                                      self.limits, self._tiers, self._best, list(self._lagged_best))
 
     def commit(self, taken):
         if self._ranked is not None and self.spec.lag_steps:
+            num_reqs = self._ranked.forced_reqs.size
             for k in range(max(0, taken - self.spec.lag_steps), taken):
                 self._lagged.append(self._ranked.at(k))
-        self._ranked = None
+                self._lagged_best.append((num_reqs, int(self._best[k])))
+        self._ranked = self._best = None
 
 
 def make_policy(spec: Speculation, sps: SpsFn | None, max_batch_tokens: int) -> Policy:

@@ -1,0 +1,77 @@
+"""The run record's writer and the collector's shortcuts: the bytes and numbers of the plain path."""
+from __future__ import annotations
+
+import numpy as np
+
+from dspark_sim.metrics.collector import Collector, Growing, one_value
+from dspark_sim.metrics.record import STEP_COLUMNS, RecordWriter
+
+
+def _steps_csv(tmp_path, name: str, *columns) -> bytes:
+    writer = RecordWriter(tmp_path / name)
+    writer.steps(*columns)
+    writer.close()
+    return (tmp_path / name / "steps.csv").read_bytes()
+
+
+def test_constant_step_columns_write_the_rows_full_columns_write(tmp_path):
+    rows = 5
+    full = [list(range(rows)), [0.5 * i for i in range(rows)], [1e-3] * rows]
+    constants = {3: 7, 5: 0, 9: -0.0, 14: 2.5, 15: 1}  # column index -> the value of every row
+    columns, given = [], []
+    for i in range(len(STEP_COLUMNS)):
+        values = full[i] if i < len(full) else [constants.get(i, i)] * rows
+        columns.append(values)
+        given.append(constants[i] if i in constants else values)
+    assert _steps_csv(tmp_path, "given", *given) == _steps_csv(tmp_path, "full", *columns)
+    assert b",-0.000000000," in _steps_csv(tmp_path, "given", *given)
+
+
+def test_a_column_is_one_value_only_where_every_value_writes_alike():
+    assert one_value(np.array([0.0, 0.0]), [0.0, 0.0]) == 0.0
+    assert one_value(np.array([-0.0, -0.0]), [-0.0, -0.0]) == 0.0  # -0.0, written "-0..."
+    assert one_value(np.array([0.0, -0.0]), [0.0, -0.0]) == [0.0, -0.0]
+    assert one_value(np.array([3, 4]), [3, 4]) == [3, 4]
+    assert one_value(np.array([], dtype=np.int64), []) == []
+
+
+def test_gaps_are_counted_as_unique_counts_them():
+    collector = Collector(None)
+    gaps = np.array([0.02, 0.01, 0.02, 0.03, 0.01, 0.02])
+    collector.on_gaps(gaps, 0, 1.0)
+    values, counts = np.unique(gaps, return_counts=True)
+    assert collector.gaps["gap_s"].tolist() == values.tolist()
+    assert collector.gaps["count"].tolist() == counts.tolist()
+
+
+def test_growing_columns_keep_their_rows_past_their_capacity():
+    grow = Growing({"x": np.int64})
+    for start in range(0, 3000, 700):
+        grow.extend(x=np.arange(start, start + 700))
+    assert grow["x"].tolist() == list(range(3500))
+
+
+def _finished(n: int) -> dict:
+    rng = np.random.default_rng(1)
+    arrival = rng.random(n)
+    return {"rid": np.arange(n), "arrival_s": arrival, "first_scheduled_s": arrival + 0.1,
+            "first_token_s": arrival + 0.2, "prompt_tokens": np.full(n, 10), "output_tokens": np.arange(1, n + 1),
+            "domain": np.zeros(n, dtype=np.int64), "accepted_tokens": np.zeros(n, dtype=np.int64),
+            "verified_drafts": np.zeros(n, dtype=np.int64), "num_preemptions": np.zeros(n, dtype=np.int64),
+            "num_steps": np.full(n, 3), "cached_tokens": np.zeros(n, dtype=np.int64)}
+
+
+def test_requests_finishing_at_several_times_are_recorded_as_one_call_per_time(tmp_path):
+    rows, times = _finished(5), np.array([2.0, 2.0, 2.5, 3.0, 3.0])
+    for replicas in (1, 2):
+        one, each = (Collector(tmp_path / f"{name}-{replicas}", replicas, clock=lambda: 0.0)
+                     for name in ("one", "each"))
+        one.on_finish(rows, times)
+        for t in np.unique(times).tolist():
+            each.on_finish({k: v[times == t] for k, v in rows.items()}, t)
+        for c in (one, each):
+            c.close()
+        for column in ("finish_s", "e2el_ms", "tpot_ms", "arrival_s"):
+            np.testing.assert_array_equal(one.requests[column], each.requests[column])  # nan == nan
+        assert (tmp_path / f"one-{replicas}" / "requests.csv").read_bytes() == \
+            (tmp_path / f"each-{replicas}" / "requests.csv").read_bytes()
