@@ -61,7 +61,7 @@ def roofline_ms(spec, weights_read: int, reqs: int, context: int, copy_gbps: flo
     FLOPs / matrix rate, one after the other."""
     bw, peak = copy_gbps * 1e9, tflops * 1e12
     linear = max(weights_read / bw, 2 * (weights_read / 2) * reqs / peak)  # bf16: 2 bytes a weight
-    kv_token = 2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * 2
+    kv_token = spec.kv_bytes_per_token()  # bf16
     attn_flops = 4 * reqs * context * spec.num_heads * spec.head_dim * spec.num_layers
     attn = max(reqs * context * kv_token / bw, attn_flops / peak)
     return 1e3 * (linear + attn)

@@ -178,9 +178,14 @@ def run(args) -> dict:
     return out
 
 
+def _read_ms(data: dict) -> float:
+    """The weights a step reads, at the copy bandwidth of the same run: ms."""
+    return data["weights"]["read_per_step"] / data["copy"]["gbps"] / 1e6
+
+
 def table(data: dict) -> str:
     """Per case: step, kernel time by kind, time no kernel ran; then the products alone."""
-    read_ms = data["weights"]["read_per_step"] / data["copy"]["gbps"] / 1e6
+    read_ms = _read_ms(data)
     kinds = sorted({k for c in data["cases"] for k in c.get("trace", {}).get("kind_ms_per_step", {})})
     lines = [f"Weight-read time {read_ms:.2f} ms ({data['weights']['read_per_step'] / 1e9:.2f} GB at "
              f"{data['copy']['gbps']:.0f} GB/s, the copy bandwidth measured in the same run).", "",
@@ -205,7 +210,10 @@ def table(data: dict) -> str:
 
 def findings(data: dict) -> list[str]:
     """What the table says about the targets, each figure computed from it."""
-    read_ms = data["weights"]["read_per_step"] / data["copy"]["gbps"] / 1e6
+    from dspark_sim.catalog import get_model
+
+    read_ms = _read_ms(data)
+    kv_token = get_model(data["provenance"]["model"]).kv_bytes_per_token()
     alone = {ch["tokens"]: ch for ch in data.get("linear_chain", [])}
     out = []
     for c in data["cases"]:
@@ -216,7 +224,7 @@ def findings(data: dict) -> list[str]:
         products = kinds.get("products", 0.0)
         small = sum(v for k, v in kinds.items() if k != "products")
         idle = max(step - t["busy_ms_per_step"], 0.0)
-        kv_ms = c["reqs"] * data["provenance"]["context_tokens"] * _kv_bytes_per_token(data) / data["copy"]["gbps"] / 1e6
+        kv_ms = c["reqs"] * data["provenance"]["context_tokens"] * kv_token / data["copy"]["gbps"] / 1e6
         line = (f"- No speculation, R = {c['reqs']}: step {step:.2f} ms = matrix products {products:.2f} ms + "
                 f"the other kernels {small:.2f} ms + no kernel running {idle:.2f} ms; of the other kernels, "
                 f"attention {kinds.get('attention', 0.0):.2f} ms against {kv_ms:.2f} ms to read the KV cache once "
@@ -230,14 +238,6 @@ def findings(data: dict) -> list[str]:
                      if c["reqs"] == 1 and ch["graph_ms"] / read_ms > 1.10 else ".")
         out.append(line)
     return out
-
-
-def _kv_bytes_per_token(data: dict) -> int:
-    """K and V bytes of one cached token over every layer (bf16)."""
-    from dspark_sim.catalog import get_model
-
-    spec = get_model(data["provenance"]["model"])
-    return 2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * 2
 
 
 def block_text(data: dict) -> str:

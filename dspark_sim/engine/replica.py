@@ -159,7 +159,6 @@ class Replica:
                 self.ctx.collector.advance(self.index, None)
                 yield self._wake
                 self.clock_s = self.plan_s = self.env.now
-                self.group_pos = 0
             if not len(self.running):  # a schedule whose requests all finished has ended
                 self.group_pos = 0
             if not self.group_pos:
