@@ -119,8 +119,16 @@ def _bench_page(name: str):
     return make
 
 
+def _frontier() -> str:
+    """docs/dspark_frontier.md from the committed sweep."""
+    from dspark_frontier import JSON, markdown
+
+    return markdown(json.loads(JSON.read_text()))
+
+
 # whole generated files -> their text from committed data
 FILES = {"docs/validation.md": _validation, "docs/validation_ttft.md": _validation_ttft,
+         "docs/dspark_frontier.md": _frontier,
          **{f"docs/bench/{name}.md": _bench_page(name) for name in ("sim", "sim_speedup", "sim_million")}}
 
 
