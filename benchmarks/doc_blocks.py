@@ -49,6 +49,12 @@ def _vs_sglang() -> str:
     return block_text(json.loads((H200 / "kernels_vs_sglang.json").read_text()))
 
 
+def _kernel_bench() -> str:
+    from kernel_bench_doc import block_text
+
+    return block_text(json.loads((H200 / "kernel_bench.json").read_text()))
+
+
 def _forward_breakdown() -> str:
     from forward_breakdown import block_text
 
@@ -85,6 +91,7 @@ BLOCKS = {
     ("docs/decoder.md", "graphs_vs_eager"): _graphs_vs_eager,
     ("docs/decoder.md", "forward_breakdown"): _forward_breakdown,
     ("docs/kernels.md", "vs_sglang"): _vs_sglang,
+    ("docs/kernels.md", "kernel_bench"): _kernel_bench,
     ("docs/profiles.md", "held-out"): _held_out,
 }
 
