@@ -75,6 +75,14 @@ def _tune(tag: str):
     return make
 
 
+def _acceptance(name: str):
+    def make() -> str:
+        import fit_acceptance
+
+        return getattr(fit_acceptance, f"{name}_block")(json.loads(fit_acceptance.BUILTIN_PATH.read_text()))
+    return make
+
+
 def _capacity_example() -> str:
     from capacity_example import JSON, block_text
 
@@ -86,6 +94,9 @@ BLOCKS = {
     ("docs/tuning.md", "bench-default"): _tune("bench-default"),
     ("docs/tuning.md", "bench-chat"): _tune("bench-chat"),
     ("docs/capacity.md", "example"): _capacity_example,
+    ("docs/acceptance.md", "fig2"): _acceptance("fig2"),
+    ("docs/acceptance.md", "limits"): _acceptance("limits"),
+    ("docs/acceptance.md", "presets"): _acceptance("table"),
     ("docs/decoder.md", "targets"): _targets,
     ("docs/decoder.md", "bench_decoder"): _bench_decoder,
     ("docs/decoder.md", "graphs_vs_eager"): _graphs_vs_eager,
