@@ -144,9 +144,16 @@ def _frontier() -> str:
     return markdown(json.loads(JSON.read_text()))
 
 
+def _moe() -> str:
+    """docs/moe.md from the committed figures."""
+    from moe_costs import JSON, markdown
+
+    return markdown(json.loads(JSON.read_text()))
+
+
 # whole generated files -> their text from committed data
 FILES = {"docs/validation.md": _validation, "docs/validation_ttft.md": _validation_ttft,
-         "docs/dspark_frontier.md": _frontier,
+         "docs/dspark_frontier.md": _frontier, "docs/moe.md": _moe,
          **{f"docs/bench/{name}.md": _bench_page(name) for name in ("sim", "sim_speedup", "sim_million")}}
 
 
