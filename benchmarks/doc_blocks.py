@@ -67,6 +67,12 @@ def _held_out() -> str:
     return f"Made by `python benchmarks/fit_profiles.py`.\n\n{held_out_table(measured_profiles(REPO / 'profiles'))}"
 
 
+def _gpu_specs() -> str:
+    from fit_profiles import gpu_spec_block
+
+    return gpu_spec_block()
+
+
 def _tune(tag: str):
     def make() -> str:
         from bench_tune import block_text, json_path
@@ -104,6 +110,7 @@ BLOCKS = {
     ("docs/kernels.md", "vs_sglang"): _vs_sglang,
     ("docs/kernels.md", "kernel_bench"): _kernel_bench,
     ("docs/profiles.md", "held-out"): _held_out,
+    ("docs/profiles.md", "gpu-specs"): _gpu_specs,
 }
 
 
