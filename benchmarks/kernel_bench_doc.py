@@ -136,7 +136,7 @@ def targets_table(data: dict) -> list[str]:
 def block_text(data: dict) -> str:
     """The block: runs, accept table and checks, scheduler table and check, targets."""
     return "\n".join([("Made from `profiles/h200/kernel_bench.json` (`python benchmarks/doc_blocks.py write`); "
-                      "each row names the run it comes from:"), "", runs_text(data), "",
+                      "its runs, and which rows each gave:"), "", runs_text(data), "",
                       "### accept", "", *accept_table(data["accept"]), "", accept_checks(data), "",
                       "### schedule_verify", "", *schedule_table(data["schedule"]), "",
                       schedule_checks(data["schedule"]), "", "### Targets", "", *targets_table(data)])
