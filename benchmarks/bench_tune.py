@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -26,7 +25,7 @@ import time
 from pathlib import Path
 
 import optuna
-from outputs import code_commit, write_block, write_result
+from outputs import code_commit, machine, write_block, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 LIMIT_S = 600  # the brief: 200 trials on the shipped trace in 10 minutes on 2 cores (per repeat)
@@ -82,10 +81,6 @@ def block_text(data: dict) -> str:
                   if n == 1 else f"Over {n} repeats a difference is a gain only above the combined spread "
                                  "(standard deviations over repeats in quadrature)."]
     return "\n".join(lines)
-
-
-def machine() -> str:
-    return f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, {platform.system()}"
 
 
 def main() -> int:

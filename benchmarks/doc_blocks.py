@@ -49,6 +49,12 @@ def _vs_sglang() -> str:
     return block_text(json.loads((H200 / "kernels_vs_sglang.json").read_text()))
 
 
+def _kernel_bench() -> str:
+    from kernel_bench_doc import block_text
+
+    return block_text(json.loads((H200 / "kernel_bench.json").read_text()))
+
+
 def _forward_breakdown() -> str:
     from forward_breakdown import block_text
 
@@ -61,11 +67,25 @@ def _held_out() -> str:
     return f"Made by `python benchmarks/fit_profiles.py`.\n\n{held_out_table(measured_profiles(REPO / 'profiles'))}"
 
 
+def _gpu_specs() -> str:
+    from fit_profiles import gpu_spec_block
+
+    return gpu_spec_block()
+
+
 def _tune(tag: str):
     def make() -> str:
         from bench_tune import block_text, json_path
 
         return block_text(json.loads(json_path(tag).read_text()))
+    return make
+
+
+def _acceptance(name: str):
+    def make() -> str:
+        import fit_acceptance
+
+        return getattr(fit_acceptance, f"{name}_block")(json.loads(fit_acceptance.BUILTIN_PATH.read_text()))
     return make
 
 
@@ -80,12 +100,17 @@ BLOCKS = {
     ("docs/tuning.md", "bench-default"): _tune("bench-default"),
     ("docs/tuning.md", "bench-chat"): _tune("bench-chat"),
     ("docs/capacity.md", "example"): _capacity_example,
+    ("docs/acceptance.md", "fig2"): _acceptance("fig2"),
+    ("docs/acceptance.md", "limits"): _acceptance("limits"),
+    ("docs/acceptance.md", "presets"): _acceptance("table"),
     ("docs/decoder.md", "targets"): _targets,
     ("docs/decoder.md", "bench_decoder"): _bench_decoder,
     ("docs/decoder.md", "graphs_vs_eager"): _graphs_vs_eager,
     ("docs/decoder.md", "forward_breakdown"): _forward_breakdown,
     ("docs/kernels.md", "vs_sglang"): _vs_sglang,
+    ("docs/kernels.md", "kernel_bench"): _kernel_bench,
     ("docs/profiles.md", "held-out"): _held_out,
+    ("docs/profiles.md", "gpu-specs"): _gpu_specs,
 }
 
 
@@ -119,8 +144,23 @@ def _bench_page(name: str):
     return make
 
 
+def _frontier() -> str:
+    """docs/dspark_frontier.md from the committed sweep."""
+    from dspark_frontier import JSON, markdown
+
+    return markdown(json.loads(JSON.read_text()))
+
+
+def _moe() -> str:
+    """docs/moe.md from the committed figures."""
+    from moe_costs import JSON, markdown
+
+    return markdown(json.loads(JSON.read_text()))
+
+
 # whole generated files -> their text from committed data
 FILES = {"docs/validation.md": _validation, "docs/validation_ttft.md": _validation_ttft,
+         "docs/dspark_frontier.md": _frontier, "docs/moe.md": _moe,
          **{f"docs/bench/{name}.md": _bench_page(name) for name in ("sim", "sim_speedup", "sim_million")}}
 
 

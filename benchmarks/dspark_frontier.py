@@ -1,94 +1,149 @@
-"""DSpark against its baselines over concurrency, per traffic domain: writes docs/dspark_frontier.md.
+"""DSpark against its baselines over concurrency, per traffic domain: docs/bench/dspark_frontier.json.
 
 For Qwen3-8B on an H200 (the shipped measured profile, or the roofline where
 none ships) and math, code and chat traffic, it sweeps concurrency for no
 speculation, MTP-1, MTP-3, DSpark (production scheduler) and the DSpark
-drafter verifying its whole block, then writes the tables, the frontier
-plots and the crossover points it finds. Every number in the page comes
-from this run.
+drafter verifying its whole block, and writes the rows with the command, commit,
+date, machine and each method's provenance (cost model, acceptance) to
+``docs/bench/dspark_frontier.json``, and the frontier plots to ``docs/img/``.
+``docs/dspark_frontier.md`` is made from that file by :func:`markdown`
+(``python benchmarks/doc_blocks.py write``; ``tests/test_doc_blocks.py`` re-derives it). The
+sweep is a simulation (no wall-clock times in the file): the same commit gives the same rows.
 
     python benchmarks/dspark_frontier.py [--model qwen3-8b] [--gpu h200]
 """
 from __future__ import annotations
 
 import argparse
-import datetime
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 import yaml
-
-from dspark_sim.sweep import format_table, plot, sweep
-from dspark_sim.scenario import load_scenario
+from outputs import code_commit, machine, write_result
 
 REPO = Path(__file__).resolve().parents[1]
+JSON = REPO / "docs" / "bench" / "dspark_frontier.json"
 SWEEP_METHODS = ["none", "mtp1", "mtp3", "dspark", "dspark-full"]
 CONCURRENCY = [1, 8, 32, 64, 128, 256]
+DOMAINS = ("math", "code", "chat")
+LENGTHS = {"prompt_tokens": {"dist": "lognormal", "mean": 800, "sigma": 0.5},
+           "output_tokens": {"dist": "lognormal", "mean": 400, "sigma": 0.5}}
+
+
+def scenario_dict(domain: str, model: str, gpu: str) -> dict:
+    """The scenario each domain's sweep starts from (the sweep makes it a closed loop per concurrency)."""
+    return {"name": f"{domain}-{model}-{gpu}", "model": model, "gpu": gpu,
+            "workload": {"synthetic": {"num_requests": 1000, "rate_per_s": 10, "arrival": "poisson", **LENGTHS},
+                         "domain": domain},
+            "speculation": {"method": "dspark"}, "seed": 0}
 
 
 def scenario(domain: str, model: str, gpu: str, tmp: Path):
-    data = {"name": f"{domain}-{model}-{gpu}", "model": model, "gpu": gpu,
-            "workload": {"synthetic": {"num_requests": 1000, "rate_per_s": 10, "arrival": "poisson",
-                                       "prompt_tokens": {"dist": "lognormal", "mean": 800, "sigma": 0.5},
-                                       "output_tokens": {"dist": "lognormal", "mean": 400, "sigma": 0.5}},
-                         "domain": domain},
-            "speculation": {"method": "dspark"}, "seed": 0}
+    from dspark_sim.scenario import load_scenario
+
     path = tmp / f"{domain}.yaml"
-    path.write_text(yaml.safe_dump(data))
+    path.write_text(yaml.safe_dump(scenario_dict(domain, model, gpu)))
     return load_scenario(path)
 
 
 def crossovers(rows: list[dict]) -> list[str]:
     """Sentences on where DSpark stops beating each baseline, from the rows."""
     by = {(r["method"], r["concurrency"]): r for r in rows}
+    conc = list(dict.fromkeys(r["concurrency"] for r in rows))
     out = []
     for other in ("none", "mtp1", "mtp3", "dspark-full"):
-        worse = [c for c in CONCURRENCY
-                 if by["dspark", c]["output_throughput_per_gpu"] < by[other, c]["output_throughput_per_gpu"]]
+        gains = [by["dspark", c]["output_throughput_per_gpu"] / by[other, c]["output_throughput_per_gpu"] - 1
+                 for c in conc]
+        worse = [(c, g) for c, g in zip(conc, gains) if g < 0]
         if worse:
-            c = worse[0]
-            gap = by["dspark", c]["output_throughput_per_gpu"] / by[other, c]["output_throughput_per_gpu"] - 1
-            out.append(f"DSpark's throughput per GPU falls below {other} from concurrency {c} ({gap:+.1%} there).")
+            out.append(f"DSpark's throughput per GPU falls below {other} from concurrency {worse[0][0]} "
+                       f"({worse[0][1]:+.1%} there).")
         else:
-            gains = [by["dspark", c]["output_throughput_per_gpu"] / by[other, c]["output_throughput_per_gpu"] - 1
-                     for c in CONCURRENCY]
             out.append(f"DSpark stays at or above {other} at every concurrency "
                        f"(gain {min(gains):+.1%} to {max(gains):+.1%}).")
     return out
 
 
-def main() -> None:
+def _header(data: dict) -> str:
+    wl = data["scenario"]["workload"]["synthetic"]
+    requests = ", ".join(f"{c}: {n:,}" for c, n in data["requests_by_concurrency"].items())
+    cost = data["cost_model"]
+    measured = cost.get("measured") or {}
+    basis = cost["source"] + (f", decoder commit {measured['decoder_commit'][:7]}, {measured['weights']} weights"
+                              if measured.get("decoder_commit") else "")
+    acceptance = "; ".join(f"`{m}`: {p['acceptance']['kind']}"
+                           + (f", {p['acceptance']['detail']}" if p["acceptance"]["kind"] != "none" else "")
+                           for m, p in data["methods"].items())
+    caveats = list(dict.fromkeys(c for p in data["methods"].values() for c in p["caveats"]))
+    return "\n".join([
+        f"# DSpark over concurrency: {data['model']} on {data['gpu']}", "",
+        (f"Made by `{data['command']}` at commit {data['commit']} on {data['date']} ({data['machine']}), from "
+        f"`{data['file']}`; simulated, not measured. Closed loop at each concurrency (every request arrives at "
+        f"once, at most C running; requests by concurrency {requests}), lognormal lengths (prompt mean "
+        f"{wl['prompt_tokens']['mean']}, sigma {wl['prompt_tokens']['sigma']}; output mean "
+        f"{wl['output_tokens']['mean']}, sigma {wl['output_tokens']['sigma']}). Cost model: {cost['name']}, "
+        f"{basis}. Acceptance, drawn from the simulator's generative model: {acceptance}."),
+        *([] if not caveats else ["", "Caveats: " + "; ".join(caveats) + "."]), "",
+        ("Methods: `mtpK` verifies K chain drafts every step; `dspark` is the production scheduler over a "
+        "7-token block; `dspark-full` is the same drafter verifying its whole block every step. DSpark's gain "
+        "over MTP rests on the MTP acceptance named above."), ""])
+
+
+def markdown(data: dict) -> str:
+    """docs/dspark_frontier.md from the committed JSON: the header, then per domain the table, the
+    crossovers and the plot."""
+    from dspark_sim.sweep import format_table
+
+    parts = [_header(data)]
+    for domain, rows in data["domains"].items():
+        parts += [f"## {domain}", "", "```", format_table(rows), "```", "",
+                  *[f"- {s}" for s in crossovers(rows)], "",
+                  f"![{domain} frontier](img/frontier_{data['model']}_{data['gpu']}_{domain}.png)", ""]
+    return "\n".join(parts)
+
+
+def run(model: str, gpu: str, img: Path) -> dict:
+    """Sweep every domain, write the plots, and return the figures with their provenance."""
+    import warnings
+
+    from dspark_sim.sweep import closed_loop, plot, provenance_by_method, sweep
+
+    domains = {}
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the borrowed MTP preset is recorded in the provenance instead
+        for domain in DOMAINS:
+            sc = scenario(domain, model, gpu, Path(tmp))
+            domains[domain] = sweep(sc, SWEEP_METHODS, CONCURRENCY)
+            (png,) = plot(domains[domain], f"{model} on {gpu}, {domain} traffic", Path(tmp))
+            (img / f"frontier_{model}_{gpu}_{domain}.png").write_bytes(png.read_bytes())
+            print(domain, "done", flush=True)
+        prov = provenance_by_method(sc, SWEEP_METHODS)
+        requests = {str(c): closed_loop(sc, c).workload.max_requests for c in CONCURRENCY}
+    cost = prov[SWEEP_METHODS[-1]]["cost_model"]
+    return {"model": model, "gpu": gpu, "scenario": scenario_dict("<domain>", model, gpu),
+            "requests_by_concurrency": requests, "cost_model": {k: v for k, v in cost.items() if k != "held_out"},
+            "methods": {m: {k: p[k] for k in ("acceptance", "uses", "caveats")} for m, p in prov.items()},
+            "domains": domains}
+
+
+def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="qwen3-8b")
     p.add_argument("--gpu", default="h200")
-    p.add_argument("--out", default=str(REPO / "docs" / "dspark_frontier.md"))
-    args = p.parse_args()
-    out = Path(args.out)
-    img = out.parent / "img"
+    p.add_argument("--json", type=Path, default=JSON, help="where the figures go")
+    args = p.parse_args(argv)
+    img = REPO / "docs" / "img"
     img.mkdir(parents=True, exist_ok=True)
-    parts = [f"# DSpark over concurrency: {args.model} on {args.gpu}\n",
-             f"Made by `python benchmarks/dspark_frontier.py --model {args.model} --gpu {args.gpu}` on "
-             f"{datetime.date.today().isoformat()}. Closed loop at each concurrency (every request "
-             "arrives at once, at most C running), 1,000-request lognormal lengths (prompt mean 800, "
-             "output mean 400), DSpark's acceptance from the Table 1 presets of the domain; the MTP rows' "
-             "acceptance is DeepSeek-V3's MTP preset, borrowed for Qwen3 (no Qwen3 MTP preset exists), so "
-             "DSpark's gain over MTP rests on that borrowed preset. Methods: `mtpK` "
-             "verifies K chain drafts every step; `dspark` is the production scheduler over a "
-             "7-token block; `dspark-full` is the same drafter verifying its whole block every step.\n"]
-    with tempfile.TemporaryDirectory() as tmp:
-        for domain in ("math", "code", "chat"):
-            sc = scenario(domain, args.model, args.gpu, Path(tmp))
-            rows = sweep(sc, SWEEP_METHODS, CONCURRENCY)
-            (png,) = plot(rows, f"{args.model} on {args.gpu}, {domain} traffic", Path(tmp))
-            target = img / f"frontier_{args.model}_{args.gpu}_{domain}.png"
-            target.write_bytes(png.read_bytes())
-            parts += [f"## {domain}\n", "```", format_table(rows), "```\n",
-                      *[f"- {s}" for s in crossovers(rows)], "",
-                      f"![{domain} frontier](img/{target.name})\n"]
-            print(domain, "done", flush=True)
-    out.write_text("\n".join(parts) + "\n")
-    print(f"wrote {out}")
+    data = {"command": " ".join(["python benchmarks/dspark_frontier.py", *(sys.argv[1:] if argv is None else argv)]),
+            "commit": code_commit("dspark_sim", "profiles"), "date": time.strftime("%Y-%m-%d", time.gmtime()),
+            "machine": machine(), "file": str(args.json.resolve().relative_to(REPO)) if args.json.resolve()
+            .is_relative_to(REPO) else str(args.json), **run(args.model, args.gpu, img)}
+    write_result(args.json, data)
+    print(f"wrote {args.json}; `python benchmarks/doc_blocks.py write` makes docs/dspark_frontier.md from it")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

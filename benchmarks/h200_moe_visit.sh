@@ -16,7 +16,7 @@
 #        --docs docs/profiles.md --models ...: Qwen3-30B-A3B fitted whole, its slices' scaling error
 #        into profiles/h200/slice_scaling.json; the V4-Flash slices scaled to 43 layers and fitted;
 #        both projected to B300, B200 and H100; the held-out table, with verify_levels, into docs/profiles.md)
-#   python benchmarks/moe_costs.py   # docs/moe.md: slice-scaling and held-out errors from those files
+#   python benchmarks/moe_costs.py && python benchmarks/doc_blocks.py write   # docs/moe.md: slice-scaling and held-out errors from those files
 set -o pipefail
 OUT=${OUT:-/tmp/out}
 BUDGET_S=${BUDGET_S:-480}

@@ -1,21 +1,26 @@
-"""MoE and DeepSeek-V4 costs: writes docs/moe.md (every figure in it comes from this run).
+"""MoE and DeepSeek-V4 costs: writes docs/bench/moe_costs.json, from which docs/moe.md is made.
 
-    python benchmarks/moe_costs.py [--requests N] [--out docs/moe.md]
+    python benchmarks/moe_costs.py [--requests N]     # then `python benchmarks/doc_blocks.py write`
 
 The catalog against the published totals, what a step reads under each layout, KV
 capacity of an 8-GPU node, step times by GPU and layout (each labelled with the cost
 model it came from: a measured profile, a projection of one, or the roofline), DSpark
 against DeepSeek-V4's own MTP-1 on 8 B300s, and, once an H200 has timed them
 (benchmarks/h200_moe_visit.sh, then `dspark-profile fit` through benchmarks/fit_profiles.py), the slice-scaling
-error and the held-out errors of the MoE profiles.
+error and the held-out errors of the MoE profiles. The figures go to the JSON with the command,
+commit, date and machine; :func:`markdown` makes the page from that file alone
+(``benchmarks/doc_blocks.py``, checked by ``tests/test_doc_blocks.py``).
 """
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
+import sys
+import time
 import warnings
 from pathlib import Path
+
+from outputs import code_commit, machine, write_result
 
 from dspark_sim.catalog import get_gpu, get_model, served_format
 from dspark_sim.cost import StepWork, get_cost_model
@@ -25,6 +30,7 @@ from dspark_sim.engine.kv import kv_capacity_tokens, kv_request_tokens
 from dspark_sim.scenario import Deployment, load_scenario
 
 REPO = Path(__file__).resolve().parents[1]
+JSON = REPO / "docs" / "bench" / "moe_costs.json"
 MOE_MODELS = ("qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3", "deepseek-v4-flash", "deepseek-v4-pro")
 # Published totals (parameters, activated), each from its maker: DeepSeek's V4 release and
 # V3 report, Qwen's model cards. DeepSeek's activated counts leave the input embedding out.
@@ -35,35 +41,39 @@ LAYOUTS = {"TP8": Parallel(8), "TP4 EP4 DP-attn": Parallel(4, 4, True), "TP8 EP8
 GPUS = ("b300", "b200", "h200", "h100")
 
 
-def models_table() -> list[str]:
-    rows = ["| model | params (published) | active (published) | KV bytes/token (bf16) | KV bytes/request (fixed) "
-            "| checkpoint | weights |", "|---|---|---|---|---|---|---|"]
+TOKENS = (1, 8, 64, 512, 4096)
+STEP_REQS = (1, 16, 64, 256)
+COMPARE_CONC = (1, 16, 64, 256)
+
+
+def models_rows() -> list[dict]:
+    """Each MoE model's computed sizes beside its maker's published totals."""
+    rows = []
     for name in MOE_MODELS:
         m = get_model(name)
         total, active, with_embed = PUBLISHED[name]
-        act = m.active_param_count - (0 if with_embed else m.vocab_size * m.hidden_size)
-        rows.append(f"| {name} | {m.param_count / 1e9:,.1f} B ({total / 1e9:,.1f} B) | {act / 1e9:.2f} B "
-                    f"({active / 1e9:.1f} B) | {m.kv_bytes_per_token():,} | {m.kv_bytes_per_request() / 2**20:.1f} MiB "
-                    f"| {m.weight_format} | {m.weight_bytes_as(m.checkpoint_format) / 1e9:,.0f} GB |")
+        rows.append({"model": name, "params": m.param_count, "params_published": total,
+                     "active": m.active_param_count - (0 if with_embed else m.vocab_size * m.hidden_size),
+                     "active_published": active, "kv_bytes_per_token": m.kv_bytes_per_token(),
+                     "kv_bytes_per_request": m.kv_bytes_per_request(), "checkpoint": m.weight_format,
+                     "weight_bytes": m.weight_bytes_as(m.checkpoint_format)})
     return rows
 
 
-def experts_table() -> list[str]:
-    tokens = (1, 8, 64, 512, 4096)
-    rows = ["| model | routing | " + " | ".join(f"T={t}" for t in tokens) + " |", "|---|---|" + "---|" * len(tokens)]
+def experts_rows() -> list[dict]:
+    rows = []
     for name in ("qwen3-30b-a3b", "deepseek-v4-flash"):
         m = get_model(name)
         for skew in (0.0, 1.0):
-            cells = [f"{expected_experts(m.num_experts, m.experts_per_token, t, Routing(skew)):.1f}" for t in tokens]
-            rows.append(f"| {name} ({m.num_experts} experts, top {m.experts_per_token}) | "
-                        f"{'uniform' if skew == 0 else f'skew {skew:g}'} | " + " | ".join(cells) + " |")
+            rows.append({"model": name, "num_experts": m.num_experts, "top_k": m.experts_per_token, "skew": skew,
+                         "experts": [expected_experts(m.num_experts, m.experts_per_token, t, Routing(skew))
+                                     for t in TOKENS]})
     return rows
 
 
-def capacity_table() -> list[str]:
+def capacity_rows() -> list[dict]:
     m = get_model("deepseek-v4-flash")
-    rows = ["| GPU | served weights | layout | KV dtype | KV tokens (8 GPUs) | tokens a request holds besides its "
-            "length | requests of 8k |", "|---|---|---|---|---|---|---|"]
+    rows = []
     for gpu in GPUS:
         g = get_gpu(gpu)
         for label, par in LAYOUTS.items():
@@ -71,17 +81,16 @@ def capacity_table() -> list[str]:
                 continue
             for kv in ("bf16", "fp8"):
                 dep = Deployment(tp=8, ep=par.ep, dp_attention=par.dp_attention, kv_cache_dtype=kv)
-                cap, fixed = kv_capacity_tokens(m, g, dep), kv_request_tokens(m, dep)
-                rows.append(f"| {gpu} | {served_format(m.weight_format, g.fp4).name} | {label} | {kv} | {cap:,} "
-                            f"| {fixed:,} | {cap // (8192 + fixed):,} |")
+                rows.append({"gpu": gpu, "served": served_format(m.weight_format, g.fp4).name, "layout": label,
+                             "kv_dtype": kv, "kv_tokens": kv_capacity_tokens(m, g, dep),
+                             "fixed_tokens": kv_request_tokens(m, dep)})
     return rows
 
 
-def step_table(model: str) -> tuple[list[str], list[str]]:
-    reqs = (1, 16, 64, 256)
-    rows = ["| GPU | layout | cost model | " + " | ".join(f"R={r}: 1 / 6 tokens" for r in reqs) + " |",
-            "|---|---|---|" + "---|" * len(reqs)]
-    sources = []
+def step_rows(model: str) -> list[dict]:
+    """Decode step times (ms) at R requests verifying 1 and 6 tokens, per GPU and layout, each with
+    the cost model's own label."""
+    rows = []
     for gpu in GPUS:
         for label, par in LAYOUTS.items():
             if par.tp == 8 and not par.dp_attention and model != "deepseek-v4-flash":
@@ -89,29 +98,77 @@ def step_table(model: str) -> tuple[list[str], list[str]]:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 cost = get_cost_model(gpu, model, parallel=par, kv_dtype_bytes=1.0)
-            kind = "measured" if cost.source.startswith("measured") else \
-                "projection" if cost.source.startswith("projected") else "roofline"
-            cells = []
-            for r in reqs:
-                ms = [1e3 * cost.step_s(StepWork(decode_reqs=r, verify_tokens=r * w, decode_context_tokens=r * 4096))
-                      for w in (1, 6)]
-                cells.append(f"{ms[0]:.2f} / {ms[1]:.2f}")
-            rows.append(f"| {gpu} | {label} | {kind} | " + " | ".join(cells) + " |")
-            sources.append(f"- {cost.source}")
-    return rows, sources
+            ms = [[1e3 * cost.step_s(StepWork(decode_reqs=r, verify_tokens=r * w, decode_context_tokens=r * 4096))
+                   for w in (1, 6)] for r in STEP_REQS]
+            rows.append({"gpu": gpu, "layout": label, "source": cost.source, "ms": ms})
+    return rows
 
 
-def compare_table(requests: int) -> list[str]:
+def compare_rows(requests: int) -> list[dict]:
     from dspark_sim.sweep import sweep
 
     scenario = load_scenario(REPO / "examples" / "v4_flash_b300.yaml")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        rows = sweep(scenario, ["none", "mtp1", "dspark"], [1, 16, 64, 256], num_requests=requests or None)
+        return sweep(scenario, ["none", "mtp1", "dspark"], list(COMPARE_CONC), num_requests=requests or None)
+
+
+def measured_data() -> dict:
+    """The slice-scaling errors and the MoE profiles' held-out errors, from the committed files."""
+    from dspark_sim.cost.profile_format import load_profile as load
+
+    path = REPO / "profiles" / "h200" / "slice_scaling.json"
+    held = []
+    for prof in sorted(p for p in (REPO / "profiles" / "h200").glob("*.json") if p.stem in MOE_MODELS):
+        p = load(prof)
+        held.append({"model": p.model, "source": p.source, "points": p.held_out["all"].num_points,
+                     **{key: None if h is None else [h.median_rel_err, h.p90_rel_err, h.max_rel_err]
+                        for key, h in (("kfold", p.held_out.get("verify")), ("by_level", p.held_out.get("verify@reqs")))}})
+    return {"slice_scaling": json.loads(path.read_text())["models"] if path.is_file() else None, "held_out": held}
+
+
+def _kind(source: str) -> str:
+    return "measured" if source.startswith("measured") else "projection" if source.startswith("projected") \
+        else "roofline"
+
+
+def _models_table(rows: list[dict]) -> list[str]:
+    out = [("| model | params (published) | active (published) | KV bytes/token (bf16) | KV bytes/request (fixed) "
+           "| checkpoint | weights |"), "|---|---|---|---|---|---|---|"]
+    return out + [f"| {r['model']} | {r['params'] / 1e9:,.1f} B ({r['params_published'] / 1e9:,.1f} B) | "
+                  f"{r['active'] / 1e9:.2f} B ({r['active_published'] / 1e9:.1f} B) | {r['kv_bytes_per_token']:,} | "
+                  f"{r['kv_bytes_per_request'] / 2**20:.1f} MiB | {r['checkpoint']} | {r['weight_bytes'] / 1e9:,.0f} GB |"
+                  for r in rows]
+
+
+def _experts_table(rows: list[dict]) -> list[str]:
+    out = ["| model | routing | " + " | ".join(f"T={t}" for t in TOKENS) + " |", "|---|---|" + "---|" * len(TOKENS)]
+    def routing(skew: float) -> str:
+        return "uniform" if skew == 0 else f"skew {skew:g}"
+
+    return out + [f"| {r['model']} ({r['num_experts']} experts, top {r['top_k']}) | {routing(r['skew'])} | "
+                  + " | ".join(f"{e:.1f}" for e in r["experts"]) + " |" for r in rows]
+
+
+def _capacity_table(rows: list[dict]) -> list[str]:
+    out = [("| GPU | served weights | layout | KV dtype | KV tokens (8 GPUs) | tokens a request holds besides its "
+           "length | requests of 8k |"), "|---|---|---|---|---|---|---|"]
+    return out + [f"| {r['gpu']} | {r['served']} | {r['layout']} | {r['kv_dtype']} | {r['kv_tokens']:,} | "
+                  f"{r['fixed_tokens']:,} | {r['kv_tokens'] // (8192 + r['fixed_tokens']):,} |" for r in rows]
+
+
+def _step_table(rows: list[dict]) -> list[str]:
+    out = ["| GPU | layout | cost model | " + " | ".join(f"R={r}: 1 / 6 tokens" for r in STEP_REQS) + " |",
+           "|---|---|---|" + "---|" * len(STEP_REQS)]
+    return out + [f"| {r['gpu']} | {r['layout']} | {_kind(r['source'])} | "
+                  + " | ".join(f"{a:.2f} / {b:.2f}" for a, b in r["ms"]) + " |" for r in rows]
+
+
+def _compare_table(rows: list[dict]) -> list[str]:
     by = {(r["method"], r["concurrency"]): r for r in rows}
-    out = ["| concurrency | none tok/s/GPU | MTP-1 tok/s/GPU | DSpark tok/s/GPU | DSpark vs MTP-1 | DSpark tok/s/user "
-           "| accept length (MTP-1 / DSpark) | verify tokens / request |", "|---|---|---|---|---|---|---|---|"]
-    for c in (1, 16, 64, 256):
+    out = [("| concurrency | none tok/s/GPU | MTP-1 tok/s/GPU | DSpark tok/s/GPU | DSpark vs MTP-1 | DSpark tok/s/user "
+           "| accept length (MTP-1 / DSpark) | verify tokens / request |"), "|---|---|---|---|---|---|---|---|"]
+    for c in COMPARE_CONC:
         n, m, d = by["none", c], by["mtp1", c], by["dspark", c]
         gain = d["output_throughput_per_gpu"] / m["output_throughput_per_gpu"] - 1
         out.append(f"| {c} | {n['output_throughput_per_gpu']:,.0f} | {m['output_throughput_per_gpu']:,.0f} | "
@@ -121,71 +178,73 @@ def compare_table(requests: int) -> list[str]:
     return out
 
 
-def measured_sections() -> list[str]:
-    path = REPO / "profiles" / "h200" / "slice_scaling.json"
+def _measured_sections(data: dict) -> list[str]:
     out = ["## Slice scaling, measured", ""]
-    if not path.is_file():
-        return out + ["Not measured yet: `profiles/h200/slice_scaling.json` is written by "
-                      "`python benchmarks/fit_profiles.py` (`dspark-profile fit`) from the raw files of "
-                      "`benchmarks/h200_moe_visit.sh` (one H200 call).", ""]
-    data = json.loads(path.read_text())["models"]
-    out += ["Scaled from two slices against the same model timed whole on one H200 (verify points both "
-            "timed; relative error of the scaled step time):", "",
-            "| model | slices | layers | points | median | p90 | max | median by requests | measured |",
-            "|---|---|---|---|---|---|---|---|---|"]
-    for name, e in sorted(data.items()):
-        if not e["points"]:
-            continue
-        by = ", ".join(f"R={r}: {100 * v:.1f} %" for r, v in e["by_reqs"].items())
-        out.append(f"| {name} | {e['slices']} | {e['layers']} | {e['points']} | {100 * e['median']:.1f} % | "
-                   f"{100 * e['p90']:.1f} % | {100 * e['max']:.1f} % | {by} | {e['date']} |")
-    return out + [""]
-
-
-def held_out_rows() -> list[str]:
-    from dspark_sim.cost.profile_format import load_profile as load
-
-    out = ["## MoE profiles: held-out error", ""]
-    found = [p for p in (REPO / "profiles" / "h200").glob("*.json") if p.stem in MOE_MODELS]
-    if not found:
+    scaling = data["slice_scaling"]
+    if scaling is None:
+        out += [("Not measured yet: `profiles/h200/slice_scaling.json` is written by "
+                "`python benchmarks/fit_profiles.py` (`dspark-profile fit`) from the raw files of "
+                "`benchmarks/h200_moe_visit.sh` (one H200 call)."), ""]
+    else:
+        out += [("Scaled from two slices against the same model timed whole on one H200 (verify points both "
+                "timed; relative error of the scaled step time):"), "",
+                "| model | slices | layers | points | median | p90 | max | median by requests | measured |",
+                "|---|---|---|---|---|---|---|---|---|"]
+        for name, e in sorted(scaling.items()):
+            if e["points"]:
+                by = ", ".join(f"R={r}: {100 * v:.1f} %" for r, v in e["by_reqs"].items())
+                out.append(f"| {name} | {e['slices']} | {e['layers']} | {e['points']} | {100 * e['median']:.1f} % | "
+                           f"{100 * e['p90']:.1f} % | {100 * e['max']:.1f} % | {by} | {e['date']} |")
+        out.append("")
+    out += ["## MoE profiles: held-out error", ""]
+    if not data["held_out"]:
         return out + ["No MoE profile measured yet (see above).", ""]
     out += ["| model | source | verify k-fold median / p90 / max | verify by level median / p90 / max | points |",
             "|---|---|---|---|---|"]
-    for path in sorted(found):
-        p = load(path)
-        cells = [f"{100 * h.median_rel_err:.1f} / {100 * h.p90_rel_err:.1f} / {100 * h.max_rel_err:.1f} %"
-                 if h else "-" for h in (p.held_out.get("verify"), p.held_out.get("verify@reqs"))]
-        out.append(f"| {p.model} | {p.source} | {cells[0]} | {cells[1]} | {p.held_out['all'].num_points} |")
+    for r in data["held_out"]:
+        cells = ["-" if v is None else f"{100 * v[0]:.1f} / {100 * v[1]:.1f} / {100 * v[2]:.1f} %"
+                 for v in (r["kfold"], r["by_level"])]
+        out.append(f"| {r['model']} | {r['source']} | {cells[0]} | {cells[1]} | {r['points']} |")
     return out + [""]
+
+
+def markdown(data: dict) -> str:
+    """docs/moe.md from the committed JSON (and the method's prose, docs/moe_method.md)."""
+    sources = sorted({f"- {r['source']}" for model in data["steps"].values() for r in model})
+    return "\n".join([
+        "# MoE and DeepSeek-V4 costs", "",
+        (f"Made by `{data['command']}` at commit {data['commit']} on {data['date']} ({data['machine']}), from "
+        f"`{JSON.relative_to(REPO)}` (`python benchmarks/doc_blocks.py write`); do not edit."), "",
+        (REPO / "docs" / "moe_method.md").read_text().strip(), "",
+        "## The models", "", *_models_table(data["models"]), "",
+        "## Experts a step reads", "", "Expected distinct experts per MoE layer for T tokens in the step:", "",
+        *_experts_table(data["experts"]), "",
+        "## KV capacity of one 8-GPU node: DeepSeek-V4-Flash", "", *_capacity_table(data["capacity"]), "",
+        "## Step time by GPU and layout (ms; context 4,096; FP8 KV)", "",
+        "DeepSeek-V4-Flash, decode steps of R requests verifying 1 or 6 tokens each:", "",
+        *_step_table(data["steps"]["deepseek-v4-flash"]), "",
+        "Qwen3-30B-A3B, the same steps:", "", *_step_table(data["steps"]["qwen3-30b-a3b"]), "",
+        "Cost models, as each labels itself:", "", *sources, "",
+        "## DSpark against DeepSeek-V4's MTP-1 (8 x B300, `examples/v4_flash_b300.yaml`)", "",
+        ("Closed loop at each concurrency; acceptance: the V4-Flash DSpark preset (engine report, DSPARK.md "
+        "section 6) and, for MTP-1, DeepSeek-V3's MTP figures (no V4 MTP figure is published); costs as labelled "
+        "above (block 5 drafter: three MoE layers)."), "", *_compare_table(data["compare"]), "",
+        *_measured_sections(data["measured"])]) + "\n"
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--requests", type=int, default=0,
                     help="requests per compare point (default: six times the concurrency, as compare does)")
-    ap.add_argument("--out", type=Path, default=REPO / "docs" / "moe.md")
     args = ap.parse_args(argv)
-    steps, sources = step_table("deepseek-v4-flash")
-    qsteps, qsources = step_table("qwen3-30b-a3b")
-    text = "\n".join([
-        "# MoE and DeepSeek-V4 costs", "",
-        f"Generated by `python benchmarks/moe_costs.py` on {datetime.date.today().isoformat()}; do not edit.", "",
-        (REPO / "docs" / "moe_method.md").read_text().strip(), "",
-        "## The models", "", *models_table(), "",
-        "## Experts a step reads", "", "Expected distinct experts per MoE layer for T tokens in the step:", "",
-        *experts_table(), "",
-        "## KV capacity of one 8-GPU node: DeepSeek-V4-Flash", "", *capacity_table(), "",
-        "## Step time by GPU and layout (ms; context 4,096; FP8 KV)", "",
-        "DeepSeek-V4-Flash, decode steps of R requests verifying 1 or 6 tokens each:", "", *steps, "",
-        "Qwen3-30B-A3B, the same steps:", "", *qsteps, "", "Cost models, as each labels itself:", "",
-        *sorted(set(sources + qsources)), "",
-        "## DSpark against DeepSeek-V4's MTP-1 (8 x B300, `examples/v4_flash_b300.yaml`)", "",
-        "Closed loop at each concurrency; acceptance: the V4-Flash DSpark preset (engine report, DSPARK.md "
-        "section 6) and, for MTP-1, DeepSeek-V3's MTP figures (no V4 MTP figure is published); costs as labelled "
-        "above (block 5 drafter: three MoE layers).", "", *compare_table(args.requests), "",
-        *measured_sections(), *held_out_rows()])
-    args.out.write_text(text + "\n", encoding="utf-8")
-    print(f"wrote {args.out}")
+    data = {"command": " ".join(["python benchmarks/moe_costs.py", *(sys.argv[1:] if argv is None else argv)]),
+            "commit": code_commit("dspark_sim", "profiles", "examples"),
+            "date": time.strftime("%Y-%m-%d", time.gmtime()), "machine": machine(),
+            "models": models_rows(), "experts": experts_rows(), "capacity": capacity_rows(),
+            "steps": {m: step_rows(m) for m in ("deepseek-v4-flash", "qwen3-30b-a3b")},
+            "compare": compare_rows(args.requests), "measured": measured_data()}
+    write_result(JSON, data)
+    print(f"wrote {JSON.relative_to(REPO)}; `python benchmarks/doc_blocks.py write` makes docs/moe.md from it")
     return 0
 
 

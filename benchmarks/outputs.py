@@ -2,6 +2,8 @@
 text between ``<!-- tag:begin -->`` and ``<!-- tag:end -->``)."""
 from __future__ import annotations
 
+import os
+import platform
 import subprocess
 from pathlib import Path
 
@@ -42,3 +44,8 @@ def code_commit(*paths: str) -> str:
         return subprocess.run(["git", "-C", str(REPO), *cmd], capture_output=True, text=True).stdout.strip()
 
     return git("rev-parse", "--short", "HEAD") + ("+changes" if git("status", "--porcelain", "--", *paths) else "")
+
+
+def machine() -> str:
+    """The machine a benchmark ran on, in words (architecture, CPUs, Python, OS)."""
+    return f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, {platform.system()}"

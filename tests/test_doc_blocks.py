@@ -53,3 +53,27 @@ def test_a_timing_page_is_made_from_its_json(tmp_path, monkeypatch):
     doc_blocks.write()
     (bench / "sim.json").write_text(data.replace(f'"wall_s": {wall}', f'"wall_s": {wall + 1}', 1))
     assert doc_blocks.stale() == ["docs/bench/sim.md"]
+
+
+def test_the_frontier_page_is_made_from_its_json(tmp_path, monkeypatch):
+    """docs/dspark_frontier.md is re-derived from docs/bench/dspark_frontier.json: a throughput changed
+    in the data makes the page stale, and the page names the cost model and acceptance it rests on."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import doc_blocks
+    import dspark_frontier
+
+    data = json.loads(dspark_frontier.JSON.read_text())
+    page = dspark_frontier.markdown(data)
+    assert data["cost_model"]["source"] in page and "substituted" in page
+    row = data["domains"]["math"][-1]
+    assert f"{row['output_throughput_per_gpu']:.0f}" in page
+    (tmp_path / "docs" / "bench").mkdir(parents=True)
+    (tmp_path / "docs" / "dspark_frontier.md").write_text(page)
+    row["output_throughput_per_gpu"] *= 1.5
+    copy = tmp_path / "docs" / "bench" / "dspark_frontier.json"
+    copy.write_text(json.dumps(data))
+    monkeypatch.setattr(dspark_frontier, "JSON", copy)
+    monkeypatch.setattr(doc_blocks, "REPO", tmp_path)
+    monkeypatch.setattr(doc_blocks, "BLOCKS", {})
+    monkeypatch.setattr(doc_blocks, "FILES", {"docs/dspark_frontier.md": doc_blocks._frontier})
+    assert doc_blocks.stale() == ["docs/dspark_frontier.md"]

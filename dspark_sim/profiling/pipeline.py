@@ -150,6 +150,9 @@ def moe_notes(profile: Profile, raw: dict, model, gpu) -> Profile:
     return replace(profile, provenance=prov, source=source)
 
 
+TARGET_MEDIAN, TARGET_P90 = 0.03, 0.08  # the fit's held-out targets (relative error)
+
+
 def held_out_table(profiles: list[Profile]) -> str:
     """Markdown tables of held-out median / p90 relative error: k-fold per section, then per
     term the leave-one-level-out errors (median / p90 / max) beside the k-fold one."""
@@ -170,7 +173,21 @@ def held_out_table(profiles: list[Profile]) -> str:
                 continue
             cells = [_three(p.held_out.get(term + a)) for a in axes]
             lines.append(f"| {p.model} | {term} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return "\n".join(lines + ["", targets_text(profiles, sections[:-1], axes[1:])])
+
+
+def targets_text(profiles: list[Profile], terms: list[str], axes: list[str]) -> str:
+    """Which held-out errors miss the fit's targets (median <= 3 %, p90 <= 8 %): k-fold per term and
+    over all points, then the leave-one-level-out p90s above target."""
+    def miss(h) -> bool:
+        return h is not None and (h.median_rel_err > TARGET_MEDIAN or h.p90_rel_err > TARGET_P90)
+
+    kfold = [f"{p.model} {t} ({100 * p.held_out[t].median_rel_err:.1f} % / {100 * p.held_out[t].p90_rel_err:.1f} %)"
+             for p in profiles for t in [*terms, "all"] if miss(p.held_out.get(t))]
+    levels = [f"{p.model} {t}{a} ({100 * p.held_out[t + a].p90_rel_err:.1f} %)" for p in profiles for t in terms
+              for a in axes if p.held_out.get(t + a) is not None and p.held_out[t + a].p90_rel_err > TARGET_P90]
+    return (f"Targets: median <= {100 * TARGET_MEDIAN:.0f} %, p90 <= {100 * TARGET_P90:.0f} %. K-fold, missed by: "
+            f"{'; '.join(kfold) or 'none'}. Leave-one-level-out p90 above target: {'; '.join(levels) or 'none'}.")
 
 
 def _three(h) -> str:
