@@ -236,8 +236,9 @@ def test_reader_keys_are_the_released_vllm_keys(tmp_path):
 
 def test_engine_fit_on_a_bench_result_replays_it(tmp_path, write_scenario, capsys):
     """A vllm bench serve result whose medians are what the simulator gives with a 40 ms front end
-    and no step host time: the fit finds those terms, and the run then replays."""
-    scenario = write_scenario(synthetic_scenario(engine="vllm", model="qwen3-14b"))
+    and no step host time: the fit finds those terms, and the run then replays. Overlap off: an
+    overlapped step hides host time shorter than its GPU work, so no run could tell it apart from none."""
+    scenario = write_scenario(synthetic_scenario(engine={"name": "vllm", "overlap": False}, model="qwen3-14b"))
     base = load_scenario(scenario)
     result = {**_vllm_result(True), "completed": 1, "num_prompts": 1, "input_lens": [300], "output_lens": [40],
               "ttfts": [0.11], "itls": [[0.0094] * 39], "start_times": [100.0], "generated_texts": [""],
