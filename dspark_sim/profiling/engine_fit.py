@@ -2,7 +2,9 @@
 
 Timed steps (``dspark_sps_profiler`` output, a step CSV) give the per-step host time
 directly: what a step took beyond the GPU work the profile predicts for it, fitted as
-``step_host_s + step_host_s_per_req x R`` (least squares, terms >= 0). Serving benchmarks
+``step_host_s + step_host_s_per_req x R`` (least squares, terms >= 0); for an engine that
+overlaps host and GPU, a step that took longer than its GPU work is the host's, and the
+others (host time hidden behind the GPU's) are left out. Serving benchmarks
 (``sglang.bench_serving``, ``vllm bench serve``) are replayed in the simulator: the
 requests of each run (their lengths when the file kept them, else the run's mean
 lengths) arrive at the run's rate, and the per-step host time and the front end's times
@@ -128,7 +130,7 @@ def fit_step_terms(reqs: np.ndarray, residual_s: np.ndarray) -> tuple[float, flo
 def fit_replay_terms(scenarios: list[Scenario], measured: list[dict], terms: EngineTerms, *, fit_step: bool,
                      progress=None) -> EngineTerms:
     """``terms`` with the front end's times (a request's intake, a streamed message) and, when
-    ``fit_step``, the per-step host time (bias and per running request) moved so the replayed
+    ``fit_step``, the per-step host time (bias and per request of a step) moved so the replayed
     ``scenarios`` match ``measured``.
 
     One objective over every run: the sum of squared log errors of each median the run measured
@@ -213,7 +215,10 @@ def calibrate(base: Scenario, files: list[str | Path], *, progress=None) -> dict
     if steps:
         reqs = np.concatenate([s.reqs for s in steps])
         residual = np.concatenate([step_residuals(base, s) for s in steps])
-        bias, per_req = fit_step_terms(reqs, residual)
+        if base.engine.overlapped:  # a step shows host time only beyond its GPU work; there it is the host's
+            shows = residual > 0
+            reqs, residual = reqs[shows], np.concatenate([s.step_s for s in steps])[shows]
+        bias, per_req = fit_step_terms(reqs, residual) if reqs.size else (0.0, 0.0)
         terms = replace(terms, step_host_s=bias, step_host_s_per_req=per_req)
     with tempfile.TemporaryDirectory() as tmp:
         if runs:
