@@ -207,11 +207,13 @@ def write_doc(rows: list[dict], sources: dict, terms: dict, command: str, seeds=
         why = (r.get("gap") or "not yet explained") if misses else ""
         lines.append(f"| {r['id']} | {', '.join(misses) or 'none'} | {why} |")
     lines += ["", "## Host terms per engine", "",
-              "| engine | step host ms | per request us | front end ms | fitted from |", "|---|---|---|---|---|"]
+              "| engine | step host ms | per request us | front end ms | streamed message us | fitted from |",
+              "|---|---|---|---|---|---|"]
     for name, entry in terms.get("engines", {}).items():
         t = entry["terms"]
         lines.append(f"| {name} | {t['step_host_s'] * 1e3:.3f} | {t['step_host_s_per_req'] * 1e6:.2f} | "
-                     f"{t['frontend_s'] * 1e3:.1f} | {', '.join(entry['fitted_from'])} |")
+                     f"{t['frontend_s'] * 1e3:.1f} | {t.get('stream_s', 0.0) * 1e6:.1f} | "
+                     f"{', '.join(entry['fitted_from'])} |")
     lines += ["", "Engines without a row run with no host terms (none of their cases is a calibration case).",
               "", "## Sources and approximations", ""]
     for key, src in sources.items():

@@ -19,10 +19,11 @@ same for every engine; what the engine adds is described here:
 * **admission**: the KV an engine reserves for output still to come when it admits a request
   (:class:`KvReserve`, ``KV_RESERVE``: TensorRT-LLM's GUARANTEED_NO_EVICT, SGLang's new-token
   ratio; vLLM none), and vLLM 0.6's multi-step scheduling (``multi_step``);
-* **host terms** (:class:`EngineTerms`): per-step host time the engine does not hide
-  behind the GPU, per-request front-end time (HTTP, chat template, tokenizer) before the
-  scheduler sees a request, and the launch floor of an eager decode step. They are host
-  time: they do not move when a profile is projected to another GPU.
+* **host terms** (:class:`EngineTerms`): per-step host time (a bias and a time per request
+  the step works on; hidden behind the GPU's work up to its length when the engine overlaps),
+  the front end's time per request (HTTP, chat template, tokenizer) and per streamed message
+  (one process does both, :mod:`dspark_sim.engine.frontend`), and the launch floor of an eager
+  decode step. They are host time: they do not move when a profile is projected to another GPU.
 
 ``decoder`` is the project's own decoder: its host time is measured into the profile
 (``host``, ``schedule``), so it adds nothing here and its defaults are the scenario's.
@@ -51,10 +52,11 @@ GIB = 1 << 30
 
 # Whether each engine overlaps host and GPU by default (DEFAULT_SOURCES' "host overlap" rows;
 # the decoder: kernels/decoder/engine.py serve(overlap=True), validated by its runs in
-# docs/validation_ttft.md). On for SGLang and vLLM, as their released sources cited there
-# resolve it; their shipped host terms are fitted with it on (benchmarks/external.py calibrate).
-# Off for TensorRT-LLM: its default is not read from the 1.2.0rc1 release here.
-OVERLAP = {"decoder": True, "sglang": True, "vllm": True, "trtllm": False}
+# docs/validation_ttft.md). On for SGLang, vLLM and TensorRT-LLM's PyTorch backend, as their
+# released sources cited there resolve it: an overlapped step lasts the longer of its GPU and
+# host work (cost/engine.py), so one set of host terms serves a release with overlap and one
+# without (benchmarks/external.py calibrate fits both kinds of run together).
+OVERLAP = {"decoder": True, "sglang": True, "vllm": True, "trtllm": True}
 # Where each default comes from: engine -> [(setting, value rule, file:line of the release)].
 DEFAULT_SOURCES = {
     "sglang": [
@@ -71,8 +73,18 @@ DEFAULT_SOURCES = {
          "3119-3132"),
         ("batching", "prefill_first (enable_mixed_chunk = False)",
          "sglang 0.5.23 sglang/srt/arg_groups/fields/schedule.py:208-211"),
-        ("host overlap", "overlap scheduler on (disable_overlap_schedule = False)",
-         "sglang 0.5.23 sglang/srt/arg_groups/fields/schedule.py:193-199"),
+        ("host overlap", "overlap scheduler on (disable_overlap_schedule = False): a step lasts the longer of its "
+         "GPU and host work", "sglang 0.5.23 sglang/srt/arg_groups/fields/schedule.py:193-199"),
+        ("scheduler's output work (step_host_s_per_req)", "every step the scheduler process streams each running "
+         "request's output to the detokenizer: host time a running request adds to a step, hidden behind the GPU "
+         "with the overlap scheduler", "sglang 0.5.23 sglang/srt/managers/scheduler_components/"
+         "batch_result_processor.py:1099 (decode), output_streamer.py:135-198 (a loop over the batch's requests)"),
+        ("front end: intake and streaming (frontend_s, stream_s)", "one process, the HTTP server's tokenizer "
+         "manager, tokenizes every request and takes every step's output of every streaming request back from the "
+         "detokenizer (its own process), one message a request a step",
+         "sglang 0.5.23 sglang/srt/managers/tokenizer_manager.py:895 (generate_request), 1096 "
+         "(_tokenize_one_request), 2465-2478 (handle_loop), 2495-2780 (a loop over the output's requests); "
+         "sglang/srt/managers/detokenizer_manager.py:104, 184"),
         ("KV reserved at admission", "a new request: prompt + min(max_new_tokens, 4096); each running request: "
          "new_token_ratio x its remaining min(max_new_tokens, 4096), the ratio 0.7 falling to 0.7 x 0.14 over 600 "
          "decode steps, back to 0.7 after a retraction", "sglang 0.5.23 sglang/srt/managers/schedule_policy.py:"
@@ -90,7 +102,20 @@ DEFAULT_SOURCES = {
         ("kv_block_tokens", "16", "vllm 0.33.0 vllm/config/cache.py:185"),
         ("CUDA-graph batch limit", "min(2 x max_num_seqs, 512; 1024 on Blackwell) tokens",
          "vllm 0.33.0 vllm/config/vllm.py:2460-2470"),
-        ("host overlap", "asynchronous scheduling on by default", "vllm 0.33.0 vllm/config/vllm.py:1685-1719"),
+        ("host overlap", "asynchronous scheduling on by default: a step lasts the longer of its GPU and host work",
+         "vllm 0.33.0 vllm/config/vllm.py:1685-1719"),
+        ("front end: intake and streaming (frontend_s, stream_s)", "one process, the API server, renders the chat "
+         "template and tokenizes every request, and its output handler detokenizes every step's output of every "
+         "request and queues it for the request's stream, one SSE message a request a step (the engine core is "
+         "a process of its own)", "vllm 0.33.0 vllm/v1/engine/async_llm.py:856-916 (output_handler: "
+         "process_outputs in chunks of VLLM_V1_OUTPUT_PROC_CHUNK_SIZE, asyncio.sleep(0) between); "
+         "vllm/v1/engine/output_processor.py:728-863 (detokenizer.update, queue.put a request); "
+         "vllm/entrypoints/openai/chat_completion/serving.py:472-506 (a message a result)"),
+        ("multi-step scheduling (multi_step)", "off (1); vLLM 0.6's --num-scheduler-steps k schedules once for k "
+         "decode steps, preparing its requests once and handling their output while the GPU runs on: a decode "
+         "step carries the host terms' bias and 1/k of their time per request",
+         "vLLM 0.6 vllm/engine/arg_utils.py --num-scheduler-steps ('Maximum number of forward steps per scheduler "
+         "call'); gone from 0.33.0"),
         ("KV reserved at admission", "none: a request is admitted when its prompt fits; decode preempts the newest "
          "request when the pool runs out", "vllm 0.33.0 vllm/v1/core/sched/scheduler.py:911-945 (running), 1435 "
          "(waiting: allocate_slots for the prompt tokens only)"),
@@ -105,12 +130,15 @@ DEFAULT_SOURCES = {
          "taken whole when it fits (approximated by chunks of the step budget)",
          "TensorRT-LLM tensorrt_llm/commands/serve.py get_llm_args (enable_chunked_prefill=False)"),
         ("kv_block_tokens", "32 (tokens_per_block)", "TensorRT-LLM KvCacheConfig tokens_per_block"),
-        ("host overlap", "off in the model: the PyTorch backend's overlap scheduler is on unless "
-         "disable_overlap_scheduler, but that default is not re-read from the 1.2.0rc1 release",
-         "TensorRT-LLM tensorrt_llm/llmapi/llm_args.py (disable_overlap_scheduler=False)"),
+        ("host overlap", "overlap scheduler on (disable_overlap_scheduler = False) in the PyTorch backend, "
+         "trtllm-serve's default backend: a step lasts the longer of its GPU and host work",
+         "TensorRT-LLM tensorrt_llm/llmapi/llm_args.py TorchLlmArgs.disable_overlap_scheduler (default False; "
+         "source at fcd3f3168280) and tensorrt_llm/commands/serve.py serve --backend (default pytorch; source at "
+         "00209af149e7); the same in every stored version from 1.0.0rc4 on, the 1.2.0rc1 tag itself not read"),
         ("KV reserved at admission", "every request's prompt + max_tokens (capacity scheduler GUARANTEED_NO_EVICT: "
-         "nothing is preempted)", "TensorRT-LLM tensorrt_llm/llmapi/llm_args.py SchedulerConfig "
-         "(capacity_scheduler_policy=GUARANTEED_NO_EVICT; not re-read from the 1.2.0rc1 release)"),
+         "nothing is preempted)", "TensorRT-LLM tensorrt_llm/llmapi/llm_args.py "
+         "SchedulerConfig.capacity_scheduler_policy (default GUARANTEED_NO_EVICT; source at fcd3f3168280, the "
+         "same in every stored version from 1.0.0rc4 on, the 1.2.0rc1 tag itself not read)"),
     ],
 }
 
@@ -119,23 +147,28 @@ DEFAULT_SOURCES = {
 class EngineTerms:
     """Host-side seconds an engine adds to the GPU's work (the same on every GPU).
 
-    step_host_s + step_host_s_per_req x R: host time of a step of R running requests the
-    engine does not hide behind the GPU (with an overlapping scheduler, what is left over;
-    the per-request part grows with the batch: streaming, detokenization, bookkeeping).
+    step_host_s + step_host_s_per_req x R: host time of a step that works on R requests
+    (decoding, or prefilling a chunk): scheduling, and per request the output the step hands on
+    (sampling results, stop checks, streaming). Without overlap it adds to the GPU's work; an
+    overlapping engine hides it behind the GPU's up to its length (cost/engine.py).
     frontend_s: the front end's service time of one request (HTTP, chat template, tokenizer,
     dispatch); one front-end process a replica serves requests one at a time, so a burst
     queues there before the scheduler sees it. eager_step_s: a decode step above the
-    CUDA-graph limit lasts at least this long (the host launching every kernel).
+    CUDA-graph limit lasts at least this long (the host launching every kernel). stream_s: the
+    same front-end process's time to stream one output message (a request's tokens of one step:
+    detokenize, build the response chunk, send it), which delays the intake of the requests
+    behind it (:mod:`dspark_sim.engine.frontend`). A term missing from a file is 0.
     """
 
     step_host_s: float = 0.0
     step_host_s_per_req: float = 0.0
     frontend_s: float = 0.0
     eager_step_s: float = 0.0
+    stream_s: float = 0.0
     source: str = "no host terms"
 
     def __post_init__(self) -> None:
-        for name in ("step_host_s", "step_host_s_per_req", "frontend_s", "eager_step_s"):
+        for name in ("step_host_s", "step_host_s_per_req", "frontend_s", "eager_step_s", "stream_s"):
             check_real(getattr(self, name), name, 0, 10.0)
         require(isinstance(self.source, str), "source", self.source, "expected a string")
 

@@ -164,10 +164,11 @@ def test_reader_keys_are_the_released_bench_serving_keys(tmp_path):
 
 
 def test_calibrated_terms_from_steps_reproduce_the_host_time(tmp_path, write_scenario):
-    """Step times made as GPU work + 0.8 ms + 3 us a request give those terms back, and the
-    calibration file drives a scenario."""
-    scenario = load_scenario(write_scenario(synthetic_scenario(engine="vllm")))
-    cost = scenario_cost(scenario.__class__.from_dict(synthetic_scenario(engine="vllm")), warn=False)
+    """Step times made as GPU work + 0.8 ms + 3 us a request (host time adding to the GPU's: no
+    overlap) give those terms back, and the calibration file drives a scenario."""
+    engine = {"name": "vllm", "overlap": False}
+    scenario = load_scenario(write_scenario(synthetic_scenario(engine=engine)))
+    cost = scenario_cost(scenario.__class__.from_dict(synthetic_scenario(engine=engine)), warn=False)
     lines = ["reqs,verify_tokens,context,step_s"]
     for r in (1, 2, 4, 8, 16, 32, 64):
         work = StepWork(decode_reqs=r, verify_tokens=r, decode_context_tokens=r * 500, running_reqs=r,
@@ -180,7 +181,7 @@ def test_calibrated_terms_from_steps_reproduce_the_host_time(tmp_path, write_sce
     bias, per_req = fit_step_terms(rows.reqs, step_residuals(scenario, rows))
     assert bias == pytest.approx(0.8e-3, rel=1e-6) and per_req == pytest.approx(3e-6, rel=1e-5)
     out = tmp_path / "cal.json"
-    assert main(["engine-fit", str(write_scenario(synthetic_scenario(engine="vllm"))), str(csv), "--out", str(out),
+    assert main(["engine-fit", str(write_scenario(synthetic_scenario(engine=engine))), str(csv), "--out", str(out),
                  "--quiet"]) == 0
     cal = json.loads(out.read_text())
     assert cal["fitted_from"][0]["format"] == "step csv" and cal["engine"] == "vllm"
@@ -188,6 +189,27 @@ def test_calibrated_terms_from_steps_reproduce_the_host_time(tmp_path, write_sce
     assert terms.step_host_s == pytest.approx(0.8e-3, rel=1e-6)
     used = Scenario.from_dict(synthetic_scenario(engine={"name": "vllm", "calibration": str(out)}))
     assert used.engine.terms == terms
+
+
+def test_timed_steps_of_an_overlapped_engine_give_its_whole_host_time(tmp_path, write_scenario):
+    """Overlapped steps last max(GPU work, host time): the steps that took longer than their GPU
+    work give the host terms back (0.8 ms + 300 us a request); the others hide theirs."""
+    from dspark_sim.profiling.engine_fit import calibrate
+
+    scenario = load_scenario(write_scenario(synthetic_scenario(engine="vllm")))
+    assert scenario.engine.overlapped
+    cost = scenario_cost(scenario, warn=False)
+    lines = ["reqs,verify_tokens,context,step_s"]
+    for r in (1, 2, 4, 8, 16, 32, 64, 96, 128):
+        work = StepWork(decode_reqs=r, verify_tokens=r, decode_context_tokens=r * 500, running_reqs=r,
+                        decode_max_context=500)
+        gpu = sum(v for k, v in cost.breakdown(work).items() if k not in ("engine_s", "eager_s"))
+        lines.append(f"{r},{r},{r * 500},{max(gpu, 0.8e-3 + 300e-6 * r)!r}")
+    csv = tmp_path / "steps.csv"
+    csv.write_text("\n".join(lines) + "\n")
+    terms = calibrate(scenario, [csv])["terms"]
+    assert terms["step_host_s"] == pytest.approx(0.8e-3, rel=1e-6)
+    assert terms["step_host_s_per_req"] == pytest.approx(300e-6, rel=1e-6)
 
 
 def test_bench_run_replays_its_own_requests(tmp_path):
@@ -236,8 +258,9 @@ def test_reader_keys_are_the_released_vllm_keys(tmp_path):
 
 def test_engine_fit_on_a_bench_result_replays_it(tmp_path, write_scenario, capsys):
     """A vllm bench serve result whose medians are what the simulator gives with a 40 ms front end
-    and no step host time: the fit finds those terms, and the run then replays."""
-    scenario = write_scenario(synthetic_scenario(engine="vllm", model="qwen3-14b"))
+    and no step host time: the fit finds those terms, and the run then replays. Overlap off: an
+    overlapped step hides host time shorter than its GPU work, so no run could tell it apart from none."""
+    scenario = write_scenario(synthetic_scenario(engine={"name": "vllm", "overlap": False}, model="qwen3-14b"))
     base = load_scenario(scenario)
     result = {**_vllm_result(True), "completed": 1, "num_prompts": 1, "input_lens": [300], "output_lens": [40],
               "ttfts": [0.11], "itls": [[0.0094] * 39], "start_times": [100.0], "generated_texts": [""],

@@ -91,7 +91,8 @@ def _with_terms(scenario, **terms):
 def test_engine_host_terms_replace_the_decoders_host_time():
     work = StepWork(decode_reqs=8, verify_tokens=8, decode_context_tokens=8 * 1000, running_reqs=8)
     decoder = scenario_cost(_scenario(), warn=False).breakdown(work)
-    sglang = _with_terms(_scenario(engine="sglang"), step_host_s=1e-3, step_host_s_per_req=1e-5)
+    sglang = _with_terms(_scenario(engine={"name": "sglang", "overlap": False}), step_host_s=1e-3,
+                         step_host_s_per_req=1e-5)
     parts = scenario_cost(sglang, warn=False).breakdown(work)
     assert parts["host_s"] == 0.0 and parts["sched_s"] == 0.0
     assert parts["engine_s"] == pytest.approx(1e-3 + 8e-5)
@@ -99,9 +100,34 @@ def test_engine_host_terms_replace_the_decoders_host_time():
     assert [parts[k] for k in gpu] == [decoder[k] for k in gpu]
 
 
+@pytest.mark.parametrize("host_s", [1e-3, 0.5])
+def test_an_overlapped_step_lasts_the_longer_of_gpu_and_host_work(host_s):
+    """With overlap the host's work runs while the GPU's does: only what exceeds it shows."""
+    work = StepWork(decode_reqs=8, verify_tokens=8, decode_context_tokens=8 * 1000, running_reqs=8)
+    steps = {}
+    for overlap in (False, True):
+        scenario = _with_terms(_scenario(engine={"name": "sglang", "overlap": overlap}), step_host_s=host_s)
+        steps[overlap] = scenario_cost(scenario, warn=False).step_s(work)
+    gpu_s = steps[False] - host_s
+    assert steps[True] == pytest.approx(max(gpu_s, host_s))
+
+
+def test_a_multi_step_schedule_spreads_its_work_per_request_over_its_decode_steps():
+    decode = StepWork(decode_reqs=8, verify_tokens=8, decode_context_tokens=8 * 1000, running_reqs=8)
+    prompt = StepWork(prefill_tokens=512, prefill_reqs=1, running_reqs=1)
+    parts = {}
+    for steps in (1, 10):
+        scenario = _with_terms(_scenario(engine={"name": "vllm", "overlap": False, "multi_step": steps}),
+                               step_host_s=1e-3, step_host_s_per_req=1e-4)
+        cost = scenario_cost(scenario, warn=False)
+        parts[steps] = (cost.breakdown(decode)["engine_s"], cost.breakdown(prompt)["engine_s"])
+    assert parts[1][0] == pytest.approx(1e-3 + 8e-4) and parts[10][0] == pytest.approx(1e-3 + 8e-4 / 10)
+    assert parts[10][1] == parts[1][1] == pytest.approx(1.1e-3)  # a prompt step is scheduled alone
+
+
 def test_projection_moves_gpu_work_and_leaves_engine_time():
     work = StepWork(decode_reqs=32, verify_tokens=32, decode_context_tokens=32 * 2000, running_reqs=32)
-    h200 = _with_terms(_scenario(engine="vllm"), step_host_s=2e-3)
+    h200 = _with_terms(_scenario(engine={"name": "vllm", "overlap": False}), step_host_s=2e-3)
     b200 = replace(h200, gpu="b200")
     on_h200 = scenario_cost(h200, warn=False).breakdown(work)
     on_b200 = scenario_cost(b200, warn=False).breakdown(work)

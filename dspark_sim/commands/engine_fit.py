@@ -26,7 +26,7 @@ def run(args) -> int:
     t = result["terms"]
     print(f"{result['engine']} {result['version']} on {result['gpu']}/{result['model']} tp{result['tp']}: "
           f"step host {t['step_host_s'] * 1e3:.3f} ms + {t['step_host_s_per_req'] * 1e6:.2f} us/request, "
-          f"front end {t['frontend_s'] * 1e3:.1f} ms")
+          f"front end {t['frontend_s'] * 1e3:.1f} ms a request + {t['stream_s'] * 1e6:.1f} us a streamed message")
     for row in result["replay"]:
         e = row["error"]
         print(f"  {Path(row['file']).name}: TTFT {_pct(e['ttft'])}, TPOT {_pct(e['tpot'])}, "

@@ -3,8 +3,20 @@
 The GPU part is whatever cost model the GPU and model give (kernels and graphs, scaled to
 the GPU); the engine part is :class:`~dspark_sim.engines.EngineTerms`, host time that
 stays the same on every GPU: the per-step scheduling the engine does not hide behind the
-GPU (``engine_s``) and, for a decode step wider than the engine's CUDA graphs, the launch
+GPU (``engine_s``: a bias and a time per request the step works on, decoding or prefilling,
+the output it handles for each: sampling, stop checks, streaming) and, for a decode step wider than the engine's CUDA graphs, the launch
 floor of an eager step (``eager_s``).
+
+An engine that runs several decode steps a schedule (vLLM 0.6's multi-step scheduling,
+``multi_step``) schedules and prepares its requests once for them and processes their output
+while the GPU runs the next: a decode step carries its bias and 1 / multi_step of the time per
+request (a step with prompt work is scheduled alone and carries all of it).
+
+An engine that overlaps host and GPU (``overlap``: SGLang's overlap scheduler, vLLM's
+asynchronous scheduling, TensorRT-LLM's overlap scheduler) plans step n+1 and processes step
+n-1's output while step n runs, so a step lasts as long as the longer of the two: its host
+time shows only where it exceeds the GPU's (``engine_s`` = max(0, host - GPU)). Without
+overlap the host time adds to the GPU's.
 """
 from __future__ import annotations
 
@@ -15,8 +27,10 @@ from dspark_sim.engines import EngineTerms
 class EngineCost:
     """:class:`CostModel` of ``gpu`` plus an engine's host terms (see the module docstring)."""
 
-    def __init__(self, gpu: CostModel, terms: EngineTerms, *, label: str, graph_max_tokens: int | None = None):
+    def __init__(self, gpu: CostModel, terms: EngineTerms, *, label: str, graph_max_tokens: int | None = None,
+                 overlap: bool = False, multi_step: int = 1):
         self.gpu, self.terms, self.graph_max_tokens, self.label = gpu, terms, graph_max_tokens, label
+        self.overlap, self.multi_step = overlap, multi_step
         self.name = f"{gpu.name}+{label.replace(' ', '-')}"
         self.source = f"{gpu.source}; engine {label}: {terms.source}"
 
@@ -42,11 +56,15 @@ class EngineCost:
         t = self.terms
         engine = eager = 0.0
         if work.verify_tokens or work.prefill_tokens:
-            running = work.running_reqs or work.decode_reqs + work.prefill_reqs
-            engine = t.step_host_s + t.step_host_s_per_req * running
+            per_req = t.step_host_s_per_req * (work.decode_reqs + work.prefill_reqs)
+            if not work.prefill_reqs:  # a decode step's share of its schedule's work per request
+                per_req /= self.multi_step
+            engine = t.step_host_s + per_req
             limit = self.graph_max_tokens
             if limit is not None and not work.prefill_reqs and work.verify_tokens > limit and t.eager_step_s:
                 eager = max(0.0, t.eager_step_s - sum(parts.values()))
+            if self.overlap:  # hidden behind the GPU's work up to its length
+                engine = max(0.0, engine - sum(parts.values()) - eager)
         parts["engine_s"] = engine
         parts["eager_s"] = eager
         return parts
@@ -57,18 +75,21 @@ class EngineCost:
 
         parts = self.gpu.breakdown_array(works)
         t = self.terms
-        dec = np.asarray(works.decode_reqs, dtype=float)
-        running = np.asarray(works.running_reqs, dtype=float) if np.any(works.running_reqs) \
-            else dec + np.asarray(works.prefill_reqs, dtype=float)
+        batch = np.asarray(works.decode_reqs, dtype=float) + np.asarray(works.prefill_reqs, dtype=float)
         size = len(works)
         has = np.broadcast_to(np.asarray(works.batch_tokens) > 0, (size,))
-        engine = np.where(has, t.step_host_s + t.step_host_s_per_req * np.broadcast_to(running, (size,)), 0.0)
+        per_req = t.step_host_s_per_req * np.broadcast_to(batch, (size,))
+        per_req = np.where(np.broadcast_to(np.asarray(works.prefill_reqs), (size,)) == 0, per_req / self.multi_step,
+                           per_req)
+        engine = np.where(has, t.step_host_s + per_req, 0.0)
         eager = np.zeros(size)
         limit = self.graph_max_tokens
         if limit is not None and t.eager_step_s:
             wide = has & (np.broadcast_to(np.asarray(works.prefill_reqs), (size,)) == 0) \
                 & (np.broadcast_to(np.asarray(works.verify_tokens), (size,)) > limit)
             eager = np.where(wide, np.maximum(0.0, t.eager_step_s - sum(parts.values())), 0.0)
+        if self.overlap:
+            engine = np.maximum(0.0, engine - sum(parts.values()) - eager)
         parts["engine_s"] = engine
         parts["eager_s"] = eager
         return parts

@@ -327,7 +327,8 @@ def scenario_cost(scenario, *, warn: bool = True) -> CostModel:
     from dspark_sim.cost.engine import EngineCost
 
     limit = engine.graph_max_batch(get_gpu(scenario.gpu), dep.tp, dep.max_running_requests)
-    return EngineCost(gpu, engine.terms, label=engine.label, graph_max_tokens=limit)
+    return EngineCost(gpu, engine.terms, label=engine.label, graph_max_tokens=limit, overlap=engine.overlapped,
+                      multi_step=engine.multi_step)
 
 
 def _canonical(name: str, lookup) -> str:

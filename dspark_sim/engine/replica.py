@@ -58,6 +58,8 @@ class Replica:
         self.running = Table()
         self.kv_peak = 0
         self.overlap = ctx.overlap
+        # the front end streaming this replica's output (None: none, or nothing streamed costs)
+        self.frontend = ctx.frontend if ctx.frontend is not None and ctx.frontend.stream_s else None
         # KV reserved at admission for output to come (engines.KvReserve), and the running ratio now
         self.reserve = ctx.kv_reserve
         self.reserve_ratio = self.reserve.running_init if self.reserve is not None else 0.0
@@ -166,6 +168,8 @@ class Replica:
             stretch = self._stretch() if self.ctx.skip_ahead else None
             if stretch is not None:
                 self.plan_s = float(stretch.times_s[-2])  # its last step's start
+                if self.frontend is not None:
+                    self.frontend.streamed(stretch.times_s[1:], stretch.decode_reqs)
                 self._apply_stretch(stretch)
                 self.ctx.collector.advance(self.index, stretch.end_s)
                 yield self.env.timeout(delay_to(self.env.now, stretch.end_s))
@@ -177,10 +181,22 @@ class Replica:
                 raise InternalError(f"replica {self.index} stalled with {len(self.waiting)} requests waiting")
             end_s = self.clock_s + step["step_s"]
             self.plan_s = self.clock_s
+            self._stream(end_s, step)
             self.ctx.collector.advance(self.index, end_s)
             yield self.env.timeout(delay_to(self.env.now, end_s))
             self.clock_s = end_s
             self._finish(step)
+
+    def _stream(self, end_s: float, step: dict) -> None:
+        """Tell the front end the messages the step streams when it ends: one per decoding request
+        and per request whose prefill it completes."""
+        if self.frontend is None:
+            return
+        messages = step["num_dec"]
+        if step["pre"] is not None:
+            c, n, pre = self.running.cols, self.running.n, step["pre"]
+            messages += int(np.count_nonzero(c["prefilled"][:n][pre] + step["chunk"] >= c["prefill_len"][:n][pre]))
+        self.frontend.streamed(end_s, messages)
 
     def _stretch(self) -> Stretch | None:
         """Steady decode steps from now (every request decoding; the caller admitted what fits,

@@ -15,6 +15,7 @@ from dspark_sim.catalog import get_gpu, get_model
 from dspark_sim.config import located
 from dspark_sim.cost import scenario_cost
 from dspark_sim.engine.admission import Admission
+from dspark_sim.engine.frontend import FrontEnd
 from dspark_sim.engine.kv import kv_capacity_tokens, kv_request_tokens
 from dspark_sim.engine.prefix import PrefixCache
 from dspark_sim.engine.replica import Replica
@@ -44,7 +45,7 @@ class SimContext:
     prefix_block_tokens: int = 0  # the prefix cache's block (0: the cache is off)
     saw_prefixes: bool = False  # some request carried prefix hash ids
     max_running: int = 0  # running-request cap of the engine (0: the deployment's)
-    frontend_s: float = 0.0  # the engine's front-end service time of one request (HTTP, template, tokenizer)
+    frontend: FrontEnd | None = None  # the engine's front-end process (intake and streaming), if it has one
     admission: Admission | None = None  # which requests a replica serves; the others are rejected
     skip_ahead: bool = True  # advance steady decode steps in stretches (engine/stretch.py)
     overlap: bool = False  # step n+1 planned while step n runs (engines.Engine.overlapped)
@@ -104,7 +105,8 @@ def build_context(scenario: Scenario, collector: Collector) -> SimContext:
                      prefix_block_tokens=block if dep.prefix_cache and
                      scenario.workload.hash_block_tokens % block == 0 else 0,
                      max_running=min(dep.max_running_requests, cap) if cap is not None else 0,
-                     frontend_s=engine.terms.frontend_s, overlap=engine.overlapped, kv_reserve=engine.kv_reserve,
+                     frontend=FrontEnd(engine.terms.frontend_s, engine.terms.stream_s, dep.replicas),
+                     overlap=engine.overlapped, kv_reserve=engine.kv_reserve,
                      multi_step=engine.multi_step,
                      admission=Admission.of(model.max_context, kv, per_request, spec))
     if spec.method == "dspark":
@@ -237,10 +239,9 @@ def _arrivals(env: simpy.Environment, chunks: Iterator, ctx: SimContext, router,
     names, weights = zip(*ctx.scenario.workload.domain_mix)
     domain_ids = np.array([DOMAINS.index(n) for n in names], dtype=np.int8)
     cum = np.cumsum(weights)
-    # the front end (HTTP, template, tokenizer) serves one request at a time, one such process a
-    # replica: a burst queues there before the scheduler sees it; arrival order is kept
-    frontend = ctx.frontend_s / ctx.scenario.deployment.replicas
-    frontend_free = 0.0
+    # the front end (HTTP, template, tokenizer; streaming) takes in one request at a time, in
+    # arrival order: a burst queues there before the scheduler sees it (engine/frontend.py)
+    frontend = ctx.frontend if ctx.frontend is not None and ctx.frontend.active else None
     rid = 0
     for chunk in chunks:
         raise_if_stopped()
@@ -256,8 +257,11 @@ def _arrivals(env: simpy.Environment, chunks: Iterator, ctx: SimContext, router,
         ctx.saw_prefixes = ctx.saw_prefixes or any(hash_ids)
         for i in range(n):
             enter = arrival[i]
-            if frontend:
-                enter = frontend_free = max(enter, frontend_free) + frontend
+            if frontend is not None:
+                ctx.next_arrival_s = enter  # it reaches the front end
+                if enter > env.now:
+                    yield env.timeout(enter - env.now)
+                enter = frontend.take_in(max(enter, env.now))
             ctx.next_arrival_s = enter  # when it reaches the replica
             delay = enter - env.now
             if delay > 0:
@@ -275,3 +279,5 @@ def _arrivals(env: simpy.Environment, chunks: Iterator, ctx: SimContext, router,
         if progress is not None:
             progress(rid, env.now)
     ctx.next_arrival_s = math.inf
+    if ctx.frontend is not None:
+        ctx.frontend.closed = True

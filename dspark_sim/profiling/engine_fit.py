@@ -2,11 +2,13 @@
 
 Timed steps (``dspark_sps_profiler`` output, a step CSV) give the per-step host time
 directly: what a step took beyond the GPU work the profile predicts for it, fitted as
-``step_host_s + step_host_s_per_req x R`` (least squares, terms >= 0). Serving benchmarks
+``step_host_s + step_host_s_per_req x R`` (least squares, terms >= 0); for an engine that
+overlaps host and GPU, a step that took longer than its GPU work is the host's, and the
+others (host time hidden behind the GPU's) are left out. Serving benchmarks
 (``sglang.bench_serving``, ``vllm bench serve``) are replayed in the simulator: the
 requests of each run (their lengths when the file kept them, else the run's mean
-lengths) arrive at the run's rate, and the per-step host time and the front-end time are
-moved together until the runs' medians (TTFT, TPOT, output throughput) match as well as one
+lengths) arrive at the run's rate, and the per-step host time and the front end's times
+(intake, streaming) are moved together until the runs' medians (TTFT, TPOT, output throughput) match as well as one
 set of terms can (least squares on log errors, every candidate replayed in full). The result is written as a calibration file that
 names every file it was fitted from and how well it replays each.
 """
@@ -32,12 +34,13 @@ from dspark_sim.workload.synthetic import LengthDist
 ALL_AT_ONCE_RATE = 1e9  # requests a second standing for "all at once" (request_rate inf)
 MAX_HOST_S = 0.05
 # the terms a replay fit moves, the unit its search steps in, the most each may take
-FITTED_TERMS = ("step_host_s", "step_host_s_per_req", "frontend_s")
-TERM_UNIT_S = {"step_host_s": 1e-3, "step_host_s_per_req": 1e-5, "frontend_s": 1e-3}
-MAX_TERM_S = {"step_host_s": MAX_HOST_S, "step_host_s_per_req": MAX_HOST_S, "frontend_s": 10.0}
+FITTED_TERMS = ("step_host_s", "step_host_s_per_req", "stream_s", "frontend_s")
+TERM_UNIT_S = {"step_host_s": 1e-3, "step_host_s_per_req": 1e-5, "stream_s": 1e-5, "frontend_s": 1e-3}
+MAX_TERM_S = {"step_host_s": MAX_HOST_S, "step_host_s_per_req": MAX_HOST_S, "stream_s": MAX_HOST_S,
+              "frontend_s": 10.0}
 FITTED_METRICS = ("median_ttft_ms", "median_tpot_ms", "output_throughput")
 MAX_FIT_STEPS = 25  # trust-region steps, at most (each replays the runs, and len(terms) more for the Jacobian)
-MAX_FIT_EVALS = MAX_FIT_STEPS * (1 + len(FITTED_TERMS))
+MAX_FIT_EVALS = 27 + MAX_FIT_STEPS * (1 + len(FITTED_TERMS))  # 27 starts tried first
 
 def with_terms(scenario: Scenario, terms: EngineTerms) -> Scenario:
     """``scenario`` under the same engine with other host terms."""
@@ -126,19 +129,21 @@ def fit_step_terms(reqs: np.ndarray, residual_s: np.ndarray) -> tuple[float, flo
 
 def fit_replay_terms(scenarios: list[Scenario], measured: list[dict], terms: EngineTerms, *, fit_step: bool,
                      progress=None) -> EngineTerms:
-    """``terms`` with the front-end time (and, when ``fit_step``, the per-step host time: bias and
-    per running request) moved so the replayed ``scenarios`` match ``measured``.
+    """``terms`` with the front end's times (a request's intake, a streamed message) and, when
+    ``fit_step``, the per-step host time (bias and per request of a step) moved so the replayed
+    ``scenarios`` match ``measured``.
 
     One objective over every run: the sum of squared log errors of each median the run measured
     (``median_ttft_ms``, ``median_tpot_ms``, ``output_throughput``), each run replayed in full for
     every candidate (a burst's batch, and so its TPOT, moves with the terms: the fit never
     extrapolates from one replay). Bounded least squares (trust region, the Jacobian by finite
-    differences of 5 % a term) in ms, 10 us a request and ms, every term >= 0, from the terms given
-    (1 unit where they are 0); deterministic. A poor fit raises nothing: the caller reports how
-    well each run replays."""
+    differences of 20 % a term, wide enough to see past a replay's step-to-step graininess) in
+    ms, 10 us a request, 10 us a message and ms, every term >= 0, from the best of a few starts
+    (:func:`_best_start`; 1 unit where the terms given are 0); deterministic. A poor fit raises
+    nothing: the caller reports how well each run replays."""
     from scipy.optimize import least_squares
 
-    names = FITTED_TERMS if fit_step else FITTED_TERMS[-1:]
+    names = FITTED_TERMS if fit_step else FITTED_TERMS[-2:]  # the front end's terms: streaming, intake
     wanted = [[(k, v) for k, v in m.items() if k in FITTED_METRICS and v] for m in measured]
     if not any(wanted):
         return terms
@@ -159,11 +164,23 @@ def fit_replay_terms(scenarios: list[Scenario], measured: list[dict], terms: Eng
             progress(evals[0], MAX_FIT_EVALS)
         return np.array(out)
 
-    x0 = np.array([getattr(terms, n) / TERM_UNIT_S[n] or 1.0 for n in names])
+    x0 = _best_start(residuals, names, np.array([getattr(terms, n) / TERM_UNIT_S[n] or 1.0 for n in names]))
     upper = np.array([MAX_TERM_S[n] / TERM_UNIT_S[n] for n in names])
-    fit = least_squares(residuals, x0, bounds=(np.zeros(len(names)), upper), method="trf", diff_step=0.05,
+    fit = least_squares(residuals, x0, bounds=(np.zeros(len(names)), upper), method="trf", diff_step=0.2,
                         x_scale=np.ones(len(names)), ftol=1e-6, xtol=1e-4, max_nfev=MAX_FIT_STEPS)
     return at(fit.x)
+
+
+def _best_start(residuals, names, x0: np.ndarray) -> np.ndarray:
+    """Of ``x0`` and ``x0`` with any of its per-request, per-message and front-end terms at 10 and
+    30 units (100 and 300 us; 10 and 30 ms), the start that replays best: host time an overlapped
+    step hides behind the GPU's moves nothing, so a fit started there would stay."""
+    starts = [x0]
+    for name in ("step_host_s_per_req", "stream_s", "frontend_s"):
+        if name in names:
+            starts += [np.where(np.array(names) == name, scale, start) for start in list(starts) for scale in (10, 30)]
+    costs = [float(np.sum(residuals(x) ** 2)) for x in starts]
+    return starts[int(np.argmin(costs))]
 
 
 def fit_bench_terms(base: Scenario, runs: list[BenchRun], terms: EngineTerms, *, fit_step: bool,
@@ -198,7 +215,10 @@ def calibrate(base: Scenario, files: list[str | Path], *, progress=None) -> dict
     if steps:
         reqs = np.concatenate([s.reqs for s in steps])
         residual = np.concatenate([step_residuals(base, s) for s in steps])
-        bias, per_req = fit_step_terms(reqs, residual)
+        if base.engine.overlapped:  # a step shows host time only beyond its GPU work; there it is the host's
+            shows = residual > 0
+            reqs, residual = reqs[shows], np.concatenate([s.step_s for s in steps])[shows]
+        bias, per_req = fit_step_terms(reqs, residual) if reqs.size else (0.0, 0.0)
         terms = replace(terms, step_host_s=bias, step_host_s_per_req=per_req)
     with tempfile.TemporaryDirectory() as tmp:
         if runs:
