@@ -10,9 +10,10 @@ import pytest
 from conftest import synthetic_scenario
 
 from dspark_sim.cli import main
-from dspark_sim.cost import DraftWork, StepWork, get_cost_model
+from dspark_sim.cost import DraftWork, StepWork, get_cost_model, substitute
 from dspark_sim.cost.profile import ProfileCost, load_profile, shipped_profile_path
 from dspark_sim.cost.substitute import RATIO_REQS, fill_host_terms, host_date
+from dspark_sim.cost.terms import HostFit
 from dspark_sim.provenance import basis, provenance_line, scenario_provenance
 from dspark_sim.scenario import Scenario
 
@@ -57,21 +58,33 @@ def test_projected_14b_dspark_run_says_so_and_prices_the_missing_term():
     assert cost.host_s(_block_step(RATIO_REQS)) > 0 and cost._schedule is not None
 
 
-def test_substitute_uses_the_ratio_of_siblings_measured_the_same_day():
+def _sibling(model: str, day: str, layers: int, **terms_s: tuple[float, float]):
+    """One entry of the sibling table the substitute reads: host terms as (bias, per request) seconds."""
+    return (model, day, layers, {k: HostFit(k, b, r) for k, (b, r) in terms_s.items()}, None)
+
+
+def test_substitute_uses_the_ratio_of_siblings_measured_the_same_day(monkeypatch):
     shipped = load_profile(shipped_profile_path("h200", "qwen3-4b"))
     profile = replace(shipped, host={k: v for k, v in shipped.host.items() if k != "block"})
+    day = host_date(shipped.provenance, shipped.measured_date)
+    same = _sibling("qwen3-32b", day, 64, none=(1e-4, 2e-6), block=(4e-4, 9e-6))
+    older = _sibling("qwen3-8b", "2000-01-01", 36, none=(1e-4, 1e-6), block=(2e-3, 1e-5))
+    monkeypatch.setattr(substitute, "_siblings", lambda gpu: (older, same))
     filled, labels = fill_host_terms(profile)
     assert "block" not in profile.host and "block" in filled.host
-    # the 32B is the only sibling whose host terms were timed the same day as the 4B's (its
-    # prefill alone was timed again later)
-    sibling = load_profile(shipped_profile_path("h200", "qwen3-32b"))
-    assert host_date(sibling.provenance, "") == host_date(shipped.provenance, "") == shipped.measured_date
-    ratio = sibling.host["block"].seconds(RATIO_REQS) / sibling.host["none"].seconds(RATIO_REQS)
+    # the sibling timed the same day (the same decoder) gives the ratio, not the nearer-sized older one
+    ratio = same[3]["block"].seconds(RATIO_REQS) / same[3]["none"].seconds(RATIO_REQS)
     got = filled.host["block"].seconds(RATIO_REQS) / profile.host["none"].seconds(RATIO_REQS)
     assert got == pytest.approx(ratio) and ratio != pytest.approx(1.0)
     assert "qwen3-32b" in labels["host_block"] and "qwen3-8b" not in labels["host_block"]
     # a measured term is never replaced
     assert filled.host["none"] == profile.host["none"]
+    # a same-day sibling whose base term is 0 s (host time hidden behind the GPU) gives no
+    # ratio: its term is copied, labelled so
+    hidden = _sibling("qwen3-32b", day, 64, none=(0.0, 0.0), block=(4e-4, 9e-6))
+    monkeypatch.setattr(substitute, "_siblings", lambda gpu: (older, hidden))
+    filled, labels = fill_host_terms(profile)
+    assert filled.host["block"] == hidden[3]["block"] and labels["host_block"].startswith("copied from qwen3-32b")
 
 
 def test_a_term_no_sibling_has_is_reported_missing(tmp_path):
