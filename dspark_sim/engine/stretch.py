@@ -12,7 +12,9 @@ at or after the next arrival, that the KV cache cannot hold or that would evict 
 blocks; the random stream is set
 back to where the steps taken leave it. Without drafts (nothing random) and with nobody
 waiting, a finish changes nothing but the batch size, and the stretch runs on past it.
-The numbers are those of step-by-step mode, bit for bit.
+Without speculation a stretch may also start with the step that prefills requests just
+admitted (:class:`FirstPrefill`), where their whole prompts fit in it: after it they decode
+like the rest. The numbers are those of step-by-step mode, bit for bit.
 """
 from __future__ import annotations
 
@@ -21,11 +23,26 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dspark_sim.cost.base import StepWorks
+from dspark_sim.cost.base import StepWork, StepWorks
 
 MAX_STEPS = 512  # steps drawn at once, at most
 MAX_DRAWS = 1 << 17  # request-positions drawn at once, at most (K * R * max(block_size, 1))
 _PERIOD = 1 << 128  # of PCG64, numpy's default bit generator (a replica's)
+
+
+@dataclass(frozen=True)
+class FirstPrefill:
+    """The prompt work of a stretch's first step: requests admitted into it whose whole prefill
+    fits in it (they emit their first token at its end and decode from the next step)."""
+
+    rows: np.ndarray  # bool [R]: the prefilling requests
+    tokens: int  # prompt tokens the step prefills
+    attn_tokens2: float  # their attention pairs (steps.csv's prefill_attn_tokens2)
+    parts: dict  # the step's cost breakdown (the scalar path's)
+
+    @property
+    def reqs(self) -> int:
+        return int(self.rows.sum())
 
 
 @dataclass(frozen=True)
@@ -48,6 +65,7 @@ class Stretch:
     steps_run: np.ndarray | int  # steps each request decoded ([R], or K for all)
     accepted: np.ndarray | None = None  # int64 [R]: drafts accepted in the stretch (None: no drafts)
     verified: np.ndarray | None = None  # int64 [R]: drafts verified in the stretch
+    prefill: FirstPrefill | None = None  # the first step's prompt work, where it has some
 
     @property
     def steps(self) -> int:
@@ -63,13 +81,14 @@ class Stretch:
         return int(self.kv_tokens.max())
 
 
-def plan_stretch(rep, stop_s: float, tokens_per_step: float) -> Stretch | None:
+def plan_stretch(rep, stop_s: float, tokens_per_step: float, prefill: FirstPrefill | None = None) -> Stretch | None:
     """The steady decode steps replica ``rep`` runs from now, or None where there are fewer
     than two (the step-by-step path takes them).
 
-    Every running request decodes and none can be admitted (the caller checks). ``stop_s``:
-    the next arrival (a step starting at or after it is not taken); ``tokens_per_step``: the
-    tokens a request emitted per step so far, to guess how far to draw.
+    Every running request decodes, or (``prefill``) prefills its whole prompt in the first step
+    and decodes after it, and none can be admitted (the caller checks). ``stop_s``: the next
+    arrival (a step starting at or after it is not taken); ``tokens_per_step``: the tokens a
+    request emitted per step so far, to guess how far to draw.
     """
     c, n = rep.running.cols, rep.running.n
     generated = c["generated"][:n]
@@ -78,6 +97,8 @@ def plan_stretch(rep, stop_s: float, tokens_per_step: float) -> Stretch | None:
     block_size = rep.policy.block_size_for(n)
     if block_size:
         return _drafting(rep, n, block_size, left, kv0, generated, stop_s, tokens_per_step)
+    if prefill is not None:  # from the first step's end its requests hold their prompts
+        kv0 = kv0 + (c["prefill_len"][:n] - c["prefilled"][:n])
     # Without drafts nothing is random: a request emits a token a step. Without speculation at
     # all, a finish only shrinks the batch, unless it frees room for a waiting request.
     # A finishing request that references prefix-cache blocks changes the KV they hold: stop there.
@@ -88,23 +109,55 @@ def plan_stretch(rep, stop_s: float, tokens_per_step: float) -> Stretch | None:
     if steps < 2:
         return None
     k = np.arange(steps)[:, None]
-    if past_finishes:  # a request decodes from step 0 to step left - 1
+    if past_finishes:  # a request emits a token in each step from step 0 to step left - 1
         live = k < left
         decode = live.sum(axis=1)
         kv = (kv0 + k) * live
     else:
         decode = np.full(steps, n)
         kv = kv0 + k
+    running = decode
+    if prefill is not None:  # the first step: its prefilling requests' KV is their prompts'
+        running = decode.copy()
+        decode[0] -= prefill.reqs
+        kv[0] = np.where(prefill.rows, 0, kv[0])
     taken = min(steps, last)
     st = _finish(rep, steps, taken, decode, kv, decode, np.zeros(steps, dtype=np.int64), 0, stop_s,
-                 left if past_finishes else None)
+                 left if past_finishes else None, running, prefill)
     if st is None:
         return None
     times, taken, step_s, parts, kv_tokens, context, max_context = st
     run = np.minimum(left, taken) if past_finishes else taken
     return Stretch(times, step_s, parts["draft_s"], parts["sched_s"], decode[:taken], decode[:taken],
                    np.zeros(taken, dtype=np.int64), decode[:taken], context, max_context, kv_tokens,
-                   generated + run, run)
+                   generated + run, run, prefill=prefill)
+
+
+def first_prefill(rep, pending: np.ndarray) -> FirstPrefill | None:
+    """The next step's prompt work as a stretch's first step (``pending``: bool [R], the requests
+    still prefilling), or None where it cannot be one: with speculation, a policy or engine
+    that tracks steps one by one (prefill first, multi-step schedules, a shrinking KV
+    reservation, prefix-cache references), a prefill resumed after a preemption, or prompts
+    that do not all end in this step. Priced as :meth:`Replica._schedule` prices it."""
+    if (rep.ctx.acceptance is not None or rep.prefill_first or rep.multi_step > 1 or rep.reserve is not None
+            or (rep.prefix is not None and rep.prefix.chains)):
+        return None
+    c, n = rep.running.cols, rep.running.n
+    pre = np.flatnonzero(pending)
+    if c["generated"][:n][pre].any():
+        return None
+    dec = np.flatnonzero(~pending)
+    rem = c["prefill_len"][:n][pre] - c["prefilled"][:n][pre]
+    room = max(0, min(rep.max_tokens - dec.size, rep.prefill_cap))
+    chunk = np.minimum(np.maximum(room - (np.cumsum(rem) - rem), 0), rem)  # as replica._schedule
+    if (chunk < rem).any():
+        return None
+    prefill_tokens = int(chunk.sum())
+    attn2 = float((chunk * (c["prefilled"][:n][pre] + chunk / 2.0)).sum())
+    dec_kv = (c["prefilled"][:n] + c["generated"][:n] - c["kv_base"][:n])[dec]
+    work = StepWork(dec.size, dec.size, int(dec_kv.sum()), prefill_tokens, int(np.count_nonzero(chunk)), attn2,
+                    None, int(dec_kv.max()) if dec.size else 0, n)
+    return FirstPrefill(pending, prefill_tokens, attn2, rep.ctx.cost.breakdown(work))
 
 
 def _drafting(rep, n: int, block_size: int, left, kv0, generated, stop_s: float,
@@ -138,14 +191,18 @@ def _drafting(rep, n: int, block_size: int, left, kv0, generated, stop_s: float,
 
 
 def _finish(rep, steps: int, taken: int, decode, kv, verify, budget, block_size: int, stop_s: float,
-            finishes: np.ndarray | None = None):
+            finishes: np.ndarray | None = None, running=None, prefill: FirstPrefill | None = None):
     """Cut ``taken`` steps short where the KV cache runs out (or, with a prefix cache, where a
     step would evict cached blocks: step by step takes that one), price them, and cut them again
     at the next arrival: (times, taken, step_s, parts, kv_tokens, context, max_context), or None
     where not one step is left. ``finishes``: the step after which each request finishes, where
-    requests finish inside the stretch (they leave when it starts)."""
+    requests finish inside the stretch (they leave when it starts). ``running``: the requests
+    each step holds (default: ``decode``); ``prefill``: the first step's prompt work."""
     context = kv.sum(axis=1)
-    kv_needed = context + verify + decode * rep.kv_per_request + rep._kv_adjust()  # as a step plans it (replica.py)
+    running = decode if running is None else running
+    kv_needed = context + verify + running * rep.kv_per_request + rep._kv_adjust()  # as a step plans it (replica.py)
+    if prefill is not None:  # the prefilling requests hold their prompts' KV
+        kv_needed[0] += int(rep.running.cols["prefill_len"][:rep.running.n][prefill.rows].sum())
     # a step the cache cannot hold preempts (or, for a lone request, is an internal error):
     # the step-by-step path takes it (replica._plan)
     crowded = kv_needed[:taken] > rep.kv_capacity
@@ -155,13 +212,22 @@ def _finish(rep, steps: int, taken: int, decode, kv, verify, budget, block_size:
         taken = int(crowded.argmax())
         if not taken:
             return None
-    k = slice(0, taken)
+    max_context = kv[:taken].max(axis=1)
+    first = 0 if prefill is None else 1  # the first step is priced as a step is
+    k = slice(first, taken)
     dec = decode[k]
-    works = StepWorks(dec, dec if verify is decode else verify[k], context[k], draft_kind=rep.policy.draft_kind,
-                      draft_reqs=dec if block_size else 0, draft_block_size=block_size,
-                      draft_context_tokens=context[k], decode_max_context=kv[k].max(axis=1), running_reqs=dec)
-    parts = rep.ctx.cost.breakdown_array(works)
-    step_s = sum(parts.values())
+    parts = {}
+    if taken > first:
+        works = StepWorks(dec, dec if verify is decode else verify[k], context[k], draft_kind=rep.policy.draft_kind,
+                          draft_reqs=dec if block_size else 0, draft_block_size=block_size,
+                          draft_context_tokens=context[k], decode_max_context=max_context[k],
+                          running_reqs=dec)  # after the first step every request running decodes
+        parts = rep.ctx.cost.breakdown_array(works)
+    step_s = sum(parts.values()) if parts else np.zeros(0)
+    if prefill is not None:
+        step_s = np.concatenate(([sum(prefill.parts.values())], step_s))
+        parts = {name: np.concatenate(([prefill.parts.get(name, 0.0)], parts.get(name, np.zeros(taken - 1))))
+                 for name in ("draft_s", "sched_s")}
     times = np.cumsum(np.concatenate(([rep.clock_s], step_s)))  # sequential sums, as step by step
     # a step that would start at or after the next arrival is not taken, unless (engine
     # overlap) its plan was made when the step before it started, before the arrival: the
@@ -174,7 +240,7 @@ def _finish(rep, steps: int, taken: int, decode, kv, verify, budget, block_size:
     k = slice(0, taken)
     zero = np.zeros(taken)
     parts = {"draft_s": parts.get("draft_s", zero)[k], "sched_s": parts.get("sched_s", zero)[k]}
-    return (times[:taken + 1], taken, step_s[k], parts, kv_needed[k], context[k], works.decode_max_context[k])
+    return (times[:taken + 1], taken, step_s[k], parts, kv_needed[k], context[k], max_context[k])
 
 
 class _Draw:
