@@ -189,12 +189,6 @@ class Replica:
         c, n = self.running.cols, self.running.n
         if not n:
             return None
-        pending = c["prefilled"][:n] < c["prefill_len"][:n]
-        prefill = None
-        if pending.any():
-            prefill = first_prefill(self, pending)
-            if prefill is None:
-                return None
         if self.overlap and self.waiting and self.waiting[0].get("ready_s", -math.inf) > self.plan_s:
             return None  # it came after this step's plan: the next plan may take it
         if self.waiting and self.multi_step > 1:
@@ -202,6 +196,12 @@ class Replica:
         if self.waiting and self.reserve is not None and self.reserve.decay_per_step \
                 and self.reserve_ratio > self.reserve.running_min:
             return None  # the reservation shrinks step by step: a waiting request may fit after any
+        pending = c["prefilled"][:n] < c["prefill_len"][:n]
+        prefill = None
+        if pending.any():  # last: with drafts, a first step that prefills is taken once drawn
+            prefill = first_prefill(self, pending)
+            if prefill is None:
+                return None
         tokens, steps = self._decoded
         return plan_stretch(self, self.ctx.next_arrival_s, tokens / steps if steps else 1.0, prefill)
 

@@ -206,11 +206,12 @@ class Collector:
         pre = st.prefill
         start, step_s = st.times_s[0].item(), st.step_s[0].item()
         running, decoded, decode = int(st.decode_reqs[0]) + pre.reqs, int(st.emitted[0]), int(st.decode_reqs[0])
+        verify, budget = int(st.verify_tokens[0]), int(st.budget[0])
         draft_s, sched_s, kv = st.draft_s[0].item(), st.sched_s[0].item(), int(st.kv_tokens[0])
-        self.steps.append(start, step_s, running, decode, decode, pre.tokens, 0, decoded + pre.reqs, draft_s,
+        self.steps.append(start, step_s, running, decode, verify, pre.tokens, budget, decoded + pre.reqs, draft_s,
                           sched_s, kv)
         if self.record is not None:
-            self.record.step((self.steps.n - 1, start, step_s, running, decode, pre.tokens, decode, 0, decoded,
+            self.record.step((self.steps.n - 1, start, step_s, running, decode, pre.tokens, verify, budget, decoded,
                               draft_s, sched_s, int(st.context_tokens[0]), int(st.max_context[0]), pre.reqs,
                               pre.attn_tokens2, replica, 0, kv))
 
