@@ -35,12 +35,10 @@ METHODS = {
 
 def scenario(method: str, *, seed: int = 0, batching: str = "mixed", router: str = "round_robin",
              replicas: int = 1, load: str = "light", requests: int = 60, model: str = "qwen3-8b",
-             gpu: str = "h200", memory: float | None = None, prompt_tokens: int | None = None,
-             output_tokens: dict | None = None) -> Scenario:
+             gpu: str = "h200", memory: float | None = None, prompt_tokens: int | None = None) -> Scenario:
     """Bursty traffic of mixed domains; ``light`` leaves replicas idle between bursts, ``heavy``
     queues requests behind a small cap, ``kv`` overflows a small KV cache (preemptions);
-    ``prompt_tokens``: the prompts' mean length in place of the load's; ``output_tokens``: the
-    outputs' length distribution in place of the load's."""
+    ``prompt_tokens``: the prompts' mean length in place of the load's."""
     rate, cap, fraction, prompt, output = {"light": (4.0, 256, 0.9, 800, 120), "heavy": (60.0, 12, 0.9, 800, 120),
                                            "kv": (1000.0, 256, 0.13, 3000, 1500)}[load]
     memory = fraction if memory is None else memory
@@ -49,8 +47,7 @@ def scenario(method: str, *, seed: int = 0, batching: str = "mixed", router: str
         "name": "skip", "model": model, "gpu": gpu, "seed": seed,
         "workload": {"synthetic": {"num_requests": requests, "rate_per_s": rate, "arrival": "gamma", "cv": 2.0,
                                    "prompt_tokens": {"dist": "lognormal", "mean": prompt, "sigma": 0.6},
-                                   "output_tokens": output_tokens or {"dist": "lognormal", "mean": output,
-                                                                      "sigma": 0.6}},
+                                   "output_tokens": {"dist": "lognormal", "mean": output, "sigma": 0.6}},
                      "domain": {"math": 0.3, "code": 0.3, "chat": 0.4}},
         "deployment": {"replicas": replicas, "router": router, "batching": batching, "max_running_requests": cap,
                        "gpu_memory_fraction": memory, "chunked_prefill_tokens": 2048},
@@ -171,54 +168,6 @@ def test_the_stretches_skip_most_steps(monkeypatch, tmp_path):
     monkeypatch.setenv(EXACT_ENV, "1")
     run_scenario(scenario("production", requests=40), None, show_progress=False)
     assert not taken
-
-
-def folded_prefills(monkeypatch) -> list[int]:
-    """Spy on the replicas: the requests each stretch prefills in its first step (0: none)."""
-    from dspark_sim.engine import replica
-
-    folded = []
-    real = replica.first_prefill
-
-    def spy(rep, pending):
-        got = real(rep, pending)
-        folded.append(0 if got is None else got.reqs)
-        return got
-
-    monkeypatch.setattr(replica, "first_prefill", spy)
-    return folded
-
-
-@pytest.mark.parametrize("method", ["none", "static", "production"])
-@pytest.mark.parametrize("overlap", [False, True])
-@pytest.mark.parametrize("replicas,router", [(1, "round_robin"), (2, "least_outstanding")])
-def test_a_prefill_step_starts_a_stretch(method, overlap, replicas, router, monkeypatch, tmp_path):
-    """The step that prefills requests just admitted is a stretch's first step (their first
-    tokens end it, they decode in the next); outputs of one to four tokens finish in that step
-    or a few after it, inside the stretch: step by step's record, bit for bit."""
-    folded = folded_prefills(monkeypatch)
-    seed = 300 + 10 * list(METHODS).index(method) + replicas + 2 * overlap
-    sc = scenario(method, seed=seed, replicas=replicas, router=router,
-                  output_tokens={"dist": "uniform", "min_tokens": 1, "max_tokens": 4})
-    summary = assert_identical(replace(sc, engine=replace(sc.engine, overlap=overlap)), tmp_path)
-    assert summary["completed"] == 60
-    assert sum(folded) > 0  # the path is taken (it is not in step-by-step mode)
-    folded.clear()
-    sc = scenario(method, seed=seed + 5, replicas=replicas, router=router)
-    assert_identical(replace(sc, engine=replace(sc.engine, overlap=overlap)), tmp_path / "long")
-    assert sum(folded) > 0
-
-
-def test_a_prefill_step_that_does_not_end_the_prompts_is_a_step(monkeypatch, tmp_path):
-    # prompts longer than a step's chunk, a drafter whose block changes with the batch, prefill
-    # first: the prefill goes step by step
-    folded = folded_prefills(monkeypatch)
-    assert_identical(scenario("none", seed=320, prompt_tokens=6000), tmp_path / "long")
-    assert 0 < sum(folded) < len(folded)  # short prompts among the long fold
-    folded.clear()
-    assert_identical(scenario("production", seed=321, batching="prefill_first"), tmp_path / "first")
-    assert_identical(scenario("schedule", seed=322, load="heavy"), tmp_path / "schedule")
-    assert sum(folded) < len(folded)
 
 
 # -- the pieces a stretch is made of ---------------------------------------------------------------

@@ -35,7 +35,7 @@ import simpy
 
 from dspark_sim.cost.base import DraftWork, StepWork
 from dspark_sim.engine.batch import Table
-from dspark_sim.engine.stretch import Stretch, delay_to, first_prefill, plan_stretch
+from dspark_sim.engine.stretch import Stretch, delay_to, plan_stretch
 from dspark_sim.errors import InternalError, raise_if_stopped
 
 
@@ -183,11 +183,10 @@ class Replica:
             self._finish(step)
 
     def _stretch(self) -> Stretch | None:
-        """Steady decode steps from now (every request decoding, or prefilling its whole prompt in
-        the first step; the caller admitted what fits, and the rest stays out until a request
-        finishes)."""
+        """Steady decode steps from now (every request decoding; the caller admitted what fits,
+        and the rest stays out until a request finishes)."""
         c, n = self.running.cols, self.running.n
-        if not n:
+        if not n or (c["prefilled"][:n] < c["prefill_len"][:n]).any():
             return None
         if self.overlap and self.waiting and self.waiting[0].get("ready_s", -math.inf) > self.plan_s:
             return None  # it came after this step's plan: the next plan may take it
@@ -196,14 +195,8 @@ class Replica:
         if self.waiting and self.reserve is not None and self.reserve.decay_per_step \
                 and self.reserve_ratio > self.reserve.running_min:
             return None  # the reservation shrinks step by step: a waiting request may fit after any
-        pending = c["prefilled"][:n] < c["prefill_len"][:n]
-        prefill = None
-        if pending.any():  # last: with drafts, a first step that prefills is taken once drawn
-            prefill = first_prefill(self, pending)
-            if prefill is None:
-                return None
         tokens, steps = self._decoded
-        return plan_stretch(self, self.ctx.next_arrival_s, tokens / steps if steps else 1.0, prefill)
+        return plan_stretch(self, self.ctx.next_arrival_s, tokens / steps if steps else 1.0)
 
     def _kv_tokens(self) -> np.ndarray:
         """KV tokens each running request holds (prefilled plus decoded since)."""
@@ -336,13 +329,7 @@ class Replica:
         c, n = self.running.cols, self.running.n
         times, collector = st.times_s, self.ctx.collector
         last = c["last_token_s"][:n]
-        if st.prefill is None:
-            collector.on_stretch(self.index, st, times[1] - last)
-        else:  # the first step prefills these requests whole: their first token ends it
-            rows = st.prefill.rows
-            collector.on_stretch(self.index, st, (times[1] - last)[~rows])
-            c["prefilled"][:n][rows] = c["prefill_len"][:n][rows]
-            c["first_token_s"][:n][rows] = times[1]
+        collector.on_stretch(self.index, st, times[1] - last)
         c["generated"][:n] = st.generated
         if st.accepted is not None:
             c["accepted_tokens"][:n] += st.accepted

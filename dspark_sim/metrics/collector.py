@@ -175,13 +175,7 @@ class Collector:
     def _stretch(self, replica: int, st, lo: int, hi: int, first_gaps: np.ndarray) -> None:
         """Steps ``lo`` to ``hi`` of stretch ``st``."""
         if lo == 0:
-            if first_gaps.size:
-                self._gaps(first_gaps)
-            if st.prefill is not None:  # the first step prefills: a row of its own
-                self._first_prefill(replica, st)
-                lo += 1
-                if lo == hi:
-                    return
+            self._gaps(first_gaps)
         later = slice(max(lo, 1), hi)
         if later.start < hi:
             self.gaps.extend(gap_s=st.times_s[later.start + 1:hi + 1] - st.times_s[later],
@@ -194,26 +188,11 @@ class Collector:
         first = self.steps.n
         kv_tokens = st.kv_tokens[k].tolist()
         self.steps.extend(start, step_s, runs, runs, verify, zeros, budget, emitted, draft_s, sched_s, kv_tokens)
-        if self.record is not None:  # these steps prefill nothing and evict nothing (stretch.py stops before)
+        if self.record is not None:  # a stretch prefills nothing and evicts nothing (stretch.py stops before)
             self.record.steps(range(first, first + hi - lo), start, step_s, runs, runs, 0, verify,
                               one_value(st.budget[k], budget), emitted, one_value(st.draft_s[k], draft_s), sched_s,
                               st.context_tokens[k].tolist(), st.max_context[k].tolist(), 0, 0.0, replica, 0,
                               kv_tokens)
-
-    def _first_prefill(self, replica: int, st) -> None:
-        """The first step of stretch ``st``, which prefills ``st.prefill``'s requests whole (and
-        each emits its first token), as :meth:`_step` records a step."""
-        pre = st.prefill
-        start, step_s = st.times_s[0].item(), st.step_s[0].item()
-        running, decoded, decode = int(st.decode_reqs[0]) + pre.reqs, int(st.emitted[0]), int(st.decode_reqs[0])
-        verify, budget = int(st.verify_tokens[0]), int(st.budget[0])
-        draft_s, sched_s, kv = st.draft_s[0].item(), st.sched_s[0].item(), int(st.kv_tokens[0])
-        self.steps.append(start, step_s, running, decode, verify, pre.tokens, budget, decoded + pre.reqs, draft_s,
-                          sched_s, kv)
-        if self.record is not None:
-            self.record.step((self.steps.n - 1, start, step_s, running, decode, pre.tokens, verify, budget, decoded,
-                              draft_s, sched_s, int(st.context_tokens[0]), int(st.max_context[0]), pre.reqs,
-                              pre.attn_tokens2, replica, 0, kv))
 
     def on_step(self, replica: int, step: dict, running: int, decoded: int, first_tokens: int,
                 time_s: float) -> None:
