@@ -247,13 +247,15 @@ class ProfileCost:
         if not arrays:
             out = list(self._fixed(kind, tuple(values)))
         elif all(values[i] is column for i in arrays):  # one varying column: its distinct values
-            keys, where = np.unique(column, return_inverse=True)
+            seen: dict = {}  # value -> its row (a stretch's steps repeat a few values)
             rows = []
-            for value in keys.tolist():
-                for i in arrays:
-                    values[i] = value
-                rows.append(self._fixed(kind, tuple(values)))
-            out = list(np.array(rows, dtype=np.float64)[where.reshape(-1)].T)
+            for value in column.tolist():
+                if value not in seen:
+                    for i in arrays:
+                        values[i] = value
+                    seen[value] = self._fixed(kind, tuple(values))
+                rows.append(seen[value])
+            out = list(np.array(rows, dtype=np.float64).T)
         else:
             columns = [v.tolist() if isinstance(v, np.ndarray) else [v] * len(works) for v in values]
             out = list(np.array([self._fixed(kind, key) for key in zip(*columns)], dtype=np.float64).T)
