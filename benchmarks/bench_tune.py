@@ -70,8 +70,9 @@ def block_text(data: dict) -> str:
 
     lines = [f"Made by `{data['command']}` at commit {data['commit']} on {data['machine']}, 1-minute load "
              f"average {data['load_end']:.1f} at the end, {data['date']} (`{data['file']}`)."]
-    if data.get("converted"):
-        lines[0] += f" {data['converted']}"
+    for key in ("converted", "note"):  # how the figures were obtained, where it matters
+        if data.get(key):
+            lines[0] += f" {data[key]}"
     for r in data["results"]:
         n = r["repeats"]
         lines += ["", f"`{r['command']}`: {r['wall_s']:.0f} s wall ({'within' if r['within_limit'] else 'over'} "
