@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import torch
+from kernel_bench_doc import fmt
 
 from dspark_sim.kernels import accept, accept_greedy, schedule_verify, schedule_verify_ref
 from dspark_sim.kernels.baseline import accept_greedy_torch, accept_torch, schedule_verify_torch
@@ -283,10 +284,6 @@ def run_gpu_tests(seconds: float, out_dir: Path, log) -> dict:
 def write_json(out_dir: Path, result: dict) -> None:
     """Written after every section, so a run cut short still leaves its numbers."""
     (out_dir / "kernel_bench.json").write_text(json.dumps(result, indent=1) + "\n")
-
-
-def fmt(x, spec):
-    return "-" if x is None else format(x, spec)
 
 
 def print_table(result: dict) -> None:

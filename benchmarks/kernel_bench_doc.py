@@ -16,7 +16,8 @@ SCHEDULE_TARGET_US, SCHEDULE_TARGET_SHAPE = 15, (256, 7)
 SPEEDUP_TARGET = 5
 
 
-def _f(x, spec: str) -> str:
+def fmt(x, spec: str) -> str:
+    """``x`` formatted by ``spec``, or "-" where it is missing."""
     return "-" if x is None else format(x, spec)
 
 
@@ -53,8 +54,8 @@ def accept_table(rows: list[dict]) -> list[str]:
             if r is None or "error" in r:
                 cells += ["-"] * 5
                 continue
-            cells += [_f(r["kernel_graph_us"], ".1f"), f"{r['kernel_us']:.0f}", f"{r['pct_of_copy']:.0f}",
-                      _f(r.get("speedup_vs_torch"), ".1f"), _f(r.get("speedup_vs_compiled"), ".1f")]
+            cells += [fmt(r["kernel_graph_us"], ".1f"), f"{r['kernel_us']:.0f}", f"{r['pct_of_copy']:.0f}",
+                      fmt(r.get("speedup_vs_torch"), ".1f"), fmt(r.get("speedup_vs_compiled"), ".1f")]
         out.append(f"| {V} | {gamma} | {R} | {R * (gamma + 1)} | " + " | ".join(cells) + " |")
     return out
 
@@ -67,9 +68,9 @@ def schedule_table(rows: list[dict]) -> list[str]:
         if "error" in r:
             out.append(f"| {mode} | {r['gamma']} | {r['R']} | error: {r['error'][:80]} |" + " |" * 7)
             continue
-        out.append(f"| {mode} | {r['gamma']} | {r['R']} | {_f(r['kernel_graph_us'], '.1f')} | {r['kernel_us']:.1f} | "
-                   f"{_f(r.get('torch_graph_us'), '.0f')} | {r['torch_us']:.0f} | {_f(r.get('compiled_us'), '.0f')} | "
-                   f"{r['speedup_vs_torch']:.1f} | {_f(r.get('speedup_vs_compiled'), '.1f')} | "
+        out.append(f"| {mode} | {r['gamma']} | {r['R']} | {fmt(r['kernel_graph_us'], '.1f')} | {r['kernel_us']:.1f} | "
+                   f"{fmt(r.get('torch_graph_us'), '.0f')} | {r['torch_us']:.0f} | {fmt(r.get('compiled_us'), '.0f')} | "
+                   f"{r['speedup_vs_torch']:.1f} | {fmt(r.get('speedup_vs_compiled'), '.1f')} | "
                    f"{'yes' if r['matches_reference'] else 'no'} |")
     return out
 
@@ -99,7 +100,8 @@ def schedule_checks(rows: list[dict]) -> str:
             f"Theta within {theta:.1e} (relative) of the reference's.")
 
 
-def _copy_cells(rows: list[dict]) -> str:
+def _copy_cells(rows: list[dict]) -> tuple[str, bool, bool]:
+    """The copy-bandwidth shares of the large rows in words, whether all and whether any reach the target."""
     big = [r for r in rows if "error" not in r and r["rows"] >= COPY_TARGET_ROWS]
     parts = []
     for variant in ("greedy", "sampling"):
@@ -129,8 +131,8 @@ def targets_table(data: dict) -> list[str]:
             f"{row['kernel_us']:.1f} us do_bench. R < {R} takes {_span(small, '.1f')} us (graph). |"),
             (f"| schedule_verify >= {SPEEDUP_TARGET}x faster than the torch reference | "
             f"**{'met' if speed else 'missed'}:** at R = {R}, gamma = {gamma}: {row['speedup_vs_torch']:.0f}x "
-            f"(do_bench, eager torch), {_f(row.get('speedup_vs_compiled'), '.1f')}x over `torch.compile`, "
-            f"{_f(graph_ratio, '.1f')}x graph against graph. |")]
+            f"(do_bench, eager torch), {fmt(row.get('speedup_vs_compiled'), '.1f')}x over `torch.compile`, "
+            f"{fmt(graph_ratio, '.1f')}x graph against graph. |")]
 
 
 def block_text(data: dict) -> str:

@@ -163,20 +163,26 @@ def test_reader_keys_are_the_released_bench_serving_keys(tmp_path):
     assert {"median_ttft_ms", "median_tpot_ms", "output_throughput", "input_lens", "output_lens"} <= written
 
 
+def _step_csv(path, cost, reqs, step_s):
+    """A step CSV of decode steps of each of ``reqs`` requests (500 tokens of context each), every
+    step lasting ``step_s(gpu_s, reqs)`` given the GPU work ``cost`` prices it at."""
+    lines = ["reqs,verify_tokens,context,step_s"]
+    for r in reqs:
+        work = StepWork(decode_reqs=r, verify_tokens=r, decode_context_tokens=r * 500, running_reqs=r,
+                        decode_max_context=500)
+        gpu = sum(v for k, v in cost.breakdown(work).items() if k not in ("engine_s", "eager_s"))
+        lines.append(f"{r},{r},{r * 500},{step_s(gpu, r)!r}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 def test_calibrated_terms_from_steps_reproduce_the_host_time(tmp_path, write_scenario):
     """Step times made as GPU work + 0.8 ms + 3 us a request (host time adding to the GPU's: no
     overlap) give those terms back, and the calibration file drives a scenario."""
     engine = {"name": "vllm", "overlap": False}
     scenario = load_scenario(write_scenario(synthetic_scenario(engine=engine)))
     cost = scenario_cost(scenario.__class__.from_dict(synthetic_scenario(engine=engine)), warn=False)
-    lines = ["reqs,verify_tokens,context,step_s"]
-    for r in (1, 2, 4, 8, 16, 32, 64):
-        work = StepWork(decode_reqs=r, verify_tokens=r, decode_context_tokens=r * 500, running_reqs=r,
-                        decode_max_context=500)
-        gpu = sum(v for k, v in cost.breakdown(work).items() if k not in ("engine_s", "eager_s"))
-        lines.append(f"{r},{r},{r * 500},{gpu + 0.8e-3 + 3e-6 * r!r}")
-    csv = tmp_path / "steps.csv"
-    csv.write_text("\n".join(lines) + "\n")
+    csv = _step_csv(tmp_path / "steps.csv", cost, (1, 2, 4, 8, 16, 32, 64), lambda gpu, r: gpu + 0.8e-3 + 3e-6 * r)
     rows = read_engine_file(csv)
     bias, per_req = fit_step_terms(rows.reqs, step_residuals(scenario, rows))
     assert bias == pytest.approx(0.8e-3, rel=1e-6) and per_req == pytest.approx(3e-6, rel=1e-5)
@@ -198,15 +204,8 @@ def test_timed_steps_of_an_overlapped_engine_give_its_whole_host_time(tmp_path, 
 
     scenario = load_scenario(write_scenario(synthetic_scenario(engine="vllm")))
     assert scenario.engine.overlapped
-    cost = scenario_cost(scenario, warn=False)
-    lines = ["reqs,verify_tokens,context,step_s"]
-    for r in (1, 2, 4, 8, 16, 32, 64, 96, 128):
-        work = StepWork(decode_reqs=r, verify_tokens=r, decode_context_tokens=r * 500, running_reqs=r,
-                        decode_max_context=500)
-        gpu = sum(v for k, v in cost.breakdown(work).items() if k not in ("engine_s", "eager_s"))
-        lines.append(f"{r},{r},{r * 500},{max(gpu, 0.8e-3 + 300e-6 * r)!r}")
-    csv = tmp_path / "steps.csv"
-    csv.write_text("\n".join(lines) + "\n")
+    csv = _step_csv(tmp_path / "steps.csv", scenario_cost(scenario, warn=False), (1, 2, 4, 8, 16, 32, 64, 96, 128),
+                    lambda gpu, r: max(gpu, 0.8e-3 + 300e-6 * r))
     terms = calibrate(scenario, [csv])["terms"]
     assert terms["step_host_s"] == pytest.approx(0.8e-3, rel=1e-6)
     assert terms["step_host_s_per_req"] == pytest.approx(300e-6, rel=1e-6)

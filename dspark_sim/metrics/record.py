@@ -59,7 +59,8 @@ def _printf(fmt: str) -> str:
 
 
 REQUEST_LINE = ",".join(map(_printf, REQUEST_FORMATS.values()))
-STEP_LINE = ",".join(map(_printf, STEP_FORMATS.values()))
+STEP_CELLS = tuple(map(_printf, STEP_FORMATS.values()))
+STEP_LINE = ",".join(STEP_CELLS)
 FLUSH_ROWS = 8192
 PROVENANCE_FILE = "provenance.json"  # beside requests.csv and steps.csv
 
@@ -100,7 +101,7 @@ class RecordWriter:
         if line is None:
             if len(self._lines) > 256:
                 self._lines.clear()
-            cells = [_printf(fmt) for fmt in STEP_FORMATS.values()]
+            cells = list(STEP_CELLS)
             for i, c in constants:
                 cells[i] = (cells[i] % c).replace("%", "%%")
             line = self._lines[constants] = ",".join(cells)

@@ -40,7 +40,9 @@ MAX_TERM_S = {"step_host_s": MAX_HOST_S, "step_host_s_per_req": MAX_HOST_S, "str
               "frontend_s": 10.0}
 FITTED_METRICS = ("median_ttft_ms", "median_tpot_ms", "output_throughput")
 MAX_FIT_STEPS = 25  # trust-region steps, at most (each replays the runs, and len(terms) more for the Jacobian)
-MAX_FIT_EVALS = 27 + MAX_FIT_STEPS * (1 + len(FITTED_TERMS))  # 27 starts tried first
+# the terms whose start is also tried at these multiples of their unit (see _best_start)
+START_TERMS, START_UNITS = ("step_host_s_per_req", "stream_s", "frontend_s"), (10, 30)
+MAX_FIT_EVALS = (1 + len(START_UNITS)) ** len(START_TERMS) + MAX_FIT_STEPS * (1 + len(FITTED_TERMS))  # starts first
 
 def with_terms(scenario: Scenario, terms: EngineTerms) -> Scenario:
     """``scenario`` under the same engine with other host terms."""
@@ -172,13 +174,14 @@ def fit_replay_terms(scenarios: list[Scenario], measured: list[dict], terms: Eng
 
 
 def _best_start(residuals, names, x0: np.ndarray) -> np.ndarray:
-    """Of ``x0`` and ``x0`` with any of its per-request, per-message and front-end terms at 10 and
-    30 units (100 and 300 us; 10 and 30 ms), the start that replays best: host time an overlapped
+    """Of ``x0`` and ``x0`` with any of its ``START_TERMS`` at each of ``START_UNITS`` units (10 and
+    30 (100 and 300 us; 10 and 30 ms), the start that replays best: host time an overlapped
     step hides behind the GPU's moves nothing, so a fit started there would stay."""
     starts = [x0]
-    for name in ("step_host_s_per_req", "stream_s", "frontend_s"):
+    for name in START_TERMS:
         if name in names:
-            starts += [np.where(np.array(names) == name, scale, start) for start in list(starts) for scale in (10, 30)]
+            starts += [np.where(np.array(names) == name, scale, start) for start in list(starts)
+                       for scale in START_UNITS]
     costs = [float(np.sum(residuals(x) ** 2)) for x in starts]
     return starts[int(np.argmin(costs))]
 
