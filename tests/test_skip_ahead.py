@@ -170,6 +170,29 @@ def test_the_stretches_skip_most_steps(monkeypatch, tmp_path):
     assert not taken
 
 
+@pytest.mark.parametrize("method", ["production", "algorithm1", "static"])
+def test_drafting_stretches_run_through_finishes(method, monkeypatch, tmp_path):
+    # with nobody waiting a stretch with drafts draws a segment after each finish; drawn here
+    # with no regard for the next arrival, it is cut back into an earlier segment: the policy's
+    # state and the random stream go back there, and the numbers stay step-by-step mode's
+    from dspark_sim.engine import stretch
+
+    draw = stretch._steps_to_draw
+    monkeypatch.setattr(stretch, "_steps_to_draw", lambda left, to_arrival_s, step_s, *rest:
+                        draw(left, math.inf, 0.0, *rest))
+    cuts = []
+    keep = stretch._Segments.keep
+
+    def spy(self, taken):
+        cuts.append((len(self.draws), taken < self.starts[-1] if taken else True))
+        keep(self, taken)
+
+    monkeypatch.setattr(stretch._Segments, "keep", spy)
+    assert_identical(scenario(method, seed=7, requests=40), tmp_path)
+    assert any(segments > 2 for segments, _ in cuts)
+    assert any(segments > 1 and earlier for segments, earlier in cuts)
+
+
 # -- the pieces a stretch is made of ---------------------------------------------------------------
 @pytest.mark.parametrize("now,end", [(0.0, 1e-9), (0.1, 0.30000000000000004), (3599.123, 3600.5),
                                      (1e-300, 1e-3), (0.021511983607981712, 0.09348343587781206)])

@@ -9,9 +9,10 @@ policy's verify lengths for all K (the production scheduler's lagged budget incl
 confidences never depend on acceptance), the accepted drafts, and the K steps priced by
 one vectorised cost call. It stops at the first step that finishes a request, that starts
 at or after the next arrival, that the KV cache cannot hold or that would evict prefix-cache
-blocks; the random stream is set
-back to where the steps taken leave it. Without drafts (nothing random) and with nobody
-waiting, a finish changes nothing but the batch size, and the stretch runs on past it.
+blocks; the random stream is set back to where the steps taken leave it. With nobody
+waiting a finish changes nothing but the batch size, and the stretch runs on past it:
+without drafts (nothing random) in the same arrays, with drafts in a new segment drawn for
+the requests left, from where the stream stands after the finish, as the next step draws.
 The numbers are those of step-by-step mode, bit for bit.
 """
 from __future__ import annotations
@@ -109,32 +110,122 @@ def plan_stretch(rep, stop_s: float, tokens_per_step: float) -> Stretch | None:
 
 def _drafting(rep, n: int, block_size: int, left, kv0, generated, stop_s: float,
               tokens_per_step: float) -> Stretch | None:
-    """A stretch of steps with drafts: it ends at the first finish."""
+    """A stretch of steps with drafts. Each segment of it is drawn for the requests still
+    running and ends at the first finish; with nobody waiting (and no prefix-cache references
+    to release) a finish only shrinks the batch, and the next segment is drawn for the rest
+    from where the random stream stands after it, as the next step would draw it. Otherwise,
+    or where the drafter's block size would change, the stretch ends at the first finish."""
+    through = not rep.waiting and (rep.prefix is None or not rep.prefix.chains)
     steps = _steps_to_draw(int(left.min()), stop_s - rep.clock_s, rep.decode_step_s, tokens_per_step, n,
                            block_size)
     if steps < 2:
         return None
-    draw = _Draw(rep, steps, n, block_size)
-    new = draw.accepted + 1
-    cum = np.cumsum(new, axis=0)  # tokens each request emitted after step k
-    done = (cum >= left).any(axis=1)
-    first = int(done.argmax())
-    taken = first + 1 if done[first] else steps
-    verify = draw.verify_len.sum(axis=1)
-    st = _finish(rep, steps, taken, np.full(steps, n), kv0 + (cum - new), verify, draw.budget, block_size,
-                 stop_s)
+    c = rep.running.cols
+    difficulty, domain = c["difficulty"][:n], c["domain"][:n]
+    segments = _Segments(rep, n)
+    live = np.arange(n)
+    left_live = left.copy()
+    while True:
+        draw = _Draw(rep, steps, live.size, block_size, difficulty[live], domain[live])
+        new = draw.accepted + 1
+        cum = np.cumsum(new, axis=0)  # tokens each request emitted after step k
+        done = (cum >= left_live).any(axis=1)
+        first = int(done.argmax())
+        taken = first + 1 if done[first] else steps
+        segments.add(draw, taken, live, new, cum, left_live)
+        if not done[first] or not through:
+            break
+        left_live = left_live - cum[taken - 1]
+        running = left_live > 0
+        live, left_live = live[running], left_live[running]
+        total = segments.steps
+        if not live.size or total >= MAX_STEPS or rep.policy.block_size_for(live.size) != block_size:
+            break
+        steps = _steps_to_draw(int(left_live.min()), stop_s - rep.clock_s - total * rep.decode_step_s,
+                               rep.decode_step_s, tokens_per_step, live.size, block_size)
+        steps = min(steps, MAX_STEPS - total)
+        if steps < 1:
+            break
+    total, several = segments.steps, len(segments.draws) > 1
+    new, accepted, verify_len = segments.matrices()
+    cum = np.cumsum(new, axis=0)
+    kv = kv0 + (cum - new)
+    if several:  # a request holds no KV of the step once it has left (every running one verifies)
+        kv *= verify_len > 0
+    decode = segments.decode
+    verify = verify_len.sum(axis=1)
+    st = _finish(rep, total, total, decode, kv, verify, segments.budget, block_size, stop_s,
+                 segments.runs if several else None)
     if st is None:
-        draw.keep(0)
+        segments.keep(0)
         return None
     times, taken, step_s, parts, kv_tokens, context, max_context = st
-    draw.keep(taken)
-    emitted = new[:taken].sum(axis=1)
-    final = cum[taken - 1]
-    capped = np.minimum(final, left)
-    emitted[-1] -= int((final - capped).sum())  # a finishing request emits up to its output
-    return Stretch(times, step_s, parts["draft_s"], parts["sched_s"], np.full(taken, n), verify[:taken],
-                   draw.budget[:taken], emitted, context, max_context, kv_tokens, generated + capped, taken,
-                   draw.accepted[:taken].sum(axis=0), draw.verify_len[:taken].sum(axis=0) - taken)
+    segments.keep(taken)
+    capped = np.minimum(cum[:taken], left)  # a finishing request emits up to its output
+    emitted = np.diff(capped.sum(axis=1), prepend=0)
+    run = np.minimum(segments.runs, taken) if several else taken
+    return Stretch(times, step_s, parts["draft_s"], parts["sched_s"], decode[:taken], verify[:taken],
+                   segments.budget[:taken], emitted, context, max_context, kv_tokens, generated + capped[-1], run,
+                   accepted[:taken].sum(axis=0), verify_len[:taken].sum(axis=0) - run)
+
+
+class _Segments:
+    """The segments of a drafting stretch: each drawn for the requests running in it (``live``,
+    indices among the R running when the stretch starts), back to back, and what each kept."""
+
+    def __init__(self, rep, n: int):
+        self.rep, self.n = rep, n
+        self.draws, self.starts, self.lives, self.states = [], [], [], []
+        self.steps = 0  # steps the segments take, all together
+        self.runs = np.full(n, MAX_STEPS + 1)  # the steps after which each request finishes
+        self.parts: list[tuple] = []
+
+    def add(self, draw, taken: int, live, new, cum, left) -> None:
+        """Keep the first ``taken`` steps of ``draw`` (the policy keeps their state for the next)."""
+        self.states.append(self.rep.policy.checkpoint())
+        draw.keep(taken)
+        self.draws.append((draw, taken))
+        self.starts.append(self.steps)
+        self.lives.append(live)
+        finished = cum[taken - 1] >= left
+        self.runs[live[finished]] = self.steps + taken
+        self.parts.append((new[:taken], draw.accepted[:taken], draw.verify_len[:taken], draw.budget[:taken]))
+        self.steps += taken
+
+    @property
+    def decode(self) -> np.ndarray:
+        return np.concatenate([np.full(p[0].shape[0], live.size) for p, live in zip(self.parts, self.lives)])
+
+    @property
+    def budget(self) -> np.ndarray:
+        return self.parts[0][3] if len(self.parts) == 1 else np.concatenate([p[3] for p in self.parts])
+
+    def matrices(self):
+        """(tokens emitted, drafts accepted, verify lengths), int64 [steps, R] each, 0 where a
+        request no longer runs."""
+        if len(self.parts) == 1:
+            return self.parts[0][:3]
+        out = [np.zeros((self.steps, self.n), dtype=np.int64) for _ in range(3)]
+        for start, live, part in zip(self.starts, self.lives, self.parts):
+            rows = slice(start, start + part[0].shape[0])
+            for m, values in zip(out, part[:3]):
+                m[rows, live] = values
+        return out
+
+    def keep(self, taken: int) -> None:
+        """Only the first ``taken`` steps run: the policy's state and the random stream go back to
+        where those steps leave them (the segments kept everything they drew so far)."""
+        i = int(np.searchsorted(self.starts, taken, side="right")) - 1 if taken else 0
+        start = self.starts[i]
+        draw, kept = self.draws[i]
+        if start + kept == taken and i == len(self.draws) - 1:
+            return  # all the steps kept run
+        self.rep.policy.restore(self.states[i])
+        self.rep.policy.commit(taken - start)
+        # the stream stands where the last segment left it: back to where step ``taken`` leaves it
+        later = sum(d.per_step * k for d, k in self.draws[i + 1:]) + draw.per_step * (kept - (taken - start))
+        if later:
+            self.rep.rng.bit_generator.advance(_PERIOD - later)
 
 
 def _finish(rep, steps: int, taken: int, decode, kv, verify, budget, block_size: int, stop_s: float,
@@ -180,19 +271,19 @@ def _finish(rep, steps: int, taken: int, decode, kv, verify, budget, block_size:
 class _Draw:
     """The random part of K steps: verify lengths, budgets and accepted drafts."""
 
-    def __init__(self, rep, steps: int, n: int, block_size: int):
+    def __init__(self, rep, steps: int, n: int, block_size: int, difficulty, domain):
         self.rep, self.steps = rep, steps
-        c, acc = rep.running.cols, rep.ctx.acceptance
+        acc = rep.ctx.acceptance
         noise = acc.step_words(n, block_size)
         self.per_step = noise + n * block_size
         words = rep.rng.bit_generator.random_raw(steps * self.per_step).reshape(steps, self.per_step)
-        p_true, conf = acc.steps(c["difficulty"][:n], c["domain"][:n], block_size, words[:, :noise])
+        p_true, conf = acc.steps(difficulty, domain, block_size, words[:, :noise])
         self.verify_len, self.budget = rep.policy.plan_many(conf, steps, n)
         self.accepted = acc.accept_words(p_true, self.verify_len - 1, words[:, noise:])
 
     def keep(self, taken: int) -> None:
         """Only the first ``taken`` steps run: the policy keeps their state, the random stream
-        goes back to where they leave it."""
+        goes back to where they leave it (from where the draw left it)."""
         self.rep.policy.commit(taken)
         if taken < self.steps:  # PCG64 runs in a cycle of 2**128 words: this goes back
             self.rep.rng.bit_generator.advance(_PERIOD - (self.steps - taken) * self.per_step)

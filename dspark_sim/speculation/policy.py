@@ -44,6 +44,13 @@ class Policy:
     def commit(self, taken: int) -> None:
         """The first ``taken`` steps of the last :meth:`plan_many` ran (state for later steps)."""
 
+    def checkpoint(self):
+        """The state :meth:`commit` reads and changes, for :meth:`restore` (None: none)."""
+        return None
+
+    def restore(self, state) -> None:
+        """Back to a :meth:`checkpoint` (taken after a :meth:`plan_many`, before its commit)."""
+
 
 class StaticPolicy(Policy):
     """Verify every draft every step (MTP-k, EAGLE or DFlash chains)."""
@@ -133,6 +140,14 @@ class DSparkPolicy(Policy):
                 self._lagged.append(self._ranked.at(k))
                 self._lagged_best.append((num_reqs, int(self._best[k])))
         self._ranked = self._best = None
+
+    def checkpoint(self):
+        return tuple(self._lagged), tuple(self._lagged_best), self._ranked, self._best
+
+    def restore(self, state) -> None:
+        lagged, lagged_best, self._ranked, self._best = state
+        self._lagged = deque(lagged, maxlen=self.spec.lag_steps)
+        self._lagged_best = deque(lagged_best, maxlen=self.spec.lag_steps)
 
 
 def make_policy(spec: Speculation, sps: SpsFn | None, max_batch_tokens: int) -> Policy:
