@@ -91,6 +91,26 @@ def shard_factors(model: ModelSpec, par: Parallel, served: WeightFormat, kv_dtyp
             "compute": 1.0 / (par.tp * speed), "memory": 1.0 / par.tp}
 
 
+def tp_note(measured_tp: int, tp: int) -> str:
+    """How a profile measured at ``measured_tp`` (1: the whole model on one GPU; N: one rank of a
+    tp-N replica) is taken at ``tp``, for a cost model's ``source`` ("" for a whole model at tp 1)."""
+    if tp == measured_tp:
+        return "" if tp == 1 else f"; measured per rank at tp={tp} (terms taken whole, collectives added)"
+    was = "tp=1" if measured_tp == 1 else f"one rank of tp={measured_tp}"
+    return f"; scaled from {was} to tp={tp}"
+
+
+def tp_block(measured_tp: int, tp: int) -> dict:
+    """The ``tp`` block of a cost model's provenance: the tp it prices, whether the profile was
+    measured at it, and how it was had (``from``: the rank measured, for a per-rank profile)."""
+    if measured_tp == 1:
+        return {"size": tp, "measured": tp == 1, "detail": "measured at tp=1" if tp == 1 else
+                f"measured at tp=1; tp={tp} by sharding ratios, communication modelled"}
+    scaled = "" if tp == measured_tp else f"; tp={tp} by sharding ratios"
+    return {"size": tp, "measured": tp == measured_tp, "from": f"one rank of tp={measured_tp}",
+            "detail": f"measured per rank at tp={measured_tp}{scaled}, communication modelled"}
+
+
 def _parts(model: ModelSpec, experts: float | None):
     if experts is None:
         return model.params_by_part()
@@ -99,4 +119,4 @@ def _parts(model: ModelSpec, experts: float | None):
     return expert_all + routed, linear, head, other
 
 
-__all__ = ["Parallel", "shard_factors"]
+__all__ = ["Parallel", "shard_factors", "tp_block", "tp_note"]
