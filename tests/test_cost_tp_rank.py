@@ -5,6 +5,7 @@ import pytest
 from dspark_sim.catalog import get_gpu, get_model
 from dspark_sim.cost import ProfileCost, RooflineCost, StepWork, get_cost_model, load_profile
 from dspark_sim.cost.profile_format import GpuRef, Profile, TargetFit
+from dspark_sim.cost.profile import shipped_profile_path
 
 GPU = get_gpu("h100")
 TARGET = TargetFit(bias_s=4e-4, req_s=3e-6, weights_s=1.2e-2, flop_s_per_token=2.8e-5, logits_s_per_token=2e-6,
@@ -49,3 +50,12 @@ def test_a_rank_profile_scales_to_another_tp_by_the_split(tmp_path, tp, ratio):
     assert "scaled from one rank of tp=4 to tp=" in other.source
     assert not other.provenance()["tp"]["measured"]
 
+
+def test_the_shipped_70b_profiles_are_one_rank_of_tp4_and_projected_from_the_h200():
+    measured = load_profile(shipped_profile_path("h200", "llama-3.1-70b"))
+    assert measured.tp == 4 and measured.projection is None
+    assert measured.provenance["method"] == "none" and measured.provenance["tp"] == 4
+    h100 = load_profile(shipped_profile_path("h100", "llama-3.1-70b"))
+    assert h100.tp == 4 and h100.source.startswith("projected from h200, measured ")
+    cost = get_cost_model("h100", "llama-3.1-70b", tp=4, warn=False)
+    assert isinstance(cost, ProfileCost) and cost.provenance()["tp"]["measured"]
