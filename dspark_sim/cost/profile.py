@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dspark_sim.catalog import FORMATS, GpuSpec, get_gpu, get_model, served_format
+from dspark_sim.catalog import GpuSpec, get_gpu, get_model, served_format
 from dspark_sim.cost.base import CostModel, DraftWork, StepWork, StepWorks, per_step, pick
 from dspark_sim.cost.comm_curves import measured_comm
 from dspark_sim.cost.moe import Routing
@@ -39,15 +39,12 @@ FIXED_KEYS = ("decode_reqs", "verify_tokens", "prefill_tokens", "prefill_reqs", 
 class ProfileCost:
     """:class:`CostModel` evaluating a fitted :class:`Profile` (a few microseconds a step).
 
-    ``tp`` (default: the profile's own) other than the tp the profile was measured at
-    (``profile.tp``: 1 for the whole model on one GPU, N for one rank of an N-way replica)
-    scales every memory- and compute-bound term by ``profile.tp / tp`` (weights, KV and FLOPs
-    are sharded) and keeps the fixed terms; at the measured tp the terms are taken whole.
-    At tp > 1 a communication time ``comm_s[0] + comm_s[1] * tokens`` is added (a rank's
-    profile leaves the collectives out). ``factors`` (see :func:`~.parallel.shard_factors`,
-    relative to the measured split) replaces the plain ratio by what one GPU of the deployment
-    holds and reads (expert parallel, DP attention, KV copies, served weight format); ``note``
-    says so in ``source``. Drafter kinds the profile
+    ``tp`` (default: ``profile.tp``, the tp it was measured at: 1 for the whole model, N for one
+    rank of an N-way replica) scales every memory- and compute-bound term by ``profile.tp / tp``
+    and keeps the fixed terms; at tp > 1 a communication time ``comm_s[0] + comm_s[1] * tokens`` is
+    added (a rank's profile has no collectives). ``factors`` (:func:`~.parallel.shard_factors`,
+    relative to the measured split) replaces the plain ratio by what one GPU of the deployment holds
+    and reads (expert parallel, DP attention, KV copies, served format); ``note`` says so in ``source``. Drafter kinds the profile
     lacks are costed by ``fallback`` (or raise ``ValueError`` without one). ``substitutes``:
     the host terms filled from sibling profiles and how (:mod:`.substitute`), for
     :meth:`provenance`. ``comm``, when
@@ -100,8 +97,7 @@ class ProfileCost:
             terms[name] = self._host_term(name, kind in self._host, host_how)
         terms["sched"] = self._host_term("sched", self._schedule is not None, host_how)
         if self.tp > 1:
-            terms["comm"] = {"kind": "modelled", "detail": "communication from link specs (latency assumed), "
-                             "not measured"}
+            terms["comm"] = {"kind": "modelled", "detail": "communication from link specs, not measured"}
         prov = p.provenance
         return {
             "kind": "profile", "name": self.name, "gpu": p.gpu, "model": p.model, "source": self.source,
@@ -404,10 +400,7 @@ def profile_cost(profile: Profile, spec, gpu_spec: GpuSpec, par: Parallel, roofl
     roofline = roofline or RooflineCost(spec, gpu_spec, params=RooflineParams(dtype_bytes=kv_dtype_bytes),
                                         parallel=par)
     served = served_format(spec.weight_format, gpu_spec.fp4)
-    factors = shard_factors(spec, par, served, kv_dtype_bytes)
-    if profile.tp > 1:  # relative to the rank that was measured
-        measured = shard_factors(spec, Parallel(profile.tp), FORMATS["bf16"])
-        factors = {k: v / measured[k] for k, v in factors.items()}
+    factors = shard_factors(spec, par, served, kv_dtype_bytes, measured_tp=profile.tp)
     note = "" if served.name == "bf16" else f"; weights scaled from the measured bf16 to {served.name}"
     comm = measured_comm(spec, par, profile.comm)
     if comm is not None:
