@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 import warnings
@@ -111,7 +112,7 @@ def check_case(case: dict, seeds=SEEDS) -> dict:
     row = {"id": case["id"], "source": case["source"], "engine": f"{engine.label} ({', '.join(flags)})",
            "role": case["role"],
            "model": case["model"], "gpu": case["gpu"], "tp": case["tp"],
-           "cost": scenario_cost(scenario, warn=False).source.split(";")[0],
+           "cost": gpu_work_label(scenario_cost(scenario, warn=False).source, case["tp"]),
            "rejected": max(p["num_rejected"] for p in preds), "gap": case.get("gap", ""),
            "measured": {}, "predicted": {}, "error": {}, "seed_spread": {}}
     for name, key in METRICS.items():
@@ -125,6 +126,20 @@ def check_case(case: dict, seeds=SEEDS) -> dict:
     print(f"{case['id']}: " + ", ".join(f"{k} {v * 100:+.1f} %" for k, v in row["error"].items())
           + f" ({time.perf_counter() - started:.1f} s)", file=sys.stderr, flush=True)
     return row
+
+
+def gpu_work_label(source: str, tp: int) -> str:
+    """The table's "GPU work from": where a cost model's kernel time comes from and, at tp > 1, how
+    one GPU's share was had (measured per rank or scaled) and that the all-reduces are the link
+    model's with an assumed latency."""
+    parts = source.split("; ")
+    label = parts[0]
+    if tp > 1:
+        label += "".join(f"; {p}" for p in parts[1:] if p.startswith(("measured per rank", "scaled from")))
+        latency = re.search(r"all-reduce latency [\d.]+ us \(assumed\)", source)
+        if latency:
+            label += f"; all-reduces by the NVLink link model, {latency.group(0)}"
+    return label
 
 
 def check(cases: list[dict], seeds=SEEDS, jobs: int = 1) -> list[dict]:

@@ -19,7 +19,7 @@ from dspark_sim.profiling.cli import fit, fit_parser
 REPO = Path(__file__).resolve().parents[1]
 
 
-def gpu_spec_block(gpus=("h200", "h100", "b200", "b300")) -> str:
+def gpu_spec_block(gpus=("h200", "h100", "b200", "b300", "a100")) -> str:
     """The spec-sheet numbers projections scale by, from the catalog (dense rates), with citations."""
     from dspark_sim.catalog import get_gpu
 

@@ -85,7 +85,7 @@ def caveats(cost_block: dict, acceptance: dict, uses: tuple[str, ...]) -> list[s
             else:
                 out.append(f"{'/'.join(names)} {kind}")
         if not cost_block["tp"]["measured"]:
-            out.append(f"tp={cost_block['tp']['size']} scaled from tp=1, not measured")
+            out.append(f"tp={cost_block['tp']['size']} scaled from {cost_block['tp'].get('from', 'tp=1')}, not measured")
     if acceptance["kind"] in ("substituted", "fixed"):
         out.append(f"acceptance {acceptance['kind']}: {acceptance['detail']}")
     return out

@@ -186,7 +186,7 @@ MALFORMED = [
     ("held_out.all.p90_rel_err", lambda d: d["held_out"]["all"].pop("p90_rel_err"), "missing"),
     ("grids.verify[0].step_s", lambda d: d["grids"]["verify"][0].update(step_s=0.0), "> 0"),
     ("grids.draft[0].kind", lambda d: d["grids"]["draft"][0].update(kind="tree"), "one of"),
-    ("tp", lambda d: d.update(tp=2), "tp=1"),
+    ("tp", lambda d: d.update(tp=0), "integer >= 1"),
 ]
 
 
@@ -245,13 +245,13 @@ def test_projection_scales_each_term_by_its_resource(fitted, tmp_path):
 
 
 def test_get_cost_model_falls_back_to_the_roofline_with_a_warning():
-    assert shipped_profile_path("a100", "llama-3.1-70b") is None
-    with pytest.warns(UserWarning, match="no measured profile for a100/llama-3.1-70b"):
-        cost = get_cost_model("a100", "llama-3.1-70b", tp=4)
+    assert shipped_profile_path("a100", "qwen3-235b-a22b") is None
+    with pytest.warns(UserWarning, match="no measured profile for a100/qwen3-235b-a22b"):
+        cost = get_cost_model("a100", "qwen3-235b-a22b", tp=8)
     assert isinstance(cost, RooflineCost)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        get_cost_model("a100", "llama-3.1-70b", warn=False)
+        get_cost_model("a100", "qwen3-235b-a22b", tp=8, warn=False)
     with pytest.raises(InputError, match="unknown model") as err:  # blames the user's file
         get_cost_model("a100", "gpt-9", file="scenario.yaml", warn=False)
     assert err.value.file == "scenario.yaml"
@@ -274,8 +274,9 @@ def test_get_cost_model_reads_a_named_file_and_scales_tp(fitted, tmp_path):
 
 
 def test_shipped_profiles_load_and_need_no_roofline():
-    for gpu in ("h200", "b300", "b200", "h100"):
-        for model in ("qwen3-4b", "qwen3-8b", "qwen3-14b", "qwen3-32b", "qwen3-30b-a3b"):
+    for gpu in ("h200", "b300", "b200", "h100", "a100"):
+        for model in ("qwen3-4b", "qwen3-8b", "qwen3-14b", "qwen3-32b", "qwen3-30b-a3b", "llama-3.1-8b",
+                      "llama-3.1-70b"):
             path = shipped_profile_path(gpu, model)
             if path is None:
                 continue

@@ -155,3 +155,23 @@ def test_prefill_idle_leaves_the_gpu_idle_after_each_timed_prefill(tmp_path, cap
         main(["--gpu", "h200", "--model", "qwen3-8b", "--prefill-idle", "-1", "--out", str(tmp_path / "o"),
               "--device", "cpu"])
     assert stop.value.code == 2 and "--prefill-idle: -1.0 is not in" in capsys.readouterr().err and not (tmp_path / "o").exists()
+
+
+def test_method_none_times_the_target_alone_and_tp_rank_times_one_rank(tmp_path, capsys):
+    """--method none: decode verify points (one token a request) and kind none only; --tp-rank:
+    the catalog model cut to one rank; parts that need a drafter are refused in one line."""
+    from dspark_sim.kernels.decoder.tiny import tiny_decoder
+    from dspark_sim.kernels.profiler.__main__ import main, model_spec, parse_args, plan
+    from dspark_sim.kernels.profiler.steps import Stepper
+
+    args = parse_args(["--gpu", "h200", "--model", "llama-3.1-70b", "--out", str(tmp_path), "--method", "none",
+                       "--tp-rank", "4", "--part", "verify,prefill,step,sched"])
+    spec = model_spec(args)
+    assert (spec.num_heads, spec.num_kv_heads, spec.vocab_size) == (16, 2, 32064)
+    stepper = Stepper(tiny_decoder("none", kv_tokens=1024, max_model_len=256), reps=1)
+    points = {part: plan(stepper, part, False, args)[0] for part in args.parts}
+    assert points["verify"] and all(r == t for r, t, _ in points["verify"])
+    assert {p[0] for part in ("prefill", "step", "sched") for p in points[part]} == {"none"}
+    assert main(["--gpu", "h200", "--model", "llama-3.1-8b", "--out", str(tmp_path / "o"), "--method", "none",
+                 "--part", "verify,draft", "--device", "cpu"]) == 2
+    assert "--method none times no drafter" in capsys.readouterr().err and not (tmp_path / "o").exists()

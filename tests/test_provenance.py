@@ -110,7 +110,7 @@ def test_borrowed_acceptance_and_tp_and_roofline_are_caveats():
     assert any("tp=2" in c for c in tp2["caveats"]) and tp2["cost_model"]["terms"]["comm"]["kind"] == "modelled"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        roof = scenario_provenance(_scenario(model="llama-3.1-8b"))
+        roof = scenario_provenance(_scenario(model="qwen3-235b-a22b", deployment={"tp": 8}))
     assert roof["cost_model"]["kind"] == "roofline" and basis(roof) == "roofline"
     assert "roofline" in provenance_line([roof])
 

@@ -133,6 +133,28 @@ class ModelSpec:
         ratios = tuple(r for r in self.v4.compress_ratios if r)[:layers]
         return replace(self, num_layers=len(ratios), v4=replace(self.v4, compress_ratios=ratios))
 
+    def tp_rank(self, tp: int) -> "ModelSpec":
+        """What one rank of a ``tp``-way tensor-parallel replica computes, as a model of its own
+        (SGLang ``--tp``, vLLM ``tensor_parallel_size``): its ``heads / tp`` query heads and the KV
+        heads they read (``kv / tp``, or one copy when ``tp > kv``), ``intermediate / tp`` of the
+        MLP, ``vocab / tp`` rows of the vocabulary-parallel LM head (and embedding), every layer.
+        Timed on one GPU it is a rank's GPU work without the collectives. Dense GQA models only."""
+        from dataclasses import replace
+
+        if tp == 1:
+            return self
+        if self.is_moe or self.is_mla or self.v4 is not None:
+            self._fail("tp", tp, "a rank model is derived for dense GQA models only")
+        kv = self.num_kv_heads
+        for key, value in (("num_heads", self.num_heads), ("intermediate_size", self.intermediate_size),
+                           ("vocab_size", self.vocab_size)):
+            if tp < 1 or value % tp:
+                self._fail("tp", tp, f"{key}={value} does not split {tp} ways")
+        if kv % tp and tp % kv:
+            self._fail("tp", tp, f"neither divides nor is divided by the {kv} KV heads")
+        return replace(self, num_heads=self.num_heads // tp, num_kv_heads=max(1, kv // tp),
+                       intermediate_size=self.intermediate_size // tp, vocab_size=self.vocab_size // tp)
+
     # -- shapes ---------------------------------------------------------------
     @property
     def is_moe(self) -> bool:

@@ -80,15 +80,40 @@ class Parallel:
 
 
 def shard_factors(model: ModelSpec, par: Parallel, served: WeightFormat, kv_dtype_bytes: float = 2.0,
-                  measured: WeightFormat = FORMATS["bf16"]) -> dict[str, float]:
+                  measured: WeightFormat = FORMATS["bf16"], measured_tp: int = 1) -> dict[str, float]:
     """What one GPU of the replica does, relative to the one GPU a profile measured the whole
-    model on (in ``measured`` weights, bf16 KV): ``weights`` (bytes held), ``kv`` (KV bytes read:
-    copies over GPUs, at ``kv_dtype_bytes``), ``compute`` (FLOPs, at the FP8 rate for an FP8
-    format, taken as twice bf16) and ``memory`` (other memory-bound work: split ``tp`` ways)."""
+    model on (in ``measured`` weights, bf16 KV) or, ``measured_tp`` > 1, one rank of a tp-N replica
+    of it: ``weights`` (bytes held), ``kv`` (KV bytes read: copies over GPUs, at ``kv_dtype_bytes``),
+    ``compute`` (FLOPs, at the FP8 rate for an FP8 format, taken as twice bf16) and ``memory``
+    (other memory-bound work: split ``tp`` ways)."""
     weights = par.weight_bytes_per_gpu(model, served) / model.weight_bytes_as(measured)
     speed = 2.0 if served.compute == "fp8" and measured.compute == "bf16" else 1.0
-    return {"weights": weights, "kv": par.kv_copies(model) / par.tp * kv_dtype_bytes / 2.0,
-            "compute": 1.0 / (par.tp * speed), "memory": 1.0 / par.tp}
+    out = {"weights": weights, "kv": par.kv_copies(model) / par.tp * kv_dtype_bytes / 2.0,
+           "compute": 1.0 / (par.tp * speed), "memory": 1.0 / par.tp}
+    if measured_tp == 1:
+        return out
+    rank = shard_factors(model, Parallel(measured_tp), measured, measured=measured)
+    return {k: v / rank[k] for k, v in out.items()}
+
+
+def tp_note(measured_tp: int, tp: int) -> str:
+    """How a profile measured at ``measured_tp`` (1: the whole model on one GPU; N: one rank of a
+    tp-N replica) is taken at ``tp``, for a cost model's ``source`` ("" for a whole model at tp 1)."""
+    if tp == measured_tp:
+        return "" if tp == 1 else f"; measured per rank at tp={tp} (terms taken whole, collectives added)"
+    was = "tp=1" if measured_tp == 1 else f"one rank of tp={measured_tp}"
+    return f"; scaled from {was} to tp={tp}"
+
+
+def tp_block(measured_tp: int, tp: int) -> dict:
+    """The ``tp`` block of a cost model's provenance: the tp it prices, whether the profile was
+    measured at it, and how it was had (``from``: the rank measured, for a per-rank profile)."""
+    if measured_tp == 1:
+        return {"size": tp, "measured": tp == 1, "detail": "measured at tp=1" if tp == 1 else
+                f"measured at tp=1; tp={tp} by sharding ratios, communication modelled"}
+    scaled = "" if tp == measured_tp else f"; tp={tp} by sharding ratios"
+    return {"size": tp, "measured": tp == measured_tp, "from": f"one rank of tp={measured_tp}",
+            "detail": f"measured per rank at tp={measured_tp}{scaled}, communication modelled"}
 
 
 def _parts(model: ModelSpec, experts: float | None):
@@ -99,4 +124,4 @@ def _parts(model: ModelSpec, experts: float | None):
     return expert_all + routed, linear, head, other
 
 
-__all__ = ["Parallel", "shard_factors"]
+__all__ = ["Parallel", "shard_factors", "tp_block", "tp_note"]

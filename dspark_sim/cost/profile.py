@@ -18,7 +18,7 @@ from dspark_sim.catalog import GpuSpec, get_gpu, get_model, served_format
 from dspark_sim.cost.base import CostModel, DraftWork, StepWork, StepWorks, per_step, pick
 from dspark_sim.cost.comm_curves import measured_comm
 from dspark_sim.cost.moe import Routing
-from dspark_sim.cost.parallel import Parallel, shard_factors
+from dspark_sim.cost.parallel import Parallel, shard_factors, tp_block, tp_note
 from dspark_sim.cost.projection import curves_for, project_profile, time_scaled
 from dspark_sim.cost.profile_format import (DRAFT_KINDS, FORMAT_VERSION, DraftFit, GpuRef, HeldOut,
                                             Profile, Projection, TargetFit, check_grids,
@@ -39,12 +39,12 @@ FIXED_KEYS = ("decode_reqs", "verify_tokens", "prefill_tokens", "prefill_reqs", 
 class ProfileCost:
     """:class:`CostModel` evaluating a fitted :class:`Profile` (a few microseconds a step).
 
-    tp > 1 divides every memory- and compute-bound term by ``tp`` (weights,
-    KV and FLOPs are sharded), keeps the fixed terms, and adds a communication
-    time ``comm_s[0] + comm_s[1] * tokens``. ``factors`` (see
-    :func:`~.parallel.shard_factors`) replaces the plain ``1 / tp`` by what one GPU
-    of the deployment holds and reads (expert parallel, DP attention, KV copies,
-    served weight format); ``note`` says so in ``source``. Drafter kinds the profile
+    ``tp`` (default: ``profile.tp``, the tp it was measured at: 1 for the whole model, N for one
+    rank of an N-way replica) scales every memory- and compute-bound term by ``profile.tp / tp``
+    and keeps the fixed terms; at tp > 1 a communication time ``comm_s[0] + comm_s[1] * tokens`` is
+    added (a rank's profile has no collectives). ``factors`` (:func:`~.parallel.shard_factors`,
+    relative to the measured split) replaces the plain ratio by what one GPU of the deployment holds
+    and reads (expert parallel, DP attention, KV copies, served format); ``note`` says so in ``source``. Drafter kinds the profile
     lacks are costed by ``fallback`` (or raise ``ValueError`` without one). ``substitutes``:
     the host terms filled from sibling profiles and how (:mod:`.substitute`), for
     :meth:`provenance`. ``comm``, when
@@ -52,16 +52,17 @@ class ProfileCost:
     :class:`~.comm_curves.MeasuredComm`, measured collectives).
     """
 
-    def __init__(self, profile: Profile, *, tp: int = 1, comm_s: tuple[float, float] = (0.0, 0.0),
+    def __init__(self, profile: Profile, *, tp: int | None = None, comm_s: tuple[float, float] = (0.0, 0.0),
                  fallback: CostModel | None = None, warn: bool = True, factors: dict | None = None,
                  note: str = "", substitutes: dict[str, str] | None = None, decoder_host: bool = True,
                  comm=None):
+        tp = profile.tp if tp is None else tp
         if tp < 1:
             raise ValueError(f"tp must be >= 1, got {tp}")
-        f = factors or {"memory": 1.0 / tp, "compute": 1.0 / tp, "weights": 1.0 / tp, "kv": 1.0 / tp}
+        f = factors or dict.fromkeys(("memory", "compute", "weights", "kv"), profile.tp / tp)
         self.profile, self.tp, self.fallback = profile, tp, fallback
         self.name = f"profile:{profile.gpu}/{profile.model}/tp{tp}"
-        self.source = profile.source + (f"; scaled from tp=1 to tp={tp}" if tp > 1 else "") + note
+        self.source = profile.source + tp_note(profile.tp, tp) + note
         self._target, self._drafts = profile.target, dict(profile.draft)
         if f != {"memory": 1.0, "compute": 1.0, "weights": 1.0, "kv": 1.0}:
             self._target = _sharded(profile.target, f, ("kv_s_per_token", "kv_req_s_per_token"))
@@ -107,9 +108,7 @@ class ProfileCost:
             "projected": None if proj is None else {
                 "from": base, "method": "spec-sheet ratios", "memory_ratio": proj.memory_ratio,
                 "compute_ratio": proj.compute_ratio},
-            "tp": {"size": self.tp, "measured": self.tp == 1,
-                   "detail": "measured at tp=1" if self.tp == 1 else
-                   f"measured at tp=1; tp={self.tp} by sharding ratios, communication modelled"},
+            "tp": tp_block(p.tp, self.tp),
             "engine": Engine().label if self.decoder_host else None,
             "held_out": {k: {"median": v.median_rel_err, "p90": v.p90_rel_err, "max": v.max_rel_err}
                          for k, v in p.held_out.items()},
@@ -401,7 +400,7 @@ def profile_cost(profile: Profile, spec, gpu_spec: GpuSpec, par: Parallel, roofl
     roofline = roofline or RooflineCost(spec, gpu_spec, params=RooflineParams(dtype_bytes=kv_dtype_bytes),
                                         parallel=par)
     served = served_format(spec.weight_format, gpu_spec.fp4)
-    factors = shard_factors(spec, par, served, kv_dtype_bytes)
+    factors = shard_factors(spec, par, served, kv_dtype_bytes, measured_tp=profile.tp)
     note = "" if served.name == "bf16" else f"; weights scaled from the measured bf16 to {served.name}"
     comm = measured_comm(spec, par, profile.comm)
     if comm is not None:

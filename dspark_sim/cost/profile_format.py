@@ -1,6 +1,7 @@
 """The measured-profile file: versioned frozen dataclasses that validate themselves.
 
-A profile holds, for one GPU and one model at tp=1: the measured grids (the
+A profile holds, for one GPU and one model (the whole model, ``tp`` 1, or one rank of a
+``tp``-way tensor-parallel replica timed on one GPU): the measured grids (the
 profiler's raw rows), the fitted physical terms of the target forward and of
 each drafter, their held-out error, and, for a projected profile, the
 spec-sheet ratios it was projected with. ``docs/profiles.md`` documents every
@@ -88,7 +89,9 @@ class Projection:
 
 @dataclass(frozen=True)
 class Profile:
-    """One GPU x model cost profile (tp=1). See ``docs/profiles.md`` for the file format."""
+    """One GPU x model cost profile: the whole model (``tp`` 1) or one rank of a ``tp``-way
+    tensor-parallel replica (``ModelSpec.tp_rank``, collectives left out). See ``docs/profiles.md``
+    for the file format."""
 
     gpu: str
     model: str
@@ -111,8 +114,8 @@ class Profile:
     def __post_init__(self) -> None:
         if self.format_version not in SUPPORTED_VERSIONS:
             fail("format_version", self.format_version, f"supported: {SUPPORTED_VERSIONS}")
-        if self.tp != 1:
-            fail("tp", self.tp, "profiles are measured at tp=1 (get_cost_model scales to tp>1)")
+        if isinstance(self.tp, bool) or not isinstance(self.tp, int) or self.tp < 1:
+            fail("tp", self.tp, "the tp a rank was measured at: an integer >= 1 (1: the whole model)")
         for name in ("gpu", "model", "source"):
             if not getattr(self, name):
                 fail(name, getattr(self, name), "must be a non-empty string")

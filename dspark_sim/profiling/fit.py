@@ -286,6 +286,18 @@ def fit_draft(rows: Rows, kind: str, model: ModelSpec, gpu: GpuSpec) -> DraftFit
     return replace(fit, knots=knots, ratio=tuple(float(max(v, -0.9)) for v in ratio))
 
 
+def measured_model(provenance: dict, model: ModelSpec) -> tuple[ModelSpec, int]:
+    """``(what the profiler timed, tp)``: ``model``, or one rank of it where the raw file was timed
+    with ``--tp-rank`` (``provenance.tp``; the fit's roofline priors then are the rank's)."""
+    tp = provenance.get("tp", 1)
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise InputError(None, "provenance.tp", tp, "must be an integer >= 1 (the tp of the rank timed)")
+    try:
+        return model.tp_rank(tp), tp
+    except InputError as err:
+        raise InputError(None, "provenance.tp", tp, err.why) from None
+
+
 def fit_profile(raw: dict, model: ModelSpec, gpu: GpuSpec, *, folds: int = 10, seed: int = 0,
                 file=None) -> Profile:
     """Fit a :class:`Profile` to the profiler's raw JSON (see ``docs/profiles.md``).
@@ -300,6 +312,7 @@ def fit_profile(raw: dict, model: ModelSpec, gpu: GpuSpec, *, folds: int = 10, s
         if not isinstance(provenance, dict):
             raise InputError(None, "provenance", provenance, "must be a JSON object")
         grids = check_grids(canonical_rows(raw))
+        model, tp = measured_model(provenance, model)
         pad = pad_and_splits(provenance, model)
     except InputError as err:
         raise with_file(err, file) from None
@@ -334,7 +347,7 @@ def fit_profile(raw: dict, model: ModelSpec, gpu: GpuSpec, *, folds: int = 10, s
         gpu=gpu.name, model=model.name, measured_date=date,
         source=f"measured on {gpu.name}, {date}",
         gpu_spec=GpuRef(gpu.name, gpu.hbm_bytes_per_s, gpu.bf16_flops, gpu.source),
-        target=target, draft=drafts, host=host, schedule=schedule, held_out=held,
+        target=target, draft=drafts, host=host, schedule=schedule, held_out=held, tp=tp,
         held_out_method=f"{folds}-fold cross-validation over grid points (seed {seed}), both fit "
                         "stages refitted without the held-out fold",
         provenance=provenance, grids=grids)

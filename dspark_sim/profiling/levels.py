@@ -77,12 +77,14 @@ def level_errors(raw: dict, model, gpu) -> dict[str, HeldOut]:
     docstring); the target and drafter fits are refitted per level, the host and scheduling
     terms too (on the full target and drafter fits)."""
     from dspark_sim.cost.profile_format import check_grids
-    from dspark_sim.profiling.fit import DraftModel, TargetModel, fit_draft, fit_target, pad_and_splits
+    from dspark_sim.profiling.fit import (DraftModel, TargetModel, fit_draft, fit_target, measured_model,
+                                          pad_and_splits)
     from dspark_sim.profiling.host import fit_host, fit_schedule, predict_steps
     from dspark_sim.profiling.rows import canonical_rows, draft_rows, target_rows
 
     provenance = raw.get("provenance", {}) if isinstance(raw, dict) else {}
     grids = check_grids(canonical_rows(raw))
+    model, _ = measured_model(provenance, model)
     pad = pad_and_splits(provenance, model)
     out: dict[str, HeldOut] = {}
     rows = target_rows(grids)

@@ -29,7 +29,7 @@ from dspark_sim.profiling.levels import level_errors
 from dspark_sim.profiling.slices import slice_model, whole_from_slices
 from dspark_sim.profiling.synthetic import synthetic_raw
 
-SHIPPED_GPUS = ("h200", "b300", "b200", "h100")
+SHIPPED_GPUS = ("h200", "b300", "b200", "h100", "a100")
 SYNTHETIC_MODELS = ("qwen3-4b", "qwen3-8b", "qwen3-14b", "qwen3-32b", "qwen3-30b-a3b")
 # The SGLang tables shipped beside each profile: DSpark's Qwen3 drafter (block, block size 7),
 # 2048 tokens of context a request, probes up to 8192 verify tokens.
@@ -43,17 +43,17 @@ def write_profile(profile: Profile, out_dir: Path) -> list[Path]:
     A projection never replaces a measured profile: it is skipped (returns []).
     """
     base = out_dir / profile.gpu / profile.model
+    path = Path(f"{base}.json")  # not with_suffix: model names hold dots (llama-3.1-8b)
     # read the key alone: a profile of an older format_version is still a measured one
-    if profile.projection is not None and base.with_suffix(".json").is_file() \
-            and read_json(base.with_suffix(".json")).get("projection") is None:
+    if profile.projection is not None and path.is_file() and read_json(path).get("projection") is None:
         return []
     cost = ProfileCost(profile)
     kind = "block" if "block" in profile.draft else None
-    profile.save(base.with_suffix(".json"))
+    profile.save(path)
     for additive, suffix in ((False, ".sps.json"), (True, ".sps_additive.json")):
         table = sps_from_cost_model(cost, additive=additive, draft_kind=kind, **TABLE_ARGS)
         table.save(Path(f"{base}{suffix}"))
-    return [base.with_suffix(".json"), Path(f"{base}.sps.json"), Path(f"{base}.sps_additive.json")]
+    return [path, Path(f"{base}.sps.json"), Path(f"{base}.sps_additive.json")]
 
 
 def fit_raws(raws: list[tuple[str, dict, Path | None]], measured, out_dir: Path, img_dir: Path | None, *,

@@ -32,6 +32,10 @@ def plot_fit(profile: Profile, path: Path) -> None:
         tokens = range(rows[0]["tokens"], rows[-1]["tokens"] + 1)
         ax[0, 0].plot(tokens, [1e3 * cost.step_s(StepWork(decode_reqs=reqs, verify_tokens=m,
                                decode_context_tokens=reqs * ctx)) for m in tokens], "-", color=colour)
+    decode = sorted({r["reqs"] for r in grids["verify"] if r["context"] == ctx and r["tokens"] == r["reqs"]})
+    if decode and all(r["tokens"] == r["reqs"] for r in grids["verify"]):  # one token a request: a line over R
+        ax[0, 0].plot(decode, [1e3 * cost.step_s(StepWork(decode_reqs=r, verify_tokens=r, decode_context_tokens=r * ctx))
+                               for r in decode], "-", color="grey", label="fitted")
     ax[0, 0].set(xscale="log", yscale="log", xlabel="verify tokens M", ylabel="step ms",
                  title=f"verify, context {ctx} per request")
     ax[0, 0].legend(fontsize=7, ncol=2)
@@ -71,7 +75,8 @@ def plot_fit(profile: Profile, path: Path) -> None:
     ax[1, 1].set(xscale="log", xlabel="measured step ms", ylabel="fitted / measured - 1",
                  title=f"all points; held-out median {100 * held.median_rel_err:.1f} %, "
                        f"p90 {100 * held.p90_rel_err:.1f} %")
-    fig.suptitle(f"{profile.model} on {profile.gpu}: {profile.source}")
+    rank = f", one rank of tp {profile.tp}" if profile.tp > 1 else ""
+    fig.suptitle(f"{profile.model}{rank} on {profile.gpu}: {profile.source}")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)

@@ -2,7 +2,8 @@
 
     dspark-profile --gpu h200 --model qwen3-8b --out DIR \\
         [--part verify,draft,chain,prefill,step,kernels,mixed,sched,spread | all] [--max-seconds S] \\
-        [--resume RAW.json [--replace prefill,...] [--add step,...]] [--eager-steps] [--layers N]
+        [--resume RAW.json [--replace prefill,...] [--add step,...]] [--eager-steps] [--layers N] \\
+        [--method none] [--tp-rank N]
 
 Writes ``DIR/raw_<model>.json``: a provenance block and the timed points
 ``verify: [{reqs, tokens, context, step_s}]``, ``draft: [{kind, reqs, gamma,
@@ -22,6 +23,12 @@ the fit reads both as verify rows). ``--layers N`` times a slice of the model's 
 layers (DeepSeek-V4: its compressed layers, CSA and HCA alternating) and writes
 ``raw_<model>.slice<N>.json`` (``provenance.slice_layers``, ``provenance.layer_ratios``);
 ``dspark-profile fit`` scales two slices to the whole model by layer count.
+``--method none`` times the target alone (no drafter built): verify steps at one token a
+request (decode), prefill, whole steps and the serving loop's host time of kind ``none``
+(``provenance.method``). ``--tp-rank N`` times one rank of an N-way tensor-parallel replica
+on this one GPU (:meth:`~dspark_sim.catalog.ModelSpec.tp_rank`: its heads, KV heads, MLP
+width and vocabulary rows, every layer), without the collectives (``provenance.tp``);
+``dspark-profile fit`` makes it a profile measured per rank at tp N.
 A DeepSeek-V4 target runs without a drafter: its parts are verify and prefill. Random bf16
 weights; the grid is cut to ``--max-seconds`` (coarse points first), and points
 that do not fit in memory are skipped; both are listed under
@@ -43,6 +50,7 @@ PARTS = ("verify", "draft", "chain", "prefill", "step", "kernels", "mixed", "sch
 SHARE = {"verify": 0.68, "draft": 0.05, "chain": 0.05, "prefill": 0.1, "step": 0.1, "kernels": 0.02,
          "mixed": 0.05, "sched": 0.1, "spread": 0.05}
 DRAFT_KIND = {"draft": "block", "chain": "chain"}
+DRAFTED = ("draft", "chain", "kernels", "mixed", "spread")  # parts a target-only profile leaves out
 SECTION = {"verify": "verify", "draft": "draft", "chain": "draft", "prefill": "prefill", "step": "step",
            "kernels": "kernels", "mixed": "mixed", "sched": "sched", "spread": "spread"}
 
@@ -68,6 +76,10 @@ def parse_args(argv=None):
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--kv-tokens", type=int, default=0, help="KV capacity (0: fit free memory)")
     p.add_argument("--layers", type=int, default=0, help="time a slice of this many layers (0: all)")
+    p.add_argument("--method", default="dspark", choices=("dspark", "none"),
+                   help="none: the target alone (decode verify steps, prefill, steps and sched of kind none)")
+    p.add_argument("--tp-rank", type=int, default=1,
+                   help="time one rank of a replica split this many ways (tensor parallel), collectives left out")
     p.add_argument("--prefill-chunks", default="", help="prefill chunk sizes, comma list (default: the grid's)")
     p.add_argument("--prefill-cached", default="", help="cached tokens before a prefill chunk, comma list")
     p.add_argument("--prefill-kinds", default="", help="drafter kinds of prefill steps (none,chain,block)")
@@ -81,7 +93,7 @@ def parse_args(argv=None):
             p.error(f"argument --prefill-kinds: unknown kind {kind!r}; expected none, chain, block")
     for flag, value, low, high in (("--layers", args.layers, 0, 10**4), ("--reps", args.reps, 1, 10**4),
                                    ("--prefill-idle", args.prefill_idle, 0, 100),
-                                   ("--kv-tokens", args.kv_tokens, 0, 2**32),
+                                   ("--kv-tokens", args.kv_tokens, 0, 2**32), ("--tp-rank", args.tp_rank, 1, 64),
                                    ("--max-seconds", args.max_seconds, 0.0, 7 * 24 * 3600.0)):
         if not low <= value <= high:  # NaN fails too
             p.error(f"argument {flag}: {value!r} is not in [{low:g}, {high:g}]")
@@ -131,7 +143,7 @@ def build(args):
 
     spec = model_spec(args)
     chunks, cached = prefill_grid(args)
-    method = "none" if spec.v4 is not None else "dspark"  # V4 runs without a drafter here
+    method = "none" if spec.v4 is not None else getattr(args, "method", "dspark")  # V4: no drafter here
     conf = DecoderConfig(method=method, block_size=8, scheduler="full", max_running_requests=256,
                          max_batched_tokens=max(max(CHUNKS), max(chunks)),
                          max_model_len=max(cached) + max(chunks) + 64,
@@ -142,7 +154,8 @@ def build(args):
 
 
 def model_spec(args):
-    """The catalog model of ``--model``, cut to ``--layers`` layers when given."""
+    """The catalog model of ``--model``, cut to ``--layers`` layers when given, or to one rank of
+    ``--tp-rank`` ranks."""
     from dspark_sim.catalog import get_model
     from dspark_sim.errors import InputError
 
@@ -156,6 +169,17 @@ def model_spec(args):
     if spec.v4 is not None and any(p in drafterless for p in args.parts):
         raise InputError("dspark-profile", "--part", ",".join(args.parts),
                          f"{spec.name} runs without a drafter: its parts are verify, prefill, kernels, mixed, spread")
+    if getattr(args, "method", "dspark") == "none" and any(p in DRAFTED for p in args.parts):
+        raise InputError("dspark-profile", "--part", ",".join(args.parts),
+                         f"--method none times no drafter: its parts are {', '.join(p for p in PARTS if p not in DRAFTED)}")
+    tp = getattr(args, "tp_rank", 1)
+    if tp > 1:
+        if args.layers:
+            raise InputError("dspark-profile", "--tp-rank", tp, "a rank of the whole model: leave out --layers")
+        try:
+            spec = spec.tp_rank(tp)
+        except InputError as err:
+            raise InputError("dspark-profile", "--tp-rank", tp, err.why) from None
     return spec.sliced(args.layers) if args.layers else spec
 
 
@@ -164,8 +188,10 @@ def plan(stepper, part: str, eager: bool, args=None):
     from dspark_sim.kernels.profiler import grid
     from dspark_sim.kernels.profiler.steps import DRAFT_CONTEXT
 
+    drafted = getattr(args, "method", "dspark") != "none"
     if part == "verify":
-        return grid.verify_points(), stepper.verify, ("reqs", "tokens", "context"), {}
+        return (grid.verify_points() if drafted else grid.decode_points()), stepper.verify, \
+            ("reqs", "tokens", "context"), {}
     if part == "draft":
         return ([(r, g) for g in grid.GAMMAS for r in grid.REQS], stepper.draft, ("reqs", "gamma"),
                 {"kind": "block", "context": DRAFT_CONTEXT})
@@ -182,14 +208,14 @@ def plan(stepper, part: str, eager: bool, args=None):
         return grid.mixed_points(), stepper.verify_mixed, ("reqs", "tokens", "short_context", "max_context"), {}
     if part == "spread":
         return grid.spread_points(), stepper.verify_spread, ("reqs", "tokens", "mean", "sigma"), {}
+    kinds = grid.STEP_KINDS if drafted else ("none",)
     if part == "sched":
-        return [(kind, r) for kind in grid.STEP_KINDS for r in grid.REQS], stepper.sched, ("kind", "reqs"), {}
+        return [(kind, r) for kind in kinds for r in grid.REQS], stepper.sched, ("kind", "reqs"), {}
     if part == "kernels":
         return ([(k, r, grid.KERNEL_GAMMA) for k in grid.KERNELS for r in grid.REQS], stepper.kernel,
                 ("kernel", "reqs", "gamma"), {"vocab": stepper.vocab})
     modes = (True, False) if eager else (True,)
-    points = [(kind, r, grid.STEP_CONTEXT, g) for g in modes for kind in grid.STEP_KINDS
-              for r in grid.REQS]
+    points = [(kind, r, grid.STEP_CONTEXT, g) for g in modes for kind in kinds for r in grid.REQS]
     return points, stepper.decode_step, ("kind", "reqs", "context", "graphs"), {}
 
 
@@ -231,8 +257,13 @@ def profile(args) -> int:
     if "step" in args.replace and not args.eager_steps:  # re-timed with graphs: keep eager rows
         out["step"] = [r for r in old.get("step", []) if r.get("graphs") is False]
     prov = {**provenance(), "gpu_label": args.gpu, "model": args.model, "dtype": args.dtype,
-            "weights": "random", "sm_clocks_before": sm_clocks()}
+            "weights": "random", "method": args.method, "tp": args.tp_rank, "sm_clocks_before": sm_clocks()}
     dec = build(args)
+    if args.tp_rank > 1:
+        spec = dec.spec
+        prov["tp_rank"] = (f"one rank of tp {args.tp_rank} on one GPU, collectives left out: {spec.num_heads} query heads, "
+                           f"{spec.num_kv_heads} KV heads, MLP width {spec.intermediate_size}, "
+                           f"{spec.vocab_size} vocabulary rows (LM head and embedding), {spec.num_layers} layers")
     if args.layers:
         spec = dec.spec
         prov.update(slice_layers=spec.num_layers,

@@ -39,6 +39,12 @@ def verify_points(max_tokens: int = MAX_TOKENS) -> list[tuple[int, int, int]]:
     return coarse + _spread(fine)
 
 
+def decode_points() -> list[tuple[int, int, int]]:
+    """``(reqs, reqs, context)``: verify steps at one token a request (decode without a
+    drafter), every request count at each context, contexts coarse first."""
+    return [(r, r, c) for c in CONTEXTS for r in REQS]
+
+
 def _spread(points: list) -> list:
     """Every 4th point, then every 4th from offset 2, then the rest: even coverage early."""
     order = []
