@@ -14,6 +14,10 @@ import yaml
 
 # Without a GPU, Triton kernels run in its interpreter (must be set before triton loads).
 os.environ.setdefault("TRITON_INTERPRET", "1")
+# One intra-op thread a process (read when torch loads): pytest -n 2 on two cores would
+# otherwise run four OpenMP threads whose barriers spin against each other, which slows
+# the decoder's many small CPU ops several times over.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
