@@ -177,17 +177,17 @@ def test_drafting_stretches_run_through_finishes(method, monkeypatch, tmp_path):
     # state and the random stream go back there, and the numbers stay step-by-step mode's
     from dspark_sim.engine import stretch
 
-    draw = stretch._steps_to_draw
-    monkeypatch.setattr(stretch, "_steps_to_draw", lambda left, to_arrival_s, step_s, *rest:
+    draw = stretch.steps_to_draw
+    monkeypatch.setattr(stretch, "steps_to_draw", lambda left, to_arrival_s, step_s, *rest:
                         draw(left, math.inf, 0.0, *rest))
     cuts = []
-    keep = stretch._Segments.keep
+    keep = stretch.Segments.keep
 
     def spy(self, taken):
         cuts.append((len(self.draws), taken < self.starts[-1] if taken else True))
         keep(self, taken)
 
-    monkeypatch.setattr(stretch._Segments, "keep", spy)
+    monkeypatch.setattr(stretch.Segments, "keep", spy)
     assert_identical(scenario(method, seed=7, requests=40), tmp_path)
     assert any(segments > 2 for segments, _ in cuts)
     assert any(segments > 1 and earlier for segments, earlier in cuts)

@@ -85,7 +85,7 @@ def plan_stretch(rep, stop_s: float, tokens_per_step: float) -> Stretch | None:
     past_finishes = (rep.ctx.acceptance is None and not rep.waiting
                      and (rep.prefix is None or not rep.prefix.chains))
     last = int(left.max() if past_finishes else left.min())
-    steps = _steps_to_draw(last, stop_s - rep.clock_s, rep.decode_step_s, 1.0, n, 0)
+    steps = steps_to_draw(last, stop_s - rep.clock_s, rep.decode_step_s, 1.0, n, 0)
     if steps < 2:
         return None
     k = np.arange(steps)[:, None]
@@ -116,13 +116,13 @@ def _drafting(rep, n: int, block_size: int, left, kv0, generated, stop_s: float,
     from where the random stream stands after it, as the next step would draw it. Otherwise,
     or where the drafter's block size would change, the stretch ends at the first finish."""
     through = not rep.waiting and (rep.prefix is None or not rep.prefix.chains)
-    steps = _steps_to_draw(int(left.min()), stop_s - rep.clock_s, rep.decode_step_s, tokens_per_step, n,
+    steps = steps_to_draw(int(left.min()), stop_s - rep.clock_s, rep.decode_step_s, tokens_per_step, n,
                            block_size)
     if steps < 2:
         return None
     c = rep.running.cols
     difficulty, domain = c["difficulty"][:n], c["domain"][:n]
-    segments = _Segments(rep, n)
+    segments = Segments(rep, n)
     live = np.arange(n)
     left_live = left.copy()
     while True:
@@ -141,7 +141,7 @@ def _drafting(rep, n: int, block_size: int, left, kv0, generated, stop_s: float,
         total = segments.steps
         if not live.size or total >= MAX_STEPS or rep.policy.block_size_for(live.size) != block_size:
             break
-        steps = _steps_to_draw(int(left_live.min()), stop_s - rep.clock_s - total * rep.decode_step_s,
+        steps = steps_to_draw(int(left_live.min()), stop_s - rep.clock_s - total * rep.decode_step_s,
                                rep.decode_step_s, tokens_per_step, live.size, block_size)
         steps = min(steps, MAX_STEPS - total)
         if steps < 1:
@@ -169,7 +169,7 @@ def _drafting(rep, n: int, block_size: int, left, kv0, generated, stop_s: float,
                    accepted[:taken].sum(axis=0), verify_len[:taken].sum(axis=0) - run)
 
 
-class _Segments:
+class Segments:
     """The segments of a drafting stretch: each drawn for the requests running in it (``live``,
     indices among the R running when the stretch starts), back to back, and what each kept."""
 
@@ -289,7 +289,7 @@ class _Draw:
             self.rep.rng.bit_generator.advance(_PERIOD - (self.steps - taken) * self.per_step)
 
 
-def _steps_to_draw(left: int, to_arrival_s: float, step_s: float, tokens_per_step: float, n: int,
+def steps_to_draw(left: int, to_arrival_s: float, step_s: float, tokens_per_step: float, n: int,
                    block_size: int) -> int:
     """How many steps to draw: enough to reach the end (``left`` tokens at ``tokens_per_step``)
     or the next arrival, whichever comes first, by the recent step time, and never more than
