@@ -325,7 +325,7 @@ class Replica:
             self._decoded[1] += step["num_dec"]
             self._decay_reserve(1)
             last = c["last_token_s"][:n]
-            self.ctx.collector.on_gaps(last[dec].copy(), self.index, now)
+            self.ctx.collector.on_gaps(last[dec], self.index, now)
             generated[dec] += new
             last[dec] = now
             steps[dec] += 1
@@ -347,7 +347,7 @@ class Replica:
         c, n = self.running.cols, self.running.n
         times, collector = st.times_s, self.ctx.collector
         last = c["last_token_s"][:n]
-        collector.on_stretch(self.index, st, last.copy())
+        collector.on_stretch(self.index, st, last)
         c["generated"][:n] = st.generated
         if st.accepted is not None:
             c["accepted_tokens"][:n] += st.accepted

@@ -171,9 +171,13 @@ class Collector:
 
     def on_gaps(self, last_s: np.ndarray, replica: int, time_s: float) -> None:
         """Inter-token gaps of the requests that emitted at ``time_s``: ``last_s`` the ends of the
-        steps that emitted their tokens before (an array of its own)."""
-        if last_s.size:
-            self._at(time_s, replica, self._gaps_since, replica, last_s, time_s)
+        steps that emitted their tokens before (read now: the caller may change it after)."""
+        if not last_s.size:
+            return
+        if self.front_end is None:  # the tokens reach the client when their steps end
+            self._at(time_s, replica, self._gaps, time_s - last_s)
+        else:
+            self._at(time_s, replica, self._gaps_since, replica, last_s.copy(), time_s)
 
     def _gaps_since(self, replica: int, last_s: np.ndarray, time_s: float) -> None:
         self._gaps(self._client(replica, time_s) - self._client(replica, last_s))
@@ -190,16 +194,21 @@ class Collector:
     def on_stretch(self, replica: int, st, last_s: np.ndarray) -> None:
         """The K decode steps of a :class:`~dspark_sim.engine.stretch.Stretch`, as K steps would
         record them: ``last_s`` the ends of the steps that emitted the requests' tokens before
-        it (an array of its own); after its first step, every decoding request's gap is a step."""
+        it (read now); after its first step, every decoding request's gap is a step."""
+        # the first step's gaps: now, or (behind a front end) once its deliveries are worked out
+        first = st.times_s[1] - last_s if self.front_end is None else last_s.copy()
         if self.order is None:
-            return self._stretch(replica, st, 0, st.steps, last_s)
+            return self._stretch(replica, st, 0, st.steps, first)
         for k, end_s in enumerate(st.times_s[1:].tolist()):
-            self.order.put(end_s, replica, self._stretch, replica, st, k, k + 1, last_s)
+            self.order.put(end_s, replica, self._stretch, replica, st, k, k + 1, first)
 
-    def _stretch(self, replica: int, st, lo: int, hi: int, last_s: np.ndarray) -> None:
-        """Steps ``lo`` to ``hi`` of stretch ``st``."""
+    def _stretch(self, replica: int, st, lo: int, hi: int, first: np.ndarray) -> None:
+        """Steps ``lo`` to ``hi`` of stretch ``st`` (``first``: :meth:`on_stretch`'s)."""
         if lo == 0:
-            self._gaps_since(replica, last_s, st.times_s[1])
+            if self.front_end is None:
+                self._gaps(first)
+            else:
+                self._gaps_since(replica, first, st.times_s[1])
         later = slice(max(lo, 1), hi)
         if later.start < hi:
             ends = self._client(replica, st.times_s[later.start:hi + 1])
