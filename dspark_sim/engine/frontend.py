@@ -50,10 +50,10 @@ class FrontEnd:
         return bool(self.intake_s or self.stream_s)
 
     def streamed(self, end_s, messages, replica: int = 0) -> None:
-        """Steps of ``replica`` ending at ``end_s`` (a time or an array of them, in order) stream
-        ``messages`` (as many)."""
+        """Steps of ``replica`` ending at ``end_s`` (a time, or an array of them in order) stream
+        ``messages`` (a count, or an array of as many)."""
         ends = np.atleast_1d(np.asarray(end_s, dtype=float))
-        self._pending.append((ends, np.broadcast_to(np.asarray(messages, dtype=np.int64), ends.shape), replica))
+        self._pending.append((ends, np.atleast_1d(np.asarray(messages, dtype=np.int64)), replica))
         self._next_end_s = min(self._next_end_s, float(ends[0]))
 
     def take_in(self, arrival_s: float) -> float:
@@ -103,11 +103,16 @@ class FrontEnd:
         """When the tokens of ``replica``'s steps ending at ``end_s`` (a time or an array of
         them, each a step that streamed, worked out by :meth:`settle`) reach the client."""
         ends, times = self._ends[replica].values, self._delivered[replica].values
-        at = np.searchsorted(ends, end_s)
-        out = times[np.minimum(at, ends.size - 1)]
-        if not np.all(ends[np.minimum(at, ends.size - 1)] == end_s):
-            raise KeyError(f"replica {replica}: no streamed step ends at {end_s}")
-        return out if isinstance(end_s, np.ndarray) else float(out)
+        if not isinstance(end_s, np.ndarray):
+            i = int(ends.searchsorted(end_s))
+            if i == ends.size or ends[i] != end_s:
+                raise KeyError(f"replica {replica}: no streamed step ends at {end_s}")
+            return float(times[i])
+        at = ends.searchsorted(end_s)
+        np.minimum(at, ends.size - 1, out=at)
+        if not (ends[at] == end_s).all():
+            raise KeyError(f"replica {replica}: a time in {end_s} is no streamed step's end")
+        return times[at]
 
 
 class _Grow:

@@ -199,6 +199,8 @@ class Collector:
         first = st.times_s[1] - last_s if self.front_end is None else last_s.copy()
         if self.order is None:
             return self._stretch(replica, st, 0, st.steps, first)
+        if self.replicas == 1:  # (behind a front end) no other replica's record to interleave: one call
+            return self.order.put(float(st.times_s[-1]), replica, self._stretch, replica, st, 0, st.steps, first)
         for k, end_s in enumerate(st.times_s[1:].tolist()):
             self.order.put(end_s, replica, self._stretch, replica, st, k, k + 1, first)
 
