@@ -22,7 +22,8 @@ same for every engine; what the engine adds is described here:
 * **host terms** (:class:`EngineTerms`): per-step host time (a bias and a time per request
   the step works on; hidden behind the GPU's work up to its length when the engine overlaps),
   the front end's time per request (HTTP, chat template, tokenizer) and per streamed message
-  (one process does both, :mod:`dspark_sim.engine.frontend`), and the launch floor of an eager
+  (one process does both, first come first served, and delivers the tokens the client sees:
+  :mod:`dspark_sim.engine.frontend`), and the launch floor of an eager
   decode step. They are host time: they do not move when a profile is projected to another GPU.
 
 ``decoder`` is the project's own decoder: its host time is measured into the profile
@@ -85,6 +86,14 @@ DEFAULT_SOURCES = {
          "sglang 0.5.23 sglang/srt/managers/tokenizer_manager.py:895 (generate_request), 1096 "
          "(_tokenize_one_request), 2465-2478 (handle_loop), 2495-2780 (a loop over the output's requests); "
          "sglang/srt/managers/detokenizer_manager.py:104, 184"),
+        ("front end: what the client sees", "a step's tokens reach the client when the same event loop has handled "
+         "them, first come first served with the intake of requests: handle_loop takes one step's output at a time "
+         "and wakes each request's stream (batch_notify_size 16 at a time), whose coroutine then writes the "
+         "message; a request's intake runs on that loop from generate_request to _send_one_request",
+         "sglang 0.5.23 sglang/srt/managers/tokenizer_manager.py:2465-2478 (handle_loop), 2779-2797 "
+         "(out_list.append, event.set, asyncio.sleep(0) every batch_notify_size), 1946-1980 "
+         "(_stream_one_response: wait for the event, drain out_list), 941-952 (intake: tokenize, send, then wait); "
+         "sglang/srt/arg_groups/fields/serving.py:262-269 (stream_interval 1, batch_notify_size 16)"),
         ("KV reserved at admission", "a new request: prompt + min(max_new_tokens, 4096); each running request: "
          "new_token_ratio x its remaining min(max_new_tokens, 4096), the ratio 0.7 falling to 0.7 x 0.14 over 600 "
          "decode steps, back to 0.7 after a retraction", "sglang 0.5.23 sglang/srt/managers/schedule_policy.py:"
@@ -111,6 +120,14 @@ DEFAULT_SOURCES = {
          "process_outputs in chunks of VLLM_V1_OUTPUT_PROC_CHUNK_SIZE, asyncio.sleep(0) between); "
          "vllm/v1/engine/output_processor.py:728-863 (detokenizer.update, queue.put a request); "
          "vllm/entrypoints/openai/chat_completion/serving.py:472-506 (a message a result)"),
+        ("front end: what the client sees", "a step's tokens reach the client when the API server's event loop has "
+         "handled them, first come first served with the intake of requests: the output handler processes one "
+         "step's output (in chunks of 128 requests, yielding between them) and puts each request's result on its "
+         "queue; the request's generate() coroutine takes it and the chat stream generator writes the message",
+         "vllm 0.33.0 vllm/v1/engine/async_llm.py:856-916 (output_handler), 726, 789-800 (generate: q.get_nowait() "
+         "or await q.get()); vllm/envs.py:1476-1477 (VLLM_V1_OUTPUT_PROC_CHUNK_SIZE 128); "
+         "vllm/entrypoints/openai/chat_completion/serving.py:472, 575 (async for res in result_generator), "
+         "264-285 (render_chat_request: the intake on the same loop)"),
         ("multi-step scheduling (multi_step)", "off (1); vLLM 0.6's --num-scheduler-steps k schedules once for k "
          "decode steps, preparing its requests once and handling their output while the GPU runs on: a decode "
          "step carries the host terms' bias and 1/k of their time per request",
@@ -135,6 +152,14 @@ DEFAULT_SOURCES = {
          "TensorRT-LLM tensorrt_llm/llmapi/llm_args.py TorchLlmArgs.disable_overlap_scheduler (default False; "
          "source at fcd3f3168280) and tensorrt_llm/commands/serve.py serve --backend (default pytorch; source at "
          "00209af149e7); the same in every stored version from 1.0.0rc4 on, the 1.2.0rc1 tag itself not read"),
+        ("front end: what the client sees", "trtllm-serve's OpenAI server renders and tokenizes every request and "
+         "streams every result on its own event loop: a chat stream generator takes each step's result of its "
+         "request (async for res in promise) and post-processes it into messages in the server process (no "
+         "post-processing workers by default), first come first served with the intake of requests",
+         "TensorRT-LLM tensorrt_llm/serve/openai_server.py OpenAIServer.openai_chat, chat_stream_generator "
+         "(post_processor(res, args) unless postproc_worker_enabled; source at 00057725d9a6, no line numbers); "
+         "tensorrt_llm/llmapi/llm_args.py num_postprocess_workers (default 0, in every stored version read); the "
+         "1.2.0rc1 tag itself not read"),
         ("KV reserved at admission", "every request's prompt + max_tokens (capacity scheduler GUARANTEED_NO_EVICT: "
          "nothing is preempted)", "TensorRT-LLM tensorrt_llm/llmapi/llm_args.py "
          "SchedulerConfig.capacity_scheduler_policy (default GUARANTEED_NO_EVICT; source at fcd3f3168280, the "

@@ -37,8 +37,8 @@ def test_a_column_is_one_value_only_where_every_value_writes_alike():
 
 def test_gaps_are_counted_as_unique_counts_them():
     collector = Collector(None)
-    gaps = np.array([0.02, 0.01, 0.02, 0.03, 0.01, 0.02])
-    collector.on_gaps(gaps, 0, 1.0)
+    gaps = np.array([0.5, 0.25, 0.5, 0.75, 0.25, 0.5])  # binary fractions: 1 - (1 - gap) is gap
+    collector.on_gaps(1.0 - gaps, 0, 1.0)  # the tokens before these came at 1 - gap
     values, counts = np.unique(gaps, return_counts=True)
     assert collector.gaps["gap_s"].tolist() == values.tolist()
     assert collector.gaps["count"].tolist() == counts.tolist()

@@ -239,13 +239,19 @@ def _raw_engine(engine: str) -> dict:
                                        "output_tokens": {"dist": "constant", "mean": 2}}}}
 
 
-@pytest.mark.parametrize("method,replicas", [("none", 1), ("static", 2)])
-def test_skip_ahead_is_step_by_step_with_a_streaming_front_end(method, replicas, tmp_path):
-    """An engine's front end takes requests in between streaming the steps' output: the steps a
-    stretch runs count their messages when they end, as step by step."""
+FRONT_END_CONFIGS = [("none", 1, "heavy", False), ("static", 2, "heavy", False), ("none", 1, "light", True),
+                     ("production", 2, "light", True)]
+
+
+@pytest.mark.parametrize("method,replicas,load,overlap", FRONT_END_CONFIGS)
+def test_skip_ahead_is_step_by_step_with_a_streaming_front_end(method, replicas, load, overlap, tmp_path):
+    """An engine's front end takes requests in between streaming the steps' output, and the
+    client sees each step's tokens when it has streamed them: the steps a stretch runs register
+    their messages when they end, and their tokens reach the client when they would step by step."""
     from dspark_sim.engines import Engine, EngineTerms
 
-    sc = scenario(method, seed=31, load="heavy", replicas=replicas, router="least_outstanding")
+    sc = scenario(method, seed=31 + FRONT_END_CONFIGS.index((method, replicas, load, overlap)), load=load,
+                  replicas=replicas, router="least_outstanding")
     terms = EngineTerms(step_host_s=1e-3, step_host_s_per_req=2e-5, frontend_s=2e-3, stream_s=2e-4)
-    summary = assert_identical(replace(sc, engine=Engine(name="vllm", terms=terms, overlap=False)), tmp_path)
+    summary = assert_identical(replace(sc, engine=Engine(name="vllm", terms=terms, overlap=overlap)), tmp_path)
     assert summary["completed"] == 60

@@ -3,61 +3,136 @@
 A production engine's API server takes in requests (HTTP, chat template, tokenizer) and, in
 the same process, streams every request's output back (detokenizing, one message per request
 per step that gave it tokens): vLLM's OpenAI server with its ``AsyncLLM`` output handler,
-SGLang's tokenizer manager (docs/engine_defaults.md cites the released code). Both kinds of
-work share the process, so while a large batch streams, requests wait longer to be taken in.
+SGLang's tokenizer manager, trtllm-serve's chat stream generators (docs/engine_defaults.md
+cites the released code). Both kinds of work share one event loop, so a request waits behind
+the streaming of the steps before it to be taken in, and a step's tokens wait behind the
+intake of the requests that came before they were ready, and behind the steps before them,
+to reach the client.
 
 The model: one server per replica (a deployment's front ends pooled: service times divided by
-its replicas) serves a request's intake in ``intake_s`` and each streamed message in
-``stream_s``. Requests are taken in one at a time in arrival order; before each, the server
-streams the messages of the steps that ended since it last took one in (FIFO), less what it
-streamed while idle. Messages are counted when their step ends (replicas register them when
-they plan it, with its end time), so step-by-step and skip-ahead runs count alike. Tokens
-reach the scheduler's clock when their step ends: the streaming's own delay to the client is
-not modelled.
+its replicas) serving, first come first served, a request's intake (``intake_s``, from its
+arrival) and each step's streamed messages (``stream_s`` each, from the step's end); at equal
+times a step's messages go first, then steps by replica. A request reaches the scheduler when
+its intake ends (:meth:`FrontEnd.take_in`); a step's tokens reach the client when its messages
+are done (:meth:`FrontEnd.delivered`), never before the step ends.
+
+Replicas register a step's messages when they plan it, with its end time, so step-by-step and
+skip-ahead runs register alike. The queue is worked out up to a request's arrival when it is
+taken in: every step that ended by then is registered, and nothing after it can change the
+intakes and deliveries before it. The deliveries of the steps after the last arrival are
+worked out when the run ends (:meth:`FrontEnd.settle`); the run's record waits for them
+(:class:`~dspark_sim.metrics.collector.Collector`). Each stretch of work between two
+arrivals is worked out in one vectorised pass; the stretches are the same in both modes, so
+their numbers are too.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 
 class FrontEnd:
-    """The front-end server a replica's requests pass (see the module docstring)."""
+    """The front-end server a replica's requests and tokens pass (see the module docstring)."""
 
     def __init__(self, intake_s: float, stream_s: float, replicas: int = 1):
         self.intake_s = intake_s / replicas
         self.stream_s = stream_s / replicas
-        self.free_s = 0.0  # when the intake in service ends
-        self.closed = False  # every request is in: streaming delays no one any more
-        self._pending: list[tuple[np.ndarray, np.ndarray]] = []  # (step end times, messages) not yet served
+        self.free_s = 0.0  # when the work worked out so far ends
+        self.settled_s = -math.inf  # every step ending by then has its delivery
+        self._pending: list[tuple[np.ndarray, np.ndarray, int]] = []  # (step ends, messages, replica)
+        self._next_end_s = math.inf  # the earliest step end pending
+        self._ends = [_Grow() for _ in range(replicas)]  # per replica: step ends worked out, in order
+        self._delivered = [_Grow() for _ in range(replicas)]  # and when their tokens reach the client
 
     @property
     def active(self) -> bool:
         return bool(self.intake_s or self.stream_s)
 
-    def streamed(self, end_s, messages) -> None:
-        """Steps ending at ``end_s`` (a time or an array of them) stream ``messages`` (as many)."""
-        if self.stream_s and not self.closed:
-            self._pending.append((np.atleast_1d(np.asarray(end_s, dtype=float)),
-                                  np.atleast_1d(np.asarray(messages, dtype=np.int64))))
+    def streamed(self, end_s, messages, replica: int = 0) -> None:
+        """Steps of ``replica`` ending at ``end_s`` (a time, or an array of them in order) stream
+        ``messages`` (a count, or an array of as many)."""
+        ends = np.atleast_1d(np.asarray(end_s, dtype=float))
+        self._pending.append((ends, np.atleast_1d(np.asarray(messages, dtype=np.int64)), replica))
+        self._next_end_s = min(self._next_end_s, float(ends[0]))
 
-    def _served_messages(self, now_s: float) -> int:
-        """Messages of steps ended by ``now_s`` not counted before (the rest stay pending)."""
-        count, keep = 0, []
-        for ends, msgs in self._pending:
-            done = ends <= now_s
-            count += int(msgs[done].sum())
-            if not done.all():
-                keep.append((ends[~done], msgs[~done]))
-        self._pending = keep
-        return count
-
-    def take_in(self, now_s: float) -> float:
-        """When a request that reached the front end at ``now_s`` (or waited for it until then)
-        reaches the scheduler."""
-        backlog = self.stream_s * self._served_messages(now_s) if self.stream_s else 0.0
-        idle = max(0.0, now_s - self.free_s)
-        self.free_s = max(now_s, self.free_s) + max(0.0, backlog - idle) + self.intake_s
+    def take_in(self, arrival_s: float) -> float:
+        """When a request that reached the front end at ``arrival_s`` (requests come in arrival
+        order) reaches the scheduler: after the steps that ended by then have streamed."""
+        self.settle(arrival_s)
+        self.free_s = max(arrival_s, self.free_s) + self.intake_s
         return self.free_s
+
+    def settle(self, until_s: float = math.inf) -> None:
+        """Work out the deliveries of the steps that end by ``until_s`` (no request arrives
+        before it that has not been taken in)."""
+        self.settled_s = max(self.settled_s, until_s)
+        if until_s < self._next_end_s:  # no step ends by then
+            return
+        pending, self._pending = self._pending, []
+        parts = []
+        for e, m, r in pending:  # each block's ends are in order: split it where until_s falls
+            cut = int(np.searchsorted(e, until_s, side="right"))
+            if cut:
+                parts.append((e[:cut], m[:cut], r))
+            if cut < e.size:
+                self._pending.append((e[cut:], m[cut:], r))
+        self._next_end_s = min((float(e[0]) for e, _, _ in self._pending), default=math.inf)
+        if len(parts) == 1:
+            ends, msgs, r = parts[0]
+            reps = np.full(ends.size, r, dtype=np.int64)
+        else:
+            ends = np.concatenate([e for e, _, _ in parts])
+            msgs = np.concatenate([m for _, m, _ in parts])
+            reps = np.concatenate([np.full(e.size, r, dtype=np.int64) for e, _, r in parts])
+        order = np.lexsort((reps, ends))  # by end time, then replica (stable: then registration)
+        ends, service = ends[order], msgs[order] * self.stream_s
+        # first come first served from free_s: job j ends at max(t_i + s_i + ... + s_j, free_s + s_1 + ... + s_j)
+        done = np.cumsum(service)
+        before = done - service
+        done += np.maximum(self.free_s, np.maximum.accumulate(ends - before))
+        np.maximum(done, ends, out=done)  # never before the step ends (a rounding could say so)
+        self.free_s = float(done[-1]) if done.size else self.free_s
+        reps = reps[order]
+        for r in np.unique(reps).tolist():
+            mine = reps == r
+            self._ends[r].extend(ends[mine])
+            self._delivered[r].extend(done[mine])
+
+    def delivered(self, replica: int, end_s):
+        """When the tokens of ``replica``'s steps ending at ``end_s`` (a time or an array of
+        them, each a step that streamed, worked out by :meth:`settle`) reach the client."""
+        ends, times = self._ends[replica].values, self._delivered[replica].values
+        if not isinstance(end_s, np.ndarray):
+            i = int(ends.searchsorted(end_s))
+            if i == ends.size or ends[i] != end_s:
+                raise KeyError(f"replica {replica}: no streamed step ends at {end_s}")
+            return float(times[i])
+        at = ends.searchsorted(end_s)
+        np.minimum(at, ends.size - 1, out=at)
+        if not (ends[at] == end_s).all():
+            raise KeyError(f"replica {replica}: a time in {end_s} is no streamed step's end")
+        return times[at]
+
+
+class _Grow:
+    """An append-only float array that doubles as it fills."""
+
+    def __init__(self):
+        self._data, self._n = np.zeros(256), 0
+
+    def extend(self, values: np.ndarray) -> None:
+        end = self._n + values.size
+        if end > self._data.size:
+            data = np.zeros(max(2 * end, 256))
+            data[:self._n] = self._data[:self._n]
+            self._data = data
+        self._data[self._n:end] = values
+        self._n = end
+
+    @property
+    def values(self) -> np.ndarray:
+        return self._data[:self._n]
 
 
 __all__ = ["FrontEnd"]

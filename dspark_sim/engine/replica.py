@@ -18,7 +18,8 @@ made when the step before it starts: a request that reaches the replica while a 
 flight joins the step after the next, and its ``first_scheduled_s`` is when that step's plan
 was made. When the step in flight leaves nothing to run after it, the engine plans anew once
 it lands, as after an idle wait. Token times stay the ends of their steps (when the engine
-reads them).
+reads them); an engine's front end (:mod:`dspark_sim.engine.frontend`) delivers them to the
+client later, and the record gives the client's times.
 
 An engine that reserves KV at admission for output still to come (TensorRT-LLM's whole output,
 SGLang's falling new-token ratio: :class:`~dspark_sim.engines.KvReserve`) admits a request only
@@ -58,8 +59,8 @@ class Replica:
         self.running = Table()
         self.kv_peak = 0
         self.overlap = ctx.overlap
-        # the front end streaming this replica's output (None: none, or nothing streamed costs)
-        self.frontend = ctx.frontend if ctx.frontend is not None and ctx.frontend.stream_s else None
+        # the front end streaming this replica's output to the client (None: the engine has none)
+        self.frontend = ctx.frontend
         # KV reserved at admission for output to come (engines.KvReserve), and the running ratio now
         self.reserve = ctx.kv_reserve
         self.reserve_ratio = self.reserve.running_init if self.reserve is not None else 0.0
@@ -169,7 +170,7 @@ class Replica:
             if stretch is not None:
                 self.plan_s = float(stretch.times_s[-2])  # its last step's start
                 if self.frontend is not None:
-                    self.frontend.streamed(stretch.times_s[1:], stretch.decode_reqs)
+                    self.frontend.streamed(stretch.times_s[1:], stretch.decode_reqs, self.index)
                 self._apply_stretch(stretch)
                 self.ctx.collector.advance(self.index, stretch.end_s)
                 yield self.env.timeout(delay_to(self.env.now, stretch.end_s))
@@ -189,14 +190,15 @@ class Replica:
 
     def _stream(self, end_s: float, step: dict) -> None:
         """Tell the front end the messages the step streams when it ends: one per decoding request
-        and per request whose prefill it completes."""
+        and per request whose prefill it completes (a step that streams none is left out)."""
         if self.frontend is None:
             return
         messages = step["num_dec"]
         if step["pre"] is not None:
             c, n, pre = self.running.cols, self.running.n, step["pre"]
             messages += int(np.count_nonzero(c["prefilled"][:n][pre] + step["chunk"] >= c["prefill_len"][:n][pre]))
-        self.frontend.streamed(end_s, messages)
+        if messages:
+            self.frontend.streamed(end_s, messages, self.index)
 
     def _stretch(self) -> Stretch | None:
         """Steady decode steps from now (every request decoding; the caller admitted what fits,
@@ -323,7 +325,7 @@ class Replica:
             self._decoded[1] += step["num_dec"]
             self._decay_reserve(1)
             last = c["last_token_s"][:n]
-            self.ctx.collector.on_gaps(now - last[dec], self.index, now)
+            self.ctx.collector.on_gaps(last[dec], self.index, now)
             generated[dec] += new
             last[dec] = now
             steps[dec] += 1
@@ -345,7 +347,7 @@ class Replica:
         c, n = self.running.cols, self.running.n
         times, collector = st.times_s, self.ctx.collector
         last = c["last_token_s"][:n]
-        collector.on_stretch(self.index, st, times[1] - last)
+        collector.on_stretch(self.index, st, last)
         c["generated"][:n] = st.generated
         if st.accepted is not None:
             c["accepted_tokens"][:n] += st.accepted
@@ -398,7 +400,7 @@ class Replica:
         generated, last = c["generated"][:n], c["last_token_s"][:n]
         resumed = generated[done] > 0  # re-prefill after a preemption: an inter-token gap
         if resumed.any():
-            self.ctx.collector.on_gaps(now - last[done[resumed]], self.index, now)
+            self.ctx.collector.on_gaps(last[done[resumed]], self.index, now)
         c["first_token_s"][:n][done[~resumed]] = now
         generated[done] += 1
         last[done] = now

@@ -105,13 +105,20 @@ def build_context(scenario: Scenario, collector: Collector) -> SimContext:
                      prefix_block_tokens=block if dep.prefix_cache and
                      scenario.workload.hash_block_tokens % block == 0 else 0,
                      max_running=min(dep.max_running_requests, cap) if cap is not None else 0,
-                     frontend=FrontEnd(engine.terms.frontend_s, engine.terms.stream_s, dep.replicas),
+                     frontend=front_end(engine.terms, dep.replicas),
                      overlap=engine.overlapped, kv_reserve=engine.kv_reserve,
                      multi_step=engine.multi_step,
                      admission=Admission.of(model.max_context, kv, per_request, spec))
     if spec.method == "dspark":
         ctx.sps = scheduler_sps(scenario, cost)
     return ctx
+
+
+def front_end(terms, replicas: int) -> FrontEnd | None:
+    """The engine's front-end process, or None where its host terms give it no time (the
+    decoder: its tokens reach the client when their step ends)."""
+    frontend = FrontEnd(terms.frontend_s, terms.stream_s, replicas)
+    return frontend if frontend.active else None
 
 
 def scheduler_table(scenario: Scenario, cost):
@@ -151,6 +158,8 @@ def simulate(scenario: Scenario, out_dir: Path | None = None, progress=None, *,
     try:
         ctx = build_context(scenario, collector)
         ctx.skip_ahead = not exact
+        if ctx.frontend is not None:  # the record gives the times the client sees
+            collector.through_front_end(ctx.frontend)
         check_work_bound(scenario, ctx.admission)
         seeds = np.random.SeedSequence(scenario.seed).spawn(scenario.deployment.replicas + 1)
         replicas = [Replica(env, i, ctx, np.random.default_rng(s)) for i, s in enumerate(seeds[1:])]
@@ -241,7 +250,7 @@ def _arrivals(env: simpy.Environment, chunks: Iterator, ctx: SimContext, router,
     cum = np.cumsum(weights)
     # the front end (HTTP, template, tokenizer; streaming) takes in one request at a time, in
     # arrival order: a burst queues there before the scheduler sees it (engine/frontend.py)
-    frontend = ctx.frontend if ctx.frontend is not None and ctx.frontend.active else None
+    frontend = ctx.frontend
     rid = 0
     for chunk in chunks:
         raise_if_stopped()
@@ -261,7 +270,8 @@ def _arrivals(env: simpy.Environment, chunks: Iterator, ctx: SimContext, router,
                 ctx.next_arrival_s = enter  # it reaches the front end
                 if enter > env.now:
                     yield env.timeout(enter - env.now)
-                enter = frontend.take_in(max(enter, env.now))
+                enter = frontend.take_in(enter)  # first come first served from its arrival
+                ctx.collector.front_end_settled(arrival[i])
             ctx.next_arrival_s = enter  # when it reaches the replica
             delay = enter - env.now
             if delay > 0:
@@ -279,5 +289,3 @@ def _arrivals(env: simpy.Environment, chunks: Iterator, ctx: SimContext, router,
         if progress is not None:
             progress(rid, env.now)
     ctx.next_arrival_s = math.inf
-    if ctx.frontend is not None:
-        ctx.frontend.closed = True

@@ -105,7 +105,8 @@ class Collector:
 
     Every event names its replica and its time; with several replicas the events go through
     :class:`InOrder` (``clock``: the simulation's), so the record keeps time order however
-    far a replica runs ahead.
+    far a replica runs ahead. Behind an engine's front end (:meth:`through_front_end`) token
+    times are the client's: when the front end delivers the step that emitted them.
     """
 
     def __init__(self, out_dir: Path | None, replicas: int = 1, clock: Callable[[], float] | None = None):
@@ -122,6 +123,25 @@ class Collector:
         self.rejected_by: dict[str, int] = {}  # reason (engine/admission.py) -> requests
         self.record = RecordWriter(out_dir) if out_dir is not None else None
         self.order = InOrder(replicas, clock) if replicas > 1 else None
+        self.replicas, self.clock = replicas, clock
+        self.front_end = None  # the engine's front end, delivering tokens to the client (None: at step end)
+
+    def through_front_end(self, front_end) -> None:
+        """Give token times as the client sees them, delivered by ``front_end``
+        (:class:`~dspark_sim.engine.frontend.FrontEnd`): the record waits, in :class:`InOrder`,
+        until the front end has worked out the deliveries up to its time
+        (:meth:`front_end_settled`, and at :meth:`close`). Call before any event."""
+        self.front_end = front_end
+        self.order = InOrder(self.replicas + 1, self.clock)
+        self.order.frontier[self.replicas] = -math.inf
+
+    def front_end_settled(self, time_s: float) -> None:
+        """The front end has worked out every delivery of a step ending by ``time_s``."""
+        self.order.advance(self.replicas, time_s)
+
+    def _client(self, replica: int, time_s):
+        """When the tokens of ``replica``'s step ending at ``time_s`` reach the client."""
+        return time_s if self.front_end is None else self.front_end.delivered(replica, time_s)
 
     def advance(self, replica: int, frontier_s: float | None) -> None:
         """``replica`` records nothing before ``frontier_s`` any more (None: it waits for work)."""
@@ -149,10 +169,18 @@ class Collector:
                                request["output_tokens"], DOMAINS[request["domain"]], nan, nan, nan, nan, nan,
                                nan, nan, 0, 0, 0, 0, 0, "rejected", reason)])
 
-    def on_gaps(self, gaps: np.ndarray, replica: int, time_s: float) -> None:
-        """Inter-token gaps (seconds) of the requests that emitted at ``time_s``."""
-        if gaps.size:
-            self._at(time_s, replica, self._gaps, gaps)
+    def on_gaps(self, last_s: np.ndarray, replica: int, time_s: float) -> None:
+        """Inter-token gaps of the requests that emitted at ``time_s``: ``last_s`` the ends of the
+        steps that emitted their tokens before (read now: the caller may change it after)."""
+        if not last_s.size:
+            return
+        if self.front_end is None:  # the tokens reach the client when their steps end
+            self._at(time_s, replica, self._gaps, time_s - last_s)
+        else:
+            self._at(time_s, replica, self._gaps_since, replica, last_s.copy(), time_s)
+
+    def _gaps_since(self, replica: int, last_s: np.ndarray, time_s: float) -> None:
+        self._gaps(self._client(replica, time_s) - self._client(replica, last_s))
 
     def _gaps(self, gaps: np.ndarray) -> None:
         lo, hi = gaps.min(), gaps.max()
@@ -163,23 +191,30 @@ class Collector:
             starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
             self.gaps.extend(gap_s=ordered[starts], count=np.diff(np.append(starts, ordered.size)))
 
-    def on_stretch(self, replica: int, st, first_gaps: np.ndarray) -> None:
+    def on_stretch(self, replica: int, st, last_s: np.ndarray) -> None:
         """The K decode steps of a :class:`~dspark_sim.engine.stretch.Stretch`, as K steps would
-        record them: ``first_gaps`` the requests' gaps at the first step's end; after it, every
-        decoding request's gap is the step."""
+        record them: ``last_s`` the ends of the steps that emitted the requests' tokens before
+        it (read now); after its first step, every decoding request's gap is a step."""
+        # the first step's gaps: now, or (behind a front end) once its deliveries are worked out
+        first = st.times_s[1] - last_s if self.front_end is None else last_s.copy()
         if self.order is None:
-            return self._stretch(replica, st, 0, st.steps, first_gaps)
+            return self._stretch(replica, st, 0, st.steps, first)
+        if self.replicas == 1:  # (behind a front end) no other replica's record to interleave: one call
+            return self.order.put(float(st.times_s[-1]), replica, self._stretch, replica, st, 0, st.steps, first)
         for k, end_s in enumerate(st.times_s[1:].tolist()):
-            self.order.put(end_s, replica, self._stretch, replica, st, k, k + 1, first_gaps)
+            self.order.put(end_s, replica, self._stretch, replica, st, k, k + 1, first)
 
-    def _stretch(self, replica: int, st, lo: int, hi: int, first_gaps: np.ndarray) -> None:
-        """Steps ``lo`` to ``hi`` of stretch ``st``."""
+    def _stretch(self, replica: int, st, lo: int, hi: int, first: np.ndarray) -> None:
+        """Steps ``lo`` to ``hi`` of stretch ``st`` (``first``: :meth:`on_stretch`'s)."""
         if lo == 0:
-            self._gaps(first_gaps)
+            if self.front_end is None:
+                self._gaps(first)
+            else:
+                self._gaps_since(replica, first, st.times_s[1])
         later = slice(max(lo, 1), hi)
         if later.start < hi:
-            self.gaps.extend(gap_s=st.times_s[later.start + 1:hi + 1] - st.times_s[later],
-                             count=st.decode_reqs[later])
+            ends = self._client(replica, st.times_s[later.start:hi + 1])
+            self.gaps.extend(gap_s=ends[1:] - ends[:-1], count=st.decode_reqs[later])
         k = slice(lo, hi)
         zeros = [0] * (hi - lo)
         start, step_s = st.times_s[k].tolist(), st.step_s[k].tolist()
@@ -219,16 +254,20 @@ class Collector:
         """Requests (columns of :class:`~dspark_sim.engine.batch.Table`) that finished at ``now``
         (one time, or each request's, in the order of their times)."""
         if self.order is None or not isinstance(now, np.ndarray):
-            self._at(now if self.order is None else float(now), replica, self._finish, rows, now)
+            self._at(now if self.order is None else float(now), replica, self._finish, rows, now, replica)
             return
         starts = np.flatnonzero(np.concatenate(([True], now[1:] != now[:-1])))
         for lo, hi in zip(starts.tolist(), starts[1:].tolist() + [now.size]):  # by time, for the order
-            self._at(float(now[lo]), replica, self._finish, {k: v[lo:hi] for k, v in rows.items()}, float(now[lo]))
+            self._at(float(now[lo]), replica, self._finish, {k: v[lo:hi] for k, v in rows.items()}, float(now[lo]),
+                     replica)
 
-    def _finish(self, rows: dict[str, np.ndarray], now: float | np.ndarray) -> None:
+    def _finish(self, rows: dict[str, np.ndarray], now: float | np.ndarray, replica: int) -> None:
         arrival = rows["arrival_s"]
         out = rows["output_tokens"]
-        ttft_ms = (rows["first_token_s"] - arrival) * 1e3
+        first = rows["first_token_s"]
+        if self.front_end is not None:  # the client's times
+            first, now = self._client(replica, first), self._client(replica, now)
+        ttft_ms = (first - arrival) * 1e3
         e2el_ms = (now - arrival) * 1e3
         tpot_ms = np.where(out > 1, (e2el_ms - ttft_ms) / np.maximum(out - 1, 1), np.nan)
         queue_ms = (rows["first_scheduled_s"] - arrival) * 1e3
@@ -243,13 +282,15 @@ class Collector:
             self.record.requests(zip(
                 rows["rid"].tolist(), arrival.tolist(), rows["prompt_tokens"].tolist(), out.tolist(),
                 [DOMAINS[d] for d in rows["domain"].tolist()], rows["first_scheduled_s"].tolist(),
-                rows["first_token_s"].tolist(), finish.tolist(), queue_ms.tolist(), ttft_ms.tolist(), tpot_ms.tolist(),
+                first.tolist(), finish.tolist(), queue_ms.tolist(), ttft_ms.tolist(), tpot_ms.tolist(),
                 e2el_ms.tolist(), rows["num_steps"].tolist(), rows["num_preemptions"].tolist(),
                 rows["accepted_tokens"].tolist(), rows["verified_drafts"].tolist(), rows["cached_tokens"].tolist(),
                 ["completed"] * n, [""] * n))
 
     def close(self) -> None:
         """Make the held events, then finish the record's files."""
+        if self.front_end is not None:  # every request is in: the deliveries of the last steps
+            self.front_end.settle()
         if self.order is not None:
             self.order.release()
         if self.record is not None:

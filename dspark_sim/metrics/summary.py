@@ -124,7 +124,7 @@ def summarize(result) -> dict:
     s.update(token_gap_itl(gaps["gap_s"], gaps["count"]))
     s.update(latency_stats("queue_delay", req["queue_delay_ms"]))
     tpot = req["tpot_ms"]
-    tpot = tpot[~np.isnan(tpot)]
+    tpot = tpot[tpot > 0]  # NaN: one token; 0: a front end delivered every token at once (no rate)
     s["mean_tok_per_s_per_user"] = float((1e3 / tpot).mean()) if tpot.size else None
     if scen.slo.given:
         good = scen.slo.good(req)
