@@ -20,7 +20,8 @@ completed. The load average is printed before and after every case.
 
 ``--markdown docs/bench/NAME.md`` writes the rows, with the command, machine, commit and date,
 to ``docs/bench/NAME.json`` and the page from that file (:func:`markdown`);
-``benchmarks/doc_blocks.py`` re-derives the page from the committed JSON.
+``benchmarks/doc_blocks.py`` re-derives the page from the committed JSON. Where a case's
+time goes, phase by phase against its target's per-request budget: ``benchmarks/sim_breakdown.py``.
 """
 from __future__ import annotations
 

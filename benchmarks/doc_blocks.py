@@ -144,6 +144,13 @@ def _bench_page(name: str):
     return make
 
 
+def _sim_breakdown() -> str:
+    """docs/bench/sim_breakdown.md from the committed phase times."""
+    from sim_breakdown import markdown
+
+    return markdown(json.loads((REPO / "docs" / "bench" / "sim_breakdown.json").read_text()))
+
+
 def _frontier() -> str:
     """docs/dspark_frontier.md from the committed sweep."""
     from dspark_frontier import JSON, markdown
@@ -160,7 +167,7 @@ def _moe() -> str:
 
 # whole generated files -> their text from committed data
 FILES = {"docs/validation.md": _validation, "docs/validation_ttft.md": _validation_ttft,
-         "docs/dspark_frontier.md": _frontier, "docs/moe.md": _moe,
+         "docs/dspark_frontier.md": _frontier, "docs/moe.md": _moe, "docs/bench/sim_breakdown.md": _sim_breakdown,
          **{f"docs/bench/{name}.md": _bench_page(name) for name in ("sim", "sim_speedup", "sim_million")}}
 
 
