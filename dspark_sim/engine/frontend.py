@@ -31,6 +31,8 @@ import math
 
 import numpy as np
 
+from dspark_sim.metrics.collector import Growing
+
 
 class FrontEnd:
     """The front-end server a replica's requests and tokens pass (see the module docstring)."""
@@ -42,8 +44,8 @@ class FrontEnd:
         self.settled_s = -math.inf  # every step ending by then has its delivery
         self._pending: list[tuple[np.ndarray, np.ndarray, int]] = []  # (step ends, messages, replica)
         self._next_end_s = math.inf  # the earliest step end pending
-        self._ends = [_Grow() for _ in range(replicas)]  # per replica: step ends worked out, in order
-        self._delivered = [_Grow() for _ in range(replicas)]  # and when their tokens reach the client
+        # per replica: the step ends worked out, in order, and when their tokens reach the client
+        self._steps = [Growing({"end": float, "delivered": float}) for _ in range(replicas)]
 
     @property
     def active(self) -> bool:
@@ -96,13 +98,12 @@ class FrontEnd:
         reps = reps[order]
         for r in np.unique(reps).tolist():
             mine = reps == r
-            self._ends[r].extend(ends[mine])
-            self._delivered[r].extend(done[mine])
+            self._steps[r].extend(end=ends[mine], delivered=done[mine])
 
     def delivered(self, replica: int, end_s):
         """When the tokens of ``replica``'s steps ending at ``end_s`` (a time or an array of
         them, each a step that streamed, worked out by :meth:`settle`) reach the client."""
-        ends, times = self._ends[replica].values, self._delivered[replica].values
+        ends, times = self._steps[replica]["end"], self._steps[replica]["delivered"]
         if not isinstance(end_s, np.ndarray):
             i = int(ends.searchsorted(end_s))
             if i == ends.size or ends[i] != end_s:
@@ -113,26 +114,6 @@ class FrontEnd:
         if not (ends[at] == end_s).all():
             raise KeyError(f"replica {replica}: a time in {end_s} is no streamed step's end")
         return times[at]
-
-
-class _Grow:
-    """An append-only float array that doubles as it fills."""
-
-    def __init__(self):
-        self._data, self._n = np.zeros(256), 0
-
-    def extend(self, values: np.ndarray) -> None:
-        end = self._n + values.size
-        if end > self._data.size:
-            data = np.zeros(max(2 * end, 256))
-            data[:self._n] = self._data[:self._n]
-            self._data = data
-        self._data[self._n:end] = values
-        self._n = end
-
-    @property
-    def values(self) -> np.ndarray:
-        return self._data[:self._n]
 
 
 __all__ = ["FrontEnd"]
