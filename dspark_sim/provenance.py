@@ -74,6 +74,9 @@ def caveats(cost_block: dict, acceptance: dict, uses: tuple[str, ...]) -> list[s
         for name in uses + (("comm",) if "comm" in terms else ()):
             term = terms.get(name)
             if term is not None and term["kind"] != MEASURED:
+                if term.get("caveat"):  # a term that says what it assumes in its own words
+                    out.append(term["caveat"])
+                    continue
                 by_kind.setdefault(term["kind"], []).append(name)
         proj = cost_block.get("projected")
         for kind, names in by_kind.items():

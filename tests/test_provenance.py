@@ -108,6 +108,9 @@ def test_borrowed_acceptance_and_tp_and_roofline_are_caveats():
     assert tp2["cost_model"]["tp"] == {"size": 2, "measured": False,
                                        "detail": "measured at tp=1; tp=2 by sharding ratios, communication modelled"}
     assert any("tp=2" in c for c in tp2["caveats"]) and tp2["cost_model"]["terms"]["comm"]["kind"] == "modelled"
+    # the link model's latencies are assumptions, and the one-line summary says so
+    assert any(c.startswith("comm modelled") and "assumed" in c for c in tp2["caveats"])
+    assert "all-reduce latency 12 us" in provenance_line([tp2])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         roof = scenario_provenance(_scenario(model="qwen3-235b-a22b", deployment={"tp": 8}))

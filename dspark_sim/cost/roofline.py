@@ -22,7 +22,7 @@ from dspark_sim.catalog import GpuSpec, ModelSpec, served_format
 import numpy as np
 
 from dspark_sim.cost.base import DraftWork, StepWork, StepWorks, breakdown_steps
-from dspark_sim.cost.comm import CommParams, comm_terms, describe
+from dspark_sim.cost.comm import CommParams, comm_terms, describe, provenance_term
 from dspark_sim.cost.moe import Routing, expected_experts, expert_flops, imbalance
 from dspark_sim.cost.parallel import Parallel
 
@@ -70,7 +70,7 @@ class RooflineCost:
         par = parallel or Parallel(tp)
         self.model, self.gpu, self.tp, self.parallel, self.routing = model, gpu, par.tp, par, routing
         self.params = p = params or RooflineParams()
-        comm = comm or CommParams(allreduce_latency_s=p.allreduce_latency_s)
+        self.comm_params = comm = comm or CommParams(allreduce_latency_s=p.allreduce_latency_s)
         self.format = fmt = served_format(model.weight_format, gpu.fp4)
         self.name = f"roofline:{gpu.name}/{model.name}/tp{par.tp}" + _suffix(par)
         self.source = f"roofline with assumed efficiencies (no measured profile), {fmt.name} weights" \
@@ -100,7 +100,8 @@ class RooflineCost:
         terms = {name: how for name in ("target", "draft_block", "draft_chain", "host_none", "host_block",
                                         "host_chain", "sched")}
         if self.tp > 1:
-            terms["comm"] = {"kind": "modelled", "detail": "communication from link specs, not measured"}
+            terms["comm"] = {"kind": "measured", "detail": self._measured.source} if self._measured is not None \
+                else provenance_term(self.comm_params)
         return {"kind": "roofline", "name": self.name, "gpu": self.gpu.name, "model": self.model.name,
                 "source": self.source, "measured": None, "projected": None,
                 "tp": {"size": self.tp, "measured": False, "detail": "roofline"},
