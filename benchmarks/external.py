@@ -7,6 +7,13 @@
     python benchmarks/external.py             # both
     python benchmarks/external.py report      # docs/external.md again from docs/external.json
                                               #   (after editing a case's gap)
+    python benchmarks/external.py diagnose    # every case replayed again with one kind of host term
+                                              #   left out at a time, and where its GPU time goes
+                                              #   -> docs/external_diagnose.md, .json
+
+``diagnose`` backs the gap texts: a case whose error moves within the target when a term is
+left out is bound by that term; a case whose replay spends most of the engine's time in
+prefill steps is bound by the GPU's prefill rate.
 
 The cases, their sources and the approximations of each replay are in
 ``benchmarks/external_cases.yaml``. One set of host terms per engine serves every case;
@@ -32,6 +39,7 @@ CASES = ROOT / "benchmarks" / "external_cases.yaml"
 TERMS = ROOT / "dspark_sim" / "engine_terms.json"
 DOC, DOC_JSON = ROOT / "docs" / "external.md", ROOT / "docs" / "external.json"
 DEFAULTS_DOC = ROOT / "docs" / "engine_defaults.md"
+DIAG_DOC, DIAG_JSON = ROOT / "docs" / "external_diagnose.md", ROOT / "docs" / "external_diagnose.json"
 METRICS = {"ttft": "median_ttft_ms", "tpot": "median_tpot_ms", "throughput": "output_throughput"}
 TARGETS = {"tpot": (0.10, 0.20), "throughput": (0.10, 0.20), "ttft": (0.20, 0.35)}  # median, p90 of |error|
 SEEDS = (0, 1, 2)
@@ -142,14 +150,20 @@ def gpu_work_label(source: str, tp: int) -> str:
     return label
 
 
-def check(cases: list[dict], seeds=SEEDS, jobs: int = 1) -> list[dict]:
-    """Every case replayed (``jobs`` processes; each case is its own, so the rows do not depend on it)."""
+def over_cases(fn, cases: list[dict], seeds=SEEDS, jobs: int = 1) -> list[dict]:
+    """``fn(case, seeds)`` of every case (``jobs`` processes; each case is its own, so the rows do
+    not depend on it)."""
     if jobs <= 1:
-        return [check_case(case, seeds) for case in cases]
+        return [fn(case, seeds) for case in cases]
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        return list(pool.map(check_case, cases, [seeds] * len(cases)))
+        return list(pool.map(fn, cases, [seeds] * len(cases)))
+
+
+def check(cases: list[dict], seeds=SEEDS, jobs: int = 1) -> list[dict]:
+    """Every case replayed with the shipped terms."""
+    return over_cases(check_case, cases, seeds, jobs)
 
 
 def summary(rows: list[dict], role: str | None) -> dict:
@@ -215,7 +229,9 @@ def write_doc(rows: list[dict], sources: dict, terms: dict, command: str, seeds=
     lines += ["", "## Where a case misses", "",
               "Each case's errors beyond the targets' median bounds (TPOT and throughput "
               f"{TARGETS['tpot'][0] * 100:.0f} %, TTFT {TARGETS['ttft'][0] * 100:.0f} %), from the table above, "
-              "and why (the case's `gap` in `benchmarks/external_cases.yaml`).", "",
+              "and why (the case's `gap` in `benchmarks/external_cases.yaml`). The replays with a host term",
+              "left out and the prefill shares the texts cite are in [the diagnostic replays](external_diagnose.md)",
+              "(`python benchmarks/external.py diagnose`).", "",
               "| case | misses | why |", "|---|---|---|"]
     for r in rows:
         misses = [f"{name} {_pct(e)}" for name, e in r["error"].items() if abs(e) > TARGETS[name][0]]
@@ -240,6 +256,129 @@ def write_doc(rows: list[dict], sources: dict, terms: dict, command: str, seeds=
     tmp.replace(DOC)
 
 
+# the replays of ``diagnose``: the shipped terms, then one kind of host term left out at a time
+VARIANTS = ("shipped", "no step host time", "no front end", "no host terms")
+ENGINE_BOUND = 0.9  # a replay whose engine is busy this share of it is bound by the engine's steps
+
+
+def variant_terms(terms, variant: str):
+    """``terms`` with the host time ``variant`` names left out (:data:`VARIANTS`)."""
+    from dataclasses import replace
+
+    from dspark_sim.engines import EngineTerms
+
+    if variant == "shipped":
+        return terms
+    if variant == "no step host time":
+        return replace(terms, step_host_s=0.0, step_host_s_per_req=0.0, eager_step_s=0.0,
+                       source=terms.source + "; step host time left out")
+    if variant == "no front end":
+        return replace(terms, frontend_s=0.0, stream_s=0.0, source=terms.source + "; front end left out")
+    if variant == "no host terms":
+        return EngineTerms(source="no host terms (diagnostic)")
+    raise ValueError(variant)
+
+
+def time_split(result) -> dict:
+    """Where one replay's engine time goes: the share of its steps' time (GPU work and host time
+    together) spent in steps that prefill a chunk of some prompt, and the engine's busy share of
+    the run (its steps' time over the last finish)."""
+    steps = result.collector.steps
+    step_s = steps["step_s"].astype(float)
+    total = float(step_s.sum())
+    if total <= 0:
+        return {"prefill_step_share": None, "busy_share": None}
+    prefill = steps["prefill_tokens"] > 0
+    finish = result.collector.requests["finish_s"]
+    end = float(np.nanmax(finish)) if finish.size else 0.0
+    return {"prefill_step_share": float(step_s[prefill].sum() / total),
+            "busy_share": float(total / end) if end > 0 else None}
+
+
+def diagnose_case(case: dict, seeds=SEEDS) -> dict:
+    """``case`` replayed under each of :data:`VARIANTS` (median over ``seeds``), with the
+    errors of each, and the time split of the shipped replay at the first seed."""
+    from dspark_sim.engine.simulator import simulate
+    from dspark_sim.metrics.summary import summarize
+    from dspark_sim.profiling.engine_fit import with_terms
+
+    warnings.simplefilter("ignore", UserWarning)
+    started = time.perf_counter()
+    row = {"id": case["id"], "role": case["role"], "measured": {}, "variants": {}, "split": None}
+    for name, key in METRICS.items():
+        if case["measured"].get(key) is not None:
+            row["measured"][name] = case["measured"][key]
+    for variant in VARIANTS:
+        preds = []
+        for seed in seeds:
+            scenario = case_scenario(case, seed)
+            result = simulate(with_terms(scenario, variant_terms(scenario.engine.terms, variant)))
+            s = summarize(result)
+            preds.append({name: s[key] for name, key in METRICS.items()})
+            if variant == "shipped" and seed == seeds[0]:
+                row["split"] = time_split(result)
+        predicted = {name: float(np.median([p[name] for p in preds])) for name in METRICS}
+        row["variants"][variant] = {
+            "predicted": predicted,
+            "error": {name: predicted[name] / m - 1.0 for name, m in row["measured"].items()}}
+    print(f"{case['id']}: diagnosed ({time.perf_counter() - started:.1f} s)", file=sys.stderr, flush=True)
+    return row
+
+
+def diagnose(cases: list[dict], seeds=SEEDS, jobs: int = 1) -> list[dict]:
+    """Every case replayed under each of :data:`VARIANTS`."""
+    return over_cases(diagnose_case, cases, seeds, jobs)
+
+
+def write_diagnose_doc(rows: list[dict], command: str, seeds=SEEDS) -> None:
+    from dspark_sim.cost.jsonio import write_json_atomic
+
+    write_json_atomic(DIAG_JSON, {"generated_by": command, "variants": list(VARIANTS), "seeds": list(seeds),
+                                  "cases": rows})
+    lines = ["# External check: diagnostic replays",
+             "",
+             f"Generated by `{command}` from `benchmarks/external_cases.yaml` and the shipped host",
+             "terms (`dspark_sim/engine_terms.json`); do not edit by hand. Every case of",
+             "[the external check](external.md) replayed again with one kind of host term left out at a",
+             "time: the per-step host time (`step_host_s`, `step_host_s_per_req`, `eager_step_s`), the",
+             "front end (`frontend_s`, `stream_s`), or all of them; GPU work as in the check. Errors are",
+             "predicted / measured - 1, the median over seeds " + ", ".join(map(str, seeds)) + ". A case whose",
+             "error comes within the target's median bound (TPOT and throughput "
+             f"{TARGETS['tpot'][0] * 100:.0f} %, TTFT {TARGETS['ttft'][0] * 100:.0f} %) when a term",
+             "is left out is bound by that term; the gap texts of the check cite these replays.", "",
+             "`prefill steps` is the share of the shipped replay's engine time (first seed; GPU work and",
+             "host time of its steps) spent in steps that prefill a chunk of some prompt; `engine busy` the",
+             "share of the run (to its last finish) the engine spent in steps, the rest being the front end's",
+             "intake and streaming or waiting for arrivals. `prefill x to match` is how much slower prefill steps would",
+             "have to be for the replay's throughput to match the measured one, the rest unchanged",
+             "(1 + throughput error / (prefill share x busy share)), given only where the engine is busy",
+             f"at least {ENGINE_BOUND * 100:.0f} % of the run: an estimate from this replay, not a measurement of any GPU.", "",
+             "| case | role | metric | measured | " + " | ".join(VARIANTS) + " |",
+             "|---|---|---|---|" + "---|" * len(VARIANTS)]
+    for r in rows:
+        for name in METRICS:
+            if name not in r["measured"]:
+                continue
+            cells = [f"{_pct(r['variants'][v]['error'][name])}" for v in VARIANTS]
+            lines.append(f"| {r['id']} | {r['role']} | {name} | {_num(r['measured'][name])} | "
+                         + " | ".join(cells) + " |")
+    lines += ["", "## Where the shipped replay's engine time goes", "",
+              "| case | prefill steps | engine busy | throughput error | prefill x to match |", "|---|---|---|---|---|"]
+    for r in rows:
+        split = r["split"] or {}
+        share = split.get("prefill_step_share")
+        err = r["variants"]["shipped"]["error"].get("throughput")
+        host = split.get("busy_share")
+        # an engine-bound run only (busy nearly all of it): elsewhere its prefill does not set its length
+        bound = err is not None and share and host is not None and host >= ENGINE_BOUND
+        match = f"{1 + err / (share * host):.2f}" if bound else "-"
+        lines.append(f"| {r['id']} | {'-' if share is None else f'{share * 100:.0f} %'} | "
+                     f"{'-' if host is None else f'{host * 100:.0f} %'} | {_pct(err) or '-'} | {match} |")
+    tmp = DIAG_DOC.with_suffix(".md.tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.replace(DIAG_DOC)
+
+
 def write_defaults_doc() -> None:
     """docs/engine_defaults.md: every engine default the simulator applies, with its source line."""
     from dspark_sim.engines import DEFAULT_SOURCES, VERSIONS
@@ -259,10 +398,12 @@ def write_defaults_doc() -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", nargs="?", default="all", choices=("all", "calibrate", "check", "report"))
+    parser.add_argument("what", nargs="?", default="all", choices=("all", "calibrate", "check", "report",
+                                                                        "diagnose"))
     parser.add_argument("--seeds", type=int, default=len(SEEDS), help=f"seeds a case is replayed with (default "
                         f"{len(SEEDS)})")
     parser.add_argument("--jobs", type=int, default=1, help="processes replaying cases (default 1)")
+    parser.add_argument("--cases", nargs="+", metavar="ID", help="diagnose only these cases (default: all)")
     args = parser.parse_args(argv)
     seeds = tuple(range(args.seeds))
     warnings.simplefilter("ignore", UserWarning)  # the roofline's "no measured profile": named in the table
@@ -279,6 +420,19 @@ def main(argv=None) -> int:
         rows = [{**r, "gap": gaps.get(r["id"], "")} for r in data["cases"]]
         write_doc(rows, sources, data["terms"], data["generated_by"], tuple(data["seeds"]))
         print(f"wrote {DOC.relative_to(ROOT)}, {DOC_JSON.relative_to(ROOT)}")
+    if args.what == "diagnose":
+        known = {c["id"] for c in cases}
+        for name in args.cases or ():
+            if name not in known:
+                print(f"{CASES.relative_to(ROOT)}: cases: unknown case {name!r}", file=sys.stderr)
+                return 2
+        chosen = [c for c in cases if not args.cases or c["id"] in args.cases]
+        rows = diagnose(chosen, seeds, args.jobs)
+        command = "python benchmarks/external.py diagnose" + (f" --seeds {args.seeds}" if args.seeds != len(SEEDS)
+                                                              else "") + \
+            (f" --cases {' '.join(args.cases)}" if args.cases else "")
+        write_diagnose_doc(rows, command, seeds)
+        print(f"wrote {DIAG_DOC.relative_to(ROOT)}, {DIAG_JSON.relative_to(ROOT)}")
     if args.what in ("all", "check"):
         terms = json.loads(TERMS.read_text()) if TERMS.is_file() else {"engines": {}}
         rows = check(cases, seeds, args.jobs)

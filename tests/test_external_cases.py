@@ -50,3 +50,37 @@ def test_every_case_explains_its_gap_in_words():
     for case in external.load_cases()[1]:
         assert case.get("gap"), case["id"]
         assert not re.search(r"\d\s*(%|ms\b|us\b|s\b|tok/s)", case["gap"]), (case["id"], case["gap"])
+
+
+def test_variants_leave_out_only_the_terms_they_name():
+    from dspark_sim.engines import EngineTerms
+
+    t = EngineTerms(step_host_s=1e-3, step_host_s_per_req=2e-4, frontend_s=0.01, eager_step_s=5e-3, stream_s=1e-4,
+                    source="fitted")
+    assert external.variant_terms(t, "shipped") == t
+    no_step = external.variant_terms(t, "no step host time")
+    assert (no_step.step_host_s, no_step.step_host_s_per_req, no_step.eager_step_s) == (0, 0, 0)
+    assert (no_step.frontend_s, no_step.stream_s) == (t.frontend_s, t.stream_s)
+    no_front = external.variant_terms(t, "no front end")
+    assert (no_front.frontend_s, no_front.stream_s) == (0, 0) and no_front.step_host_s == t.step_host_s
+    bare = external.variant_terms(t, "no host terms")
+    assert all(getattr(bare, k) == 0 for k in ("step_host_s", "step_host_s_per_req", "frontend_s", "stream_s"))
+    with pytest.raises(ValueError):
+        external.variant_terms(t, "no GPU")
+
+
+def test_diagnose_replays_every_variant_and_splits_the_time(tmp_path, monkeypatch):
+    """A small slice of a calibration case: its host terms slow it, so leaving them out speeds
+    it up; the page names every variant and the prefill share lies in [0, 1]."""
+    case = next(c for c in external.load_cases()[1] if c["id"] == "vllm060-sglang-8b-a100-rps4")
+    case = {**case, "requests": 40}
+    row = external.diagnose_case(case, seeds=(0,))
+    assert set(row["variants"]) == set(external.VARIANTS)
+    tpot = {v: row["variants"][v]["predicted"]["tpot"] for v in external.VARIANTS}
+    assert tpot["no step host time"] < tpot["shipped"] and tpot["no host terms"] < tpot["shipped"]
+    assert 0.0 <= row["split"]["prefill_step_share"] <= 1.0 and 0.0 < row["split"]["busy_share"] <= 1.0
+    monkeypatch.setattr(external, "DIAG_DOC", tmp_path / "d.md")
+    monkeypatch.setattr(external, "DIAG_JSON", tmp_path / "d.json")
+    external.write_diagnose_doc([row], "test", seeds=(0,))
+    text = (tmp_path / "d.md").read_text()
+    assert all(v in text for v in external.VARIANTS) and case["id"] in text
