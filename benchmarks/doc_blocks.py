@@ -144,11 +144,13 @@ def _bench_page(name: str):
     return make
 
 
-def _sim_breakdown() -> str:
-    """docs/bench/sim_breakdown.md from the committed phase times."""
-    from sim_breakdown import markdown
+def _sim_breakdown(name: str):
+    """docs/bench/NAME.md from the committed phase times."""
+    def make() -> str:
+        from sim_breakdown import markdown
 
-    return markdown(json.loads((REPO / "docs" / "bench" / "sim_breakdown.json").read_text()))
+        return markdown(json.loads((REPO / "docs" / "bench" / f"{name}.json").read_text()))
+    return make
 
 
 def _frontier() -> str:
@@ -167,8 +169,9 @@ def _moe() -> str:
 
 # whole generated files -> their text from committed data
 FILES = {"docs/validation.md": _validation, "docs/validation_ttft.md": _validation_ttft,
-         "docs/dspark_frontier.md": _frontier, "docs/moe.md": _moe, "docs/bench/sim_breakdown.md": _sim_breakdown,
-         **{f"docs/bench/{name}.md": _bench_page(name) for name in ("sim", "sim_speedup", "sim_million")}}
+         "docs/dspark_frontier.md": _frontier, "docs/moe.md": _moe,
+         **{f"docs/bench/{name}.md": _sim_breakdown(name) for name in ("sim_breakdown", "sim_breakdown_million")},
+         **{f"docs/bench/{name}.md": _bench_page(name) for name in ("sim", "sim_speedup", "sim_million", "sim_tune")}}
 
 
 def stale() -> list[str]:

@@ -4,6 +4,7 @@ beside the per-request budget each speed target of ``benchmarks/bench_sim.py`` i
     python benchmarks/sim_breakdown.py                                  # chat hour (first 3,000 req), code trace
     python benchmarks/sim_breakdown.py --requests 1000 --cases chat-dspark
     python benchmarks/sim_breakdown.py --markdown docs/bench/sim_breakdown.md
+    python benchmarks/sim_breakdown.py --cases 1m-dspark --requests 100000 --markdown docs/bench/sim_breakdown_million.md
 
 The cases are bench_sim's (the synthetic ones cut to their first ``--requests`` requests, the
 code trace whole). Each is run twice in this process, pinned to one core: once plain (its wall
@@ -217,8 +218,9 @@ def markdown(data: dict) -> str:
            "another phase's called from them, so the phases sum to the profiled run; `simpy and the rest` is "
            "what runs outside all of them. `us/event` divides by the stretches and step-by-step steps. The "
            "budget is the case's target in `bench_sim.py` over the requests of the whole case (`x budget`: a "
-           "phase's microseconds a request over it); the chat hour runs are slices of it, whose requests cost "
-           "about what the whole hour's do, its traffic being steady. "
+           "phase's microseconds a request over it); a synthetic case (the chat hour, the million requests) runs "
+           "as a slice of its first requests, the row's count, whose requests cost about what the whole case's "
+           "do, its traffic being steady. "
            "`load` is the 1-minute load average before and after the profiled run: the machine is shared, "
            "and times are longer where it passes the two cores.")
     source = (f" The figures are in `{data['file']}`; this page is made from it "
