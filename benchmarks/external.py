@@ -352,7 +352,9 @@ def write_diagnose_doc(rows: list[dict], command: str, seeds=SEEDS) -> None:
              "intake and streaming or waiting for arrivals. `prefill x to match` is how much slower prefill steps would",
              "have to be for the replay's throughput to match the measured one, the rest unchanged",
              "(1 + throughput error / (prefill share x busy share)), given only where the engine is busy",
-             f"at least {ENGINE_BOUND * 100:.0f} % of the run: an estimate from this replay, not a measurement of any GPU.", "",
+             f"at least {ENGINE_BOUND * 100:.0f} % of the run (`none`: no prefill rate would do, the rest of the",
+             "replay alone being slower than the measurement): an estimate from this replay, not a measurement of",
+             "any GPU.", "",
              "| case | role | metric | measured | " + " | ".join(VARIANTS) + " |",
              "|---|---|---|---|" + "---|" * len(VARIANTS)]
     for r in rows:
@@ -371,7 +373,8 @@ def write_diagnose_doc(rows: list[dict], command: str, seeds=SEEDS) -> None:
         host = split.get("busy_share")
         # an engine-bound run only (busy nearly all of it): elsewhere its prefill does not set its length
         bound = err is not None and share and host is not None and host >= ENGINE_BOUND
-        match = f"{1 + err / (share * host):.2f}" if bound else "-"
+        factor = 1 + err / (share * host) if bound else None
+        match = "-" if factor is None else f"{factor:.2f}" if factor > 0 else "none"
         lines.append(f"| {r['id']} | {'-' if share is None else f'{share * 100:.0f} %'} | "
                      f"{'-' if host is None else f'{host * 100:.0f} %'} | {_pct(err) or '-'} | {match} |")
     tmp = DIAG_DOC.with_suffix(".md.tmp")
