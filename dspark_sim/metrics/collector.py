@@ -18,6 +18,9 @@ from dspark_sim.metrics.record import RecordWriter
 from dspark_sim.names import DOMAINS
 
 
+FINISHED_BLOCK = 1024  # finished requests recorded at once (numpy's cost per call, paid per block)
+
+
 class Growing:
     """Append-only numeric columns backed by numpy arrays that double as they fill."""
 
@@ -110,11 +113,14 @@ class Collector:
     """
 
     def __init__(self, out_dir: Path | None, replicas: int = 1, clock: Callable[[], float] | None = None):
-        self.requests = Growing({"arrival_s": np.float64, "finish_s": np.float64, "ttft_ms": np.float64,
+        self._requests = Growing({"arrival_s": np.float64, "finish_s": np.float64, "ttft_ms": np.float64,
                                  "tpot_ms": np.float64, "e2el_ms": np.float64, "queue_delay_ms": np.float64,
                                  "prompt_tokens": np.int64, "output_tokens": np.int64, "domain": np.int8,
                                  "accepted_tokens": np.int64, "verified_drafts": np.int64,
                                  "num_preemptions": np.int64, "num_steps": np.int64, "cached_tokens": np.int64})
+        # finished requests not yet recorded, (rows, first token, finish) each: recorded in blocks
+        self._finished: list[tuple] = []
+        self._finished_reqs = 0
         self.steps = Columns({"start_s": "d", "step_s": "d", "running": "i", "decode_reqs": "i",
                               "verify_tokens": "i", "prefill_tokens": "i", "budget_k": "i", "emitted": "i",
                               "draft_s": "d", "sched_s": "d", "kv_tokens": "q"})
@@ -125,6 +131,12 @@ class Collector:
         self.order = InOrder(replicas, clock) if replicas > 1 else None
         self.replicas, self.clock = replicas, clock
         self.front_end = None  # the engine's front end, delivering tokens to the client (None: at step end)
+
+    @property
+    def requests(self) -> Growing:
+        """The finished requests' columns (the summary's; rejected requests have none)."""
+        self._record_finished()
+        return self._requests
 
     def through_front_end(self, front_end) -> None:
         """Give token times as the client sees them, delivered by ``front_end``
@@ -165,6 +177,7 @@ class Collector:
 
     def _reject(self, request: dict, reason: str) -> None:
         nan = float("nan")
+        self._record_finished()  # the rows before it first
         self.record.requests([(request["rid"], request["arrival_s"], request["prompt_tokens"],
                                request["output_tokens"], DOMAINS[request["domain"]], nan, nan, nan, nan, nan,
                                nan, nan, 0, 0, 0, 0, 0, "rejected", reason)])
@@ -262,21 +275,40 @@ class Collector:
                      replica)
 
     def _finish(self, rows: dict[str, np.ndarray], now: float | np.ndarray, replica: int) -> None:
+        first = rows["first_token_s"]
+        if self.front_end is not None:  # the client's times, as the front end gives them now
+            first, now = self._client(replica, first), self._client(replica, now)
+        self._finished.append((rows, first, now))
+        self._finished_reqs += first.size
+        if self._finished_reqs >= FINISHED_BLOCK:
+            self._record_finished()
+
+    def _record_finished(self) -> None:
+        """Record the requests :meth:`_finish` collected, in their order, in one block: the
+        same numbers each would give alone (every operation is element by element)."""
+        if not self._finished:
+            return
+        done, self._finished, self._finished_reqs = self._finished, [], 0
+        if len(done) == 1:
+            rows, first, now = done[0]
+            finish = np.broadcast_to(now, first.shape)
+        else:
+            rows = {k: np.concatenate([d[0][k] for d in done]) for k in done[0][0]}
+            first = np.concatenate([d[1] for d in done])
+            ends = [d[2] for d in done]
+            finish = np.concatenate([np.broadcast_to(e, d[1].shape) for e, d in zip(ends, done)]) \
+                if any(isinstance(e, np.ndarray) for e in ends) else np.repeat(ends, [d[1].size for d in done])
         arrival = rows["arrival_s"]
         out = rows["output_tokens"]
-        first = rows["first_token_s"]
-        if self.front_end is not None:  # the client's times
-            first, now = self._client(replica, first), self._client(replica, now)
         ttft_ms = (first - arrival) * 1e3
-        e2el_ms = (now - arrival) * 1e3
+        e2el_ms = (finish - arrival) * 1e3
         tpot_ms = np.where(out > 1, (e2el_ms - ttft_ms) / np.maximum(out - 1, 1), np.nan)
         queue_ms = (rows["first_scheduled_s"] - arrival) * 1e3
-        finish = np.broadcast_to(now, arrival.shape)
-        self.requests.extend(arrival_s=arrival, finish_s=finish, ttft_ms=ttft_ms, tpot_ms=tpot_ms,
-                             e2el_ms=e2el_ms, queue_delay_ms=queue_ms, prompt_tokens=rows["prompt_tokens"],
-                             output_tokens=out, domain=rows["domain"], accepted_tokens=rows["accepted_tokens"],
-                             verified_drafts=rows["verified_drafts"], num_preemptions=rows["num_preemptions"],
-                             num_steps=rows["num_steps"], cached_tokens=rows["cached_tokens"])
+        self._requests.extend(arrival_s=arrival, finish_s=finish, ttft_ms=ttft_ms, tpot_ms=tpot_ms,
+                              e2el_ms=e2el_ms, queue_delay_ms=queue_ms, prompt_tokens=rows["prompt_tokens"],
+                              output_tokens=out, domain=rows["domain"], accepted_tokens=rows["accepted_tokens"],
+                              verified_drafts=rows["verified_drafts"], num_preemptions=rows["num_preemptions"],
+                              num_steps=rows["num_steps"], cached_tokens=rows["cached_tokens"])
         if self.record is not None:
             n = arrival.size
             self.record.requests(zip(
@@ -293,6 +325,7 @@ class Collector:
             self.front_end.settle()
         if self.order is not None:
             self.order.release()
+        self._record_finished()
         if self.record is not None:
             self.record.close()
 
