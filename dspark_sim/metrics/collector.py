@@ -64,7 +64,10 @@ class Columns:
     def extend(self, *columns) -> None:
         """Rows given as one sequence (list or array) per column, in column order."""
         for col, values in zip(self.cols.values(), columns):
-            col.extend(values.tolist() if isinstance(values, np.ndarray) else values)
+            if isinstance(values, np.ndarray):  # as its bytes in the column's type, not number by number
+                col.frombytes(values.astype(col.typecode, copy=False).tobytes())
+            else:
+                col.extend(values)
 
     def __getitem__(self, key: str) -> np.ndarray:
         return np.frombuffer(self.cols[key], dtype=self.cols[key].typecode) if self.n else np.zeros(0)
@@ -229,18 +232,16 @@ class Collector:
             ends = self._client(replica, st.times_s[later.start:hi + 1])
             self.gaps.extend(gap_s=ends[1:] - ends[:-1], count=st.decode_reqs[later])
         k = slice(lo, hi)
-        zeros = [0] * (hi - lo)
-        start, step_s = st.times_s[k].tolist(), st.step_s[k].tolist()
-        verify, budget, emitted = st.verify_tokens[k].tolist(), st.budget[k].tolist(), st.emitted[k].tolist()
-        draft_s, sched_s, runs = st.draft_s[k].tolist(), st.sched_s[k].tolist(), st.decode_reqs[k].tolist()
-        first = self.steps.n
-        kv_tokens = st.kv_tokens[k].tolist()
-        self.steps.extend(start, step_s, runs, runs, verify, zeros, budget, emitted, draft_s, sched_s, kv_tokens)
+        first, runs = self.steps.n, st.decode_reqs[k]
+        self.steps.extend(st.times_s[k], st.step_s[k], runs, runs, st.verify_tokens[k], np.zeros(hi - lo, np.int64),
+                          st.budget[k], st.emitted[k], st.draft_s[k], st.sched_s[k], st.kv_tokens[k])
         if self.record is not None:  # a stretch prefills nothing and evicts nothing (stretch.py stops before)
-            self.record.steps(range(first, first + hi - lo), start, step_s, runs, runs, 0, verify,
-                              one_value(st.budget[k], budget), emitted, one_value(st.draft_s[k], draft_s), sched_s,
-                              st.context_tokens[k].tolist(), st.max_context[k].tolist(), 0, 0.0, replica, 0,
-                              kv_tokens)
+            runs = runs.tolist()
+            self.record.steps(range(first, first + hi - lo), st.times_s[k].tolist(), st.step_s[k].tolist(), runs,
+                              runs, 0, st.verify_tokens[k].tolist(), one_value(st.budget[k], st.budget[k].tolist()),
+                              st.emitted[k].tolist(), one_value(st.draft_s[k], st.draft_s[k].tolist()),
+                              st.sched_s[k].tolist(), st.context_tokens[k].tolist(), st.max_context[k].tolist(), 0,
+                              0.0, replica, 0, st.kv_tokens[k].tolist())
 
     def on_step(self, replica: int, step: dict, running: int, decoded: int, first_tokens: int,
                 time_s: float) -> None:
