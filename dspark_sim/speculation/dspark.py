@@ -106,8 +106,9 @@ def verify_lengths(cands: Candidates, budget: int) -> np.ndarray:
     if not budget:
         return 1 + cands.forced_reqs
     last = cands.survival[budget - 1]
-    above = (cands.free > last).sum(axis=1)
-    tied = (cands.free == last).sum(axis=1)
+    ones = np.ones(cands.free.shape[1], dtype=np.int64)  # a row's count as a product: faster than sum(axis=1)
+    above = (cands.free > last) @ ones
+    tied = (cands.free == last) @ ones
     ties = budget - int(above.sum())  # taken among the pairs equal to the last
     if ties == int(tied.sum()):  # all of them (mostly the last alone)
         return 1 + cands.forced_reqs + above + tied
