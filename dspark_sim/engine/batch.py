@@ -66,17 +66,17 @@ class Table:
 
     def take(self, mask: np.ndarray) -> dict[str, np.ndarray]:
         """Copies of the selected rows' columns."""
-        floats = self._blocks[np.float64][:, : self.n][:, mask]
-        ints = self._blocks[np.int64][:, : self.n][:, mask]
+        rows = np.flatnonzero(mask)  # (taking by index beats a mask on the blocks' second axis)
+        floats = self._blocks[np.float64].take(rows, axis=1)
+        ints = self._blocks[np.int64].take(rows, axis=1)
         return {name: floats[i] for i, name in enumerate(_FLOATS)} | {name: ints[i] for i, name in enumerate(_INTS)}
 
     def remove(self, mask: np.ndarray) -> None:
         """Drop the selected rows, keeping the order of the rest."""
-        keep = ~mask
-        m = int(keep.sum())
+        keep = np.flatnonzero(~mask)
         for block in self._blocks.values():
-            block[:, :m] = block[:, : self.n][:, keep]
-        self.n = m
+            block[:, :keep.size] = block.take(keep, axis=1)
+        self.n = keep.size
 
     def _grow(self, capacity: int) -> None:
         for kind, block in self._blocks.items():

@@ -250,14 +250,16 @@ class Replica:
         kv = self._kv_tokens()
         left = c["prefill_len"][:n] - c["prefilled"][:n]
         decoding = left <= 0
-        # index arrays only when the batch mixes prefill and decode (slices are cheaper)
+        # slices where they serve (cheaper than index arrays)
         if decoding.all():
-            dec, pre = slice(0, n), None
+            dec, pre, num_dec = slice(0, n), None, n
         else:
-            dec, pre = np.flatnonzero(decoding), np.flatnonzero(~decoding)
-        if pre is not None and self.prefill_first:
-            dec = dec[:0]  # decoding requests wait while prompts are prefilled
-        num_dec = n if pre is None else dec.size
+            pre = np.flatnonzero(~decoding)
+            num_dec = n - pre.size
+            # prompts prefill in admission order, so the requests still prefilling mostly come last
+            dec = slice(0, num_dec) if pre[0] == num_dec else np.flatnonzero(decoding)
+            if self.prefill_first:
+                dec, num_dec = slice(0, 0), 0  # decoding requests wait while prompts are prefilled
         p_true, verify_len, budget = None, None, 0
         drafts = self.policy.block_size_for(num_dec) if num_dec else 0
         verify_tokens = num_dec

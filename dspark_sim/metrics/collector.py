@@ -18,6 +18,9 @@ from dspark_sim.metrics.record import RecordWriter
 from dspark_sim.names import DOMAINS
 
 
+FINISHED_BLOCK = 1024  # finished requests recorded at once (numpy's cost per call, paid per block)
+
+
 class Growing:
     """Append-only numeric columns backed by numpy arrays that double as they fill."""
 
@@ -61,7 +64,10 @@ class Columns:
     def extend(self, *columns) -> None:
         """Rows given as one sequence (list or array) per column, in column order."""
         for col, values in zip(self.cols.values(), columns):
-            col.extend(values.tolist() if isinstance(values, np.ndarray) else values)
+            if isinstance(values, np.ndarray):  # as its bytes in the column's type, not number by number
+                col.frombytes(values.astype(col.typecode, copy=False).tobytes())
+            else:
+                col.extend(values)
 
     def __getitem__(self, key: str) -> np.ndarray:
         return np.frombuffer(self.cols[key], dtype=self.cols[key].typecode) if self.n else np.zeros(0)
@@ -110,11 +116,14 @@ class Collector:
     """
 
     def __init__(self, out_dir: Path | None, replicas: int = 1, clock: Callable[[], float] | None = None):
-        self.requests = Growing({"arrival_s": np.float64, "finish_s": np.float64, "ttft_ms": np.float64,
+        self._requests = Growing({"arrival_s": np.float64, "finish_s": np.float64, "ttft_ms": np.float64,
                                  "tpot_ms": np.float64, "e2el_ms": np.float64, "queue_delay_ms": np.float64,
                                  "prompt_tokens": np.int64, "output_tokens": np.int64, "domain": np.int8,
                                  "accepted_tokens": np.int64, "verified_drafts": np.int64,
                                  "num_preemptions": np.int64, "num_steps": np.int64, "cached_tokens": np.int64})
+        # finished requests not yet recorded, (rows, first token, finish) each: recorded in blocks
+        self._finished: list[tuple] = []
+        self._finished_reqs = 0
         self.steps = Columns({"start_s": "d", "step_s": "d", "running": "i", "decode_reqs": "i",
                               "verify_tokens": "i", "prefill_tokens": "i", "budget_k": "i", "emitted": "i",
                               "draft_s": "d", "sched_s": "d", "kv_tokens": "q"})
@@ -125,6 +134,12 @@ class Collector:
         self.order = InOrder(replicas, clock) if replicas > 1 else None
         self.replicas, self.clock = replicas, clock
         self.front_end = None  # the engine's front end, delivering tokens to the client (None: at step end)
+
+    @property
+    def requests(self) -> Growing:
+        """The finished requests' columns (the summary's; rejected requests have none)."""
+        self._record_finished()
+        return self._requests
 
     def through_front_end(self, front_end) -> None:
         """Give token times as the client sees them, delivered by ``front_end``
@@ -165,6 +180,7 @@ class Collector:
 
     def _reject(self, request: dict, reason: str) -> None:
         nan = float("nan")
+        self._record_finished()  # the rows before it first
         self.record.requests([(request["rid"], request["arrival_s"], request["prompt_tokens"],
                                request["output_tokens"], DOMAINS[request["domain"]], nan, nan, nan, nan, nan,
                                nan, nan, 0, 0, 0, 0, 0, "rejected", reason)])
@@ -216,18 +232,16 @@ class Collector:
             ends = self._client(replica, st.times_s[later.start:hi + 1])
             self.gaps.extend(gap_s=ends[1:] - ends[:-1], count=st.decode_reqs[later])
         k = slice(lo, hi)
-        zeros = [0] * (hi - lo)
-        start, step_s = st.times_s[k].tolist(), st.step_s[k].tolist()
-        verify, budget, emitted = st.verify_tokens[k].tolist(), st.budget[k].tolist(), st.emitted[k].tolist()
-        draft_s, sched_s, runs = st.draft_s[k].tolist(), st.sched_s[k].tolist(), st.decode_reqs[k].tolist()
-        first = self.steps.n
-        kv_tokens = st.kv_tokens[k].tolist()
-        self.steps.extend(start, step_s, runs, runs, verify, zeros, budget, emitted, draft_s, sched_s, kv_tokens)
+        first, runs = self.steps.n, st.decode_reqs[k]
+        self.steps.extend(st.times_s[k], st.step_s[k], runs, runs, st.verify_tokens[k], np.zeros(hi - lo, np.int64),
+                          st.budget[k], st.emitted[k], st.draft_s[k], st.sched_s[k], st.kv_tokens[k])
         if self.record is not None:  # a stretch prefills nothing and evicts nothing (stretch.py stops before)
-            self.record.steps(range(first, first + hi - lo), start, step_s, runs, runs, 0, verify,
-                              one_value(st.budget[k], budget), emitted, one_value(st.draft_s[k], draft_s), sched_s,
-                              st.context_tokens[k].tolist(), st.max_context[k].tolist(), 0, 0.0, replica, 0,
-                              kv_tokens)
+            runs = runs.tolist()
+            self.record.steps(range(first, first + hi - lo), st.times_s[k].tolist(), st.step_s[k].tolist(), runs,
+                              runs, 0, st.verify_tokens[k].tolist(), one_value(st.budget[k], st.budget[k].tolist()),
+                              st.emitted[k].tolist(), one_value(st.draft_s[k], st.draft_s[k].tolist()),
+                              st.sched_s[k].tolist(), st.context_tokens[k].tolist(), st.max_context[k].tolist(), 0,
+                              0.0, replica, 0, st.kv_tokens[k].tolist())
 
     def on_step(self, replica: int, step: dict, running: int, decoded: int, first_tokens: int,
                 time_s: float) -> None:
@@ -262,21 +276,40 @@ class Collector:
                      replica)
 
     def _finish(self, rows: dict[str, np.ndarray], now: float | np.ndarray, replica: int) -> None:
+        first = rows["first_token_s"]
+        if self.front_end is not None:  # the client's times, as the front end gives them now
+            first, now = self._client(replica, first), self._client(replica, now)
+        self._finished.append((rows, first, now))
+        self._finished_reqs += first.size
+        if self._finished_reqs >= FINISHED_BLOCK:
+            self._record_finished()
+
+    def _record_finished(self) -> None:
+        """Record the requests :meth:`_finish` collected, in their order, in one block: the
+        same numbers each would give alone (every operation is element by element)."""
+        if not self._finished:
+            return
+        done, self._finished, self._finished_reqs = self._finished, [], 0
+        if len(done) == 1:
+            rows, first, now = done[0]
+            finish = np.broadcast_to(now, first.shape)
+        else:
+            rows = {k: np.concatenate([d[0][k] for d in done]) for k in done[0][0]}
+            first = np.concatenate([d[1] for d in done])
+            ends = [d[2] for d in done]
+            finish = np.concatenate([np.broadcast_to(e, d[1].shape) for e, d in zip(ends, done)]) \
+                if any(isinstance(e, np.ndarray) for e in ends) else np.repeat(ends, [d[1].size for d in done])
         arrival = rows["arrival_s"]
         out = rows["output_tokens"]
-        first = rows["first_token_s"]
-        if self.front_end is not None:  # the client's times
-            first, now = self._client(replica, first), self._client(replica, now)
         ttft_ms = (first - arrival) * 1e3
-        e2el_ms = (now - arrival) * 1e3
+        e2el_ms = (finish - arrival) * 1e3
         tpot_ms = np.where(out > 1, (e2el_ms - ttft_ms) / np.maximum(out - 1, 1), np.nan)
         queue_ms = (rows["first_scheduled_s"] - arrival) * 1e3
-        finish = np.broadcast_to(now, arrival.shape)
-        self.requests.extend(arrival_s=arrival, finish_s=finish, ttft_ms=ttft_ms, tpot_ms=tpot_ms,
-                             e2el_ms=e2el_ms, queue_delay_ms=queue_ms, prompt_tokens=rows["prompt_tokens"],
-                             output_tokens=out, domain=rows["domain"], accepted_tokens=rows["accepted_tokens"],
-                             verified_drafts=rows["verified_drafts"], num_preemptions=rows["num_preemptions"],
-                             num_steps=rows["num_steps"], cached_tokens=rows["cached_tokens"])
+        self._requests.extend(arrival_s=arrival, finish_s=finish, ttft_ms=ttft_ms, tpot_ms=tpot_ms,
+                              e2el_ms=e2el_ms, queue_delay_ms=queue_ms, prompt_tokens=rows["prompt_tokens"],
+                              output_tokens=out, domain=rows["domain"], accepted_tokens=rows["accepted_tokens"],
+                              verified_drafts=rows["verified_drafts"], num_preemptions=rows["num_preemptions"],
+                              num_steps=rows["num_steps"], cached_tokens=rows["cached_tokens"])
         if self.record is not None:
             n = arrival.size
             self.record.requests(zip(
@@ -293,6 +326,7 @@ class Collector:
             self.front_end.settle()
         if self.order is not None:
             self.order.release()
+        self._record_finished()
         if self.record is not None:
             self.record.close()
 

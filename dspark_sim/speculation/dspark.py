@@ -29,10 +29,12 @@ class VerifyLimits:
 class Candidates:
     """The admissible (request, draft) pairs of a batch, best survival first."""
 
-    rows: np.ndarray  # int64 [n]
     survival: np.ndarray  # float64 [n], non-increasing
     forced_reqs: np.ndarray  # int64 [R]: drafts every request verifies regardless
     forced_tau: float  # expected tokens from forced drafts
+    # float64 [R, W]: every request's survival past its forced drafts, where :func:`verify_lengths`
+    # finds the first k pairs (None where only Theta is wanted)
+    free: np.ndarray | None = None
 
 
 def candidates(survival: np.ndarray, limits: VerifyLimits) -> Candidates:
@@ -43,13 +45,9 @@ def candidates(survival: np.ndarray, limits: VerifyLimits) -> Candidates:
     forced = survival[:, :min_drafts]
     free = survival[:, min_drafts:max_drafts]
     flat = free.ravel()
-    keep = np.flatnonzero(flat >= limits.survival_eps)
-    # stable sort on -a: ties keep flattened order (r, then j), so prefixes hold
-    order = keep[np.argsort(-flat[keep], kind="stable")]
-    width = max_drafts - min_drafts
-    rows = order // width if width else order
-    return Candidates(rows.astype(np.int64), flat[order],
-                      np.full(num_reqs, min_drafts, dtype=np.int64), float(forced.sum()))
+    # values only: which pair of equal survival comes first is verify_lengths' to say
+    ordered = np.sort(flat[flat >= limits.survival_eps])[::-1]
+    return Candidates(ordered, np.full(num_reqs, min_drafts, dtype=np.int64), float(forced.sum()), free)
 
 
 class SpsRows:
@@ -99,9 +97,23 @@ def theta(cands: Candidates, num_reqs: int, sps: SpsFn, limits: VerifyLimits) ->
 
 
 def verify_lengths(cands: Candidates, budget: int) -> np.ndarray:
-    """1 (anchor) + forced drafts + each request's count among the first ``budget`` candidates."""
-    counts = np.bincount(cands.rows[:budget], minlength=cands.forced_reqs.size)
-    return 1 + cands.forced_reqs + counts
+    """1 (anchor) + forced drafts + each request's count among the first ``budget`` candidates.
+
+    The first ``budget`` of a stable sort of the flattened pairs (request, then draft) by
+    falling survival: every pair above the last one taken and, of the pairs equal to it, as
+    many as fit, in request order (survival never rises along a row, so a request's count is
+    a prefix of its drafts)."""
+    if not budget:
+        return 1 + cands.forced_reqs
+    last = cands.survival[budget - 1]
+    ones = np.ones(cands.free.shape[1], dtype=np.int64)  # a row's count as a product: faster than sum(axis=1)
+    above = (cands.free > last) @ ones
+    tied = (cands.free == last) @ ones
+    ties = budget - int(above.sum())  # taken among the pairs equal to the last
+    if ties == int(tied.sum()):  # all of them (mostly the last alone)
+        return 1 + cands.forced_reqs + above + tied
+    before = np.cumsum(tied) - tied  # tied pairs of the requests before each
+    return 1 + cands.forced_reqs + above + np.minimum(np.maximum(ties - before, 0), tied)
 
 
 def algorithm1(survival: np.ndarray, sps: SpsFn, limits: VerifyLimits) -> tuple[np.ndarray, int]:
@@ -109,7 +121,7 @@ def algorithm1(survival: np.ndarray, sps: SpsFn, limits: VerifyLimits) -> tuple[
     cands = candidates(survival, limits)
     th = theta(cands, survival.shape[0], sps, limits)
     worse = np.flatnonzero(np.diff(th) <= 0)
-    budget = int(worse[0]) if worse.size else cands.rows.size
+    budget = int(worse[0]) if worse.size else cands.survival.size
     return verify_lengths(cands, budget), budget
 
 
@@ -124,9 +136,9 @@ def production(cands: Candidates, lagged: Candidates | None, sps: SpsFn,
     """Production scheduler: K from lagged candidates (None: the current ones), then top-K of
     the current candidates ``candidates(survival, limits)``."""
     num_reqs = cands.forced_reqs.size
-    budget = min(production_budget(lagged or cands, num_reqs, sps, limits), cands.rows.size)
+    budget = min(production_budget(lagged or cands, num_reqs, sps, limits), cands.survival.size)
     if tiers:
-        budget = pad_to_tier(budget, num_reqs + int(cands.forced_reqs.sum()), cands.rows.size, tiers,
+        budget = pad_to_tier(budget, num_reqs + int(cands.forced_reqs.sum()), cands.survival.size, tiers,
                              limits.max_batch_tokens)
     return verify_lengths(cands, budget), budget
 
@@ -163,10 +175,9 @@ class Ranked:
     forced_tau: np.ndarray  # float64 [K]
 
     def at(self, k: int) -> Candidates:
-        """Step ``k``'s :class:`Candidates`."""
+        """Step ``k``'s :class:`Candidates`, for Theta."""
         n = int(self.count[k])
-        return Candidates(self.rows[k, :n].copy(), self.survival[k, :n].copy(), self.forced_reqs,
-                          float(self.forced_tau[k]))
+        return Candidates(self.survival[k, :n].copy(), self.forced_reqs, float(self.forced_tau[k]))
 
 
 def ranked(survival: np.ndarray, limits: VerifyLimits) -> Ranked:
