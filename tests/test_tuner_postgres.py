@@ -58,3 +58,35 @@ def test_two_processes_share_one_study(tmp_path):
         for summary in optuna.get_all_study_summaries(storage):
             if summary.study_name.startswith(study):
                 optuna.delete_study(study_name=summary.study_name, storage=storage)
+
+
+def test_processes_opening_a_fresh_database_at_once_all_open_it():
+    """Optuna creates its tables on first open; processes doing so at the same moment race on
+    PostgreSQL's catalog, and every one of them must still open the storage."""
+    import time
+
+    import sqlalchemy
+
+    from dspark_sim.tuner.storage import driver_url
+
+    schema = f"fresh_{uuid.uuid4().hex[:12]}"  # a namespace of its own: the tables do not exist yet
+    admin = sqlalchemy.create_engine(driver_url(URL), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sqlalchemy.text(f"CREATE SCHEMA {schema}"))
+    url = f"{URL}?options=-csearch_path%3D{schema}"
+    opener = ("import sys, time\nfrom dspark_sim.tuner.storage import open_storage\n"
+              "time.sleep(max(0.0, float(sys.argv[2]) - time.time()))\nopen_storage(sys.argv[1])\n")
+    try:
+        start = time.time() + 3.0  # every process imported and waiting: they open together
+        procs = [subprocess.Popen([sys.executable, "-c", opener, url, str(start)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True) for _ in range(6)]
+        logs = [p.communicate(timeout=120)[0] for p in procs]
+        assert [p.returncode for p in procs] == [0] * len(procs), logs
+        with admin.connect() as conn:
+            tables = conn.execute(sqlalchemy.text(
+                "SELECT count(*) FROM information_schema.tables WHERE table_schema = :s"), {"s": schema}).scalar()
+        assert tables > 0
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sqlalchemy.text(f"DROP SCHEMA {schema} CASCADE"))
+        admin.dispose()

@@ -10,6 +10,7 @@ running. Heartbeats mark such orphans FAILED after ``GRACE_S`` and
 from __future__ import annotations
 
 import functools
+import time
 import warnings
 from importlib.util import find_spec
 from pathlib import Path
@@ -24,6 +25,7 @@ DEFAULT_DB = Path("runs") / "dspark-tune.db"
 HEARTBEAT_S = 10
 GRACE_S = 60
 SCHEMES = ("sqlite", "postgresql", "mysql")
+SCHEMA_ATTEMPTS = 5  # opening a fresh database that other processes are creating at the same time
 
 
 def default_url(db: Path = DEFAULT_DB) -> str:
@@ -61,20 +63,36 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
         database = sqlalchemy.engine.make_url(url).database
         if database and database != ":memory:":
             Path(database).parent.mkdir(parents=True, exist_ok=True)
-    try:
-        with warnings.catch_warnings():  # heartbeats are "experimental" since Optuna 2.8
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            storage = optuna.storages.RDBStorage(
-                driver_url(url), engine_kwargs=engine_kwargs, heartbeat_interval=HEARTBEAT_S,
-                grace_period=GRACE_S,
-                heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=2))
-    except (sqlalchemy.exc.SQLAlchemyError, ImportError) as err:
-        shown = sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
-        reason = getattr(err, "orig", None) or err
-        raise InputError(None, "--storage", shown, f"cannot open: {str(reason).splitlines()[0]}") from None
+    for attempt in range(SCHEMA_ATTEMPTS):
+        try:
+            with warnings.catch_warnings():  # heartbeats are "experimental" since Optuna 2.8
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                storage = optuna.storages.RDBStorage(
+                    driver_url(url), engine_kwargs=engine_kwargs, heartbeat_interval=HEARTBEAT_S,
+                    grace_period=GRACE_S,
+                    heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=2))
+            break
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError) as err:
+            # processes opening a fresh database at once race to create Optuna's tables: the
+            # loser's CREATE breaks a unique constraint or finds the table made. Once the winner
+            # has committed, the tables are there and opening again finds them.
+            if isinstance(err, sqlalchemy.exc.ProgrammingError) and "already exists" not in str(err.orig):
+                raise InputError(None, "--storage", _shown(url),
+                                 f"cannot open: {str(err.orig).splitlines()[0]}") from None
+            if attempt == SCHEMA_ATTEMPTS - 1:
+                raise InputError(None, "--storage", _shown(url), "cannot open: the schema kept changing under it "
+                                 "(other processes creating it)") from None
+            time.sleep(0.2 * (attempt + 1))
+        except (sqlalchemy.exc.SQLAlchemyError, ImportError) as err:
+            reason = getattr(err, "orig", None) or err
+            raise InputError(None, "--storage", _shown(url), f"cannot open: {str(reason).splitlines()[0]}") from None
     if sqlite:
         _write_ahead_log(storage.engine)
     return storage
+
+
+def _shown(url: str) -> str:
+    return sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
 
 
 def _write_ahead_log(engine) -> None:
