@@ -4,8 +4,9 @@ import ast
 import importlib.util
 import json
 import math
+import os
+import shutil
 import sys
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,16 @@ from dspark_sim.profiling.engine_files import BenchRun, StepRows, read_engine_fi
 from dspark_sim.profiling.engine_fit import fit_step_terms, replay_scenario, step_residuals
 from dspark_sim.scenario import Scenario, load_scenario
 
-SGLANG_WHEEL = Path("/work/cache/wheels/sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl")
+# the engines' released packages, unpacked by .ci/engines (DSPARK_ENGINES names another folder)
+ENGINES = Path(os.environ.get("DSPARK_ENGINES", Path(__file__).resolve().parents[1] / ".engines"))
+
+
+def _released(engine: str, member: str) -> Path:
+    """A file of ``engine``'s released package as .ci/engines unpacked it (skip without it)."""
+    path = ENGINES / engine / member
+    if not path.is_file():
+        pytest.skip(f"{engine}'s released package is not unpacked under {ENGINES} (run .ci/engines)")
+    return path
 
 
 def _sglang_result(details: bool) -> dict:
@@ -103,13 +113,11 @@ def test_step_csv_and_missing_column(tmp_path, capsys, write_scenario):
 
 
 def _released_module(tmp_path, member: str, name: str, *beside: str):
-    """A module of SGLang's released wheel (and the ``beside`` files it loads), unpacked into the
-    test's folder (skip without the wheel)."""
-    if not SGLANG_WHEEL.is_file():
-        pytest.skip(f"SGLang's wheel is not at {SGLANG_WHEEL}")
-    with zipfile.ZipFile(SGLANG_WHEEL) as z:
-        for item in (member, *beside):
-            z.extract(item, tmp_path)
+    """A module of SGLang 0.5.23's released package (and the ``beside`` files it loads), copied into
+    the test's folder (skip without the package)."""
+    for item in (member, *beside):
+        (tmp_path / item).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(_released("sglang", item), tmp_path / item)
     path = tmp_path / member
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
@@ -225,16 +233,8 @@ def test_bench_run_replays_its_own_requests(tmp_path):
 
 
 def _vllm_serve_source(tmp_path) -> str:
-    """vLLM 0.33.0's vllm/benchmarks/serve.py from its wheel (a folder named by DSPARK_VLLM_WHEELS, or
-    /work/cache/wheels); skip without it."""
-    import os
-
-    folders = [Path(p) for p in (os.environ.get("DSPARK_VLLM_WHEELS"), "/work/cache/wheels") if p]
-    wheels = [w for f in folders if f.is_dir() for w in sorted(f.glob("vllm-0.33.0-*.whl"))]
-    if not wheels:
-        pytest.skip("vLLM 0.33.0's wheel is not here (pip download vllm==0.33.0 --no-deps; DSPARK_VLLM_WHEELS)")
-    with zipfile.ZipFile(wheels[0]) as z:
-        return z.read("vllm/benchmarks/serve.py").decode()
+    """vLLM 0.33.0's vllm/benchmarks/serve.py from its released package (skip without it)."""
+    return _released("vllm", "vllm/benchmarks/serve.py").read_text()
 
 
 def test_reader_keys_are_the_released_vllm_keys(tmp_path):
