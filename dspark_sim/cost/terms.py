@@ -14,11 +14,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from dspark_sim.cost.shapes import Ops, pad_tokens, roof, smax
+from dspark_sim.cost.shapes import SCALAR, Ops, pad_tokens, roof, smax
 from dspark_sim.errors import InputError
 
 DRAFT_KINDS = ("block", "chain")
 STEP_KINDS = ("none",) + DRAFT_KINDS  # a decode step: no drafter, or which one
+SHAPES_HELD = 4096  # decode shapes (R, V pairs) an engine's cost model keeps
 
 # Which resource bounds each term: projection and tensor parallelism scale a
 # "memory" term by a bandwidth ratio and a "compute" term by a FLOP/s ratio;
@@ -199,6 +200,7 @@ class TargetFit:
             fail("split_target", self.split_target, "must be a number >= 0 (0: keys never split)")
         if not (math.isfinite(self.max_splits) and self.max_splits >= 1):
             fail("max_splits", self.max_splits, "must be a number >= 1")
+        object.__setattr__(self, "_shapes", {})  # (R, V) -> DecodeShape; not a field (nor in the file)
 
     def splits(self, reqs, ops: Ops):
         """Programs that stream one request's keys for each KV head: the power of two near
@@ -282,7 +284,20 @@ class TargetFit:
 
     def decode_shape(self, reqs, verify_tokens, ops: Ops) -> DecodeShape:
         """The decode attention's factors of R requests verifying V tokens (R >= 1): key splits,
-        and the tile's factors on the stream, the latency floor and the whole."""
+        and the tile's factors on the stream, the latency floor and the whole (not to be changed:
+        the engine's steps share them)."""
+        if ops is not SCALAR:
+            return self._decode_shape(reqs, verify_tokens, ops)
+        # an engine step's: a run prices the same few batch shapes step after step
+        shapes = self._shapes
+        shape = shapes.get((reqs, verify_tokens))
+        if shape is None:
+            if len(shapes) >= SHAPES_HELD:
+                shapes.clear()
+            shape = shapes[reqs, verify_tokens] = self._decode_shape(reqs, verify_tokens, ops)
+        return shape
+
+    def _decode_shape(self, reqs, verify_tokens, ops: Ops) -> DecodeShape:
         width = ops.pow2(verify_tokens / reqs)
         shape = DecodeShape(self.splits(reqs, ops))
         if self.width_knots:

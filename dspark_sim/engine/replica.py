@@ -254,10 +254,10 @@ class Replica:
         if decoding.all():
             dec, pre, num_dec = slice(0, n), None, n
         else:
-            pre = np.flatnonzero(~decoding)
+            pre = (~decoding).nonzero()[0]
             num_dec = n - pre.size
             # prompts prefill in admission order, so the requests still prefilling mostly come last
-            dec = slice(0, num_dec) if pre[0] == num_dec else np.flatnonzero(decoding)
+            dec = slice(0, num_dec) if pre[0] == num_dec else decoding.nonzero()[0]
             if self.prefill_first:
                 dec, num_dec = slice(0, 0), 0  # decoding requests wait while prompts are prefilled
         p_true, verify_len, budget = None, None, 0

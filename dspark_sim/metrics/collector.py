@@ -204,7 +204,7 @@ class Collector:
             self.gaps.extend(gap_s=[lo], count=[gaps.size])
         else:  # np.unique's values and counts, without its overhead on a batch's few gaps
             ordered = np.sort(gaps)
-            starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+            starts = np.concatenate(([True], ordered[1:] != ordered[:-1])).nonzero()[0]
             self.gaps.extend(gap_s=ordered[starts], count=np.diff(np.append(starts, ordered.size)))
 
     def on_stretch(self, replica: int, st, last_s: np.ndarray) -> None:
