@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from dspark_sim.cost.shapes import SCALAR, Ops, pad_tokens, roof, smax
-from dspark_sim.errors import InputError
+from dspark_sim.cost.term_checks import check_knots, check_pad, check_table, check_terms, fail
 
 DRAFT_KINDS = ("block", "chain")
 STEP_KINDS = ("none",) + DRAFT_KINDS  # a decode step: no drafter, or which one
@@ -32,55 +32,6 @@ TARGET_BOUNDS = {"bias_s": "fixed", "req_s": "memory", "weights_s": "memory",
 DRAFT_BOUNDS = {"bias_s": "fixed", "launch_s": "fixed", "weights_s": "memory",
                 "flop_s_per_token": "compute", "mem_s_per_token": "memory",
                 "kv_s_per_token": "memory"}
-
-
-def fail(key: str, value: object, why: str):
-    """Raise the :class:`InputError` of a bad value at ``key`` (the caller adds the file)."""
-    raise InputError(None, key, value, why)
-
-
-def _check_knots(knots_key: str, knots: tuple, values_key: str, values: tuple) -> None:
-    if len(knots) != len(values):
-        fail(values_key, len(values), f"must have the length of {knots_key} ({len(knots)})")
-    _check_increasing(knots_key, knots)
-
-
-def _check_increasing(key: str, values: tuple) -> None:
-    if any(b <= a for a, b in zip(values, values[1:])):
-        fail(key, list(values), "must be strictly increasing")
-
-
-def _check_terms(obj, names, shapes=("sharpness",)) -> None:
-    for name in names:
-        value = getattr(obj, name)
-        if not (math.isfinite(value) and value >= 0):
-            fail(name, value, "must be a finite number >= 0")
-    for name in shapes:
-        if not 1.0 <= getattr(obj, name) <= 64.0:
-            fail(name, getattr(obj, name), "must lie in [1, 64]")
-
-
-def check_pad(limits: tuple, steps: tuple) -> None:
-    """Check graph token tiers: increasing limits, one more whole-number step than limits."""
-    if steps and len(steps) != len(limits) + 1:
-        fail("pad_steps", list(steps), f"must have one more entry than pad_limits ({len(limits)})")
-    if not steps and limits:
-        fail("pad_limits", list(limits), "needs pad_steps")
-    if any(s < 1 or s != int(s) for s in steps):
-        fail("pad_steps", list(steps), "steps must be whole numbers >= 1")
-    _check_increasing("pad_limits", limits)
-
-
-def _check_table(fit) -> None:
-    """kv_ratio: one row per kv_r_knots, each a factor - 1 at every width_knots; or empty."""
-    _check_increasing("kv_r_knots", fit.kv_r_knots)
-    if len(fit.kv_ratio) != len(fit.kv_r_knots):
-        fail("kv_ratio", len(fit.kv_ratio), f"must have one row per kv_r_knots ({len(fit.kv_r_knots)})")
-    for i, row in enumerate(fit.kv_ratio):
-        if len(row) != len(fit.width_knots):
-            fail(f"kv_ratio[{i}]", len(row), f"must have the length of width_knots ({len(fit.width_knots)})")
-        if any(v <= -1 for v in row):
-            fail(f"kv_ratio[{i}]", list(row), "ratios must be > -1 (a positive factor)")
 
 
 def _scaled(obj, bounds: dict, ratio: dict):
@@ -176,7 +127,7 @@ class TargetFit:
     prefill_graph_min: float = 1.0
 
     def __post_init__(self) -> None:
-        _check_terms(self, [n for n in TARGET_BOUNDS if n != "r_delta_s"],
+        check_terms(self, [n for n in TARGET_BOUNDS if n != "r_delta_s"],
                      ("sharpness", "kv_sharpness", "host_sharpness", "prefill_sharpness"))
         if not (math.isfinite(self.prefill_tile) and self.prefill_tile >= 0):
             fail("prefill_tile", self.prefill_tile, "must be a number >= 0 (0: prefill keys never split)")
@@ -184,13 +135,13 @@ class TargetFit:
             fail("prefill_graph_tokens", self.prefill_graph_tokens, "must be a number >= 0 (0: prompt steps eager)")
         if not (math.isfinite(self.prefill_graph_min) and self.prefill_graph_min >= 1):
             fail("prefill_graph_min", self.prefill_graph_min, "must be a number >= 1")
-        _check_knots("moe_tokens", self.moe_tokens, "moe_fraction", self.moe_fraction)
-        _check_knots("m_knots", self.m_knots, "m_ratio", self.m_ratio)
-        _check_knots("r_knots", self.r_knots, "r_delta_s", self.r_delta_s)
-        _check_knots("width_knots", self.width_knots, "kv_width_ratio", self.kv_width_ratio)
-        _check_knots("width_knots", self.width_knots, "lat_width_ratio", self.lat_width_ratio)
+        check_knots("moe_tokens", self.moe_tokens, "moe_fraction", self.moe_fraction)
+        check_knots("m_knots", self.m_knots, "m_ratio", self.m_ratio)
+        check_knots("r_knots", self.r_knots, "r_delta_s", self.r_delta_s)
+        check_knots("width_knots", self.width_knots, "kv_width_ratio", self.kv_width_ratio)
+        check_knots("width_knots", self.width_knots, "lat_width_ratio", self.lat_width_ratio)
         check_pad(self.pad_limits, self.pad_steps)
-        _check_table(self)
+        check_table(self)
         if any(not 0 < f <= 1 for f in self.moe_fraction):
             fail("moe_fraction", list(self.moe_fraction), "fractions must lie in (0, 1]")
         for name in ("m_ratio", "kv_width_ratio", "lat_width_ratio"):
@@ -358,8 +309,8 @@ class DraftFit:
     def __post_init__(self) -> None:
         if self.kind not in DRAFT_KINDS:
             fail("kind", self.kind, f"must be one of {DRAFT_KINDS}")
-        _check_terms(self, DRAFT_BOUNDS)
-        _check_knots("knots", self.knots, "ratio", self.ratio)
+        check_terms(self, DRAFT_BOUNDS)
+        check_knots("knots", self.knots, "ratio", self.ratio)
         if any(r <= -1 for r in self.ratio):
             fail("ratio", list(self.ratio), "ratios must be > -1 (a positive factor)")
 
@@ -404,7 +355,7 @@ class HostFit:
     def __post_init__(self) -> None:
         if self.kind not in STEP_KINDS:
             fail("kind", self.kind, f"must be one of {STEP_KINDS}")
-        _check_terms(self, ("bias_s", "req_s"), ())
+        check_terms(self, ("bias_s", "req_s"), ())
 
     def seconds(self, reqs):
         return self.bias_s + self.req_s * reqs
@@ -422,7 +373,7 @@ class ScheduleFit:
     req_s: float
 
     def __post_init__(self) -> None:
-        _check_terms(self, ("bias_s", "req_s"), ())
+        check_terms(self, ("bias_s", "req_s"), ())
 
     def seconds(self, reqs):
         return self.bias_s + self.req_s * reqs

@@ -30,7 +30,7 @@ from dspark_sim.cost.jsonio import with_file
 from dspark_sim.cost.profile_format import DraftFit, GpuRef, Profile, TargetFit, check_grids
 from dspark_sim.cost.roofline import RooflineCost
 from dspark_sim.cost.shapes import ARRAY, hat_matrix, pow2_array
-from dspark_sim.cost.terms import check_pad
+from dspark_sim.cost.term_checks import check_pad
 from dspark_sim.profiling.heldout import held_out, summarize_errors
 from dspark_sim.profiling.host import fit_host, fit_schedule, held_out_schedule, held_out_steps
 from dspark_sim.profiling.rows import canonical_rows, draft_rows, target_rows
