@@ -411,6 +411,11 @@ def main(argv=None) -> int:
     seeds = tuple(range(args.seeds))
     warnings.simplefilter("ignore", UserWarning)  # the roofline's "no measured profile": named in the table
     sources, cases = load_cases()
+    known = {c["id"] for c in cases}
+    for name in args.cases or ():
+        if name not in known:
+            print(f"{CASES.relative_to(ROOT)}: cases: unknown case {name!r}", file=sys.stderr)
+            return 2
     write_defaults_doc()
     if args.what in ("all", "calibrate"):
         from dspark_sim.cost.jsonio import write_json_atomic
@@ -424,11 +429,6 @@ def main(argv=None) -> int:
         write_doc(rows, sources, data["terms"], data["generated_by"], tuple(data["seeds"]))
         print(f"wrote {DOC.relative_to(ROOT)}, {DOC_JSON.relative_to(ROOT)}")
     if args.what == "diagnose":
-        known = {c["id"] for c in cases}
-        for name in args.cases or ():
-            if name not in known:
-                print(f"{CASES.relative_to(ROOT)}: cases: unknown case {name!r}", file=sys.stderr)
-                return 2
         chosen = [c for c in cases if not args.cases or c["id"] in args.cases]
         rows = diagnose(chosen, seeds, args.jobs)
         command = "python benchmarks/external.py diagnose" + (f" --seeds {args.seeds}" if args.seeds != len(SEEDS)

@@ -77,9 +77,12 @@ def describe(p: CommParams = CommParams()) -> str:
             "(DeepEP intranode), FP8 dispatch and bf16 combine")
 
 
-def provenance_term(p: CommParams = CommParams()) -> dict:
-    """The ``comm`` term of a run's provenance when the link model prices the collectives: what
-    it assumes, and the phrase the one-line summary carries."""
+def provenance_term(p: CommParams = CommParams(), measured=None) -> dict:
+    """The ``comm`` term of a run's provenance: ``measured`` collectives (a
+    :class:`~dspark_sim.cost.comm_curves.MeasuredComm`) where they price it, else the link model
+    with ``p``: what it assumes, and the phrase the one-line summary carries."""
+    if measured is not None:
+        return {"kind": "measured", "detail": measured.source}
     return {"kind": "modelled", "detail": f"communication from link specs, not measured: {describe(p)}",
             "caveat": f"comm modelled from link specs (all-reduce latency {p.allreduce_latency_s * 1e6:g} us, "
                       f"all-to-all {p.a2a_latency_s * 1e6:g} us: assumed, not measured)"}

@@ -16,7 +16,7 @@ import numpy as np
 
 from dspark_sim.catalog import GpuSpec, get_gpu, get_model, served_format
 from dspark_sim.cost.base import CostModel, DraftWork, StepWork, StepWorks, per_step, pick
-from dspark_sim.cost.comm import provenance_term as comm_provenance
+from dspark_sim.cost.comm import CommParams, provenance_term as comm_provenance
 from dspark_sim.cost.comm_curves import measured_comm
 from dspark_sim.cost.moe import Routing
 from dspark_sim.cost.parallel import Parallel, shard_factors, tp_block, tp_note
@@ -98,8 +98,8 @@ class ProfileCost:
             terms[name] = self._host_term(name, kind in self._host, host_how)
         terms["sched"] = self._host_term("sched", self._schedule is not None, host_how)
         if self.tp > 1:
-            terms["comm"] = {"kind": "measured", "detail": self._comm.source} if self._comm is not None \
-                else comm_provenance()
+            # the link model's assumptions are the fallback roofline's, whose comm terms these are
+            terms["comm"] = comm_provenance(getattr(self.fallback, "comm_params", CommParams()), self._comm)
         prov = p.provenance
         return {
             "kind": "profile", "name": self.name, "gpu": p.gpu, "model": p.model, "source": self.source,

@@ -100,8 +100,7 @@ class RooflineCost:
         terms = {name: how for name in ("target", "draft_block", "draft_chain", "host_none", "host_block",
                                         "host_chain", "sched")}
         if self.tp > 1:
-            terms["comm"] = {"kind": "measured", "detail": self._measured.source} if self._measured is not None \
-                else provenance_term(self.comm_params)
+            terms["comm"] = provenance_term(self.comm_params, self._measured)
         return {"kind": "roofline", "name": self.name, "gpu": self.gpu.name, "model": self.model.name,
                 "source": self.source, "measured": None, "projected": None,
                 "tp": {"size": self.tp, "measured": False, "detail": "roofline"},

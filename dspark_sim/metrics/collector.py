@@ -290,15 +290,11 @@ class Collector:
         if not self._finished:
             return
         done, self._finished, self._finished_reqs = self._finished, [], 0
-        if len(done) == 1:
-            rows, first, now = done[0]
-            finish = np.broadcast_to(now, first.shape)
-        else:
-            rows = {k: np.concatenate([d[0][k] for d in done]) for k in done[0][0]}
-            first = np.concatenate([d[1] for d in done])
-            ends = [d[2] for d in done]
-            finish = np.concatenate([np.broadcast_to(e, d[1].shape) for e, d in zip(ends, done)]) \
-                if any(isinstance(e, np.ndarray) for e in ends) else np.repeat(ends, [d[1].size for d in done])
+        rows = {k: np.concatenate([d[0][k] for d in done]) for k in done[0][0]}
+        first = np.concatenate([d[1] for d in done])
+        ends = [d[2] for d in done]  # a finish time per call, or one per request where the front end gave them
+        finish = np.concatenate([np.broadcast_to(e, d[1].shape) for e, d in zip(ends, done)]) \
+            if any(isinstance(e, np.ndarray) for e in ends) else np.repeat(ends, [d[1].size for d in done])
         arrival = rows["arrival_s"]
         out = rows["output_tokens"]
         ttft_ms = (first - arrival) * 1e3
