@@ -22,6 +22,7 @@ from dspark_sim.limits import (MAX_KV_BLOCK_TOKENS, MAX_REPLICAS, MAX_REQUESTS, 
 from dspark_sim.names import DOMAINS
 from dspark_sim.slo import Slo
 from dspark_sim.speculation.config import ScheduleRule, Speculation, file_path
+from dspark_sim.userfiles import existing_file
 from dspark_sim.workload import FORMATS, SyntheticConfig
 
 ROUTERS = ("round_robin", "least_outstanding", "cache_aware")
@@ -94,9 +95,7 @@ class Workload:
         if trace is not None:
             if not isinstance(trace, str):
                 raise InputError(file, s.path("trace"), trace, "expected a string")
-            kwargs["trace"] = (base / trace).resolve()
-            if not kwargs["trace"].is_file():
-                raise InputError(file, s.path("trace"), trace, "trace file not found")
+            kwargs["trace"] = existing_file(base, trace, file, s.path("trace"), "trace file not found")
         return build(cls, kwargs, file, key)
 
 

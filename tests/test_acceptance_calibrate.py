@@ -134,7 +134,7 @@ BAD_INPUTS = [
     ("log", "both.csv", "c1,logit1,accepted\n" + "0.5,0.1,1\n" * 150, "either confidences"),
     ("log", "ragged.jsonl", '{"confidences": [0.5, 0.5], "accepted": 1}\n' * 149
      + '{"confidences": [0.5], "accepted": 1}\n', "for 2 positions"),
-    ("log", "broken.jsonl", '{"confidences": [0.5], "accepted": 1}\n' * 149 + "{oops\n", "not JSON"),
+    ("log", "broken.jsonl", '{"confidences": [0.5], "accepted": 1}\n' * 149 + "{oops\n", "not valid JSON"),
     ("table", "unknown.csv", "dataset,accept_len\nmyapp,3.0\n", "give its domain"),
     ("table", "short.csv", "dataset,accept_len\ngsm8k,0.9\n", "accepted length"),
     ("table", "rising.csv", "position,accept_rate\n1,0.5\n2,0.6\n", "cannot rise"),

@@ -6,20 +6,14 @@ import os
 import tempfile
 from pathlib import Path
 
+from dspark_sim import userfiles
 from dspark_sim.errors import InputError
 from dspark_sim.metrics.outdir import usual_mode
 
 
 def read_json(path: str | Path) -> object:
     """Decoded JSON of ``path``; :class:`InputError` when it cannot be read or parsed."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as err:
-        raise InputError(path, None, None, f"cannot read: {err.strerror}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as err:
-        raise InputError(path, f"line {err.lineno}", None, f"not valid JSON: {err.msg}") from None
+    return userfiles.read_json(path)
 
 
 def write_json_atomic(path: str | Path, data: object, *, indent: int | None = 1) -> None:

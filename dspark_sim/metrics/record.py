@@ -145,26 +145,29 @@ def read_columns(path: Path, needs: tuple[str, ...], optional: tuple[str, ...] =
     """Numeric columns of a record file as float64 arrays; a missing file or needed column is an
     InputError, a missing ``optional`` column is left out. Rows of rejected requests (a
     ``status`` other than completed) are skipped unless ``rejected``."""
-    if not path.is_file():
-        raise InputError(path, None, None, "file not found")
-    with path.open(newline="") as f:
-        reader = csv.reader(f)
-        header = next(reader, None)
-        if header is None:
-            raise InputError(path, None, None, "empty file")
-        for name in needs:
-            if name not in header:
-                raise InputError(path, f"column {name}", None, "missing column")
-        names = needs + tuple(n for n in optional if n in header)
-        idx = [header.index(n) for n in names]
-        status = header.index("status") if "status" in header and not rejected else None
-        rows, lines = [], []
-        for line, row in enumerate(reader, start=2):
-            if len(row) != len(header):
-                raise InputError(path, f"line {line}", len(row), f"{len(header)} cells expected, as in the header")
-            if status is None or row[status] == COMPLETED:
-                rows.append([row[i] for i in idx])
-                lines.append(line)
+    from dspark_sim.userfiles import text_lines
+
+    with text_lines(path) as lines_of:
+        reader = csv.reader(lines_of)
+        try:
+            header = next(reader, None)
+            if header is None:
+                raise InputError(path, None, None, "empty file")
+            for name in needs:
+                if name not in header:
+                    raise InputError(path, f"column {name}", None, "missing column")
+            names = needs + tuple(n for n in optional if n in header)
+            idx = [header.index(n) for n in names]
+            status = header.index("status") if "status" in header and not rejected else None
+            rows, lines = [], []
+            for line, row in enumerate(reader, start=2):
+                if len(row) != len(header):
+                    raise InputError(path, f"line {line}", len(row), f"{len(header)} cells expected, as in the header")
+                if status is None or row[status] == COMPLETED:
+                    rows.append([row[i] for i in idx])
+                    lines.append(line)
+        except csv.Error as err:
+            raise InputError(path, f"line {reader.line_num}", None, f"malformed CSV: {err}") from None
     out = {}
     for j, name in enumerate(names):
         try:
@@ -219,15 +222,12 @@ def write_provenance(out_dir: str | Path, block: dict) -> None:
 
 def read_provenance(run_dir: str | Path) -> dict | None:
     """The record's ``provenance.json``, or None for a record written without one."""
-    import json
+    from dspark_sim.userfiles import read_json
 
     path = Path(run_dir) / PROVENANCE_FILE
     if not path.is_file():
         return None
-    try:
-        block = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
-        raise InputError(path, None, None, f"not valid JSON: {err}") from None
+    block = read_json(path)
     if not isinstance(block, dict):
         raise InputError(path, None, type(block).__name__, "must be a JSON object")
     return block
