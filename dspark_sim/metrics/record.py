@@ -24,7 +24,7 @@ REQUEST_FORMATS = {
     "request_id": "{}", "arrival_s": "{:.6f}", "prompt_tokens": "{}", "output_tokens": "{}", "domain": "{}",
     "first_scheduled_s": "{:.6f}", "first_token_s": "{:.6f}", "finish_s": "{:.6f}", "queue_delay_ms": "{:.3f}",
     "ttft_ms": "{:.3f}", "tpot_ms": "{:.4f}", "e2el_ms": "{:.3f}", "num_steps": "{}", "num_preemptions": "{}",
-    "accepted_tokens": "{}",  # drafts the request had accepted
+    "accepted_tokens": "{}",  # drafts the request had accepted and emitted (at most output_tokens - 1)
     "verified_drafts": "{}",
     "cached_tokens": "{}",  # prompt tokens its first prefill read from the prefix cache
     # "completed", or "rejected" on arrival with the reason (engine/admission.py); a rejected
@@ -205,10 +205,57 @@ class Record:
     steps: dict[str, np.ndarray]
 
 
+# The request columns a record is held to when it has them (invariants.request_faults), and the
+# step columns that count requests or tokens.
+CHECKED_REQUESTS = ("request_id", "arrival_s", "first_token_s", "finish_s", "queue_delay_ms", "ttft_ms", "e2el_ms",
+                    "prompt_tokens", "output_tokens")
+STEP_COUNTS = ("running_reqs", "decode_reqs", "prefill_tokens", "verify_tokens", "accepted_tokens")
+
+
 def read_record(run_dir: Path, request_columns: tuple[str, ...], step_columns: tuple[str, ...]) -> Record:
-    """The named columns of ``run_dir``'s ``requests.csv`` and ``steps.csv``."""
-    return Record(read_columns(run_dir / "requests.csv", request_columns),
-                  read_columns(run_dir / "steps.csv", step_columns))
+    """The named columns of ``run_dir``'s ``requests.csv`` and ``steps.csv`` (with the columns
+    :func:`check_record` reads), held to what every run keeps, a real engine's included."""
+    requests = read_columns(run_dir / "requests.csv", request_columns,
+                            tuple(c for c in CHECKED_REQUESTS if c not in request_columns))
+    steps = read_columns(run_dir / "steps.csv", step_columns,
+                         tuple(c for c in STEP_COUNTS if c not in step_columns))
+    check_record(requests, steps, run_dir)
+    return Record(requests, steps)
+
+
+def check_record(requests: dict[str, np.ndarray], steps: dict[str, np.ndarray], run_dir: Path) -> None:
+    """A record no run can leave is one InputError: no completed request or no decode step (every
+    metric would be NaN), a request id given twice, a request breaking
+    :func:`~dspark_sim.metrics.invariants.request_faults`, a step count that is not a whole number."""
+    from dspark_sim.limits import MAX_TOKENS
+    from dspark_sim.metrics.invariants import request_faults
+
+    path = run_dir / "requests.csv"
+    ids = requests.get("request_id")
+    n = len(next(iter(requests.values()))) if requests else 0
+    if n == 0:
+        raise InputError(path, None, None, "no completed request: nothing to compare")
+    name = (lambda i: f"request {_id(ids[i])}") if ids is not None else (lambda i: f"completed row {i + 1}")
+    if ids is not None:
+        unique, counts = np.unique(ids, return_counts=True)
+        if (counts > 1).any():
+            raise InputError(path, "request_id", _id(unique[counts > 1][0]), "given twice: request ids must be unique")
+    for bad, what in request_faults(requests):
+        if bad.any():
+            raise InputError(path, name(int(np.argmax(bad))), None, what)
+    path = run_dir / "steps.csv"
+    for column in STEP_COUNTS:
+        if column in steps:
+            v = steps[column]
+            bad = ~((v >= 0) & (v <= MAX_TOKENS * n) & (v == np.floor(v)))
+            if bad.any():
+                raise InputError(path, f"column {column}", float(v[np.argmax(bad)]), "not a whole count within bounds")
+    if "decode_reqs" in steps and not (steps["decode_reqs"] > 0).any():
+        raise InputError(path, "decode_reqs", None, "no decode step: no inter-token latency or accept length")
+
+
+def _id(value: float) -> int | float:
+    return int(value) if float(value).is_integer() else float(value)
 
 
 def write_provenance(out_dir: str | Path, block: dict) -> None:
