@@ -125,7 +125,8 @@ def new_settings(args):
     from dspark_sim.config import build
     from dspark_sim.slo import Slo
     from dspark_sim.tuner.objective import Target
-    from dspark_sim.tuner.scenarios import load_base
+    from dspark_sim.tuner.engines import check_space
+    from dspark_sim.tuner.scenarios import load_base, to_scenario
     from dspark_sim.tuner.space import load_space
     from dspark_sim.tuner.tune import BASELINES, Settings
 
@@ -149,6 +150,7 @@ def new_settings(args):
                         baselines=baselines, seeds=tuple(seed + i for i in range(n_seeds)),
                         confirm_seeds=tuple(seed + n_seeds + i for i in range(3)), sampler_seed=seed,
                         engine=args.engine or "sglang", repeats=args.repeats or 1)
+    check_space(settings.engine_space(), to_scenario(base).deployment, args.space or args.scenario)
     return settings
 
 
