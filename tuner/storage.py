@@ -60,6 +60,9 @@ def check_sqlite(url: str, *, exists: bool, write: bool) -> None:
     when ``exists`` (reading or resuming a study creates no database), else its directory must
     (the default's, runs/, is made); ``write``: the file and its directory must be writable
     (SQLite keeps its journal beside the file). Nothing is created here."""
+    query = url.split("?", 1)[1] if "?" in url else ""
+    if write and url.startswith("sqlite") and any(q in ("mode=ro", "immutable=1") for q in query.split("&")):
+        raise InputError(None, "--storage", _shown(url), "opens the file read-only: a study writes its file")
     path = sqlite_file(url)
     if path is None:
         return
