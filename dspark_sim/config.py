@@ -112,13 +112,8 @@ def _check_expanded(root: yaml.Node) -> None:
 def parse_yaml(text: str, path: str | Path | None) -> Any:
     """YAML text into Python values; malformed YAML, a duplicate key, or a document beyond the
     bounds above is one InputError naming ``path``."""
-    loader = _UniqueKeyLoader(text)
     try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        _check_expanded(node)
-        return loader.construct_document(node)
+        return _load_bounded(text)
     except _DuplicateKey as err:
         raise InputError(path, f"line {err.line}: {err.key}", None, "duplicate key: given twice in one mapping") \
             from None
@@ -127,10 +122,21 @@ def parse_yaml(text: str, path: str | Path | None) -> Any:
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else None
-        problem = getattr(err, "problem", None) or "malformed YAML"
+        problem = getattr(err, "problem", None) or getattr(err, "reason", None) or "malformed YAML"
         raise InputError(path, where, None, f"malformed YAML: {problem}") from None
     except ValueError as err:  # an integer of more than 4,300 digits, a date out of range
         raise InputError(path, None, None, f"malformed YAML: {str(err).split(';')[0]}") from None
+
+
+def _load_bounded(text: str) -> Any:
+    """The document in ``text``, its node graph checked (:func:`_check_expanded`) before it is built."""
+    loader = _UniqueKeyLoader(text)  # the reader refuses control characters here already
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_expanded(node)
+        return loader.construct_document(node)
     finally:
         loader.dispose()
 

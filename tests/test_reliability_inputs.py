@@ -57,6 +57,7 @@ def test_an_unknown_key_holding_many_values_prints_a_short_line(capsys, tmp_path
     ("x: " + "{a: " * 200 + "1" + "}" * 200, "levels deep"),
     ("a: &a [*a]\n", "inside the value it names"),
     ("seed: " + "9" * 5000 + "\n", "malformed YAML"),
+    ("\x1f", "special characters"),  # refused by the reader, before anything is parsed
 ])
 def test_yaml_beyond_its_bounds_is_one_line(text, why):
     with pytest.raises(InputError, match=why):
