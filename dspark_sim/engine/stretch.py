@@ -47,7 +47,7 @@ class Stretch:
     kv_tokens: np.ndarray  # int64 [K]: KV tokens each step needs (steps.csv's kv_tokens)
     generated: np.ndarray  # int64 [R]: tokens generated after the stretch
     steps_run: np.ndarray | int  # steps each request decoded ([R], or K for all)
-    accepted: np.ndarray | None = None  # int64 [R]: drafts accepted in the stretch (None: no drafts)
+    accepted: np.ndarray | None = None  # int64 [R]: drafts accepted and emitted in the stretch (None: no drafts)
     verified: np.ndarray | None = None  # int64 [R]: drafts verified in the stretch
 
     @property
@@ -147,7 +147,7 @@ def _drafting(rep, n: int, block_size: int, left, kv0, generated, stop_s: float,
         if steps < 1:
             break
     total, several = segments.steps, len(segments.draws) > 1
-    new, accepted, verify_len = segments.matrices()
+    new, _, verify_len = segments.matrices()
     cum = np.cumsum(new, axis=0)
     kv = kv0 + (cum - new)
     if several:  # a request holds no KV of the step once it has left (every running one verifies)
@@ -166,7 +166,7 @@ def _drafting(rep, n: int, block_size: int, left, kv0, generated, stop_s: float,
     run = np.minimum(segments.runs, taken) if several else taken
     return Stretch(times, step_s, parts["draft_s"], parts["sched_s"], decode[:taken], verify[:taken],
                    segments.budget[:taken], emitted, context, max_context, kv_tokens, generated + capped[-1], run,
-                   accepted[:taken].sum(axis=0), verify_len[:taken].sum(axis=0) - run)
+                   capped[-1] - run, verify_len[:taken].sum(axis=0) - run)  # drafts accepted and emitted
 
 
 class Segments:
