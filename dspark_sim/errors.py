@@ -1,5 +1,6 @@
-"""The errors users see, each as a single line: bad input (exit 2), a bug (exit 70), a stop
-by SIGINT or SIGTERM (exit 130 or 143), and the command-line parser that keeps to one line."""
+"""The errors users see, each as a single line: bad input (exit 2), a bug (exit 70), a GPU
+fault (exit 1), a stop by SIGINT or SIGTERM (exit 130 or 143), and the command-line parser that
+keeps to one line."""
 from __future__ import annotations
 
 import argparse
@@ -8,6 +9,7 @@ import sys
 from pathlib import Path
 
 EXIT_INPUT, EXIT_BUG, EXIT_SIGINT, EXIT_SIGTERM = 2, 70, 128 + signal.SIGINT, 128 + signal.SIGTERM
+EXIT_DEVICE = 1
 
 
 class InputError(Exception):
@@ -55,6 +57,18 @@ class InternalError(Exception):
     def __str__(self) -> str:
         return (f"internal error: {self.what}. This is a bug in dspark-sim, not in your input; please report "
                 "it with the command and the files it read").replace("\n", " ")
+
+
+class DeviceFault(Exception):
+    """The GPU failed under a command (a CUDA error): one line naming what it was running, exit
+    code 1, nothing written."""
+
+    def __init__(self, what: str):
+        super().__init__(what)
+        self.what = what
+
+    def __str__(self) -> str:
+        return _one_line(self.what)
 
 
 class Terminated(BaseException):
@@ -106,6 +120,9 @@ def run_reporting_errors(fn, *args, interrupted: str = "interrupted; nothing wri
     except InternalError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BUG
+    except DeviceFault as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_DEVICE
     except KeyboardInterrupt:
         print(interrupted, file=sys.stderr)
         return EXIT_SIGINT
