@@ -62,3 +62,17 @@ def test_a_preempted_request_re_prefills_alone_and_keeps_its_outputs():
     assert sum(s.num_preemptions for s in seqs) > 0
     for s in seqs:
         assert s.outputs == greedy_reference(tiny_decoder("none"), s.tokens[:s.prompt_len], 12)
+
+
+def test_the_gpu_checks_long_prompt_section_runs_on_the_cpu():
+    """``benchmarks/gpu_check.py --only long --tiny``'s runs at a prompt chunked alone and at the
+    whole context (lengths scaled to a 256-token context): every output is target-only greedy."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from gpu_check_long import RUNS, long_prompt_cases
+
+    rows = long_prompt_cases(tiny=True, lengths=(36, 0))
+    assert len(rows) == 2 * len(RUNS) and all(r["ok"] and r["outputs_equal"] for r in rows)
+    assert rows[-1]["prompt_tokens"] == 252 and rows[-1]["requests"] == 4

@@ -319,8 +319,9 @@ class Decoder:
 
     # -- inspection -----------------------------------------------------------------
     @torch.no_grad()
-    def score(self, tokens: list[int]) -> torch.Tensor:
-        """Target logits ``[len(tokens), V]`` fp32 of a whole sequence (a scratch row)."""
+    def score(self, tokens: list[int], last: int | None = None) -> torch.Tensor:
+        """Target logits ``[len(tokens), V]`` fp32 of a whole sequence in one eager forward (a
+        scratch row); ``last``: only the last rows' (a long sequence's logits would not fit)."""
         from dspark_sim.kernels.decoder.sequence import Sequence
 
         seq = Sequence(-1, list(tokens), max_tokens=0)
@@ -334,7 +335,7 @@ class Decoder:
             shape = plan(len(tokens), 1, self.spec.num_kv_heads, self.group(), self.num_sms)
             hidden, _ = self.target(batch.input_ids, batch, self.cache, self.rope, shape,
                                     self.conf.attention)
-            return self.target.logits(hidden)
+            return self.target.logits(hidden if last is None else hidden[-last:])
         finally:
             self.pages.release(seq)
 
