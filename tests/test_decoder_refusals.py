@@ -106,3 +106,10 @@ def test_other_errors_are_not_taken_for_gpu_faults():
     dec.finish = lambda pending: (_ for _ in ()).throw(RuntimeError("shape mismatch"))
     with pytest.raises(RuntimeError, match="shape mismatch"):
         serve(dec, [Sequence(0, _prompt(5), 2)])
+
+
+def test_deepseek_v4_keeps_a_context_its_per_request_state_fits(tmp_path):
+    path = _scenario(tmp_path, [(40, 10)])
+    text = open(path).read().replace("qwen3-8b", "deepseek-v4-flash")
+    open(path, "w").write(text)
+    assert load_launch(path).conf.max_model_len == 16384

@@ -54,11 +54,16 @@ def load_launch(path, model: str | None = None, tp: int = 1, **overrides) -> Lau
 
 def model_len(scenario, asked: int | None) -> int:
     """``--max-model-len``: the model's context (its config's ``max_position_embeddings``) unless
-    asked for, and never longer (positions past it are ones the model never saw)."""
+    asked for, and never longer (positions past it are ones the model never saw). A DeepSeek-V4
+    target keeps compressed keys for every request slot at the whole context (:mod:`.v4`): at its
+    1M positions they do not fit a GPU, so its default stays at DEFAULT_MAX_MODEL_LEN."""
     from dspark_sim.catalog import get_model
 
-    context = get_model(scenario.model, file=scenario.file).max_context
+    model = get_model(scenario.model, file=scenario.file)
+    context = model.max_context
     if asked is None:
+        if model.v4 is not None:
+            return min(context or DEFAULT_MAX_MODEL_LEN, DEFAULT_MAX_MODEL_LEN)
         return context or DEFAULT_MAX_MODEL_LEN
     if context and asked > context:
         raise InputError(None, "--max-model-len", asked, f"exceeds {scenario.model}'s context of {context} tokens")
