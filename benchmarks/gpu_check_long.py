@@ -114,7 +114,8 @@ def long_prompt_cases(tiny: bool = False, seconds: float = 120.0, lengths: tuple
             long_check = checks[-1]
             ok = all(len(s.outputs) == s.max_tokens for s in seqs) and all(
                 c["equal"] or c["divergence"]["near_tie"] for c in checks)
-            rows.append({"case": case, "ok": ok, "prompt_tokens": n, "output_tokens": OUTPUT,
+            rows.append({"case": case, "ok": ok, "model": dec.spec.name, "dtype": conf.dtype,
+                         "max_batched_tokens": conf.max_batched_tokens, "prompt_tokens": n, "output_tokens": OUTPUT,
                          "requests": len(seqs), "outputs_equal": all(c["equal"] for c in checks),
                          "long_outputs_equal": long_check["equal"], "divergence": long_check["divergence"],
                          "others_divergences": [c["divergence"] for c in checks[:-1] if c["divergence"]],
@@ -122,3 +123,35 @@ def long_prompt_cases(tiny: bool = False, seconds: float = 120.0, lengths: tuple
                          "wall_s": round(wall, 3)})
             print(f"{case}: ok={ok} in {wall:.1f} s ({len(steps)} steps)", flush=True)
     return rows
+
+
+JSON = "profiles/h200/decoder_long_check.json"
+
+
+def block_text(data: dict | None) -> str:
+    """docs/decoder.md's long-prompt block from the check's file (None: not run on a GPU yet)."""
+    if data is None:
+        return (f"Not run on a GPU yet: `bash benchmarks/h200_long_visit.sh check` writes `gpu_check_long.json`, "
+                f"kept as `{JSON}`.")
+    p, rows = data["provenance"], data["rows"]
+    run = next((r for r in rows if "model" in r), {})
+    lines = [f"Measured {p['date']} on {p['gpu']} (GPU {p.get('gpu_uuid')}; driver {p.get('driver')}, CUDA "
+             f"{p.get('cuda')}, torch {p['torch']}, triton {p['triton']}; decoder {p.get('decoder_commit')}); "
+             f"{run.get('model')} shape, random {run.get('dtype')} weights, no speculation, {OUTPUT} output tokens "
+             f"a long prompt, max_batched_tokens {run.get('max_batched_tokens')}. Made by "
+             f"`python benchmarks/gpu_check.py --only long` (`{JSON}`). "
+             f"ok: every request's output is target-only greedy, or first departs from it where the reference's "
+             f"two best logits lie within {TIE} (a near tie, bf16 rounding).", "",
+             "| prompt tokens | served | CUDA graphs | batching | ok | outputs equal | first divergence "
+             "(margin) | steps | wall s |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "prompt_tokens" not in r:
+            lines.append(f"| {r['case']} | | | | no | | {r.get('skipped') or r.get('error')} | | |")
+            continue
+        where, graphs, batching = r["case"].split(" ", 3)[3].rsplit(", ", 2)
+        d = r["divergence"]
+        first = "-" if d is None else f"token {d['index']} ({d['margin']:.3f})"
+        lines.append(f"| {r['prompt_tokens']:,} | {where} | {graphs.split('=')[1]} | {batching} | "
+                     f"{'yes' if r['ok'] else 'no'} | {'yes' if r['outputs_equal'] else 'no'} | {first} | "
+                     f"{r['steps']} | {r['wall_s']:.1f} |")
+    return "\n".join(lines)

@@ -71,8 +71,14 @@ def test_the_gpu_checks_long_prompt_section_runs_on_the_cpu():
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    from gpu_check_long import RUNS, long_prompt_cases
+    from gpu_check_long import RUNS, block_text, long_prompt_cases
 
     rows = long_prompt_cases(tiny=True, lengths=(36, 0))
     assert len(rows) == 2 * len(RUNS) and all(r["ok"] and r["outputs_equal"] for r in rows)
     assert rows[-1]["prompt_tokens"] == 252 and rows[-1]["requests"] == 4
+    prov = {"date": "d", "gpu": "cpu", "torch": "t", "triton": "x"}
+    text = block_text({"provenance": prov, "rows": rows + [{"case": "long prompt 9 alone", "ok": False,
+                                                            "skipped": "past the section's 1 s"}]})
+    assert "tiny shape, random float32 weights" in text and "max_batched_tokens 32" in text
+    assert "| 252 | among others | False | prefill_first | yes | yes | - |" in text
+    assert "past the section's 1 s" in text
