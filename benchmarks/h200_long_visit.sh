@@ -19,14 +19,18 @@
 #   DRY=1 OUT=/tmp/dry bash benchmarks/h200_long_visit.sh   # on a CPU: every stage's command
 #       run small (tiny model check; the profiler built on a one-layer slice, timing nothing; the
 #       cases read, nothing served) to catch a broken command before the device call
-# Afterwards, in the repository (no GPU needed), with the call's files under RES:
+# Afterwards, in the repository (no GPU needed), with the call's files under RES and VISIT the
+# next free profiles/h200/validation/real/visit<N>:
 #   cp RES/gpu_check_long.json profiles/h200/decoder_long_check.json
-#   cp RES/raw_qwen3-8b.json profiles/h200/raw/raw_qwen3-8b.json && cp RES/visit.log profiles/h200/raw/logs/profile_long_visit.log
-#   python benchmarks/fit_profiles.py --models qwen3-8b        # profile, projections, docs/profiles.md tables
-#   mkdir -p /tmp/fl && tar xzf RES/fidelity_long.tgz -C /tmp/fl && cp -r /tmp/fl/fidelity_long profiles/h200/validation/real/VISIT
-#   cp RES/fidelity_long.log profiles/h200/validation/real/VISIT/fidelity.log   # and write its notes.json
-#   python benchmarks/fidelity.py compare --real profiles/h200/validation/real/VISIT profiles/h200/validation/real/visit16 ...
-#   python benchmarks/doc_blocks.py check && python benchmarks/golden.py make   # (the refit moves golden outputs)
+#   cp RES/raw_qwen3-8b.json profiles/h200/raw/raw_qwen3-8b.json
+#   cp RES/visit.log profiles/h200/raw/logs/long_visit_$(date -u +%F).log
+#   python benchmarks/fit_profiles.py --models qwen3-8b    # refit, projections, docs/profiles.md held-out block
+#   mkdir -p /tmp/fl VISIT && tar xzf RES/fidelity_long.tgz -C /tmp/fl && cp -r /tmp/fl/fidelity_long/. VISIT/
+#   cp RES/fidelity_long.log VISIT/fidelity.log            # and VISIT/notes.json as visit16's (host seen or not)
+#   python benchmarks/fidelity.py compare --real profiles/h200/validation/real/visit15 VISIT \
+#       --replicate profiles/h200/validation/real/visit16   # every case re-simulated with the refitted profile
+#   python benchmarks/doc_blocks.py write && python benchmarks/doc_blocks.py check
+#   python benchmarks/golden.py make                        # in a commit of its own: the refit moves them
 set -o pipefail
 OUT=${OUT:-/tmp/out}
 BUDGET_S=${BUDGET_S:-540}
