@@ -192,12 +192,17 @@ JSON = "profiles/h200/decoder_long_check.json"
 LEGACY_TIE = 0.1  # the fixed near-tie threshold (logits) of files made before the noise was measured
 
 
-def departures(row: dict) -> list[dict]:
+def departures(row: dict, long: bool | None = None) -> list[dict]:
     """Every recorded departure of a run from the reference (files before the measured noise
-    hold each request's first one only, and no noise)."""
+    hold each request's first one only, and no noise); ``long``: only the long prompt's (True)
+    or only the other requests' (False)."""
     if "sequences" in row:
-        return [d for s in row["sequences"] for d in s["divergences"]]
-    return [d for d in [row.get("divergence"), *row.get("others_divergences", [])] if d]
+        seqs = row["sequences"]
+        parts = [s["divergences"] for s in (seqs[-1:] if long else seqs[:-1] if long is False else seqs)]
+    else:
+        parts = [[row.get("divergence")] if long is not False else [],
+                 row.get("others_divergences", []) if not long else []]
+    return [d for part in parts for d in part if d]
 
 
 def summary(rows: list[dict]) -> str:
@@ -211,7 +216,9 @@ def summary(rows: list[dict]) -> str:
     deps = [d for r in runs for d in departures(r)]
     text = (f"{sum(r['ok'] for r in rows)}/{len(rows)} runs ok; {len(rows) - len(runs)} not "
             f"served (skipped or faulted). The long prompt's own output equals target-only greedy in "
-            f"{sum(r['long_outputs_equal'] for r in runs)}/{len(runs)} runs. Departures recorded: {len(deps)}, "
+            f"{sum(r['long_outputs_equal'] for r in runs)}/{len(runs)} runs. Departures recorded: {len(deps)} "
+            f"({sum(len(departures(r, long=True)) for r in runs)} in the long prompt's output, "
+            f"{sum(len(departures(r, long=False)) for r in runs)} in the other requests'), "
             f"{sum(d['near_tie'] for d in deps)} of them near ties by this file's criterion")
     if deps:
         text += (f"; reference margins at them {min(d['margin'] for d in deps):.3f}-{max(d['margin'] for d in deps):.3f} "
@@ -247,9 +254,10 @@ def block_text(data: dict | None) -> str:
         return (f"Not run on a GPU yet: `bash benchmarks/h200_long_visit.sh check` writes `gpu_check_long.json`, "
                 f"kept as `{JSON}`.")
     p, rows = data["provenance"], data["rows"]
-    run = next((r for r in rows if "model" in r), {})
+    run = next((r for r in rows if "model" in r), data.get("run", {}))  # early files: the call's notes
     lines = [f"Measured {p['date']} on {p['gpu']} (GPU {p.get('gpu_uuid')}; driver {p.get('driver')}, CUDA "
-             f"{p.get('cuda')}, torch {p['torch']}, triton {p['triton']}; decoder {p.get('decoder_commit')}); "
+             f"{p.get('cuda')}, torch {p['torch']}, triton {p['triton']}; decoder {p.get('decoder_commit')}"
+             f"{'; tree ' + data['run']['tree'] if 'tree' in data.get('run', {}) else ''}); "
              f"{run.get('model')} shape, random {run.get('dtype')} weights, no speculation, {OUTPUT} output tokens "
              f"a long prompt, max_batched_tokens {run.get('max_batched_tokens')}. Made by "
              f"`python benchmarks/gpu_check.py --only long` (`{JSON}`). {_criterion(rows)}", "", summary(rows), "",

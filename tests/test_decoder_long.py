@@ -128,11 +128,14 @@ def test_the_block_reads_files_from_before_the_measured_noise():
     """The first H200 file (a fixed 0.1 threshold, each request's first departure) still renders."""
     check = _check_module()
     dep = {"index": 2, "reference": 7, "served": 9, "margin": 0.125, "top2_gap": 0.125, "near_tie": False}
-    row = {"case": "long prompt 9000 among others, graphs=False, prefill_first", "ok": False, "model": "qwen3-8b",
-           "dtype": "bfloat16", "max_batched_tokens": 8192, "prompt_tokens": 9000, "output_tokens": 4, "requests": 4,
+    row = {"case": "long prompt 9000 among others, graphs=False, prefill_first", "ok": False, "prompt_tokens": 9000, "output_tokens": 4, "requests": 4,
            "outputs_equal": False, "long_outputs_equal": True, "divergence": None, "others_divergences": [dep],
            "steps": 25, "prefill_steps": 2, "wall_s": 0.7}
-    text = check.block_text({"provenance": {"date": "d", "gpu": "g", "torch": "t", "triton": "x"}, "rows": [row]})
-    assert "predate the measured noise" in text and "at most 0.1 logits" in text
+    run = {"tree": "abc1234", "model": "qwen3-8b", "dtype": "bfloat16", "max_batched_tokens": 8192}
+    text = check.block_text({"provenance": {"date": "d", "gpu": "g", "torch": "t", "triton": "x"}, "run": run,
+                             "rows": [row]})
+    assert "predate the measured noise" in text and "at most 0.1 logits" in text and "; tree abc1234)" in text
+    assert "qwen3-8b shape, random bfloat16 weights" in text and "max_batched_tokens 8192" in text
+    assert "(0 in the long prompt's output, 1 in the other requests')" in text
     assert "| 9,000 | among others | False | prefill_first | no | no | 1 (0) | 0.125 (not measured) |" in text
     assert "0/1 runs ok" in text and "Not ok: among others, graphs=False, prefill_first (1)" in text
