@@ -35,17 +35,36 @@ def test_long_levels_split_the_held_out_predictions_by_level():
     assert got["prefill@cached=16384"].num_points == 2
     assert np.isclose(got["prefill@cached=16384"].max_rel_err, 0.1) and got["prefill@cached=24576"].max_rel_err == 0.0
     assert np.isclose(got["prefill@cached=32768"].median_rel_err, 0.1) and long_levels("verify", found, levels, measured) == {}
+    assert np.isclose(got["prefill@cached=16384"].median_signed_err, 0.0)  # +0.1 and -0.1: the signs cancel
+    assert np.isclose(got["prefill@cached=32768"].median_signed_err, 0.1)
 
 
 def test_the_long_table_and_the_targets_line():
     shipped = load_profile(shipped_profile_path("h200", "qwen3-8b"))
-    assert "Long contexts" not in held_out_table([replace(shipped, held_out={
-        k: v for k, v in shipped.held_out.items() if "=" not in k})])
-    held = {**shipped.held_out, "prefill@cached=32768": HeldOut(0.05, 0.2, 0.3, 3),
-            "verify@context=32768": HeldOut(0.01, 0.02, 0.03, 6), "prefill@cached=24576": HeldOut(0.01, 0.02, 0.03, 3)}
+    short = {k: v for k, v in shipped.held_out.items() if "=" not in k}
+    assert "Long contexts" not in held_out_table([replace(shipped, held_out=short)])
+    held = {**short, "prefill@cached=32768": HeldOut(0.05, 0.2, 0.3, 3),
+            "verify@context=32768": HeldOut(0.01, 0.02, 0.03, 6, -0.004),
+            "prefill@cached=24576": HeldOut(0.01, 0.02, 0.03, 3)}
     profile = replace(shipped, held_out=held)
     assert long_keys(profile) == ["verify@context=32768", "prefill@cached=24576", "prefill@cached=32768"]
     table = held_out_table([profile])
-    assert "| qwen3-8b | verify | context 32768 | 1.0 / 2.0 / 3.0 | 6 |" in table
+    assert "| qwen3-8b | verify | context 32768 | 1.0 / 2.0 / 3.0 | -0.4 | 6 |" in table
+    assert "| qwen3-8b | prefill | cached 24576 | 1.0 / 2.0 / 3.0 | - | 3 |" in table
     text = targets_text([profile], ["verify", "prefill"], ["@reqs"])
     assert "qwen3-8b prefill@cached=32768 (20.0 %)" in text and "verify@context=32768" not in text
+
+
+def test_the_signed_median_is_written_only_where_recorded():
+    """A profile's held-out entries keep the signed median through its JSON; entries without one
+    (every profile fitted before it) read and write as before."""
+    import json
+
+    from dspark_sim.cost.profile_format import profile_from_json_dict
+
+    shipped = load_profile(shipped_profile_path("h200", "qwen3-8b"))
+    profile = replace(shipped, held_out={"verify": HeldOut(0.01, 0.02, 0.03, 6),
+                                         "verify@context=32768": HeldOut(0.01, 0.02, 0.03, 6, -0.004)})
+    d = json.loads(json.dumps(profile.to_json_dict()))
+    assert "median_signed_err" not in d["held_out"]["verify"]
+    assert profile_from_json_dict(d).held_out == profile.held_out

@@ -54,7 +54,8 @@ def long_levels(term: str, found: dict, levels: dict[str, np.ndarray], measured:
         return {}
     idx, pred = found[axis]
     level = levels[axis][idx]
-    return {f"{term}@{axis}={int(value)}": summarize_errors(np.abs(pred[level == value] / measured[idx][level == value] - 1.0))
+    signed = pred / measured[idx] - 1.0
+    return {f"{term}@{axis}={int(value)}": summarize_errors(np.abs(signed[level == value]), signed[level == value])
             for value in np.unique(level) if value >= LONG_CONTEXT}
 
 

@@ -188,12 +188,14 @@ def long_table(profiles: list[Profile]) -> list[str]:
     if not rows:
         return []
     lines = ["", "Long contexts, each level held out whole and predicted by a fit without it (median / p90 / "
-             "max, %): decode (verify) steps by context per request, prefill chunks by cached tokens before them:",
-             "", "| model | term | level (tokens) | held out | points |", "|---|---|---|---|---|"]
+             "max of |error|, %, and the median signed error, predicted / measured - 1): decode (verify) steps by "
+             "context per request, prefill chunks by cached tokens before them:",
+             "", "| model | term | level (tokens) | held out | signed median | points |", "|---|---|---|---|---|---|"]
     for p, key in rows:
         term, level = key.split("@")
-        lines.append(f"| {p.model} | {term} | {level.replace('=', ' ')} | {_three(p.held_out[key])} | "
-                     f"{p.held_out[key].num_points} |")
+        h = p.held_out[key]
+        signed = "-" if h.median_signed_err is None else f"{100 * h.median_signed_err:+.1f}"
+        lines.append(f"| {p.model} | {term} | {level.replace('=', ' ')} | {_three(h)} | {signed} | {h.num_points} |")
     return lines
 
 
