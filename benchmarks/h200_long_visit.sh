@@ -5,7 +5,8 @@
 #            output), alone and among other requests, CUDA graphs on and off, prefill_first and mixed;
 #            greedy output against target-only greedy, within the noise measured for each checked
 #            position (the reference computed whole, chunked as served, packed with the others)
-#            -> $OUT/gpu_check_long.json  (CHECK_S, 100 s; about 50 s of serving and 15 s of checking)
+#            -> $OUT/gpu_check_long.json  (CHECK_S, 100 s; its first run, before the noise, took 49 s;
+#            the two extra computations are estimated at 10-20 s more)
 #   profile  Qwen3-8B verify steps at 32,768 and 16,384 tokens of context a request and prefill chunks
 #            (16-8,192 tokens, kinds none and block) after 24,576 and 32,768 cached tokens, added to
 #            the shipped raw file (--resume: its points kept, only the new ones timed)
