@@ -93,6 +93,8 @@ def main(argv=None) -> int:
     r.add_argument("--warm-requests", type=int, default=0)
     r.add_argument("--kv-tokens", type=int, default=0, help="decoder KV capacity (0: free memory)")
     r.add_argument("--no-crosscheck", action="store_true", help="skip the profiler's steps after each method")
+    r.add_argument("--dry-run", action="store_true", help="read every selected case as the run would, on the "
+                   "CPU, and say what would be served; serve nothing")
     c = sub.add_parser("compare")
     c.add_argument("--real", required=True, nargs="+",
                    help="directories of decoder runs (one folder per case), first wins")
@@ -110,6 +112,10 @@ def main(argv=None) -> int:
         out = Path(args.dir) if args.dir else CASES_DIR if args.tp == 1 else VALIDATION / f"cases_tp{args.tp}"
         for path in make_cases(out, AZURE, model=args.model, tp=args.tp, traces=args.traces):
             print(path.resolve().relative_to(REPO) if path.resolve().is_relative_to(REPO) else path)
+    elif args.cmd == "run" and args.dry_run:
+        from dspark_sim.validation.serve import dry_run
+
+        print("\n".join(dry_run(CASES_DIR, args.only, args.methods)))
     elif args.cmd == "run":
         from dspark_sim.validation.serve import run_cases
 

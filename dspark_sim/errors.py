@@ -1,5 +1,6 @@
-"""The errors users see, each as a single line: bad input (exit 2), a bug (exit 70), a stop
-by SIGINT or SIGTERM (exit 130 or 143), and the command-line parser that keeps to one line."""
+"""The errors users see, each as a single line: bad input (exit 2), a bug (exit 70), a GPU
+fault (exit 1), a stop by SIGINT or SIGTERM (exit 130 or 143), and the command-line parser that
+keeps to one line."""
 from __future__ import annotations
 
 import argparse
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 
 EXIT_INPUT, EXIT_BUG, EXIT_SIGINT, EXIT_SIGTERM = 2, 70, 128 + signal.SIGINT, 128 + signal.SIGTERM
+EXIT_DEVICE = 1
 
 
 class InputError(Exception):
@@ -88,6 +90,18 @@ class InternalError(Exception):
                 "it with the command and the files it read").replace("\n", " ")
 
 
+class DeviceFault(Exception):
+    """The GPU failed under a command (a CUDA error): one line naming what it was running, exit
+    code 1, nothing written."""
+
+    def __init__(self, what: str):
+        super().__init__(what)
+        self.what = what
+
+    def __str__(self) -> str:
+        return _one_line(self.what)
+
+
 class Terminated(BaseException):
     """SIGTERM, raised where the process is so that ``finally`` blocks and atomic outputs clean up."""
 
@@ -138,6 +152,9 @@ def run_reporting_errors(fn, *args, interrupted: str = "interrupted; nothing wri
     except InternalError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BUG
+    except DeviceFault as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_DEVICE
     except OSError as err:  # the system refused a path (no space left, a read-only disk): not a bug
         print(f"error: {InputError(err.filename or program, None, None, os_why(err))}", file=sys.stderr)
         return EXIT_INPUT

@@ -172,9 +172,10 @@ def test_serving_the_fidelity_cases_loads_no_simulator(tmp_path):
     code = ("import sys\n"
             "from pathlib import Path\n"
             "import dspark_sim.validation.serve as serve\n"
+            "import dspark_sim.engine.admission  # the serving loop's refusals\n"
             "from dspark_sim.kernels.decoder.launch import load_launch\n"
             f"load_launch(Path({str(case)!r}), synthetic=True, device='cpu', dtype='float32',\n"
-            "            max_model_len=serve.MAX_MODEL_LEN, kv_tokens=1024)\n"
+            "            max_model_len=serve.max_model_len(['long-mid']), kv_tokens=1024)\n"
             "print(sorted(m for m in ('simpy', 'dspark_sim.engine.simulator') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]

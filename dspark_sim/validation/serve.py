@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dspark_sim.validation.cases import CASE_METHODS, MAX_MODEL_LEN, TRACES
+from dspark_sim.validation.cases import CASE_METHODS, case_traces, max_model_len
 
 WARM_REQUESTS = 0  # a served warm-up trace on top of Decoder.warmup (300: every tier as they drain)
 CROSS_REQS = (1, 4, 16, 64, 256)
@@ -51,10 +51,13 @@ def run_cases(cases_dir: Path, out: Path, max_seconds: float, only: list[str] | 
     prov = {**provenance(), "sm_clocks_before": sm_clocks()}
     checks = {}
     for method in methods or CASE_METHODS:
-        scenarios = [cases_dir / f"{t}__{method}.yaml" for t in TRACES
-                     if only is None or t in only or f"{t}__{method}" in only]
+        picked = picked_traces(method, only)
+        if not picked:
+            continue
+        scenarios = [cases_dir / f"{t}__{method}.yaml" for t in picked]
         t0 = time.perf_counter()
-        decoder, shapes = _warm_decoder(cases_dir / f"{next(iter(TRACES))}__{method}.yaml", kv_tokens, warm_requests)
+        # one decoder serves the method's cases: a context long enough for the longest of them
+        decoder, shapes = _warm_decoder(scenarios[0], kv_tokens, warm_requests, max_model_len(picked))
         print(f"{method}: built and warmed in {time.perf_counter() - t0:.1f} s ({shapes}), "
               f"{len(decoder.graphs.entries)} graphs", flush=True)
         for path in scenarios:
@@ -79,14 +82,42 @@ def run_cases(cases_dir: Path, out: Path, max_seconds: float, only: list[str] | 
         torch.cuda.empty_cache()
 
 
-def _launch(path: Path, kv_tokens: int):
+def picked_traces(method: str, only: list[str] | None) -> list[str]:
+    """The traces whose case of ``method`` ``only`` selects (traces, or cases ``trace__method``)."""
+    return [t for t in case_traces() if only is None or t in only or f"{t}__{method}" in only]
+
+
+def dry_run(cases_dir: Path, only: list[str] | None, methods: list[str] | None = None) -> list[str]:
+    """What :func:`run_cases` would serve, without a GPU: every selected case's scenario, launch
+    and requests read as the run reads them; one line per case."""
+    from dspark_sim.catalog import get_model
+    from dspark_sim.kernels.decoder.launch import trace_sequences
+
+    lines = []
+    for method in methods or CASE_METHODS:
+        picked = picked_traces(method, only)
+        model_len = max_model_len(picked)
+        for trace in picked:
+            path = cases_dir / f"{trace}__{method}.yaml"
+            launch = _launch(path, 1024, model_len, device="cpu")
+            seqs = trace_sequences(launch, get_model(launch.scenario.model).vocab_size)
+            prompts = [s.prompt_len for s in seqs]
+            longer = sum(s.prompt_len + s.max_tokens > model_len for s in seqs)
+            lines.append(f"{path.stem}: {len(seqs)} requests, prompts {min(prompts)}-{max(prompts)} tokens, "
+                         f"{sum(s.max_tokens for s in seqs)} output tokens, max_model_len {model_len}, "
+                         f"batching {launch.conf.batching}, prefix cache {launch.conf.prefix_cache}, "
+                         f"{longer} past the context")
+    return lines
+
+
+def _launch(path: Path, kv_tokens: int, model_len: int, device: str = "cuda"):
     from dspark_sim.kernels.decoder.launch import load_launch
 
-    return load_launch(path, synthetic=True, device="cuda", dtype="bfloat16", max_model_len=MAX_MODEL_LEN,
+    return load_launch(path, synthetic=True, device=device, dtype="bfloat16", max_model_len=model_len,
                        kv_tokens=kv_tokens)
 
 
-def _warm_decoder(path: Path, kv_tokens: int, warm_requests: int):
+def _warm_decoder(path: Path, kv_tokens: int, warm_requests: int, model_len: int):
     """The decoder of a case's method, every step shape compiled and captured; (decoder, shapes)."""
     from dspark_sim.catalog import get_model
     from dspark_sim.kernels.decoder.compiles import StallLog
@@ -94,7 +125,7 @@ def _warm_decoder(path: Path, kv_tokens: int, warm_requests: int):
     from dspark_sim.kernels.decoder.launch import build_decoder
     from dspark_sim.kernels.decoder.sequence import Sequence
 
-    launch = _launch(path, kv_tokens)
+    launch = _launch(path, kv_tokens, model_len)
     decoder = build_decoder(get_model(launch.scenario.model), launch)
     decoder.randomize_cache()
     with StallLog(decoder.device) as stalls:
@@ -126,7 +157,7 @@ def _serve_case(decoder, path: Path, out: Path, kv_tokens: int, passes: int) -> 
     from dspark_sim.kernels.decoder.engine import serve, write_csvs
     from dspark_sim.kernels.decoder.launch import trace_sequences
 
-    case, launch = path.stem, _launch(path, kv_tokens)
+    case, launch = path.stem, _launch(path, kv_tokens, decoder.conf.max_model_len)
     decoder.conf = dataclasses.replace(decoder.conf, batching=launch.conf.batching)  # the case's batching
     for _ in range(passes):
         decoder.pages.drop_cached()  # every pass starts with a cold prefix cache, as the simulator
