@@ -1,5 +1,5 @@
-"""The errors users see, each as a single line: bad input (exit 2), a bug (exit 70), a GPU
-fault (exit 1), a stop by SIGINT or SIGTERM (exit 130 or 143), and the command-line parser that
+"""The errors users see, each as a single line: bad input (exit 2), an internal fault (a bug or
+a GPU fault: exit 1), a stop by SIGINT or SIGTERM (exit 130 or 143), and the command-line parser that
 keeps to one line."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import signal
 import sys
 from pathlib import Path
 
-EXIT_INPUT, EXIT_BUG, EXIT_SIGINT, EXIT_SIGTERM = 2, 70, 128 + signal.SIGINT, 128 + signal.SIGTERM
+EXIT_INPUT, EXIT_BUG, EXIT_SIGINT, EXIT_SIGTERM = 2, 1, 128 + signal.SIGINT, 128 + signal.SIGTERM
 EXIT_DEVICE = 1
 
 
@@ -135,7 +135,7 @@ def run_reporting_errors(fn, *args, interrupted: str = "interrupted; nothing wri
                          program: str | None = None) -> int:
     """Call a command; bad input becomes one ``error:`` line on stderr and exit code 2 (an error
     about no file, a flag's, names ``program``), and so does an OSError the system raised on a
-    path (a full or read-only disk); a bug one ``error: internal error`` line and exit code 70.
+    path (a full or read-only disk); a bug one ``error: internal error`` line and exit code 1.
     SIGINT and SIGTERM unwind the command (its temporary outputs are removed on the way) and
     exit with 130 and 143."""
     try:
