@@ -164,7 +164,8 @@ def _drafting(rep, n: int, block_size: int, left, kv0, generated, stop_s: float,
     capped = np.minimum(cum[:taken], left)  # a finishing request emits up to its output
     emitted = np.diff(capped.sum(axis=1), prepend=0)
     run = np.minimum(segments.runs, taken) if several else taken
-    return Stretch(times, step_s, parts["draft_s"], parts["sched_s"], decode[:taken], verify[:taken],
+    decode = decode[:taken] if several else np.full(taken, decode)
+    return Stretch(times, step_s, parts["draft_s"], parts["sched_s"], decode, verify[:taken],
                    segments.budget[:taken], emitted, context, max_context, kv_tokens, generated + capped[-1], run,
                    accepted[:taken].sum(axis=0), verify_len[:taken].sum(axis=0) - run)
 
@@ -193,7 +194,10 @@ class Segments:
         self.steps += taken
 
     @property
-    def decode(self) -> np.ndarray:
+    def decode(self) -> np.ndarray | int:
+        """Requests decoding in each step: one number where one segment holds every step."""
+        if len(self.parts) == 1:
+            return self.lives[0].size
         return np.concatenate([np.full(p[0].shape[0], live.size) for p, live in zip(self.parts, self.lives)])
 
     @property
@@ -228,8 +232,8 @@ class Segments:
             self.rep.rng.bit_generator.advance(_PERIOD - later)
 
 
-def _finish(rep, steps: int, taken: int, decode, kv, verify, budget, block_size: int, stop_s: float,
-            finishes: np.ndarray | None = None):
+def _finish(rep, steps: int, taken: int, decode: np.ndarray | int, kv, verify, budget, block_size: int,
+            stop_s: float, finishes: np.ndarray | None = None):
     """Cut ``taken`` steps short where the KV cache runs out (or, with a prefix cache, where a
     step would evict cached blocks: step by step takes that one), price them, and cut them again
     at the next arrival: (times, taken, step_s, parts, kv_tokens, context, max_context), or None
@@ -247,7 +251,7 @@ def _finish(rep, steps: int, taken: int, decode, kv, verify, budget, block_size:
         if not taken:
             return None
     k = slice(0, taken)
-    dec = decode[k]
+    dec = decode if isinstance(decode, int) else decode[k]  # one number: every step decodes as many
     works = StepWorks(dec, dec if verify is decode else verify[k], context[k], draft_kind=rep.policy.draft_kind,
                       draft_reqs=dec if block_size else 0, draft_block_size=block_size,
                       draft_context_tokens=context[k], decode_max_context=kv[k].max(axis=1), running_reqs=dec)
