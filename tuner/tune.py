@@ -136,7 +136,7 @@ def tune(settings: Settings, url: str, name: str, out: Path, *, workers: int = 1
     picks = repeats.chosen(jobs, winners)
     if "dspark" in picks:  # the best DSpark winner over the repeats: its interval, and what is exported
         job, best = picks["dspark"]
-        best["interval"] = winner_interval(job, best, list(settings.confirm_seeds))
+        best["interval"] = winner_interval(job, best, list(settings.confirm_seeds), workers)
         job.open().set_user_attr("winner", best)
         main.set_user_attr("chosen", best)
     scenario = to_scenario(settings.base)
