@@ -172,12 +172,15 @@ class Ranked:
     survival: np.ndarray  # float64 [K, W]
     count: np.ndarray  # int64 [K]
     forced_reqs: np.ndarray  # int64 [R]
-    forced_tau: np.ndarray  # float64 [K]
+    forced_tau: np.ndarray | float  # float64 [K], or one number for every step
+    forced_total: int = 0  # forced_reqs summed
+    full: bool = False  # every step's count is W
 
     def at(self, k: int) -> Candidates:
         """Step ``k``'s :class:`Candidates`, for Theta."""
         n = int(self.count[k])
-        return Candidates(self.survival[k, :n].copy(), self.forced_reqs, float(self.forced_tau[k]))
+        tau = self.forced_tau if isinstance(self.forced_tau, float) else float(self.forced_tau[k])
+        return Candidates(self.survival[k, :n].copy(), self.forced_reqs, tau)
 
 
 def ranked(survival: np.ndarray, limits: VerifyLimits) -> Ranked:
@@ -188,14 +191,15 @@ def ranked(survival: np.ndarray, limits: VerifyLimits) -> Ranked:
     pairs = survival[:, :, min_drafts:max_drafts]
     flat = pairs.reshape(steps, -1)
     ordered = np.sort(flat, axis=1)[:, ::-1]  # values only: verify_lengths_many says which of equal ones
-    if flat.size and ordered[:, -1].min() >= limits.survival_eps:
+    full = bool(flat.size) and ordered[:, -1].min() >= limits.survival_eps
+    if full:
         count = np.full(steps, flat.shape[1])
     else:  # pairs below survival_eps are no candidates: they sort last
         count = np.count_nonzero(flat >= limits.survival_eps, axis=1)
     # the forced pairs' sum as one step sums them (a 2-D slice of that step's survival)
-    forced_tau = np.array([float(s[:, :min_drafts].sum()) for s in survival]) if min_drafts \
-        else np.zeros(steps)
-    return Ranked(pairs, ordered, count, np.full(num_reqs, min_drafts, dtype=np.int64), forced_tau)
+    forced_tau = np.array([float(s[:, :min_drafts].sum()) for s in survival]) if min_drafts else 0.0
+    return Ranked(pairs, ordered, count, np.full(num_reqs, min_drafts, dtype=np.int64), forced_tau,
+                  num_reqs * min_drafts, full)
 
 
 def theta_many(ranks: Ranked, num_reqs: int, sps: SpsFn, limits: VerifyLimits) -> np.ndarray:
@@ -204,10 +208,11 @@ def theta_many(ranks: Ranked, num_reqs: int, sps: SpsFn, limits: VerifyLimits) -
     cum = np.empty((steps, width + 1))
     cum[:, 0] = 0.0
     np.cumsum(ranks.survival, axis=1, out=cum[:, 1:])
-    cum += (num_reqs + ranks.forced_tau)[:, None]  # tau
-    first = num_reqs + int(ranks.forced_reqs.sum())
+    tau = num_reqs + ranks.forced_tau
+    cum += tau if isinstance(tau, float) else tau[:, None]
+    first = num_reqs + ranks.forced_total
     cum *= rates_row(sps, num_reqs, first, width + 1, limits)[:width + 1]
-    if ranks.count.min() < width:
+    if not ranks.full and ranks.count.min() < width:
         cum[np.arange(width + 1) > ranks.count[:, None]] = -np.inf
     return cum
 
@@ -222,7 +227,8 @@ def _budgets(cands: list[Candidates], num_reqs: int, sps: SpsFn, limits: VerifyL
     survival = np.zeros((len(cands), int(count.max())))
     for i, c in enumerate(cands):
         survival[i, :c.survival.size] = c.survival
-    stacked = Ranked(None, survival, count, cands[0].forced_reqs, np.array([c.forced_tau for c in cands]))
+    stacked = Ranked(None, survival, count, cands[0].forced_reqs, np.array([c.forced_tau for c in cands]),
+                     forced.pop())
     return np.argmax(theta_many(stacked, num_reqs, sps, limits), axis=1)
 
 
@@ -292,7 +298,7 @@ def production_many(ranks: Ranked, held: list[Candidates], lag: int, sps: SpsFn,
             budget[k] = b
     budget = np.minimum(budget, ranks.count)
     if tiers:
-        base = num_reqs + int(ranks.forced_reqs.sum())
+        base = num_reqs + ranks.forced_total
         tokens = base + budget
         tier = np.searchsorted(tiers, tokens)
         above = tier == len(tiers)
