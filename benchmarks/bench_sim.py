@@ -15,8 +15,9 @@ the same outputs bit for bit), interleaved with skip-ahead (exact, skip-ahead, e
 and reports the speed-up in CPU seconds in the same conditions: on a shared machine the
 absolute times move with the load, their ratio much less. ``--against REV`` does the same
 with the code of git revision REV. ``--exact`` times step-by-step mode alone. The tuner case
-stops searching at its target (``dspark-tune --timeout``) and counts the trials it
-completed. The load average is printed before and after every case.
+tunes DSpark alone, pruned on the chat hour's first 5 and 15 minutes (``dspark-tune --slices``),
+stops searching at its target (``--timeout``) and counts the trials done by then, complete or
+pruned. The load average is printed before and after every case.
 
 ``--markdown docs/bench/NAME.md`` writes the rows, with the command, machine, commit and date,
 to ``docs/bench/NAME.json`` and the page from that file (:func:`markdown`);
@@ -46,6 +47,7 @@ CODE_TRACE = REPO / "examples" / "traces" / "azure_llm_2023_code.csv"
 CHAT_HOUR = REPO / "benchmarks" / "scenarios" / "chat_hour_h200.yaml"
 DSPARK = {"method": "dspark", "block_size": 7, "scheduler": "production"}
 TUNE_TRIALS = 200
+TUNE_SLICES = "5,15"  # the tuner case's pruning: minutes of the chat hour a trial is first scored on
 
 
 def chat_hour(speculation: dict) -> dict:
@@ -145,8 +147,9 @@ def run_case(case: Case, tmp: Path, env: dict, exact: bool) -> dict:
 
 
 def run_tune(case: Case, tmp: Path, env: dict) -> dict:
-    """A default 200-trial ``dspark-tune`` on the chat hour with DSpark, two workers, fresh SQLite;
-    it stops searching at the case's target, and ``completed`` counts the DSpark trials done."""
+    """A 200-trial ``dspark-tune`` of DSpark alone on the chat hour, two workers, fresh SQLite, pruned
+    on the hour's first 5 and 15 minutes (``--slices``); it stops searching at the case's target, and
+    ``completed`` counts the trials done by then (complete, or pruned: the budget counts both)."""
     import optuna
 
     scenario = tmp / "chat-dspark.yaml"
@@ -154,15 +157,17 @@ def run_tune(case: Case, tmp: Path, env: dict) -> dict:
     url = f"sqlite:///{tmp / f'tune-{time.monotonic_ns()}.db'}"
     cmd = [sys.executable, "-m", "dspark_sim.tuner.cli", "--scenario", str(scenario), "--trials", str(TUNE_TRIALS),
            "--workers", "2", "--storage", url, "--study", "bench", "--out", str(tmp / "tune"),
-           "--timeout", f"{case.target_s:g}", "--quiet"]
+           "--timeout", f"{case.target_s:g}", "--baselines", "", "--slices", TUNE_SLICES, "--quiet"]
     started, before = time.perf_counter(), os.times()
     subprocess.run(cmd, check=True, cwd=REPO, env=env, stdout=subprocess.DEVNULL)
     after = os.times()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    trials = optuna.load_study(study_name="bench", storage=url).get_trials(
-        deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    trials = optuna.load_study(study_name="bench", storage=url).get_trials(deepcopy=False)
+    complete = sum(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    pruned = sum(t.state == optuna.trial.TrialState.PRUNED for t in trials)
     return {"wall_s": time.perf_counter() - started, "cpu_s": (after[2] + after[3]) - (before[2] + before[3]),
-            "completed": len(trials), "output_tokens": None, "steps": None, "peak_mib": None}
+            "completed": complete + pruned, "complete": complete, "pruned": pruned, "output_tokens": None,
+            "steps": None, "peak_mib": None}
 
 
 def code_of(rev: str, tmp: Path) -> Path:
@@ -317,8 +322,14 @@ def markdown(data: dict) -> str:
     source = f" The figures are in `{data['file']}`; this page is made from it (`python benchmarks/doc_blocks.py write`)."
     if data.get("converted"):
         source += f" {data['converted']}"
+    pruned = [r for r in data["rows"] if "pruned" in r]  # runs of the pruned tuner case
+    tuner = (f"two workers, DSpark alone, pruned on the hour's first {TUNE_SLICES.replace(',', ' and ')} minutes, and "
+             f"every one of its {TUNE_TRIALS} trials done, complete or pruned" if pruned
+             else f"two workers, and every one of its {TUNE_TRIALS} trials done")
+    tuner += "".join(f"). The tuner: {r['completed']} trials done, {r['complete']} complete and {r['pruned']} "
+                     "pruned" for r in pruned)
     return (f"{made}. Measured, one run each (fastest of {data['repeat']}). Targets: wall seconds on one core "
-            f"(peak MiB where given; the tuner: two workers, and every one of its {TUNE_TRIALS} trials done). `load` "
+            f"(peak MiB where given; the tuner: {tuner}). `load` "
             "is the 1-minute load average before and after the case: the machine is shared with other work, and "
             f"where the load passes its two cores the wall times are longer than on a quiet machine.{against}{source}"
             "\n\n```\n" + "\n".join(header_lines(data) + [row_line(r) for r in data["rows"]]) + "\n```\n")

@@ -8,6 +8,16 @@ gain only above the combined spread. Usage:
     python benchmarks/bench_tune.py                       # 200 trials, 2 workers, 100 tok/s/user, 3 repeats
     python benchmarks/bench_tune.py --slo 100 250 --trials 200 --workers 2 --repeats 3
     python benchmarks/bench_tune.py --markdown docs/tuning.md bench-default   # and docs/bench/tune_bench-default.json
+    python benchmarks/bench_tune.py --scenario benchmarks/scenarios/chat_hour_h200.yaml --gpu h200 --slo scenario \
+        --baselines '' --slices 5,15 --storage runs/bench-tune-chat     # pruned against unpruned
+
+With ``--slices M1,M2`` the DSpark study runs twice, without pruning and with it
+(``dspark-tune --slices``), each ``--repeats`` times, and the table sets the pruned study's
+confirmed winners beside the unpruned study's: the difference of their means is called a
+change only above the combined spread over the repeats (the rule of the report's comparison).
+``--storage DIR`` keeps the studies in ``DIR/bench.db``: a run cut short resumes there, and a
+study already done is only confirmed again; the trial-seconds column is read from the studies
+(every trial's wall time, summed), so it counts the trials of every run that made them.
 
 With ``--markdown FILE TAG`` the figures go to ``docs/bench/tune_TAG.json`` (command, machine,
 load, commit and date with them) and the block is made from that file, which
@@ -18,6 +28,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -36,36 +48,75 @@ def json_path(tag: str) -> Path:
     return REPO / "docs" / "bench" / f"tune_{tag}.json"
 
 
-def bench(slo: float, trials: int, workers: int, root: Path, scenario: str | None = None,
-          baseline_trials: int | None = None, gpu: str = "b300", repeats: int = 3) -> dict:
-    """One `dspark-tune` run; figures from its ``report.json`` and its studies."""
+def bench(slo: float | None, trials: int, workers: int, root: Path, scenario: str | None = None,
+          baseline_trials: int | None = None, gpu: str = "b300", repeats: int = 3, baselines: str | None = None,
+          slices: str | None = None, study: str | None = None) -> dict:
+    """One `dspark-tune` run; figures from its ``report.json`` and its studies. ``slo``: a tok/s/user
+    SLO, or None for the scenario's own."""
     from dspark_sim.tuner.storage import open_storage
 
     url = f"sqlite:///{root / 'bench.db'}"
-    study = f"bench-slo{slo:g}"
+    study = study or (f"bench-slo{slo:g}" if slo is not None else "bench")
     cmd = [sys.executable, "-m", "dspark_sim.tuner.cli", "--gpu", gpu, "--trials", str(trials),
-           "--workers", str(workers), "--slo-tok-per-s-user", f"{slo:g}", "--storage", url,
-           "--study", study, "--out", str(root / study), "--repeats", str(repeats), "--quiet"]
+           "--workers", str(workers)]
+    if slo is not None:
+        cmd += ["--slo-tok-per-s-user", f"{slo:g}"]
+    cmd += ["--storage", url, "--study", study, "--out", str(root / study), "--repeats", str(repeats), "--quiet"]
     if scenario:
         cmd += ["--scenario", str(Path(scenario).resolve())]
     if baseline_trials is not None:
         cmd += ["--baseline-trials", str(baseline_trials)]
+    if baselines is not None:
+        cmd += ["--baselines", baselines]
+    if slices:
+        cmd += ["--slices", slices]
     started, cpu = time.monotonic(), os.times()
     subprocess.run(cmd, check=True, cwd=REPO, stdout=subprocess.DEVNULL)
     wall_s = time.monotonic() - started
     cpu_s = sum(os.times()[2:4]) - sum(cpu[2:4])  # children's user + system
     storage = open_storage(url)
-    trials_done = {s.study_name: s.n_trials for s in optuna.get_all_study_summaries(storage)}
+    trials_done = {s.study_name: s.n_trials for s in optuna.get_all_study_summaries(storage)
+                   if s.study_name == study or s.study_name.startswith(study + ".")}
     report = json.loads((root / study / "report.json").read_text())
-    return {"slo_tok_per_s_user": slo, "wall_s": round(wall_s, 1), "cpu_s": round(cpu_s, 1),
+    return {"study": study, "slo_tok_per_s_user": slo, "wall_s": round(wall_s, 1), "cpu_s": round(cpu_s, 1),
             "within_limit": wall_s <= LIMIT_S * repeats, "repeats": repeats,
-            "command": " ".join(["dspark-tune", *cmd[3:]]), "trials_by_study": trials_done,
-            "unit": report["unit"], "winners": report["winners"], "comparison": report["comparison"]}
+            "command": shlex.join(["dspark-tune", *cmd[3:]]), "trials_by_study": trials_done,
+            "states": {name: _states(storage, name) for name in trials_done},
+            "unit": report["unit"], "winners": report["winners"], "comparison": report["comparison"],
+            "slices": report.get("slices", [])}
+
+
+def _states(storage, study: str) -> dict:
+    """A study's trials by state, and the wall seconds its trials took, summed."""
+    trials = optuna.load_study(study_name=study, storage=storage).get_trials(deepcopy=False)
+    out = {state: sum(t.state.name == state for t in trials) for state in ("COMPLETE", "PRUNED", "FAIL")}
+    out["trial_s"] = round(sum((t.datetime_complete - t.datetime_start).total_seconds() for t in trials
+                               if t.datetime_complete and t.datetime_start), 1)
+    return out
+
+
+def bench_pruning(args, root: Path) -> dict:
+    """The DSpark study without pruning and with ``args.slices``, and how their confirmed winners
+    over the repeats compare (:func:`dspark_sim.tuner.repeats.compare`, pruned against unpruned)."""
+    from dspark_sim.tuner.repeats import Spread, compare
+
+    runs, spreads = {}, {}
+    for variant, slices in (("unpruned", None), ("pruned", args.slices)):
+        r = bench(args.slo[0], args.trials, args.workers, root, args.scenario, args.baseline_trials, args.gpu,
+                  args.repeats, args.baselines, slices, f"bench-{variant}")
+        ours = r["comparison"]["methods"]["dspark"]
+        spreads[variant] = Spread(variant, tuple(ours["values"]), ours["repeats"], ours["budget"],
+                                  tuple(ours["completed"]))
+        runs[variant] = r
+        print(f"{variant}: {r['wall_s']:.0f} s, {r['cpu_s']:.0f} CPU-s; winners {ours['values']}")
+    vs = compare(spreads["pruned"], spreads["unpruned"])
+    return {"variants": runs, "vs_unpruned": vs, "spreads": {k: v.to_json() for k, v in spreads.items()}}
 
 
 def block_text(data: dict) -> str:
     """The results as a Markdown block: command, machine, load, commit and date, then per SLO the
-    tuner's command, its wall time and the comparison over repeats."""
+    tuner's command, its wall time and the comparison over repeats (with ``--slices``: the pruned
+    study against the unpruned one, :func:`pruning_lines`)."""
     from dspark_sim.tuner.repeats import table
 
     lines = [f"Made by `{data['command']}` at commit {data['commit']} on {data['machine']}, 1-minute load "
@@ -73,6 +124,8 @@ def block_text(data: dict) -> str:
     for key in ("converted", "note"):  # how the figures were obtained, where it matters
         if data.get(key):
             lines[0] += f" {data[key]}"
+    if "pruning" in data:
+        return "\n".join(lines + pruning_lines(data["pruning"]))
     for r in data["results"]:
         n = r["repeats"]
         lines += ["", f"`{r['command']}`: {r['wall_s']:.0f} s wall ({'within' if r['within_limit'] else 'over'} "
@@ -84,27 +137,76 @@ def block_text(data: dict) -> str:
     return "\n".join(lines)
 
 
+def pruning_lines(data: dict) -> list[str]:
+    """The pruned DSpark study beside the unpruned one: trials, time, confirmed winners over the
+    repeats and the difference of their means against the combined spread."""
+    from dspark_sim.tuner.repeats import describe
+
+    runs, spreads = data["variants"], data["spreads"]
+    unit = runs["unpruned"]["unit"]
+    lines = ["", *(f"- {v}: `{r['command']}`" for v, r in runs.items()), "",
+             f"| study | trials per repeat: complete + pruned | trial-seconds | last run wall s, CPU-s | repeats meeting "
+             f"the SLO | mean {unit} (confirmed) | sd over repeats | min - max | difference to unpruned |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for variant, r in runs.items():
+        s = spreads[variant]
+        dspark = [n for n in r["states"] if re.fullmatch(re.escape(r["study"]) + r"(\.r\d+)?", n)]
+        done = ", ".join(f"{r['states'][n]['COMPLETE']} + {r['states'][n]['PRUNED']}" for n in sorted(dspark))
+        trial_s = sum(r["states"][n]["trial_s"] for n in dspark)
+        label = variant if not r["slices"] else f"pruned at {', '.join(f'{m:g}' for m in r['slices'])} min"
+        mean = "-" if s["mean"] is None else f"{s['mean']:,.1f}"
+        sd = "-" if s["sd"] is None else f"{s['sd']:,.1f}"
+        rng = "-" if s["min"] is None else f"{s['min']:,.1f} - {s['max']:,.1f}"
+        diff = "-" if variant == "unpruned" else describe(data["vs_unpruned"])
+        lines.append(f"| {label} | {done} | {trial_s:,.0f} | {r['wall_s']:.0f}, {r['cpu_s']:.0f} | {s['slo_met']} of "
+                     f"{r['repeats']} | {mean} | {sd} | {rng} | {diff} |")
+    lines += ["", "Winners (the best confirmed configuration of each repeat):", ""]
+    for variant, r in runs.items():
+        w = r["winners"].get("dspark")
+        lines.append(f"- {variant}: best over the repeats {w['value']:,.1f} {unit}, study {w['study']} trial "
+                     f"{w['trial']}: {knobs(w['config'])}" if w else f"- {variant}: no winner")
+    return lines
+
+
+def knobs(config: dict) -> str:
+    from dspark_sim.tuner.report import knobs as line
+
+    return line(config)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--slo", type=float, nargs="+", default=[100.0], help="tok/s/user SLOs to run")
+    p.add_argument("--slo", nargs="+", default=["100"],
+                   help="tok/s/user SLOs to run, or 'scenario' for the scenario's own SLO")
     p.add_argument("--trials", type=int, default=200)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--repeats", type=int, default=3, help="studies per method (sampler seeds 0, 1, ...)")
     p.add_argument("--gpu", default="b300")
     p.add_argument("--scenario", help="scenario YAML (default: the shipped examples/tune_default.yaml)")
     p.add_argument("--baseline-trials", type=int, help="trials per baseline study (default: the CLI's)")
+    p.add_argument("--baselines", help="dspark-tune --baselines (default: the CLI's; '' for DSpark alone)")
+    p.add_argument("--slices", help="compare the DSpark study pruned at these minutes (dspark-tune --slices) "
+                                    "with the unpruned one")
+    p.add_argument("--storage", help="keep the studies in DIR/bench.db (default: a temporary directory)")
     p.add_argument("--json", help="also write the figures here")
     p.add_argument("--markdown", nargs=2, metavar=("FILE", "TAG"),
                    help="write the figures to docs/bench/tune_TAG.json and the block made from them between "
                         "<!-- TAG:begin/end --> markers in FILE")
     args = p.parse_args()
-    results = []
+    args.slo = [None if s == "scenario" else float(s) for s in args.slo]
+    results, pruning = [], None
     with tempfile.TemporaryDirectory(prefix="bench-tune-") as tmp:
-        for slo in args.slo:
-            r = bench(slo, args.trials, args.workers, Path(tmp), args.scenario, args.baseline_trials, args.gpu,
-                      args.repeats)
+        root = Path(args.storage).resolve() if args.storage else Path(tmp)
+        root.mkdir(parents=True, exist_ok=True)
+        if args.slices:
+            pruning = bench_pruning(args, root)
+            print("\n".join(pruning_lines(pruning)))
+        for slo in [] if args.slices else args.slo:
+            r = bench(slo, args.trials, args.workers, root, args.scenario, args.baseline_trials, args.gpu,
+                      args.repeats, args.baselines)
             results.append(r)
-            print(f"SLO {slo:g} tok/s/user, {args.repeats} repeat(s): {r['wall_s']:.0f} s "
+            shown = "the scenario's SLO" if slo is None else f"SLO {slo:g} tok/s/user"
+            print(f"{shown}, {args.repeats} repeat(s): {r['wall_s']:.0f} s "
                   f"({'within' if r['within_limit'] else 'OVER'} {LIMIT_S} s per repeat), {r['cpu_s']:.0f} CPU-s")
             from dspark_sim.tuner.repeats import table
             print("\n".join(table(r["comparison"], r["unit"], {})))
@@ -113,6 +215,8 @@ def main() -> int:
             "load_end": os.getloadavg()[0], "date": time.strftime("%Y-%m-%d"),
             "commit": code_commit("dspark_sim", "tuner", "profiles", "examples"),
             "file": str(file.relative_to(REPO)) if file else None, "results": results}
+    if pruning is not None:
+        data["pruning"] = pruning
     print(f"machine: {machine()}")
     if args.json:
         write_result(args.json, data)

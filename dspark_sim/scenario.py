@@ -17,14 +17,14 @@ from dspark_sim.config import (Section, build, check_bool, check_choice, check_i
 from dspark_sim.cost.parallel import Parallel
 from dspark_sim.engines import Engine
 from dspark_sim.errors import InputError
-from dspark_sim.limits import (MAX_KV_BLOCK_TOKENS, MAX_REPLICAS, MAX_REQUESTS, MAX_RUNNING_REQUESTS, MAX_SEED,
-                               MAX_TIME_SCALE, MIN_TIME_SCALE)
+from dspark_sim.limits import (MAX_ARRIVAL_S, MAX_KV_BLOCK_TOKENS, MAX_REPLICAS, MAX_REQUESTS, MAX_RUNNING_REQUESTS,
+                               MAX_SEED, MAX_TIME_SCALE, MIN_TIME_SCALE)
 from dspark_sim.metrics.outdir import check_name
 from dspark_sim.names import DOMAINS
 from dspark_sim.slo import Slo
 from dspark_sim.speculation.config import ScheduleRule, Speculation, file_path
 from dspark_sim.userfiles import existing_file
-from dspark_sim.workload import FORMATS, SyntheticConfig
+from dspark_sim.workload import FORMATS, SyntheticConfig, arriving_by
 
 ROUTERS = ("round_robin", "least_outstanding", "cache_aware")
 BATCHING = ("mixed", "prefill_first")
@@ -42,6 +42,7 @@ class Workload:
     format: str | None = None
     time_scale: float = 1.0
     max_requests: int | None = None
+    until_s: float | None = None  # only the requests arriving by then (seconds from the first)
     domain_mix: tuple[tuple[str, float], ...] = (("chat", 1.0),)
     synthetic: SyntheticConfig | None = None
     hash_block_tokens: int = 512  # prompt tokens one prefix hash id covers (Mooncake's hash_ids: 512)
@@ -53,6 +54,7 @@ class Workload:
         check_choice(self.format, "format", FORMATS, optional=True)
         check_real(self.time_scale, "time_scale", MIN_TIME_SCALE, MAX_TIME_SCALE)
         check_int(self.max_requests, "max_requests", 1, MAX_REQUESTS, optional=True)
+        check_real(self.until_s, "until_s", 0, MAX_ARRIVAL_S, optional=True)
         check_int(self.hash_block_tokens, "hash_block_tokens", 1, 1 << 20)
         require(self.synthetic is None or isinstance(self.synthetic, SyntheticConfig), "synthetic", self.synthetic,
                 "expected a mapping")
@@ -76,8 +78,10 @@ class Workload:
         from dspark_sim.workload import read_trace, synthetic_requests
 
         if self.trace is not None:
-            return read_trace(self.trace, fmt=self.format, time_scale=self.time_scale, max_requests=self.max_requests)
-        return synthetic_requests(self.synthetic, seed, hash_block_tokens=self.hash_block_tokens)
+            chunks = read_trace(self.trace, fmt=self.format, time_scale=self.time_scale, max_requests=self.max_requests)
+        else:
+            chunks = synthetic_requests(self.synthetic, seed, hash_block_tokens=self.hash_block_tokens)
+        return chunks if self.until_s is None else arriving_by(chunks, self.until_s)
 
     @classmethod
     def from_dict(cls, raw, *, file=None, key: str = "workload", base: Path | None = None) -> Workload:
@@ -85,7 +89,8 @@ class Workload:
         s = Section(raw, file, key)
         base = base if base is not None else Path.cwd()
         trace, synthetic = s.raw("trace"), s.raw("synthetic")
-        kwargs = {name: s.raw(name) for name in ("format", "time_scale", "max_requests", "hash_block_tokens")}
+        kwargs = {name: s.raw(name) for name in ("format", "time_scale", "max_requests", "until_s",
+                                                 "hash_block_tokens")}
         kwargs = {k: v for k, v in kwargs.items() if v is not None}
         kwargs["domain_mix"] = _domain_mix(s.raw("domain", "chat"), file, s.path("domain"))
         s.done()

@@ -41,7 +41,7 @@ def _models():
                   for model in ("qwen3-8b", "qwen3-32b") for tp in (1, 2)]
     models += [RooflineCost(get_model(m), get_gpu(g), tp) for m, g, tp in
                (("qwen3-8b", "h200", 1), ("qwen3-14b", "h100", 4), ("qwen3-30b-a3b", "h200", 1),
-                ("deepseek-v3", "b300", 8))]
+                ("deepseek-v4-flash", "b300", 4), ("deepseek-v3", "b300", 8))]
     return models
 
 

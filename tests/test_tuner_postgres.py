@@ -10,6 +10,7 @@ import subprocess
 import sys
 import uuid
 from collections import Counter
+from contextlib import contextmanager
 
 import optuna
 import pytest
@@ -24,26 +25,39 @@ if URL is None and os.environ.get("CI", "").lower() != "true":
                 allow_module_level=True)
 
 
-def test_two_processes_share_one_study(tmp_path):
+@contextmanager
+def two_processes(tmp_path, make_args, timeout_s: float = 120):
+    """Run ``dspark-tune`` twice at once on one fresh study in PostgreSQL, as if on two machines
+    (separate processes, separate outputs; ``make_args(dir, study)`` gives each one's arguments);
+    yields the study's trials and deletes the study after."""
     assert URL, "CI=true but DSPARK_TEST_POSTGRES_URL is unset: .ci/postgres did not run"
     study = f"pg-{uuid.uuid4().hex[:12]}"
-    n_trials = 16
     procs = []
-    for k in range(2):  # as if on two machines: separate processes, separate outputs
+    for k in range(2):
         (tmp_path / str(k)).mkdir()
-        args = tune_args(tmp_path / str(k), study, trials=n_trials)
+        args = make_args(tmp_path / str(k), study)
         args[args.index("--storage") + 1] = URL
         procs.append(subprocess.Popen([sys.executable, "-m", "dspark_sim.tuner.cli", *args],
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    logs = [p.communicate(timeout=120)[0] for p in procs]
+    logs = [p.communicate(timeout=timeout_s)[0] for p in procs]
     storage = open_storage(URL)
     try:
         assert [p.returncode for p in procs] == [0, 0], logs
         trials = optuna.load_study(study_name=study, storage=storage).get_trials(deepcopy=False)
         states = Counter(t.state for t in trials)
-        complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
         # nothing lost: every trial either finished or was never started past the budget
         assert states[optuna.trial.TrialState.RUNNING] == 0 and states[optuna.trial.TrialState.FAIL] == 0
+        yield trials
+    finally:
+        for summary in optuna.get_all_study_summaries(storage):
+            if summary.study_name.startswith(study):
+                optuna.delete_study(study_name=summary.study_name, storage=storage)
+
+
+def test_two_processes_share_one_study(tmp_path):
+    n_trials = 16
+    with two_processes(tmp_path, lambda d, study: tune_args(d, study, trials=n_trials)) as trials:
+        complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
         assert n_trials <= len(complete) <= n_trials + 1  # the two may each finish one past the count
         # both processes contributed, and no trial is stored twice
         workers = Counter(t.user_attrs["worker"] for t in complete)
@@ -54,10 +68,23 @@ def test_two_processes_share_one_study(tmp_path):
         startup = [t for t in complete if t.number < STARTUP_TRIALS]
         assert len({tuple(sorted(t.params.items())) for t in startup}) == len(startup)
         assert all(t.user_attrs.get("per_seed") and t.values for t in complete)
-    finally:
-        for summary in optuna.get_all_study_summaries(storage):
-            if summary.study_name.startswith(study):
-                optuna.delete_study(study_name=summary.study_name, storage=storage)
+
+
+def test_two_processes_share_one_pruned_study(tmp_path):
+    """With --slices the two share the pruner's rungs through the database: the budget counts
+    complete and pruned trials, and every pruned trial keeps its rungs and where it stopped."""
+    from test_tuner_pruning import pruned_args
+
+    n_trials = 16
+    with two_processes(tmp_path, lambda d, study: pruned_args(d, study, trials=n_trials), 300) as trials:
+        states = Counter(t.state for t in trials)
+        done = states[optuna.trial.TrialState.COMPLETE] + states[optuna.trial.TrialState.PRUNED]
+        assert n_trials <= done <= n_trials + 1 and states[optuna.trial.TrialState.PRUNED] > 0
+        assert len({t.user_attrs["worker"] for t in trials if "worker" in t.user_attrs}) == 2
+        assert all(t.user_attrs["rungs"] for t in trials)
+        assert all(t.user_attrs.get("pruned_at") for t in trials if t.state == optuna.trial.TrialState.PRUNED)
+        # every trial's first-rung value is in the database, where both processes' pruners read it
+        assert all("completed_rung_0" in t.system_attrs for t in trials)
 
 
 def test_processes_opening_a_fresh_database_at_once_all_open_it():

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from dspark_sim.errors import InputError
-from dspark_sim.workload import RequestChunk, TraceWarning, count_requests, detect_format, read_trace
+from dspark_sim.workload import RequestChunk, TraceWarning, arriving_by, count_requests, detect_format, read_trace
 
 SHIPPED = Path(__file__).resolve().parents[1] / "examples" / "traces" / "azure_llm_2023_code.csv"
 
@@ -92,6 +92,22 @@ def test_shipped_azure_trace_is_fast_and_sane():
     assert c.prompt_tokens.min() >= 1 and c.output_tokens.min() >= 1
     small = RequestChunk.concat(read_trace(SHIPPED, chunk_rows=1000))
     np.testing.assert_array_equal(small.arrival_s, c.arrival_s)
+
+
+@pytest.mark.parametrize("until_s", [0.0, 600.0, 3435.948056, 1e6])
+def test_until_s_keeps_the_requests_arriving_by_then(until_s):
+    """A slice of the trace from its start: exactly the requests arriving at or before until_s,
+    whatever the chunks (the tuner's pruning scores trials on such slices)."""
+    from dspark_sim.scenario import Workload
+
+    full = read_all(SHIPPED)
+    keep = int((full.arrival_s <= until_s).sum())
+    for rows in (1000, 65536):
+        head = RequestChunk.concat(arriving_by(read_trace(SHIPPED, chunk_rows=rows), until_s))
+        np.testing.assert_array_equal(head.arrival_s, full.arrival_s[:keep])
+        np.testing.assert_array_equal(head.output_tokens, full.output_tokens[:keep])
+    sliced = RequestChunk.concat(Workload(trace=SHIPPED, until_s=until_s).requests(0))
+    np.testing.assert_array_equal(sliced.prompt_tokens, full.prompt_tokens[:keep])
 
 
 # -- BurstGPT ---------------------------------------------------------------------

@@ -97,6 +97,20 @@ def test_same_seed_bit_identical_and_chunking_invariant():
     assert np.all(np.diff(big.arrival_s) >= 0)
 
 
+def test_until_s_is_the_start_of_the_same_requests():
+    """A scenario's workload.until_s keeps the generator's requests arriving by then: the start of
+    the whole run's requests for that seed, not another draw."""
+    from dspark_sim.scenario import Workload
+
+    cfg = config(n=3000, rate=10.0)
+    full = generate(cfg, seed=3)
+    head = RequestChunk.concat(Workload(synthetic=cfg, until_s=60.0).requests(3))
+    keep = int((full.arrival_s <= 60.0).sum())
+    assert 0 < keep < 3000
+    np.testing.assert_array_equal(head.arrival_s, full.arrival_s[:keep])
+    np.testing.assert_array_equal(head.output_tokens, full.output_tokens[:keep])
+
+
 def test_million_requests_stream_in_bounded_chunks():
     """A million requests come as chunks no longer than asked, in arrival order, all of them
     (the time it takes is bench_sim.py's million-request case, not a test's)."""

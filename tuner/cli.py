@@ -4,6 +4,7 @@
     dspark-tune --gpu h200 --drafter PATH        # name the DSpark drafter's checkpoint
     dspark-tune --gpu b300 --scenario trace.yaml --slo-tok-per-s-user 60 --workers 2
     dspark-tune --gpu b300 --repeats 3           # every study over 3 sampler seeds: mean and spread
+    dspark-tune --scenario hour.yaml --slices 5,15   # prune on the first 5 and 15 minutes
     dspark-tune --study NAME                     # resume (SQLite in runs/ by default)
     dspark-tune export --study NAME --format sglang [--trial N]
 
@@ -55,6 +56,10 @@ def tune_parser() -> argparse.ArgumentParser:
                                                 "(default 1); the report compares their mean and spread")
     p.add_argument("--baselines", help="comma list of none,static,schedule,threshold (default all; '' for none)")
     p.add_argument("--space", help="YAML overriding the search space (docs/tuning.md)")
+    p.add_argument("--slices", help="prune: score each trial first on the trace's first M1, M2, ... minutes "
+                                    "(e.g. 5,15), then the whole trace on the first seed, and stop trials "
+                                    "that cannot win; --trials then counts complete and pruned trials "
+                                    "(default: no pruning)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
 
@@ -124,6 +129,7 @@ def new_settings(args):
     """Settings for a new study from the flags (defaults filled in)."""
     from dspark_sim.config import build
     from dspark_sim.slo import Slo
+    from dspark_sim.tuner import pruning
     from dspark_sim.tuner.objective import Target
     from dspark_sim.tuner.engines import check_space
     from dspark_sim.tuner.scenarios import load_base, to_scenario
@@ -145,11 +151,14 @@ def new_settings(args):
             raise InputError(None, "--baselines", b, f"expected some of {','.join(BASELINES)}")
     seed = base.get("seed", 0) if args.seed is None else args.seed
     n_seeds = args.seeds or 2
+    slices = pruning.parse_slices(args.slices)
+    if slices:
+        pruning.check_slices(slices, target.objective, pruning.span_s(base, seed))
     settings = Settings(base, target, load_space(args.space), trials=args.trials or 200,
                         baseline_trials=(args.trials or 200) if args.baseline_trials is None else args.baseline_trials,
                         baselines=baselines, seeds=tuple(seed + i for i in range(n_seeds)),
                         confirm_seeds=tuple(seed + n_seeds + i for i in range(3)), sampler_seed=seed,
-                        engine=args.engine or "sglang", repeats=args.repeats or 1)
+                        engine=args.engine or "sglang", repeats=args.repeats or 1, slices=slices)
     check_space(settings.engine_space(), to_scenario(base).deployment, args.space or args.scenario)
     return settings
 
@@ -166,7 +175,7 @@ def default_baselines(model: str) -> tuple[str, ...]:
 
 
 DEFINING = ("gpu", "scenario", "model", "drafter", "engine", "objective", "slo_tpot_ms", "slo_tok_per_s_user",
-            "slo_ttft_ms", "seed", "seeds", "baselines", "space")
+            "slo_ttft_ms", "seed", "seeds", "baselines", "space", "slices")
 
 
 def study_of(args):

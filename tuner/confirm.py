@@ -47,11 +47,17 @@ def _resimulate(task: tuple) -> list[dict]:
     return simulate(configure(base, config), seeds)
 
 
-def _map(tasks: list[tuple], workers: int) -> list[list[dict]]:
+def _simulate_seed(task: tuple) -> dict:
+    scenario, seed = task
+    return simulate_scenario(scenario, [seed])[0]
+
+
+def _map(tasks: list[tuple], workers: int, fn=_resimulate) -> list:
+    """``fn`` of every task, on ``workers`` processes where there are several."""
     if workers > 1 and len(tasks) > 1:
         with multiprocessing.get_context("spawn").Pool(workers, initializer=quiet) as pool:
-            return pool.map(_resimulate, tasks)
-    return [_resimulate(task) for task in tasks]
+            return pool.map(fn, tasks)
+    return [fn(task) for task in tasks]
 
 
 def confirm(jobs: list[Job], confirm_seeds: list[int], workers: int = 1) -> dict[str, dict]:
@@ -107,10 +113,10 @@ def margin(constraints: dict) -> float | None:
     return -max(constraints.values()) if constraints else None
 
 
-def winner_interval(job: Job, record: dict, seeds: list[int]) -> dict | None:
+def winner_interval(job: Job, record: dict, seeds: list[int], workers: int = 1) -> dict | None:
     """The winner's objective and SLO margin at the corners of its measured error sources
-    (:mod:`dspark_sim.intervals`), each on ``seeds``, and the envelopes with the confirmed
-    figures; None for a roofline cost model."""
+    (:mod:`dspark_sim.intervals`), each on ``seeds`` (every corner and seed on one of ``workers``
+    processes), and the envelopes with the confirmed figures; None for a roofline cost model."""
     from dspark_sim.intervals import corners, error_sources
 
     scenario = to_scenario(configure(job.base, record["config"]))
@@ -119,8 +125,9 @@ def winner_interval(job: Job, record: dict, seeds: list[int]) -> dict | None:
         return None
     out = {"sources": src.to_dict()}
     values, margins = [record["values"][0]], [margin(record["constraints"])]
-    for name, corner in zip(("pessimistic", "optimistic"), corners(scenario, src)):
-        mean, worst = aggregate(simulate_scenario(corner, seeds))
+    runs = _map([(corner, seed) for corner in corners(scenario, src) for seed in seeds], workers, _simulate_seed)
+    for i, name in enumerate(("pessimistic", "optimistic")):
+        mean, worst = aggregate(runs[i * len(seeds):(i + 1) * len(seeds)])
         found = job.target.violations(worst)
         out[name] = {"value": mean[job.target.value_names[0]] or 0.0, "margin": margin(found),
                      "feasible": feasible(found)}

@@ -135,7 +135,11 @@ def aggregate(summaries: list[dict]) -> tuple[dict, dict]:
 
 def score(base: dict, config: dict, target: Target, seeds: list[int]) -> dict:
     """Simulate ``config`` on ``base`` at ``seeds``: objective values, constraints and metrics."""
-    summaries = simulate(configure(base, config), seeds)
+    return assess(simulate(configure(base, config), seeds), target)
+
+
+def assess(summaries: list[dict], target: Target) -> dict:
+    """Objective values (means over the summaries' seeds), constraints (on the worst seed) and metrics."""
     mean, worst = aggregate(summaries)
     values = [mean[name] or 0.0 for name in target.value_names]
     per_seed = [{key: s.get(key) for key in ("seed", *RECORDED)} for s in summaries]

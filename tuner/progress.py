@@ -8,7 +8,8 @@ from dspark_sim.tuner.objective import Target, feasible, pareto_front
 
 
 class Progress:
-    """A tqdm bar over all jobs' complete trials, showing the best feasible value so far."""
+    """A tqdm bar over all jobs' trials done (complete, and pruned where pruning), showing the best
+    feasible value so far."""
 
     def __init__(self, jobs: list, enabled: bool):
         from tqdm import tqdm
@@ -23,13 +24,14 @@ class Progress:
         self.poll(study)
 
     def poll(self, current: optuna.Study | None = None) -> None:
-        """Count complete trials in the storage; label DSpark's best and the study in progress."""
+        """Count trials done in the storage; label DSpark's best and the study in progress."""
         done, labels = 0, []
         for i, job in enumerate(self.jobs):
             study = current if current is not None and current.study_name == job.study else self._study(job)
-            trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            done += min(len(trials), job.n_trials)
-            running = 0 < len(trials) < job.n_trials
+            counted = study.get_trials(deepcopy=False, states=job.counted)
+            trials = [t for t in counted if t.state == TrialState.COMPLETE]
+            done += min(len(counted), job.n_trials)
+            running = 0 < len(counted) < job.n_trials
             if trials and (i == 0 or running):
                 labels.append(f"{job.method}: {best_label(trials, job.target)}")
         label = " | ".join(labels[:1] + labels[-1:] if len(labels) > 1 else labels)

@@ -10,7 +10,7 @@ from optuna.trial import TrialState
 
 from dspark_sim.catalog.drafters import PLACEHOLDER
 from dspark_sim.provenance import basis, provenance_line
-from dspark_sim.tuner import honour, repeats
+from dspark_sim.tuner import honour, pruning, repeats
 from dspark_sim.tuner.objective import THROUGHPUT, USER_SPEED, feasible, pareto_front
 from dspark_sim.tuner.runner import Job
 
@@ -76,7 +76,7 @@ def rows(winners: dict[str, dict], jobs: list[Job]) -> list[dict]:
 def comparison(jobs: list[Job], winners: dict[str, dict], n_repeats: int) -> dict:
     """Every method's confirmed winners over its repeats and DSpark's difference to each
     (:mod:`dspark_sim.tuner.repeats`)."""
-    completed = {job.study: len(_trials(job)) for job in jobs}
+    completed = {job.study: len(job.open().get_trials(deepcopy=False, states=job.counted)) for job in jobs}
     matched = matched_throughput if jobs[0].target.objective == "pareto" else None
     return repeats.summary(repeats.spreads(jobs, winners, completed, matched), n_repeats)
 
@@ -245,7 +245,7 @@ def write(out: Path, jobs: list[Job], winners: dict[str, dict], info: dict) -> s
     table = rows({job.study: record for job, record in picks.values()}, shown)
     unit = UNITS[main.target.objective]
     compared = comparison(jobs, winners, info.get("repeats", 1))
-    _write_json(out / "report.json", jobs[0], picks, compared, info, unit)
+    _write_json(out / "report.json", jobs, picks, compared, info, unit)
     pareto_plot(shown, {job.study: record for job, record in picks.values()}, out / "pareto.png",
                 main.target.slo.tok_per_s_user)
     imp = importances(main)
@@ -270,6 +270,8 @@ def write(out: Path, jobs: list[Job], winners: dict[str, dict], info: dict) -> s
               "`--repeats 3` (or more) measures it." if n == 1 else
               "A difference is a gain (or a loss) only when it exceeds the combined spread: the standard "
               "deviations over repeats in quadrature, relative to the baseline's mean."), "",
+             *pruning.pruned_lines({job.study: job.open().get_trials(deepcopy=False) for job in jobs},
+                                   main.slices, len(main.seeds)),
              "## Winners (each method's best over its repeats, confirmed on fresh seeds)", "",
              *_table(table, unit, main.target.objective == "pareto"), "",
              "![Pareto front](pareto.png)", "",
@@ -296,11 +298,12 @@ def write(out: Path, jobs: list[Job], winners: dict[str, dict], info: dict) -> s
     return text
 
 
-def _write_json(path: Path, first: Job, picks: dict, compared: dict, info: dict, unit: str) -> None:
+def _write_json(path: Path, jobs: list[Job], picks: dict, compared: dict, info: dict, unit: str) -> None:
     """``report.json``: the settings that define the comparison, each method's winner and the
     comparison over repeats (what ``report.md`` shows, as data)."""
     import json
 
+    first = jobs[0]
     data = {"study": first.study, "objective": first.target.objective, "unit": unit,
             "slo": first.target.describe(), "trials": info["trials"], "baseline_trials": info.get("baseline_trials"),
             "seeds": list(first.seeds), "confirm_seeds": info["confirm_seeds"],
@@ -308,5 +311,8 @@ def _write_json(path: Path, first: Job, picks: dict, compared: dict, info: dict,
             "winners": {method: {"study": job.study, "trial": rec["trial"], "value": rec["values"][0],
                                  "feasible": rec["feasible"], "config": rec["config"]}
                         for method, (job, rec) in picks.items()},
-            "comparison": compared}
+            "comparison": compared,
+            "slices": list(first.slices),
+            "pruned": {job.study: pruning.pruned(job.open().get_trials(deepcopy=False), job.slices, len(job.seeds))
+                       for job in jobs if job.slices}}
     path.write_text(json.dumps(data, indent=2) + "\n")

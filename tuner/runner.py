@@ -2,8 +2,8 @@
 
 One :class:`Job` per study (the DSpark study and one per baseline). Every
 worker runs the jobs in order; a study stops once it holds ``n_trials``
-complete trials, counted in the storage, so workers on other machines pulling
-the same study share that count. ``--timeout`` is a wall-clock deadline over
+complete trials (with ``--slices``, complete or pruned: :mod:`.pruning`), counted in
+the storage, so workers on other machines pulling the same study share that count. ``--timeout`` is a wall-clock deadline over
 all jobs.
 """
 from __future__ import annotations
@@ -21,9 +21,10 @@ import optuna
 from optuna.trial import TrialState
 
 from dspark_sim.errors import Terminated
-from dspark_sim.tuner import storage
+from dspark_sim.tuner import pruning, storage
 from dspark_sim.tuner.objective import Target, score
 from dspark_sim.tuner.progress import Progress
+from dspark_sim.tuner.scenarios import configure
 from dspark_sim.tuner.space import SearchSpace, suggest, tail_probe
 
 
@@ -41,12 +42,18 @@ class Job:
     sampler_seed: int
     n_trials: int
     repeat: int = 0  # which repeat of the method's study (sampler seed = the settings' + repeat)
+    slices: tuple[float, ...] = ()  # minutes of the trace a trial is first scored on (pruning.py)
 
     def open(self) -> optuna.Study:
         # a TPOT-bound study's trial 0 probes where the tail is smallest (space.tail_probe)
         first = tail_probe(self.space) if self.target.slo.tpot_ms is not None else None
         return storage.open_study(self.url, self.study, self.target.directions,
-                                  storage.sampler(self.sampler_seed, first))
+                                  storage.sampler(self.sampler_seed, first), pruning.pruner(self.slices))
+
+    @property
+    def counted(self) -> tuple[TrialState, ...]:
+        """The trials the budget ``n_trials`` counts: complete ones, and pruned ones where pruning."""
+        return (TrialState.COMPLETE, TrialState.PRUNED) if self.slices else (TrialState.COMPLETE,)
 
 
 class TrialFunction:
@@ -60,8 +67,15 @@ class TrialFunction:
         config = suggest(trial, job.method, job.space)
         trial.set_user_attr("method", job.method)
         trial.set_user_attr("config", config)
+        trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
         try:
-            result = score(job.base, config, job.target, list(job.seeds))
+            if job.slices:
+                result = pruning.staged_score(trial, configure(job.base, config), job.target, list(job.seeds),
+                                              job.slices)
+            else:
+                result = score(job.base, config, job.target, list(job.seeds))
+        except optuna.TrialPruned:
+            raise
         except Exception as err:
             trial.set_user_attr("error", f"{type(err).__name__}: {err}")
             raise
@@ -70,13 +84,13 @@ class TrialFunction:
         trial.set_user_attr("metrics", result["mean"])
         trial.set_user_attr("worst", result["worst"])
         trial.set_user_attr("per_seed", result["per_seed"])
-        trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
         values = result["values"]
         return tuple(values) if len(values) > 1 else values[0]
 
 
-def complete_count(study: optuna.Study) -> int:
-    return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+def done_count(study: optuna.Study, job: Job) -> int:
+    """Trials of ``study`` that count towards ``job``'s budget (:attr:`Job.counted`)."""
+    return len(study.get_trials(deepcopy=False, states=job.counted))
 
 
 _SEEN: set[str] = set()
@@ -109,12 +123,12 @@ def work(jobs: list[Job], deadline: float | None, callback=None, parent: int | N
         if parent is not None and os.getppid() != parent:
             return
         study = job.open()
-        if complete_count(study) >= job.n_trials:
+        if done_count(study, job) >= job.n_trials:
             continue
         left_s = None if deadline is None else deadline - time.monotonic()
         if left_s is not None and left_s <= 0:
             return
-        callbacks = [optuna.study.MaxTrialsCallback(job.n_trials, states=(TrialState.COMPLETE,)),
+        callbacks = [optuna.study.MaxTrialsCallback(job.n_trials, states=job.counted),
                      FailureGuard()]
         if parent is not None:
             callbacks.append(OrphanGuard(parent))

@@ -214,15 +214,17 @@ def sampler(seed: int, first: dict | None = None) -> TrialSeededTPE:
     return TrialSeededTPE(seed, first)
 
 
-def open_study(url: str, name: str, directions: list[str], sampler_=None, *, create: bool = True) -> optuna.Study:
-    """Load ``name`` from ``url``, creating it when ``create`` (directions must then match)."""
+def open_study(url: str, name: str, directions: list[str], sampler_=None, pruner=None, *,
+               create: bool = True) -> optuna.Study:
+    """Load ``name`` from ``url``, creating it when ``create`` (directions must then match).
+    ``pruner``: the study's (None: Optuna's default, which prunes nothing no trial reports to)."""
     storage = open_storage(url)
     if not create:
         try:
-            return optuna.load_study(study_name=name, storage=storage, sampler=sampler_)
+            return optuna.load_study(study_name=name, storage=storage, sampler=sampler_, pruner=pruner)
         except KeyError:
             raise InputError(None, "--study", name, f"no such study in {url}") from None
-    study = optuna.create_study(storage=storage, study_name=name, sampler=sampler_,
+    study = optuna.create_study(storage=storage, study_name=name, sampler=sampler_, pruner=pruner,
                                 directions=directions, load_if_exists=True)
     if [d.name.lower() for d in study.directions] != directions:
         raise InputError(None, "--study", name, "exists with other objectives; pick another --study name")

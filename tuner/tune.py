@@ -45,6 +45,7 @@ class Settings:
     sampler_seed: int = 0
     engine: str = "sglang"
     repeats: int = 1  # whole studies per method, sampler seeds sampler_seed, sampler_seed + 1, ...
+    slices: tuple[float, ...] = ()  # minutes of the trace trials are first scored on (pruning.py; () none)
 
     def engine_space(self) -> SearchSpace:
         """The space searched: knobs ``engine`` does not honour held at its behaviour (honour.py),
@@ -62,13 +63,13 @@ class Settings:
         for r in range(self.repeats):
             seed = self.sampler_seed + r
             out.append(Job(url, repeat_name(name, r), "dspark", self.base, space, self.target, self.seeds,
-                           seed, self.trials, r))
+                           seed, self.trials, r, self.slices))
             for method in self.baselines:
                 n = self.baseline_trials
                 if method == "none":
                     n = min(n, max(4, n // 3))
                 out.append(Job(url, repeat_name(f"{name}.{method}", r), method, self.base, space, self.target,
-                               self.seeds, seed, n, r))
+                               self.seeds, seed, n, r, self.slices))
         return out
 
     def to_json(self) -> dict:
@@ -76,7 +77,7 @@ class Settings:
                 "trials": self.trials, "baseline_trials": self.baseline_trials,
                 "baselines": list(self.baselines), "seeds": list(self.seeds),
                 "confirm_seeds": list(self.confirm_seeds), "sampler_seed": self.sampler_seed,
-                "engine": self.engine, "repeats": self.repeats}
+                "engine": self.engine, "repeats": self.repeats, "slices": list(self.slices)}
 
     def identity(self) -> dict:
         """What makes two settings the same study: all but the budgets (trials, repeats), with file
@@ -89,7 +90,8 @@ class Settings:
     def from_json(cls, d: dict) -> Settings:
         return cls(d["base"], Target.from_json(d["target"]), space_from_json(d["space"]), d["trials"],
                    d["baseline_trials"], tuple(d["baselines"]), tuple(d["seeds"]),
-                   tuple(d["confirm_seeds"]), d["sampler_seed"], d.get("engine", "sglang"), d.get("repeats", 1))
+                   tuple(d["confirm_seeds"]), d["sampler_seed"], d.get("engine", "sglang"), d.get("repeats", 1),
+                   tuple(d.get("slices", ())))
 
 
 def repeat_name(study: str, repeat: int) -> str:
@@ -135,7 +137,7 @@ def tune(settings: Settings, url: str, name: str, out: Path, *, workers: int = 1
     picks = repeats.chosen(jobs, winners)
     if "dspark" in picks:  # the best DSpark winner over the repeats: its interval, and what is exported
         job, best = picks["dspark"]
-        best["interval"] = winner_interval(job, best, list(settings.confirm_seeds))
+        best["interval"] = winner_interval(job, best, list(settings.confirm_seeds), workers)
         job.open().set_user_attr("winner", best)
         main.set_user_attr("chosen", best)
     scenario = to_scenario(settings.base)

@@ -164,6 +164,15 @@ def pick(cond, value, other=0.0):
     return np.where(cond, value, other)
 
 
+def each(fn, x):
+    """``fn`` of every entry of ``x`` (an array, or one number passed straight to it), called once
+    per distinct value: the scalar path's own numbers, as a float64 array like ``x``."""
+    if not isinstance(x, np.ndarray):
+        return fn(x)
+    distinct, where = np.unique(x, return_inverse=True)
+    return np.array([fn(v) for v in distinct.tolist()], dtype=np.float64)[where]
+
+
 def breakdown_steps(cost, works: StepWorks) -> dict[str, np.ndarray]:
     """``cost.breakdown`` of each of ``works``' steps, float64 [N] per part: the plain
     ``breakdown_array`` of a cost model that has no vectorised one."""

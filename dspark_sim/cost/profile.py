@@ -248,15 +248,13 @@ class ProfileCost:
         if not arrays:
             out = list(self._fixed(kind, tuple(values)))
         elif all(values[i] is column for i in arrays):  # one varying column: its distinct values
-            seen: dict = {}  # value -> its row (a stretch's steps repeat a few values)
+            distinct, where = np.unique(column, return_inverse=True)  # a stretch's steps repeat a few
             rows = []
-            for value in column.tolist():
-                if value not in seen:
-                    for i in arrays:
-                        values[i] = value
-                    seen[value] = self._fixed(kind, tuple(values))
-                rows.append(seen[value])
-            out = list(np.array(rows, dtype=np.float64).T)
+            for value in distinct.tolist():
+                for i in arrays:
+                    values[i] = value
+                rows.append(self._fixed(kind, tuple(values)))
+            out = list(np.array(rows, dtype=np.float64)[where].T)
         else:
             columns = [v.tolist() if isinstance(v, np.ndarray) else [v] * len(works) for v in values]
             out = list(np.array([self._fixed(kind, key) for key in zip(*columns)], dtype=np.float64).T)

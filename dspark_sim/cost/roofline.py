@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from dspark_sim.catalog import GpuSpec, ModelSpec, served_format
 import numpy as np
 
-from dspark_sim.cost.base import DraftWork, StepWork, StepWorks, breakdown_steps
+from dspark_sim.cost.base import DraftWork, StepWork, StepWorks, breakdown_steps, each, per_step, pick
 from dspark_sim.cost.comm import CommParams, comm_terms, describe, provenance_term
 from dspark_sim.cost.moe import Routing, expected_experts, expert_flops, imbalance
 from dspark_sim.cost.parallel import Parallel
@@ -123,9 +123,37 @@ class RooflineCost:
         return self._measured.seconds(tokens) if self._measured is not None else self._comm0 + self._comm1 * tokens
 
     def breakdown_array(self, works: StepWorks) -> dict[str, np.ndarray]:
-        """:meth:`breakdown` of N steps, float64 [N] per part: step by step (the roofline's
-        terms, MoE routing and DeepSeek-V4's attention among them, are scalar code)."""
-        return breakdown_steps(self, works)
+        """:meth:`breakdown` of N steps, float64 [N] per part, every number the scalar path's: the
+        terms of a step's token count (linear layers and their MoE routing, communication) are
+        the scalar path's for each distinct count; the attention and the drafter, which grow with
+        the context, are evaluated on the arrays with the scalar path's operations in its order.
+        DeepSeek-V4's attention (scalar code) is priced step by step."""
+        if self.model.v4 is not None:
+            return breakdown_steps(self, works)
+        size, tokens = len(works), works.batch_tokens
+        has = tokens > 0
+        dec = works.decode_reqs
+        decode_s = pick(dec > 0, self._decode_attn_s(np.maximum(dec, 1), works.verify_tokens,
+                                                     works.decode_context_tokens, np.maximum), 0.0)
+        parts = {"overhead_s": pick(has, self.params.step_overhead_s),
+                 "linear_s": pick(has, each(self._linear_s, tokens)),
+                 "attn_s": decode_s + self._prefill_attn(works) / self._attn_flops,
+                 "comm_s": pick(has, each(self._comm_s, tokens)),
+                 "draft_s": self._draft_array(works)}
+        return {name: per_step(v, size) for name, v in parts.items()}
+
+    def _draft_array(self, works: StepWorks):
+        """The drafter's seconds of N steps (0 where a step drafts nothing)."""
+        reqs, block = works.draft_reqs, works.draft_block_size
+        drafting = (reqs > 0) & (block > 0)
+        if works.draft_kind is None or not np.any(drafting):
+            return 0.0
+        d = DraftWork(works.draft_kind, reqs, block, works.draft_context_tokens)  # arrays, or one number
+        if d.kind == "block":
+            return pick(drafting, self._block_draft_s(d, np.maximum))
+        if d.kind == "chain":
+            return pick(drafting, self._chain_draft_s(d, np.maximum))
+        raise ValueError(f"unknown draft kind {d.kind!r}")
 
     def draft_s(self, draft: DraftWork) -> float:
         """Seconds the drafter spends in one step."""
@@ -158,39 +186,52 @@ class RooflineCost:
                 mean = ctx / reqs
                 kv_bytes = m.v4.decode_bytes(reqs, work.verify_tokens, mean, kv_b)
                 flops = work.verify_tokens * m.v4.attn_flops_per_query(mean)
+                decode_s = max(kv_bytes * self._kv_share / self._bw, flops / self._attn_flops)
             else:
-                kv_bytes = ctx * m.kv_bytes_per_token(kv_b)
-                flops = ctx * work.verify_tokens / reqs * m.attn_flops_per_token_per_ctx()
-            decode_s = max(kv_bytes * self._kv_share / self._bw, flops / self._attn_flops)
+                decode_s = self._decode_attn_s(reqs, work.verify_tokens, ctx)
+        return decode_s + self._prefill_attn(work) / self._attn_flops
+
+    def _decode_attn_s(self, reqs, verify, ctx, mx=max):
+        """The decode attention's seconds (all but DeepSeek-V4): numbers, or arrays with ``mx``
+        ``np.maximum``, by the same operations."""
+        m = self.model
+        kv_bytes = ctx * m.kv_bytes_per_token(self.params.dtype_bytes)
+        flops = ctx * verify / reqs * m.attn_flops_per_token_per_ctx()
+        return mx(kv_bytes * self._kv_share / self._bw, flops / self._attn_flops)
+
+    def _prefill_attn(self, work):
+        """The prefill chunks' attention FLOPs (numbers or arrays)."""
+        m = self.model
         prefill = work.prefill_attn_tokens2 * m.attn_flops_per_token_per_ctx()
         if m.v4 is not None:  # the window and the top-k: a constant number of keys a token
             prefill += work.prefill_tokens * m.v4.attn_flops_per_query(m.v4.sliding_window + 4 * m.v4.index_topk)
-        return decode_s + prefill / self._attn_flops
+        return prefill
 
     def _forward_s(self, layer_bytes: float, layers: int, tokens: int, kv_bytes: float,
-                   layer_flops: float) -> float:
-        """A small forward (drafter layers plus the LM head) over ``tokens`` positions."""
+                   layer_flops: float, mx=max) -> float:
+        """A small forward (drafter layers plus the LM head) over ``tokens`` positions (numbers,
+        or arrays with ``mx`` ``np.maximum``)."""
         weight_bytes = layers * layer_bytes + self._head_bytes
         flops = tokens * (layers * layer_flops + self._head_flops_tok)
-        return max((weight_bytes + layers * kv_bytes * self._kv_share) / self._bw, flops / self._flops)
+        return mx((weight_bytes + layers * kv_bytes * self._kv_share) / self._bw, flops / self._flops)
 
-    def _block_draft_s(self, d: DraftWork) -> float:
+    def _block_draft_s(self, d: DraftWork, mx=max) -> float:
         m = self.model
         positions = d.num_reqs * d.block_size
         moe = m.dspark_moe
         backbone_s = self._forward_s(self._layer.bytes(positions, moe), m.dspark_layers, positions,
-                                     self._layer.kv_bytes(d), self._layer.flops(moe))
+                                     self._layer.kv_bytes(d), self._layer.flops(moe), mx)
         # Markov head: per position a rank-r update of the base logits and a sample.
         markov_flops = positions * 2.0 * MARKOV_RANK * m.vocab_size
         markov_bytes = positions * m.vocab_size * 4.0 * 2
-        markov_s = max(markov_bytes / self._bw, markov_flops / self._flops)
+        markov_s = mx(markov_bytes / self._bw, markov_flops / self._flops)
         launches_s = d.block_size * 2 * self.params.kernel_launch_s
         return backbone_s + markov_s + launches_s
 
-    def _chain_draft_s(self, d: DraftWork) -> float:
+    def _chain_draft_s(self, d: DraftWork, mx=max) -> float:
         moe = self.model.mtp_layers > 0  # the model's own MTP module is one of its MoE layers
         per_token_s = self._forward_s(self._layer.bytes(d.num_reqs, moe), CHAIN_DRAFTER_LAYERS, d.num_reqs,
-                                      self._layer.kv_bytes(d), self._layer.flops(moe))
+                                      self._layer.kv_bytes(d), self._layer.flops(moe), mx)
         return d.block_size * (per_token_s + 4 * self.params.kernel_launch_s)
 
 
@@ -211,10 +252,11 @@ class _DraftLayers:
         self.moe_flops = 2.0 * attn + (expert_flops(m, 1) / m.num_moe_layers if m.is_moe else 0.0)
 
     def bytes(self, tokens: int, moe: bool) -> float:
+        """Bytes of the layer a forward over ``tokens`` positions reads (a number, or an array)."""
         m = self.cost.model
         if not (moe and m.is_moe):
             return self.dense_bytes
-        touched = expected_experts(m.num_experts, m.experts_per_token, tokens, self.cost.routing)
+        touched = each(lambda t: expected_experts(m.num_experts, m.experts_per_token, t, self.cost.routing), tokens)
         return self.attn_bytes + (touched + self.shared) * self.expert_bytes
 
     def flops(self, moe: bool) -> float:

@@ -74,6 +74,7 @@ class Replica:
         self.clock_s = 0.0
         self.decode_step_s = 0.0  # the last step without prefill work (how far a stretch may reach)
         self._decoded = [0, 0]  # tokens decoding requests emitted, request-steps they took
+        self._ahead = None  # the step after the last stretch, drawn with it (stretch.Ahead)
         self._wake = env.event()
         self.process = env.process(self._loop())
 
@@ -168,6 +169,7 @@ class Replica:
                 self._admit_planned()
             stretch = self._stretch() if self.ctx.skip_ahead else None
             if stretch is not None:
+                self._ahead = stretch.next_step
                 self.plan_s = float(stretch.times_s[-2])  # its last step's start
                 if self.frontend is not None:
                     self.frontend.streamed(stretch.times_s[1:], stretch.decode_reqs, self.index)
@@ -260,10 +262,15 @@ class Replica:
             dec = slice(0, num_dec) if pre[0] == num_dec else decoding.nonzero()[0]
             if self.prefill_first:
                 dec, num_dec = slice(0, 0), 0  # decoding requests wait while prompts are prefilled
-        p_true, verify_len, budget = None, None, 0
+        p_true, verify_len, budget, ahead = None, None, 0, self._ahead
+        self._ahead = None
         drafts = self.policy.block_size_for(num_dec) if num_dec else 0
         verify_tokens = num_dec
-        if drafts:
+        if drafts and ahead is not None and ahead.fits(c["rid"][:n][dec]):  # drawn with the stretch before
+            p_true, verify_len, budget = ahead.take(self)
+            verify_tokens = int(verify_len.sum())
+        elif drafts:
+            ahead = None
             p_true, conf = ctx.acceptance.step(c["difficulty"][:n][dec], c["domain"][:n][dec], drafts, self.rng)
             verify_len, budget = self.policy.plan(conf, num_dec)
             verify_tokens = int(verify_len.sum())
@@ -282,7 +289,8 @@ class Replica:
                         int(dec_kv.max()) if num_dec else 0, n)
         parts = ctx.cost.breakdown(work)
         return {"dec": dec, "pre": pre, "num_dec": num_dec, "chunk": chunk, "verify_len": verify_len,
-                "p_true": p_true, "budget": budget, "tokens": verify_tokens + prefill_tokens,
+                "p_true": p_true, "ahead": ahead if drafts else None, "budget": budget,
+                "tokens": verify_tokens + prefill_tokens,
                 "prefill_tokens": prefill_tokens,
                 "kv_needed": int(kv.sum()) + n * self.kv_per_request + verify_tokens + prefill_tokens
                 + self._kv_adjust(),
@@ -317,7 +325,9 @@ class Replica:
             new = np.ones(step["num_dec"], dtype=np.int64)
             if step["p_true"] is not None:
                 drafts = step["verify_len"] - 1
-                new += self.ctx.acceptance.accept(step["p_true"], drafts, self.rng)
+                accepted = step["ahead"].accept(self) if step["ahead"] is not None else \
+                    self.ctx.acceptance.accept(step["p_true"], drafts, self.rng)
+                new += accepted
                 c["verified_drafts"][:n][dec] += drafts
             np.minimum(new, c["output_tokens"][:n][dec] - generated[dec], out=new)
             if step["p_true"] is not None:  # accepted drafts that were emitted (a last step may accept more)

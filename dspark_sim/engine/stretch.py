@@ -49,6 +49,7 @@ class Stretch:
     steps_run: np.ndarray | int  # steps each request decoded ([R], or K for all)
     accepted: np.ndarray | None = None  # int64 [R]: drafts accepted and emitted in the stretch (None: no drafts)
     verified: np.ndarray | None = None  # int64 [R]: drafts verified in the stretch
+    next_step: Ahead | None = None  # the step after it, drawn with it (None: not drawn)
 
     @property
     def steps(self) -> int:
@@ -161,12 +162,14 @@ def _drafting(rep, n: int, block_size: int, left, kv0, generated, stop_s: float,
         return None
     times, taken, step_s, parts, kv_tokens, context, max_context = st
     segments.keep(taken)
+    ahead = segments.ahead(taken, rep.running.cols["rid"][:n])
     capped = np.minimum(cum[:taken], left)  # a finishing request emits up to its output
     emitted = np.diff(capped.sum(axis=1), prepend=0)
     run = np.minimum(segments.runs, taken) if several else taken
-    return Stretch(times, step_s, parts["draft_s"], parts["sched_s"], decode[:taken], verify[:taken],
+    decode = decode[:taken] if several else np.full(taken, decode)
+    return Stretch(times, step_s, parts["draft_s"], parts["sched_s"], decode, verify[:taken],
                    segments.budget[:taken], emitted, context, max_context, kv_tokens, generated + capped[-1], run,
-                   capped[-1] - run, verify_len[:taken].sum(axis=0) - run)  # drafts accepted and emitted
+                   capped[-1] - run, verify_len[:taken].sum(axis=0) - run, ahead)  # drafts accepted and emitted
 
 
 class Segments:
@@ -193,7 +196,10 @@ class Segments:
         self.steps += taken
 
     @property
-    def decode(self) -> np.ndarray:
+    def decode(self) -> np.ndarray | int:
+        """Requests decoding in each step: one number where one segment holds every step."""
+        if len(self.parts) == 1:
+            return self.lives[0].size
         return np.concatenate([np.full(p[0].shape[0], live.size) for p, live in zip(self.parts, self.lives)])
 
     @property
@@ -212,6 +218,14 @@ class Segments:
                 m[rows, live] = values
         return out
 
+    def ahead(self, taken: int, rids: np.ndarray) -> Ahead | None:
+        """The step after the first ``taken`` where the last segment drew it (``rids``: the ids of
+        the R requests running when the stretch starts)."""
+        draw, row = self.draws[-1][0], taken - self.starts[-1]
+        if row <= 0 or row >= draw.steps:
+            return None
+        return Ahead(rids[self.lives[-1]], draw, row)
+
     def keep(self, taken: int) -> None:
         """Only the first ``taken`` steps run: the policy's state and the random stream go back to
         where those steps leave them (the segments kept everything they drew so far)."""
@@ -228,8 +242,8 @@ class Segments:
             self.rep.rng.bit_generator.advance(_PERIOD - later)
 
 
-def _finish(rep, steps: int, taken: int, decode, kv, verify, budget, block_size: int, stop_s: float,
-            finishes: np.ndarray | None = None):
+def _finish(rep, steps: int, taken: int, decode: np.ndarray | int, kv, verify, budget, block_size: int,
+            stop_s: float, finishes: np.ndarray | None = None):
     """Cut ``taken`` steps short where the KV cache runs out (or, with a prefix cache, where a
     step would evict cached blocks: step by step takes that one), price them, and cut them again
     at the next arrival: (times, taken, step_s, parts, kv_tokens, context, max_context), or None
@@ -247,7 +261,7 @@ def _finish(rep, steps: int, taken: int, decode, kv, verify, budget, block_size:
         if not taken:
             return None
     k = slice(0, taken)
-    dec = decode[k]
+    dec = decode if isinstance(decode, int) else decode[k]  # one number: every step decodes as many
     works = StepWorks(dec, dec if verify is decode else verify[k], context[k], draft_kind=rep.policy.draft_kind,
                       draft_reqs=dec if block_size else 0, draft_block_size=block_size,
                       draft_context_tokens=context[k], decode_max_context=kv[k].max(axis=1), running_reqs=dec)
@@ -274,12 +288,13 @@ class _Draw:
     def __init__(self, rep, steps: int, n: int, block_size: int, difficulty, domain):
         self.rep, self.steps = rep, steps
         acc = rep.ctx.acceptance
-        noise = acc.step_words(n, block_size)
+        self.noise = noise = acc.step_words(n, block_size)
         self.per_step = noise + n * block_size
         words = rep.rng.bit_generator.random_raw(steps * self.per_step).reshape(steps, self.per_step)
-        p_true, conf = acc.steps(difficulty, domain, block_size, words[:, :noise])
+        self.p_true, conf = acc.steps(difficulty, domain, block_size, words[:, :noise])
         self.verify_len, self.budget = rep.policy.plan_many(conf, steps, n)
-        self.accepted = acc.accept_words(p_true, self.verify_len - 1, words[:, noise:])
+        self.planned = rep.policy.planned()
+        self.accepted = acc.accept_words(self.p_true, self.verify_len - 1, words[:, noise:])
 
     def keep(self, taken: int) -> None:
         """Only the first ``taken`` steps run: the policy keeps their state, the random stream
@@ -287,6 +302,33 @@ class _Draw:
         self.rep.policy.commit(taken)
         if taken < self.steps:  # PCG64 runs in a cycle of 2**128 words: this goes back
             self.rep.rng.bit_generator.advance(_PERIOD - (self.steps - taken) * self.per_step)
+
+
+class Ahead:
+    """The step right after a stretch, drawn and planned with its last segment: the replica's next
+    step takes it instead of drawing it again where the same requests decode in it (mostly an
+    arrival's prefill step), with the numbers step by step gives it."""
+
+    def __init__(self, rids: np.ndarray, draw: _Draw, row: int):
+        self.rids, self.draw, self.row = rids, draw, row
+
+    def fits(self, rids: np.ndarray) -> bool:
+        """Whether the requests ``rids`` decode in that step, in this order."""
+        return rids.size == self.rids.size and bool((rids == self.rids).all())
+
+    def take(self, rep) -> tuple[np.ndarray, np.ndarray, int]:
+        """(p_true [R, block_size], verify lengths [R], budget) of the step, which runs now: the
+        policy keeps what planning it keeps, the stream passes the noise its draw takes."""
+        d, k = self.draw, self.row
+        rep.policy.take_planned(d.planned, k)
+        rep.rng.bit_generator.advance(d.noise)
+        return d.p_true[k], d.verify_len[k], int(d.budget[k])
+
+    def accept(self, rep) -> np.ndarray:
+        """Drafts each request accepts in the step (the stream passes the uniforms it takes)."""
+        d, k = self.draw, self.row
+        rep.rng.bit_generator.advance(d.per_step - d.noise)
+        return d.accepted[k]
 
 
 def steps_to_draw(left: int, to_arrival_s: float, step_s: float, tokens_per_step: float, n: int,

@@ -164,20 +164,23 @@ def survival_of(conf: np.ndarray) -> np.ndarray:
 class Ranked:
     """:func:`candidates` of K steps of the same R requests, padded to one width W.
 
-    Row k holds step k's candidates in its first ``count[k]`` places, best survival first
-    (the same pairs in the same order as :func:`candidates` of that step).
+    Row k holds step k's candidate survivals in its first ``count[k]`` places, best first (the
+    values :func:`candidates` of that step sorts).
     """
 
-    rows: np.ndarray | None  # int64 [K, W] (None where only Theta is wanted)
+    pairs: np.ndarray | None  # float64 [K, R, W / R]: each request's candidate pairs (None: only Theta)
     survival: np.ndarray  # float64 [K, W]
     count: np.ndarray  # int64 [K]
     forced_reqs: np.ndarray  # int64 [R]
-    forced_tau: np.ndarray  # float64 [K]
+    forced_tau: np.ndarray | float  # float64 [K], or one number for every step
+    forced_total: int = 0  # forced_reqs summed
+    full: bool = False  # every step's count is W
 
     def at(self, k: int) -> Candidates:
         """Step ``k``'s :class:`Candidates`, for Theta."""
         n = int(self.count[k])
-        return Candidates(self.survival[k, :n].copy(), self.forced_reqs, float(self.forced_tau[k]))
+        tau = self.forced_tau if isinstance(self.forced_tau, float) else float(self.forced_tau[k])
+        return Candidates(self.survival[k, :n].copy(), self.forced_reqs, tau)
 
 
 def ranked(survival: np.ndarray, limits: VerifyLimits) -> Ranked:
@@ -185,23 +188,18 @@ def ranked(survival: np.ndarray, limits: VerifyLimits) -> Ranked:
     steps, num_reqs, block_size = survival.shape
     max_drafts = min(limits.max_drafts, block_size)
     min_drafts = min(limits.min_drafts, max_drafts)
-    width = max_drafts - min_drafts
-    flat = survival[:, :, min_drafts:max_drafts].reshape(steps, num_reqs * width)
-    if flat.size and flat.min() >= limits.survival_eps:
+    pairs = survival[:, :, min_drafts:max_drafts]
+    flat = pairs.reshape(steps, -1)
+    ordered = np.sort(flat, axis=1)[:, ::-1]  # values only: verify_lengths_many says which of equal ones
+    full = bool(flat.size) and ordered[:, -1].min() >= limits.survival_eps
+    if full:
         count = np.full(steps, flat.shape[1])
-        key = -flat
-    else:  # dropped pairs sort last
-        keep = flat >= limits.survival_eps
-        count = keep.sum(axis=1)
-        key = np.where(keep, -flat, np.inf)
-    # a stable sort keeps ties in flattened order, as one step's sort does
-    order = np.argsort(key, axis=1, kind="stable")
-    rows = order // width if width else order
-    order += (np.arange(steps) * flat.shape[1])[:, None]
+    else:  # pairs below survival_eps are no candidates: they sort last
+        count = np.count_nonzero(flat >= limits.survival_eps, axis=1)
     # the forced pairs' sum as one step sums them (a 2-D slice of that step's survival)
-    forced_tau = np.array([float(s[:, :min_drafts].sum()) for s in survival]) if min_drafts \
-        else np.zeros(steps)
-    return Ranked(rows, flat.reshape(-1)[order], count, np.full(num_reqs, min_drafts, dtype=np.int64), forced_tau)
+    forced_tau = np.array([float(s[:, :min_drafts].sum()) for s in survival]) if min_drafts else 0.0
+    return Ranked(pairs, ordered, count, np.full(num_reqs, min_drafts, dtype=np.int64), forced_tau,
+                  num_reqs * min_drafts, full)
 
 
 def theta_many(ranks: Ranked, num_reqs: int, sps: SpsFn, limits: VerifyLimits) -> np.ndarray:
@@ -210,10 +208,11 @@ def theta_many(ranks: Ranked, num_reqs: int, sps: SpsFn, limits: VerifyLimits) -
     cum = np.empty((steps, width + 1))
     cum[:, 0] = 0.0
     np.cumsum(ranks.survival, axis=1, out=cum[:, 1:])
-    cum += (num_reqs + ranks.forced_tau)[:, None]  # tau
-    first = num_reqs + int(ranks.forced_reqs.sum())
+    tau = num_reqs + ranks.forced_tau
+    cum += tau if isinstance(tau, float) else tau[:, None]
+    first = num_reqs + ranks.forced_total
     cum *= rates_row(sps, num_reqs, first, width + 1, limits)[:width + 1]
-    if ranks.count.min() < width:
+    if not ranks.full and ranks.count.min() < width:
         cum[np.arange(width + 1) > ranks.count[:, None]] = -np.inf
     return cum
 
@@ -228,17 +227,25 @@ def _budgets(cands: list[Candidates], num_reqs: int, sps: SpsFn, limits: VerifyL
     survival = np.zeros((len(cands), int(count.max())))
     for i, c in enumerate(cands):
         survival[i, :c.survival.size] = c.survival
-    stacked = Ranked(None, survival, count, cands[0].forced_reqs, np.array([c.forced_tau for c in cands]))
+    stacked = Ranked(None, survival, count, cands[0].forced_reqs, np.array([c.forced_tau for c in cands]),
+                     forced.pop())
     return np.argmax(theta_many(stacked, num_reqs, sps, limits), axis=1)
 
 
 def verify_lengths_many(ranks: Ranked, budget: np.ndarray) -> np.ndarray:
-    """:func:`verify_lengths` of every step, int64 [K, R]."""
-    steps, width = ranks.rows.shape
-    num_reqs = ranks.forced_reqs.size
-    taken = np.arange(width) < budget[:, None]
-    flat = (ranks.rows + (np.arange(steps) * num_reqs)[:, None])[taken]
-    counts = np.bincount(flat, minlength=steps * num_reqs).reshape(steps, num_reqs)
+    """:func:`verify_lengths` of every step, int64 [K, R]: each request's pairs above the step's
+    ``budget``-th survival, and of the pairs equal to it as many as fit, in request order."""
+    steps, num_reqs, width = ranks.pairs.shape
+    taken = budget > 0
+    last = np.where(taken, ranks.survival[np.arange(steps), np.maximum(budget - 1, 0)], np.inf)[:, None, None]
+    ones = np.ones(width, dtype=np.int64)  # a row's count as a product: faster than sum(axis=-1)
+    counts = (ranks.pairs >= last) @ ones
+    if (counts.sum(axis=1) != budget).any():  # more pairs equal to the last than fit (mostly: the last alone)
+        counts = (ranks.pairs > last) @ ones
+        tied = ranks.pairs == last
+        ties = budget - counts.sum(axis=1)  # taken among the pairs equal to the last, per step
+        order = np.cumsum(tied.reshape(steps, -1), axis=1).reshape(tied.shape)  # in request order
+        counts += (tied & (order <= ties[:, None, None])) @ ones
     return 1 + ranks.forced_reqs + counts
 
 
@@ -271,21 +278,27 @@ def production_many(ranks: Ranked, held: list[Candidates], lag: int, sps: SpsFn,
     num_reqs = ranks.forced_reqs.size
     if best is None:
         best = best_budgets(ranks, sps, limits)
-    source = np.maximum(0, len(held) + np.arange(best.size) - lag)  # in held + these steps
-    budget = best[np.maximum(source - len(held), 0)]
-    early = np.flatnonzero(source < len(held))
-    if early.size:  # budgets from candidates kept from before these steps
-        early_list, sources = early.tolist(), source[early].tolist()
-        known = [held_best[i] if held_best is not None else None for i in sources]
-        missing = [j for j, b in enumerate(known) if b is None or b[0] != num_reqs]
-        if missing:
-            found = _budgets([held[sources[j]] for j in missing], num_reqs, sps, limits)
-            for j, b in zip(missing, found):
-                known[j] = (num_reqs, int(b))
-        budget[early_list] = [b[1] for b in known]
+    steps, kept = best.size, len(held)
+    budget = np.empty(steps, dtype=np.int64)
+    if steps > lag:
+        budget[lag:] = best[:steps - lag]  # from these steps' own candidates
+    missing = []
+    for k in range(min(lag, steps)):  # from the steps before these (the oldest there is while warming up)
+        i = max(0, kept + k - lag)  # in held + these steps
+        known = held_best[i] if held_best is not None and i < kept else None
+        if i >= kept:
+            budget[k] = best[i - kept]
+        elif known is not None and known[0] == num_reqs:
+            budget[k] = known[1]
+        else:
+            missing.append((k, i))
+    if missing:  # candidates kept from before whose budget for this many requests is not known
+        found = _budgets([held[i] for _, i in missing], num_reqs, sps, limits)
+        for (k, _), b in zip(missing, found):
+            budget[k] = b
     budget = np.minimum(budget, ranks.count)
     if tiers:
-        base = num_reqs + int(ranks.forced_reqs.sum())
+        base = num_reqs + ranks.forced_total
         tokens = base + budget
         tier = np.searchsorted(tiers, tokens)
         above = tier == len(tiers)

@@ -48,6 +48,15 @@ class Policy:
         """The state :meth:`commit` reads and changes, for :meth:`restore` (None: none)."""
         return None
 
+    def planned(self):
+        """What the last :meth:`plan_many` left for :meth:`commit` (None: nothing), for
+        :meth:`take_planned`."""
+        return None
+
+    def take_planned(self, planned, k: int) -> None:
+        """Step ``k`` of the :meth:`plan_many` that left ``planned`` runs now, right after the
+        steps committed (a step a stretch drew past its end): keep what :meth:`plan` of it keeps."""
+
     def restore(self, state) -> None:
         """Back to a :meth:`checkpoint` (taken after a :meth:`plan_many`, before its commit)."""
 
@@ -143,6 +152,15 @@ class DSparkPolicy(Policy):
 
     def checkpoint(self):
         return tuple(self._lagged), tuple(self._lagged_best), self._ranked, self._best
+
+    def planned(self):
+        return self._ranked, self._best
+
+    def take_planned(self, planned, k):
+        ranked, best = planned
+        if ranked is not None and self.spec.lag_steps:
+            self._lagged.append(ranked.at(k))
+            self._lagged_best.append((ranked.forced_reqs.size, int(best[k])))
 
     def restore(self, state) -> None:
         lagged, lagged_best, self._ranked, self._best = state

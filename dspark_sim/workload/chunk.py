@@ -73,3 +73,14 @@ def rechunk(chunks: Iterable[RequestChunk], rows: int) -> Iterator[RequestChunk]
         carry = chunk[full:] if full < len(chunk) else None
     if carry is not None:
         yield carry
+
+
+def arriving_by(chunks: Iterable[RequestChunk], until_s: float) -> Iterator[RequestChunk]:
+    """The requests of ``chunks`` that arrive at or before ``until_s``: the stream up to its first
+    later arrival (arrival times never decrease), which it does not read past."""
+    for chunk in chunks:
+        late = int(np.searchsorted(chunk.arrival_s, until_s, side="right"))
+        if late:
+            yield chunk if late == len(chunk) else chunk[:late]
+        if late < len(chunk):
+            return
