@@ -6,6 +6,9 @@
     python benchmarks/fidelity.py compare --real DIR     # CPU: simulate every case, error table
     python benchmarks/fidelity.py report --real DIR      # the doc again from the committed errors.json
     python benchmarks/fidelity.py ttft                   # TTFT in parts, decoder against simulator
+    python benchmarks/fidelity.py cases --sweeps         # CPU: the load sweeps' cases and their time plan
+    python benchmarks/fidelity.py run --sweeps --out DIR [--only sw-chat sw-sess:mixed] [--batching mixed]
+    python benchmarks/fidelity.py saturation             # CPU: where each family saturates (the simulator)
 
 A driver of :mod:`dspark_sim.validation` on this repository's files: ``cases`` writes
 ``profiles/h200/validation/cases/`` (:mod:`~dspark_sim.validation.cases`); ``run`` has the
@@ -28,6 +31,7 @@ from dspark_sim.validation.cases import CASE_METHODS, make_cases
 REPO = Path(__file__).resolve().parents[1]
 VALIDATION = REPO / "profiles" / "h200" / "validation"
 CASES_DIR = VALIDATION / "cases"
+SWEEPS_DIR = VALIDATION / "sweeps"
 AZURE = REPO / "examples" / "traces" / "azure_llm_2023_code.csv"
 TTFT_JSON, TTFT_DOC = VALIDATION / "ttft_parts.json", REPO / "docs" / "validation_ttft.md"
 
@@ -75,6 +79,52 @@ def report(args) -> None:
     Path(args.doc).write_text(text)
 
 
+def cases(args) -> None:
+    if args.sweeps:
+        from dspark_sim.validation.sweeps import write_cases
+
+        paths = write_cases(Path(args.dir) if args.dir else SWEEPS_DIR, AZURE)
+    else:
+        out = Path(args.dir) if args.dir else CASES_DIR if args.tp == 1 else VALIDATION / f"cases_tp{args.tp}"
+        paths = make_cases(out, AZURE, model=args.model, tp=args.tp, traces=args.traces)
+    for path in paths:
+        print(path.resolve().relative_to(REPO) if path.resolve().is_relative_to(REPO) else path)
+
+
+def run(args) -> None:
+    """Serve the cases on the GPU within --max-seconds, whole units only (a sweep, or one trace
+    of the fixed cases)."""
+    from dspark_sim.validation.budget import Budget, Unit
+    from dspark_sim.validation.cases import TRACES
+    from dspark_sim.validation.serve import Rig, run_cases
+
+    methods = list(args.methods or CASE_METHODS)
+    if args.sweeps:
+        from dspark_sim.validation.sweeps import budget
+
+        cases_dir, wanted = SWEEPS_DIR, None
+        plan = budget(cases_dir, args.max_seconds, args.only, args.batching, methods)
+    else:
+        only = set(args.only or ())
+        units = [Unit(t, (t,)) for t in TRACES if not only or t in only or any(f"{t}__{m}" in only for m in methods)]
+        cases_dir = CASES_DIR
+        wanted = (lambda t, m: not only or t in only or f"{t}__{m}" in only)  # noqa: E731
+        plan = Budget(units, methods, {}, {}, args.max_seconds)
+    run_cases(cases_dir, Path(args.out), plan, wanted, Path(args.archive) if args.archive else None, args.passes,
+              args.warm_requests, Rig(args.kv_tokens, args.dry_run), not args.no_crosscheck)
+
+
+def saturation() -> None:
+    """Print where each sweep family saturates (:func:`~dspark_sim.validation.sweeps.estimate_saturation`)."""
+    from dspark_sim.validation.sweeps import BATCHINGS, FAMILIES, estimate_saturation
+
+    for fam in FAMILIES:
+        rates = {(b, m): estimate_saturation(fam, b, m) for b in BATCHINGS for m in CASE_METHODS}
+        print(f"{fam.name}: recorded {fam.saturation_rps:g} req/s; estimated "
+              + ", ".join(f"{b}/{m} {r:.1f}" for (b, m), r in rates.items())
+              + f"; highest {max(rates.values()):.1f}", flush=True)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -83,16 +133,22 @@ def main(argv=None) -> int:
     k.add_argument("--tp", type=int, default=1, help="GPUs per replica (the decoder runs one process each)")
     k.add_argument("--traces", nargs="*", help="a subset of the traces (default all)")
     k.add_argument("--dir", help="where to write (default the shipped cases; tp > 1: cases_tp<N>)")
+    k.add_argument("--sweeps", action="store_true", help="the load sweeps' cases (profiles/h200/validation/sweeps)")
     r = sub.add_parser("run")
     r.add_argument("--out", required=True)
     r.add_argument("--max-seconds", type=float, default=420.0)
-    r.add_argument("--only", nargs="*", help="traces (every method) or cases trace__method to run (default all)")
-    r.add_argument("--archive", help="also keep a .tgz of --out here, updated after every case")
+    r.add_argument("--only", nargs="*", help="traces (every method) or cases trace__method to run (default all); "
+                   "with --sweeps, families (sw-chat) or sweeps (sw-chat:mixed)")
+    r.add_argument("--sweeps", action="store_true", help="serve the load sweeps, whole sweeps only")
+    r.add_argument("--batching", nargs="*", choices=["mixed", "prefill_first"], help="with --sweeps: these batchings")
+    r.add_argument("--archive", help="also keep a .tgz of --out here, updated after every unit (sweep, or trace of the fixed cases)")
     r.add_argument("--methods", nargs="*", choices=list(CASE_METHODS), help="methods to run (default all)")
     r.add_argument("--passes", type=int, default=1, help="serve each case this often, keep the last")
     r.add_argument("--warm-requests", type=int, default=0)
     r.add_argument("--kv-tokens", type=int, default=0, help="decoder KV capacity (0: free memory)")
     r.add_argument("--no-crosscheck", action="store_true", help="skip the profiler's steps after each method")
+    r.add_argument("--dry-run", action="store_true", help="CPU: a tiny model serves each case's first requests "
+                   "through the same loop and record (checks a device call's plumbing)")
     c = sub.add_parser("compare")
     c.add_argument("--real", required=True, nargs="+",
                    help="directories of decoder runs (one folder per case), first wins")
@@ -105,17 +161,14 @@ def main(argv=None) -> int:
     w.add_argument("--replicate")
     w.add_argument("--doc", default=str(REPO / "docs" / "validation.md"))
     sub.add_parser("ttft", help="TTFT in parts for the cases of the committed errors.json, from their runs")
+    sub.add_parser("saturation", help="where each sweep family saturates, by method and batching (the simulator)")
     args = p.parse_args(argv)
     if args.cmd == "cases":
-        out = Path(args.dir) if args.dir else CASES_DIR if args.tp == 1 else VALIDATION / f"cases_tp{args.tp}"
-        for path in make_cases(out, AZURE, model=args.model, tp=args.tp, traces=args.traces):
-            print(path.resolve().relative_to(REPO) if path.resolve().is_relative_to(REPO) else path)
+        cases(args)
     elif args.cmd == "run":
-        from dspark_sim.validation.serve import run_cases
-
-        run_cases(CASES_DIR, Path(args.out), args.max_seconds, args.only,
-                  Path(args.archive) if args.archive else None, args.methods, args.passes,
-                  args.warm_requests, args.kv_tokens, not args.no_crosscheck)
+        run(args)
+    elif args.cmd == "saturation":
+        saturation()
     elif args.cmd == "report":
         report(args)
     elif args.cmd == "ttft":
