@@ -49,6 +49,7 @@ class Stretch:
     steps_run: np.ndarray | int  # steps each request decoded ([R], or K for all)
     accepted: np.ndarray | None = None  # int64 [R]: drafts accepted in the stretch (None: no drafts)
     verified: np.ndarray | None = None  # int64 [R]: drafts verified in the stretch
+    left_last: np.ndarray | None = None  # int64 [R]: output tokens left when its last step was planned
 
     @property
     def steps(self) -> int:
@@ -114,8 +115,10 @@ def _drafting(rep, n: int, block_size: int, left, kv0, generated, stop_s: float,
     running and ends at the first finish; with nobody waiting (and no prefix-cache references
     to release) a finish only shrinks the batch, and the next segment is drawn for the rest
     from where the random stream stands after it, as the next step would draw it. Otherwise,
-    or where the drafter's block size would change, the stretch ends at the first finish."""
-    through = not rep.waiting and (rep.prefix is None or not rep.prefix.chains)
+    or where the drafter's block size would change, the stretch ends at the first finish, as it
+    does for an engine that overlaps its steps: the step after a finish decodes the finished
+    requests once more (engine/inflight.py), which the next segment's draw would not."""
+    through = not rep.waiting and (rep.prefix is None or not rep.prefix.chains) and not rep.inflight.overlapped
     steps = steps_to_draw(int(left.min()), stop_s - rep.clock_s, rep.decode_step_s, tokens_per_step, n,
                            block_size)
     if steps < 2:
@@ -164,9 +167,10 @@ def _drafting(rep, n: int, block_size: int, left, kv0, generated, stop_s: float,
     capped = np.minimum(cum[:taken], left)  # a finishing request emits up to its output
     emitted = np.diff(capped.sum(axis=1), prepend=0)
     run = np.minimum(segments.runs, taken) if several else taken
+    left_last = left - capped[-2] if taken > 1 else left
     return Stretch(times, step_s, parts["draft_s"], parts["sched_s"], decode[:taken], verify[:taken],
                    segments.budget[:taken], emitted, context, max_context, kv_tokens, generated + capped[-1], run,
-                   accepted[:taken].sum(axis=0), verify_len[:taken].sum(axis=0) - run)
+                   accepted[:taken].sum(axis=0), verify_len[:taken].sum(axis=0) - run, left_last)
 
 
 class Segments:

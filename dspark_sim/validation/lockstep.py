@@ -156,11 +156,12 @@ def composition(steps: dict) -> dict:
 
 
 
-def lockstep_case(out, arrival, prompt, output, method: str, batching: str) -> dict:
+def lockstep_case(out, arrival, prompt, output, method: str, batching: str, **deployment) -> dict:
     """One trace (``arrival`` s, ``prompt`` and ``output`` tokens) served by the simulator (the
-    fidelity cases' scenario for ``method`` under ``batching``: Qwen3-8B on the H200, the shipped
-    profile) and by the decoder's loop on the same step prices, both run records under ``out``;
-    their compositions, request metrics and the relative errors (sim - decoder) / decoder."""
+    fidelity cases' scenario for ``method`` under ``batching``, ``deployment`` keys changed:
+    Qwen3-8B on the H200, the shipped profile) and by the decoder's loop on the same step prices,
+    both run records under ``out``; their compositions, request metrics and the relative errors
+    (sim - decoder) / decoder."""
     from pathlib import Path
 
     import yaml
@@ -185,7 +186,7 @@ def lockstep_case(out, arrival, prompt, output, method: str, batching: str) -> d
     (out / "scenario.yaml").write_text(yaml.safe_dump(
         {"name": f"lockstep-{method}", "model": MODEL, "gpu": GPU, "seed": 0,
          "workload": {"trace": "trace.csv", "format": "azure", "domain": "math"},
-         "deployment": {**DEPLOYMENT, "batching": batching}, "speculation": spec}))
+         "deployment": {**DEPLOYMENT, "batching": batching, **deployment}, "speculation": spec}))
     scenario = load_scenario(out / "scenario.yaml")
     run_scenario(scenario, out / "sim", plots=False, show_progress=False)
     ctx = build_context(scenario, Collector(None, 1, lambda: 0.0))
