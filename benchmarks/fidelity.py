@@ -34,6 +34,14 @@ CASES_DIR = VALIDATION / "cases"
 SWEEPS_DIR = VALIDATION / "sweeps"
 AZURE = REPO / "examples" / "traces" / "azure_llm_2023_code.csv"
 TTFT_JSON, TTFT_DOC = VALIDATION / "ttft_parts.json", REPO / "docs" / "validation_ttft.md"
+SWEEP_JSON, SWEEP_DOC = VALIDATION / "sweep_errors.json", REPO / "docs" / "validation_sweeps.md"
+LOCKSTEP = (REPO / "docs" / "bench" / "lockstep_before.json", REPO / "docs" / "bench" / "lockstep.json")
+
+
+def lockstep_data() -> tuple[dict, dict] | None:
+    """``benchmarks/lockstep.py``'s data before and after the in-flight step (docs/validation.md's
+    section on it), or None while either is missing."""
+    return tuple(json.loads(p.read_text()) for p in LOCKSTEP) if all(p.is_file() for p in LOCKSTEP) else None
 
 
 def ttft(args=None) -> None:
@@ -48,10 +56,30 @@ def ttft(args=None) -> None:
     TTFT_DOC.write_text(markdown(data))
 
 
+def compare_sweeps(args) -> None:
+    """The sweeps' error report (``sweep_errors.json``, docs/validation_sweeps.md) from decoder visits
+    (directories holding case folders or the run's .tgz archives)."""
+    from dspark_sim.validation.sweep_page import markdown
+    from dspark_sim.validation.sweep_report import report
+
+    rel = lambda r: str(Path(r).resolve().relative_to(REPO)) \
+        if Path(r).resolve().is_relative_to(REPO) else r  # noqa: E731
+    data = report(SWEEPS_DIR, [Path(r) for r in args.real], [Path(r) for r in args.replicate or ()])
+    data["made_by"] = "python benchmarks/fidelity.py compare --sweeps --real " + " ".join(rel(r) for r in args.real) \
+        + (" --replicate " + " ".join(rel(r) for r in args.replicate) if args.replicate else "")
+    SWEEP_JSON.write_text(json.dumps(data, indent=1) + "\n")
+    SWEEP_DOC.write_text(markdown(data, data["made_by"], VALIDATION / "real"))
+    print(SWEEP_DOC.read_text())
+
+
 def compare(args) -> None:
+    if args.sweeps:
+        compare_sweeps(args)
+        return
     from dspark_sim.validation.fidelity import error_report
     from dspark_sim.validation.report import markdown, plot_errors
 
+    args.replicate = args.replicate[0] if args.replicate else None
     real = [Path(r) for r in args.real]
     report = error_report(CASES_DIR, real, VALIDATION, replicate=Path(args.replicate) if args.replicate else None)
     (VALIDATION / "errors.json").write_text(json.dumps(report, indent=1) + "\n")
@@ -61,7 +89,7 @@ def compare(args) -> None:
     replicate = (report["replicate"]["run"], report["replicate"]["cases"]) if "replicate" in report else None
     text = markdown(report["cases"], report["summary"], report["provenance"],
                     " ".join(rel(r) for r in args.real) + (f" --replicate {rel(args.replicate)}" if args.replicate else ""),
-                    replicate, VALIDATION / "real")
+                    replicate, VALIDATION / "real", lockstep_data())
     Path(args.doc).write_text(text)
     print(text)
     if Path(args.doc).resolve() == (REPO / "docs" / "validation.md").resolve():
@@ -75,7 +103,7 @@ def report(args) -> None:
     data = json.loads((VALIDATION / "errors.json").read_text())
     replicate = (data["replicate"]["run"], data["replicate"]["cases"]) if "replicate" in data else None
     text = markdown(data["cases"], data["summary"], data["provenance"], " ".join(args.real) + (
-        f" --replicate {args.replicate}" if args.replicate else ""), replicate, VALIDATION / "real")
+        f" --replicate {args.replicate}" if args.replicate else ""), replicate, VALIDATION / "real", lockstep_data())
     Path(args.doc).write_text(text)
 
 
@@ -152,8 +180,10 @@ def main(argv=None) -> int:
     c = sub.add_parser("compare")
     c.add_argument("--real", required=True, nargs="+",
                    help="directories of decoder runs (one folder per case), first wins")
-    c.add_argument("--replicate", help="a decoder run on another machine: its cases' errors, "
-                   "reported beside the main table")
+    c.add_argument("--replicate", nargs="+", help="decoder runs on another machine: their cases' errors, "
+                   "reported beside the main table (one run; with --sweeps, its visits)")
+    c.add_argument("--sweeps", action="store_true", help="the load sweeps: profiles/h200/validation/sweep_errors.json "
+                   "and docs/validation_sweeps.md")
     c.add_argument("--doc", default=str(REPO / "docs" / "validation.md"))
     w = sub.add_parser("report", help="rewrite the doc from the committed errors.json (the --real and "
                                       "--replicate named are those compare was given)")
@@ -162,6 +192,13 @@ def main(argv=None) -> int:
     w.add_argument("--doc", default=str(REPO / "docs" / "validation.md"))
     sub.add_parser("ttft", help="TTFT in parts for the cases of the committed errors.json, from their runs")
     sub.add_parser("saturation", help="where each sweep family saturates, by method and batching (the simulator)")
+    i = sub.add_parser("import-visit", help="a device call's files (benchmarks/h200_sweep_visit.sh's $OUT) into "
+                                            "profiles/h200/validation/real/VISIT with its notes.json")
+    i.add_argument("--src", required=True, help="where the call's files came back")
+    i.add_argument("--visit", required=True, help="the visit's name, e.g. visit17")
+    i.add_argument("--parts", nargs="+", required=True, choices=["sweepA", "sweepB", "capacity"],
+                   help="the calls served on one GPU")
+    i.add_argument("--command", required=True, help="the device call as it was run (for the notes)")
     args = p.parse_args(argv)
     if args.cmd == "cases":
         cases(args)
@@ -169,6 +206,21 @@ def main(argv=None) -> int:
         run(args)
     elif args.cmd == "saturation":
         saturation()
+    elif args.cmd == "import-visit":
+        import re
+
+        from dspark_sim.validation.visits import import_visit
+
+        from dspark_sim.errors import InputError
+
+        profile = (REPO / "profiles" / "h200" / "qwen3-8b.json").read_text()
+        try:
+            notes = import_visit(Path(args.src), VALIDATION / "real" / args.visit, args.parts, args.command,
+                                 set(re.findall(r"GPU-[0-9a-f-]+", profile)))
+        except InputError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        print(json.dumps(notes, indent=1))
     elif args.cmd == "report":
         report(args)
     elif args.cmd == "ttft":

@@ -14,26 +14,29 @@
 # BUDGET_S: the call's seconds (540 for a sweep part, 400 for capacity). A sweep part serves whole
 # sweeps only (dspark_sim/validation/budget.py): one that would not finish for every method is
 # skipped, and the archive, rewritten after every sweep, keeps what a cut-off call served.
-# Writes into $OUT: visit.log, gpu.txt, and per part PART.log with PART.tgz (the run directories)
-# or capacity.json with capacity_runs.tgz (each probe's run record).
-# Afterwards, in the repository (no GPU):
-#   V=profiles/h200/validation/real/visitNN; mkdir -p $V
-#   tar -xzf sweepA.tgz -C /tmp && cp -r /tmp/sweepA/. $V/ ; tar -xzf sweepB.tgz -C /tmp && cp -r /tmp/sweepB/. $V/
-#   cp sweepA.log sweepB.log $V/ ; write $V/notes.json as visit16's (decoder, gpu_uuid from gpu.txt,
-#   command, end, profile_host, rows: gpu, current_decoder: true)
-#   python benchmarks/fidelity.py compare --sweeps --real $V        # docs/validation_sweeps.md
-#   mkdir -p profiles/h200/validation/capacity/real && cp capacity.json profiles/h200/validation/capacity/real/visitNN.json
-#   python benchmarks/decoder_capacity.py page --real profiles/h200/validation/capacity/real/visitNN.json
+# Writes into $OUT, per part: visit_PART.log, gpu_PART.txt, PART.log with PART.tgz (the run
+# directories) or capacity.json with capacity_runs.tgz (each probe's run record).
+# Afterwards, in the repository (no GPU), with every call's files in one folder F (they do not collide):
+#   python benchmarks/fidelity.py import-visit --src F --visit visitNN --parts sweepA sweepB capacity \
+#       --command "<the calls as run>"
+#     (profiles/h200/validation/real/visitNN/: the archives as they came, logs, notes.json; parts
+#      served on different GPUs are different visits: import them apart)
+#   python benchmarks/fidelity.py compare --sweeps --real profiles/h200/validation/real/visitNN
+#     (profiles/h200/validation/sweep_errors.json and docs/validation_sweeps.md)
+#   python benchmarks/decoder_capacity.py page --real profiles/h200/validation/real/visitNN/capacity.json
+#     (docs/bench/decoder_capacity.json and .md)
+#   python benchmarks/doc_blocks.py check
 set -o pipefail
 OUT=${OUT:-/tmp/out}
 part=${1:?usage: h200_sweep_visit.sh sweepA|sweepB|capacity|dry}
 case "$part" in capacity) BUDGET_S=${BUDGET_S:-400} ;; dry) BUDGET_S=${BUDGET_S:-3000} ;; *) BUDGET_S=${BUDGET_S:-540} ;; esac
 START_S=15  # the interpreter, torch and the decoder's modules before the run's clock starts
 source "$(dirname "$0")/visit_common.sh"
+LOG="$OUT/visit_$part.log"
 RESERVE_S=25  # the interpreter's start, the last archive and this script's own lines
 limit=$((BUDGET_S - START_S - RESERVE_S))
 say "start $part: $(nvidia-smi --query-gpu=index,name,uuid,driver_version,clocks.sm --format=csv,noheader 2>&1 | tr '\n' ';')"
-nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv > "$OUT/gpu.txt" 2>&1 || true
+nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv > "$OUT/gpu_$part.txt" 2>&1 || true
 
 quiet() { grep -v "UserWarning\|self.model = " || true; }  # the acceptance presets' fallback notes
 

@@ -198,10 +198,18 @@ def lockstep_case(out, arrival, prompt, output, method: str, batching: str, **de
         req = read_columns(out / side / "requests.csv", REQUEST_COLUMNS)
         sides[side] = {"steps": steps, "summary": {**composition(steps), **_request_metrics(req)}}
     dec, sim = sides["decoder"]["summary"], sides["sim"]["summary"]
-    return {"method": method, "batching": batching, "requests": int(len(arrival)),
-            "first_difference": first_difference(sides["decoder"]["steps"], sides["sim"]["steps"]),
+    first = first_difference(sides["decoder"]["steps"], sides["sim"]["steps"])
+    return {"method": method, "batching": batching, "requests": int(len(arrival)), "first_difference": first,
+            "around": None if first is None else {side: excerpt(sides[side]["steps"], first) for side in sides},
             "decoder": dec, "sim": sim,
             "error": {k: sim[k] / dec[k] - 1.0 for k in ERROR_KEYS if dec.get(k)}}
+
+
+def excerpt(steps: dict, first: int, before: int = 2, after: int = 4) -> list[dict]:
+    """The composition of the steps around step ``first`` (its index and start included)."""
+    lo, hi = max(0, first - before), min(len(steps["step_s"]), first + after)
+    return [{"step": i, "start_s": round(float(steps["start_s"][i]), 6),
+             **{c: int(steps[c][i]) for c in ("running_reqs",) + COMPOSITION}} for i in range(lo, hi)]
 
 
 ERROR_KEYS = ("output_throughput", "mean_ttft_ms", "p50_tpot_ms", "steps", "mean_decode_reqs",
