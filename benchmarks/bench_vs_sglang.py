@@ -188,7 +188,7 @@ def tables(data: dict) -> str:
     """Markdown: the scheduler (graph and launch times, speed-up over SGLang), then accept.
     ``now``: the path the thresholds in the code pick today (set from these rows), timed in
     the row's own run (each path is timed on its own)."""
-    from dspark_sim.kernels.schedule_verify import path_for
+    from dspark_sim.kernels.schedule_paths import path_for
 
     lines = ["| gamma | R | path now | K | SGLang top-K graph us | ours, K given, graph us | x SGLang | ours searching K, "
              "graph us | SGLang launch us | ours launch us | single / pairwise / merge graph us | mismatches |",

@@ -61,6 +61,13 @@ def _forward_breakdown() -> str:
     return block_text(json.loads((H200 / "forward_breakdown.json").read_text()))
 
 
+def _long_check() -> str:
+    from gpu_check_long import JSON, block_text
+
+    path = REPO / JSON
+    return block_text(json.loads(path.read_text()) if path.is_file() else None)
+
+
 def _held_out() -> str:
     from dspark_sim.profiling.pipeline import held_out_table, measured_profiles
 
@@ -107,6 +114,7 @@ BLOCKS = {
     ("docs/decoder.md", "bench_decoder"): _bench_decoder,
     ("docs/decoder.md", "graphs_vs_eager"): _graphs_vs_eager,
     ("docs/decoder.md", "forward_breakdown"): _forward_breakdown,
+    ("docs/decoder.md", "long_check"): _long_check,
     ("docs/kernels.md", "vs_sglang"): _vs_sglang,
     ("docs/kernels.md", "kernel_bench"): _kernel_bench,
     ("docs/profiles.md", "held-out"): _held_out,

@@ -123,7 +123,7 @@ def run(args) -> None:
     """Serve the cases on the GPU within --max-seconds, whole units only (a sweep, or one trace
     of the fixed cases)."""
     from dspark_sim.validation.budget import Budget, Unit
-    from dspark_sim.validation.cases import TRACES
+    from dspark_sim.validation.cases import case_traces
     from dspark_sim.validation.serve import Rig, run_cases
 
     methods = list(args.methods or CASE_METHODS)
@@ -134,7 +134,7 @@ def run(args) -> None:
         plan = budget(cases_dir, args.max_seconds, args.only, args.batching, methods)
     else:
         only = set(args.only or ())
-        units = [Unit(t, (t,)) for t in TRACES if not only or t in only or any(f"{t}__{m}" in only for m in methods)]
+        units = [Unit(t, (t,)) for t in case_traces() if not only or t in only or any(f"{t}__{m}" in only for m in methods)]
         cases_dir = CASES_DIR
         wanted = (lambda t, m: not only or t in only or f"{t}__{m}" in only)  # noqa: E731
         plan = Budget(units, methods, {}, {}, args.max_seconds)

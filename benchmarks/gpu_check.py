@@ -2,15 +2,18 @@
 (bf16, Qwen3 head shapes), the decoder with CUDA graphs against target-only greedy
 (steps overlapped and waited for, ``prefill_first`` and ``mixed`` batching, prompt steps
 through their graphs), the decoder's prefix cache (greedy outputs with the cache equal those
-without it, under graphs, overlap and both batchings; every page back), and the
-schedule_verify tests run natively (R = 4096 included).
+without it, under graphs, overlap and both batchings; every page back), the
+schedule_verify tests run natively (R = 4096 included), and (``long``, not run unless asked)
+long prompts up to the model's whole context against target-only greedy (:mod:`gpu_check_long`).
+The file holds ``{"provenance": {...}, "rows": [...]}``.
 
-    python benchmarks/gpu_check.py [--out FILE]
+    python benchmarks/gpu_check.py [--only attention,decoder,prefix,kernels,long] [--out FILE]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 import numpy as np
@@ -133,20 +136,31 @@ def kernel_tests() -> list[dict]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--out")
-    p.add_argument("--only", default="attention,decoder,prefix,kernels", help="which checks (comma list)")
+    p.add_argument("--only", default="attention,decoder,prefix,kernels",
+                   help="which checks (comma list of attention, decoder, prefix, kernels, long)")
+    p.add_argument("--long-seconds", type=float, default=120.0, help="the long-prompt section's time cap")
+    p.add_argument("--tiny", action="store_true", help="long: a tiny model on the CPU (checks the section)")
     args = p.parse_args(argv)
+    if args.tiny:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    from gpu_check_long import long_prompt_cases
+    from dspark_sim.kernels.profiler.provenance import provenance
+
     rows = []
-    checks = {"attention": attention_cases, "decoder": decoder_cases, "prefix": prefix_cases, "kernels": kernel_tests}
-    for fn in (checks[name] for name in args.only.split(",")):
+    checks = {"attention": attention_cases, "decoder": decoder_cases, "prefix": prefix_cases, "kernels": kernel_tests,
+              "long": lambda: long_prompt_cases(args.tiny, args.long_seconds)}
+    for name in args.only.split(","):
         try:
-            rows += fn()
+            rows += checks[name]()
         except Exception as err:  # report and go on: the timing runs still tell something
-            rows.append({"case": fn.__name__, "ok": False, "error": f"{type(err).__name__}: {err}"})
+            rows.append({"case": name, "ok": False, "error": f"{type(err).__name__}: {err}"})
     for r in rows:
         print(json.dumps(r))
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(rows, f, indent=1)
+    if args.out:  # written whole at the end, through a temporary file
+        tmp = f"{args.out}.tmp"
+        with open(tmp, "w") as f:
+            json.dump({"provenance": provenance(), "rows": rows}, f, indent=1)
+        os.replace(tmp, args.out)
     return 0 if all(r["ok"] for r in rows) else 1
 
 

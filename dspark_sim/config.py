@@ -17,6 +17,7 @@ import numpy as np
 import yaml
 
 from dspark_sim.errors import InputError
+from dspark_sim.userfiles import read_text
 
 
 class _DuplicateKey(yaml.YAMLError):
@@ -25,9 +26,34 @@ class _DuplicateKey(yaml.YAMLError):
         self.key, self.line = key, line
 
 
+class _TooLarge(yaml.YAMLError):
+    def __init__(self, why: str, line: int | None):
+        super().__init__(why, line)
+        self.why, self.line = why, line
+
+
+# A YAML document's bounds, checked before it is built into Python values: its nesting, and the
+# values it holds once every alias (*name) is expanded. A scenario nests 4 levels and holds ~50
+# values; a 780-byte "billion laughs" file names billions of values through aliases.
+MAX_YAML_DEPTH = 64
+MAX_YAML_VALUES = 1_000_000
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
     """PyYAML's safe loader, except that a key given twice in one mapping is an error
-    (YAML requires unique keys; PyYAML would keep the last silently)."""
+    (YAML requires unique keys; PyYAML would keep the last silently), and that a document
+    nested deeper than MAX_YAML_DEPTH is refused while it is composed."""
+
+    _depth = 0
+
+    def compose_node(self, parent, index):
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                raise _TooLarge(f"nested more than {MAX_YAML_DEPTH} levels deep", self.peek_event().start_mark.line + 1)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
     def construct_mapping(self, node, deep=False):
         seen = set()
@@ -45,30 +71,80 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return list(node.value) if isinstance(node, yaml.SequenceNode) else []
+
+
+def _check_expanded(root: yaml.Node) -> None:
+    """Raise _TooLarge when the node graph, its aliases expanded, holds more than MAX_YAML_VALUES
+    values, nests deeper than MAX_YAML_DEPTH, or contains itself. Each node is visited once
+    (sizes and depths of shared nodes are kept), without recursion."""
+    size: dict[int, int] = {}
+    depth: dict[int, int] = {}
+    open_ = set()  # the nodes on the path from the root to the one being expanded
+    stack = [(root, False)]
+    while stack:
+        node, closing = stack.pop()
+        key = id(node)
+        if closing:
+            kids = _children(node)
+            size[key] = 1 + sum(size[id(k)] for k in kids)
+            depth[key] = 1 + max((depth[id(k)] for k in kids), default=0)
+            open_.discard(key)
+            line = node.start_mark.line + 1
+            if size[key] > MAX_YAML_VALUES:
+                raise _TooLarge(f"expands to more than {MAX_YAML_VALUES:,} values through YAML aliases (*name)", line)
+            if depth[key] > MAX_YAML_DEPTH:
+                raise _TooLarge(f"nested more than {MAX_YAML_DEPTH} levels deep once YAML aliases (*name) are "
+                                "expanded", line)
+            continue
+        if key in size:
+            continue
+        if key in open_:
+            raise _TooLarge("a YAML alias (*name) inside the value it names", node.start_mark.line + 1)
+        open_.add(key)
+        stack.append((node, True))
+        stack.extend((k, False) for k in _children(node) if id(k) not in size)
+
+
 def parse_yaml(text: str, path: str | Path | None) -> Any:
-    """YAML text into Python values; malformed YAML or a duplicate key is one InputError naming ``path``."""
+    """YAML text into Python values; malformed YAML, a duplicate key, or a document beyond the
+    bounds above is one InputError naming ``path``."""
     try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+        return _load_bounded(text)
     except _DuplicateKey as err:
         raise InputError(path, f"line {err.line}: {err.key}", None, "duplicate key: given twice in one mapping") \
             from None
+    except _TooLarge as err:
+        raise InputError(path, f"line {err.line}" if err.line else None, None, err.why) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else None
-        problem = getattr(err, "problem", None) or "malformed YAML"
+        problem = getattr(err, "problem", None) or getattr(err, "reason", None) or "malformed YAML"
         raise InputError(path, where, None, f"malformed YAML: {problem}") from None
+    except ValueError as err:  # an integer of more than 4,300 digits, a date out of range
+        raise InputError(path, None, None, f"malformed YAML: {str(err).split(';')[0]}") from None
+
+
+def _load_bounded(text: str) -> Any:
+    """The document in ``text``, its node graph checked (:func:`_check_expanded`) before it is built."""
+    loader = _UniqueKeyLoader(text)  # the reader refuses control characters here already
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_expanded(node)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
 
 
 def load_yaml(path: str | Path) -> dict:
-    """Read a YAML mapping; any problem becomes one InputError line."""
+    """Read a YAML mapping (at most MAX_BYTES["yaml"]); any problem becomes one InputError line."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise InputError(path, None, None, "file not found") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as err:
-        raise InputError(path, None, None, f"cannot read: {type(err).__name__}") from None
-    data = parse_yaml(text, path)
+    data = parse_yaml(read_text(path, "yaml"), path)
     if data is None:
         raise InputError(path, None, None, "empty file: expected a scenario mapping")
     if not isinstance(data, dict):

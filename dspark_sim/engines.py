@@ -44,6 +44,7 @@ import numpy as np
 
 from dspark_sim.config import Section, build, check_choice, check_real, require
 from dspark_sim.errors import InputError
+from dspark_sim.userfiles import existing_file, read_json
 
 ENGINES = ("decoder", "sglang", "vllm", "trtllm")
 # The release each engine's defaults were read from (the first is the default version).
@@ -316,9 +317,8 @@ class Engine:
                              "its profile; calibrate sglang, vllm or trtllm")
         if not isinstance(calibration, str):
             raise InputError(file, f"{key}.calibration", calibration, "expected a file name")
-        path = ((base or Path.cwd()) / calibration).resolve()
-        if not path.is_file():
-            raise InputError(file, f"{key}.calibration", calibration, "calibration file not found")
+        path = existing_file(base or Path.cwd(), calibration, file, f"{key}.calibration",
+                             "calibration file not found")
         terms = load_calibration(path, engine=engine.name)
         return build(cls, {**given, "calibration": path, "terms": terms}, file, key)
 
@@ -396,12 +396,9 @@ def shipped_terms(name: str) -> EngineTerms:
 def load_calibration(path: str | Path, *, engine: str | None = None) -> EngineTerms:
     """The host terms of a calibration file written by ``dspark-sim engine-fit``."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(path, None, None, "calibration file not found") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise InputError(path, None, None, f"not a JSON calibration file: {type(err).__name__}") from None
+    if not path.exists():
+        raise InputError(path, None, None, "calibration file not found")
+    data = read_json(path)
     if not isinstance(data, dict) or data.get("format") != CALIBRATION_FORMAT:
         raise InputError(path, "format", data.get("format") if isinstance(data, dict) else None,
                          f"expected {CALIBRATION_FORMAT!r} (a file written by dspark-sim engine-fit)")

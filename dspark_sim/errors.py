@@ -1,13 +1,16 @@
-"""The errors users see, each as a single line: bad input (exit 2), a bug (exit 70), a stop
-by SIGINT or SIGTERM (exit 130 or 143), and the command-line parser that keeps to one line."""
+"""The errors users see, each as a single line: bad input (exit 2), an internal fault (a bug or
+a GPU fault: exit 1), a stop by SIGINT or SIGTERM (exit 130 or 143), and the command-line parser that
+keeps to one line."""
 from __future__ import annotations
 
 import argparse
+import reprlib
 import signal
 import sys
 from pathlib import Path
 
-EXIT_INPUT, EXIT_BUG, EXIT_SIGINT, EXIT_SIGTERM = 2, 70, 128 + signal.SIGINT, 128 + signal.SIGTERM
+EXIT_INPUT, EXIT_BUG, EXIT_SIGINT, EXIT_SIGTERM = 2, 1, 128 + signal.SIGINT, 128 + signal.SIGTERM
+EXIT_DEVICE = 1
 
 
 class InputError(Exception):
@@ -30,18 +33,48 @@ class InputError(Exception):
         value = "" if self.value is None else f"={_short(self.value)}"
         if not self.key:
             return _one_line(f"{where}: {value.lstrip('=')}{': ' if value else ''}{self.why}")
-        return _one_line(f"{where}: {self.key}{value}: {self.why}")
+        return _one_line(f"{where}: {_cut(str(self.key), MAX_KEY_CHARS)}{value}: {self.why}")
+
+
+# What one error line shows at most: a key (a user's YAML may hold any), and the whole line.
+MAX_KEY_CHARS, MAX_LINE_CHARS = 120, 1000
 
 
 def _one_line(text: str) -> str:
     """``text`` with every line boundary (``\\r``, ``\\n``, ``\\u2028``... as ``str.splitlines`` knows
-    them) turned into a space: a key or file name may hold any of them."""
-    return " ".join(text.splitlines())
+    them) turned into a space (a key or file name may hold any of them), cut to MAX_LINE_CHARS."""
+    return _cut(" ".join(text.splitlines()), MAX_LINE_CHARS)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _bounded_repr() -> reprlib.Repr:
+    r = reprlib.Repr()
+    r.maxlevel, r.maxlist, r.maxtuple, r.maxdict, r.maxset = 3, 8, 8, 6, 6
+    r.maxstring = r.maxlong = r.maxother = 80
+    return r
+
+
+_REPR = _bounded_repr()
 
 
 def _short(value: object, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    """``repr(value)`` cut to ``limit`` characters, rendering no more than it shows: a nested value
+    (a YAML alias bomb expands to billions of items) is walked a few levels and items deep, and a
+    huge integer is named by its size (Python will not print one of more than 4,300 digits)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        text = f"<an integer of {int(value.bit_length() * 0.30103) + 1} digits>"
+    else:
+        text = _REPR.repr(value)
+    return _cut(text, limit)
+
+
+def os_why(err: OSError) -> str:
+    """The reason of an OSError in a few words ("No such file or directory", "Too many levels of
+    symbolic links"), without the paths Python appends: the InputError names the file."""
+    return err.strerror or type(err).__name__
 
 
 class InternalError(Exception):
@@ -55,6 +88,18 @@ class InternalError(Exception):
     def __str__(self) -> str:
         return (f"internal error: {self.what}. This is a bug in dspark-sim, not in your input; please report "
                 "it with the command and the files it read").replace("\n", " ")
+
+
+class DeviceFault(Exception):
+    """The GPU failed under a command (a CUDA error): one line naming what it was running, exit
+    code 1, nothing written."""
+
+    def __init__(self, what: str):
+        super().__init__(what)
+        self.what = what
+
+    def __str__(self) -> str:
+        return _one_line(self.what)
 
 
 class Terminated(BaseException):
@@ -89,9 +134,10 @@ class ArgumentParser(argparse.ArgumentParser):
 def run_reporting_errors(fn, *args, interrupted: str = "interrupted; nothing written",
                          program: str | None = None) -> int:
     """Call a command; bad input becomes one ``error:`` line on stderr and exit code 2 (an error
-    about no file, a flag's, names ``program``), a bug one ``error: internal error`` line and exit
-    code 70. SIGINT and SIGTERM unwind the command (its temporary outputs are removed on the way)
-    and exit with 130 and 143."""
+    about no file, a flag's, names ``program``), and so does an OSError the system raised on a
+    path (a full or read-only disk); a bug one ``error: internal error`` line and exit code 1.
+    SIGINT and SIGTERM unwind the command (its temporary outputs are removed on the way) and
+    exit with 130 and 143."""
     try:
         previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     except ValueError:  # not the main thread: leave the signals to whoever owns the process
@@ -106,6 +152,12 @@ def run_reporting_errors(fn, *args, interrupted: str = "interrupted; nothing wri
     except InternalError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BUG
+    except DeviceFault as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_DEVICE
+    except OSError as err:  # the system refused a path (no space left, a read-only disk): not a bug
+        print(f"error: {InputError(err.filename or program, None, None, os_why(err))}", file=sys.stderr)
+        return EXIT_INPUT
     except KeyboardInterrupt:
         print(interrupted, file=sys.stderr)
         return EXIT_SIGINT

@@ -19,9 +19,11 @@ from dspark_sim.engines import Engine
 from dspark_sim.errors import InputError
 from dspark_sim.limits import (MAX_KV_BLOCK_TOKENS, MAX_REPLICAS, MAX_REQUESTS, MAX_RUNNING_REQUESTS, MAX_SEED,
                                MAX_TIME_SCALE, MIN_TIME_SCALE)
+from dspark_sim.metrics.outdir import check_name
 from dspark_sim.names import DOMAINS
 from dspark_sim.slo import Slo
 from dspark_sim.speculation.config import ScheduleRule, Speculation, file_path
+from dspark_sim.userfiles import existing_file
 from dspark_sim.workload import FORMATS, SyntheticConfig
 
 ROUTERS = ("round_robin", "least_outstanding", "cache_aware")
@@ -94,9 +96,7 @@ class Workload:
         if trace is not None:
             if not isinstance(trace, str):
                 raise InputError(file, s.path("trace"), trace, "expected a string")
-            kwargs["trace"] = (base / trace).resolve()
-            if not kwargs["trace"].is_file():
-                raise InputError(file, s.path("trace"), trace, "trace file not found")
+            kwargs["trace"] = existing_file(base, trace, file, s.path("trace"), "trace file not found")
         return build(cls, kwargs, file, key)
 
 
@@ -218,7 +218,7 @@ class Scenario:
     engine: Engine = field(default_factory=Engine)
 
     def __post_init__(self) -> None:
-        require(isinstance(self.name, str) and bool(self.name), "name", self.name, "expected a string")
+        check_name(self.name, None, "name")  # it names the output directory (runs/<name>)
         model, gpu = get_model(self.model, key="model"), get_gpu(self.gpu, key="gpu")
         for name, cls in (("workload", Workload), ("deployment", Deployment), ("speculation", Speculation),
                           ("slo", Slo), ("engine", Engine)):

@@ -29,7 +29,7 @@ import triton
 import triton.language as tl
 
 from . import autotune
-from .checks import check_accept_args, resolve_max_window
+from .checks import check_accept_args, nothing_accepted, resolve_max_window
 
 __all__ = ["accept", "accept_greedy"]
 
@@ -159,7 +159,9 @@ def _walk_window(
             ok = tl.where(greedy != 0, ok, tl.load(u_ptr + row) * qx < px)
         n += ((done == 0) & ok).to(tl.int32)
         done = done | (ok == 0).to(tl.int32)
-    srow = tl.minimum(start + n, N - 1)  # length 0 (no anchor row) is invalid input: stay in bounds
+    # A window of length 0 (no anchor row) samples nothing: its row only has to stay in bounds
+    # (N >= 1 here: a call with no rows launches nothing).
+    srow = tl.maximum(tl.minimum(start + n, N - 1), 0)
     ms, s, arg = _row_combine(part_m_ptr, part_s_ptr, part_i_ptr, srow, n_splits, scale, SPLITS_P2)
     return start, length, greedy, scale, n, srow, ms, s, arg, n < length - 1
 
@@ -317,7 +319,10 @@ def configs_for(args: dict) -> dict:
 
 
 def run_accept(args: dict, W: int, cfgs: dict | None = None):
-    """All passes with explicit configs (the tuner and the tests pick their own)."""
+    """All passes with explicit configs (the tuner and the tests pick their own). With no
+    logit rows at all (every window empty) nothing is launched: no accepted drafts, no token."""
+    if args["target_logits"].shape[0] == 0:
+        return nothing_accepted(args["indptr"].numel() - 1, W, args["target_logits"].device)
     cfgs = cfgs or configs_for(args)
     has_q = args["draft_probs"] is not None
     stats = launch_row_stats(args["target_logits"], args["indptr"], args["temperature"], not has_q, cfgs["row_stats"])

@@ -87,7 +87,7 @@ def default_config(kernel: str, shape: dict, n_sm: int, interpret: bool) -> dict
     if kernel == "schedule_verify":
         return {"num_warps": 8 if shape["R"] * shape["G"] >= 1024 else 4}
     block_v = 256 if interpret else (4096 if kernel.startswith("accept_row_stats") else 2048)
-    rows = shape["N"] if "N" in shape else shape["R"]
+    rows = max(1, shape["N"] if "N" in shape else shape["R"])  # a call with no rows still gets a config
     splits = max(1, min(triton_next_pow2(math.ceil(2 * n_sm / rows)), shape["V"] // block_v, 128))
     return {"BLOCK_V": block_v, "SPLITS": splits, "num_warps": 8 if block_v >= 4096 else 4, "num_stages": 1}
 

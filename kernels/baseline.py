@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .checks import check_accept_args, check_schedule_args, resolve_max_window
+from .checks import check_accept_args, check_schedule_args, nothing_accepted, resolve_max_window
 from .sps_tensors import SpsTensors
 
 __all__ = ["schedule_verify_torch", "accept_torch", "accept_greedy_torch"]
@@ -98,10 +98,10 @@ def _emit(ok, req, pos, length, indptr, draft_tokens, token_at, W: int):
     ok_mat = torch.zeros(R, W + 1, dtype=torch.int32, device=ok.device)
     ok_mat[req, pos.clamp(max=W)] = ok.int()
     accepted = torch.cumprod(ok_mat, 1).sum(1)
-    srow = (indptr[:-1] + accepted).clamp(max=N - 1)
-    tok = token_at(srow, accepted)
+    srow = (indptr[:-1] + accepted).clamp(min=0, max=N - 1)
+    tok = torch.where(length > 0, token_at(srow, accepted), -1)  # an empty window samples nothing
     j = torch.arange(W, device=ok.device)
-    drafts = draft_tokens[(indptr[:-1, None] + j).clamp(max=N - 1)].int()
+    drafts = draft_tokens[(indptr[:-1, None] + j).clamp(min=0, max=N - 1)].int()
     out = torch.where(j < accepted[:, None], drafts, torch.where(j == accepted[:, None], tok[:, None].int(), -1))
     return accepted.int(), out.int()
 
@@ -112,6 +112,8 @@ def accept_torch(
     """Torch version of :func:`dspark_sim.kernels.accept` (same contract; draft_probs required)."""
     R, N, V = check_accept_args(target_logits, indptr, draft_tokens, draft_probs, temperature, uniforms, resample_uniforms)
     W = resolve_max_window(indptr, max_window)
+    if N == 0:
+        return nothing_accepted(R, W, target_logits.device)
     req, pos, length = _windows(indptr, N)
     greedy_r = temperature <= 0
     logits = target_logits.float()
@@ -134,9 +136,11 @@ def accept_torch(
 
 def accept_greedy_torch(target_logits, indptr, draft_tokens, *, max_window=None):
     """Torch version of :func:`dspark_sim.kernels.accept_greedy`."""
-    check_accept_args(target_logits, indptr, draft_tokens, None, None, None, None)
+    R, N, _ = check_accept_args(target_logits, indptr, draft_tokens, None, None, None, None)
     W = resolve_max_window(indptr, max_window)
-    req, pos, length = _windows(indptr, target_logits.shape[0])
+    if N == 0:
+        return nothing_accepted(R, W, target_logits.device)
+    req, pos, length = _windows(indptr, N)
     arg = target_logits.argmax(-1)
     ok = arg == draft_tokens.long()
     return _emit(ok, req, pos, length, indptr, draft_tokens, lambda srow, accepted: arg[srow], W)

@@ -101,3 +101,10 @@ def resolve_max_window(indptr: torch.Tensor, max_window: int | None) -> int:
         _want(int(max_window) >= 1, lambda: f"max_window must be >= 1, got {max_window}")
         return int(max_window)
     return max(1, int((indptr[1:] - indptr[:-1]).max().item()))
+
+
+def nothing_accepted(R: int, W: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """accept's result when no request has a row to judge: ``(accepted int32 [R] of 0,
+    out_tokens int32 [R, W] of -1)`` (what every window of length 0 gives)."""
+    return (torch.zeros(R, dtype=torch.int32, device=device),
+            torch.full((R, W), -1, dtype=torch.int32, device=device))

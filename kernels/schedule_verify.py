@@ -37,12 +37,12 @@ import triton.language as tl
 from . import autotune
 from .checks import check_schedule_args
 from .schedule_parts import steps_per_sec, survival
-from .schedule_verify_multi import multi_path, run_multi
+from .schedule_paths import SINGLE_MAX, block_shape, path_for
+from .schedule_verify_multi import run_multi
 from .sps_tensors import SpsTensors
 
 __all__ = ["schedule_verify"]
 
-SINGLE_MAX = 1024  # padded R x gamma up to which one program does it all: on the H200 it won to 1,024, lost at 2,048
 _NO_LIMIT = 2**30
 
 
@@ -134,18 +134,6 @@ def _schedule_verify_kernel(
     sps = steps_per_sec(b, R, probes_ptr, sps_ptr, n_p, bias_s, bs_ptr, alpha_ptr, n_bs, m_ptr, theta_ptr, n_m,
                         ADDITIVE, LOG_P)
     tl.store(theta_out_ptr, tau * sps)
-
-
-def block_shape(R: int, gamma: int) -> tuple[int, int]:
-    """``(block_r, block_g)``: the padded request and position counts a launch works on."""
-    return max(16, triton.next_power_of_2(R)), max(2, triton.next_power_of_2(gamma))
-
-
-def path_for(R: int, gamma: int) -> str:
-    """Which implementation runs a batch: ``single`` (one program) up to :data:`SINGLE_MAX`
-    padded survivals, else ``pairwise`` or ``merge`` (:mod:`.schedule_verify_multi`)."""
-    block_r, block_g = block_shape(R, gamma)
-    return "single" if block_r * block_g <= SINGLE_MAX else multi_path(block_r * block_g)
 
 
 def table_args(sps, device):

@@ -34,11 +34,8 @@ import triton
 import triton.language as tl
 
 from .schedule_parts import steps_per_sec, survival
+from .schedule_paths import multi_path
 
-# Padded survivals up to which counting against every key beats ranking in chunks and merging.
-# On the H200 (profiles/h200/kernels_vs_sglang.json) pairwise won at 2,048-4,096 survivals and the
-# merge from 8,192 (44 against 49 us at 1,024 x 8; 54 against 61 us at 512 x 16).
-PAIRWISE_MAX = 4096
 CHUNK = {"pairwise": 1024, "merge": 2048}  # survivals per chunk (merge: ranked within, then merged)
 INDEX_BITS = tl.constexpr(31)  # a key is (survival bits << 31) + (INDEX_MASK - element index)
 INDEX_MASK = tl.constexpr(2**31 - 1)
@@ -51,11 +48,6 @@ def tiles() -> dict:
     if os.environ.get("TRITON_INTERPRET") == "1":
         return {"block_e": 256, "block_c": 1024, "merge": 65536}
     return {"block_e": 64, "block_c": 256, "merge": 4096}
-
-
-def multi_path(n: int) -> str:
-    """``pairwise`` or ``merge`` for ``n`` padded survivals."""
-    return "pairwise" if n <= PAIRWISE_MAX else "merge"
 
 
 @triton.jit(do_not_specialize=["stride_cr", "stride_lr", "R", "R_lag", "gamma", "max_len", "R_PAD", "N_PAD"])

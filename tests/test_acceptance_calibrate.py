@@ -11,6 +11,7 @@ import pytest
 
 from dspark_sim.acceptance import AcceptanceConfig, AcceptanceModel, get_preset, metrics, paper
 from dspark_sim.commands.calibrate import register
+from dspark_sim.metrics.outdir import MARKER
 from dspark_sim.acceptance.replay import serve_full_blocks
 from dspark_sim.errors import InputError
 
@@ -71,7 +72,7 @@ def test_log_jsonl_logits_gives_sglang_sts_json(tmp_path):
     assert set(sts) == SGLANG_STS_KEYS and sts["dataset"] == "mine" and sts["num_samples"] == 40000
     np.testing.assert_allclose(sts["temperatures"], temps, rtol=0.1)
     assert max(sts["ece_after"]) < 0.01 < min(sts["ece_before"])
-    assert not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".")]  # no temp files left
+    assert not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".") and p.name != MARKER]  # no temp files
 
 
 def test_log_from_the_model_recovers_its_preset(tmp_path, capsys):
@@ -134,7 +135,7 @@ BAD_INPUTS = [
     ("log", "both.csv", "c1,logit1,accepted\n" + "0.5,0.1,1\n" * 150, "either confidences"),
     ("log", "ragged.jsonl", '{"confidences": [0.5, 0.5], "accepted": 1}\n' * 149
      + '{"confidences": [0.5], "accepted": 1}\n', "for 2 positions"),
-    ("log", "broken.jsonl", '{"confidences": [0.5], "accepted": 1}\n' * 149 + "{oops\n", "not JSON"),
+    ("log", "broken.jsonl", '{"confidences": [0.5], "accepted": 1}\n' * 149 + "{oops\n", "not valid JSON"),
     ("table", "unknown.csv", "dataset,accept_len\nmyapp,3.0\n", "give its domain"),
     ("table", "short.csv", "dataset,accept_len\ngsm8k,0.9\n", "accepted length"),
     ("table", "rising.csv", "position,accept_rate\n1,0.5\n2,0.6\n", "cannot rise"),

@@ -4,6 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -166,13 +167,15 @@ def test_modules_stay_short():
 def test_serving_the_fidelity_cases_loads_no_simulator(tmp_path):
     """``fidelity.py run`` on a GPU host without the simulator's dependencies (simpy): the
     serving module and a case's launch read the scenario without importing the engine."""
+    pytest.importorskip("torch")  # the decoder (or its kernels) runs here
     case = REPO / "profiles" / "h200" / "validation" / "cases" / "long-mid__dspark.yaml"
     code = ("import sys\n"
             "from pathlib import Path\n"
             "import dspark_sim.validation.serve as serve\n"
+            "import dspark_sim.engine.admission  # the serving loop's refusals\n"
             "from dspark_sim.kernels.decoder.launch import load_launch\n"
             f"load_launch(Path({str(case)!r}), synthetic=True, device='cpu', dtype='float32',\n"
-            "            max_model_len=serve.MAX_MODEL_LEN, kv_tokens=1024)\n"
+            "            max_model_len=serve.max_model_len(['long-mid']), kv_tokens=1024)\n"
             "print(sorted(m for m in ('simpy', 'dspark_sim.engine.simulator') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]

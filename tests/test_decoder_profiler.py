@@ -175,3 +175,44 @@ def test_method_none_times_the_target_alone_and_tp_rank_times_one_rank(tmp_path,
     assert main(["--gpu", "h200", "--model", "llama-3.1-8b", "--out", str(tmp_path / "o"), "--method", "none",
                  "--part", "verify,draft", "--device", "cpu"]) == 2
     assert "--method none times no drafter" in capsys.readouterr().err and not (tmp_path / "o").exists()
+
+
+def test_long_contexts_extend_a_raw_file_with_only_the_new_points(tmp_path, monkeypatch):
+    """``--verify-contexts`` and ``--prefill-cached`` past the grid, resumed from a raw file: the
+    earlier points are kept, only the long ones are timed (long levels first), the decoder holds
+    their contexts, and ``--shares`` splits the seconds as asked."""
+    import dspark_sim.kernels.profiler.__main__ as prof
+    from dspark_sim.kernels.decoder.tiny import tiny_decoder, tiny_spec
+    from dspark_sim.kernels.profiler import grid
+
+    raw = tmp_path / "raw_tiny.json"
+    old = {"provenance": {"date": "2026-01-01"}, "verify": [{"reqs": 1, "tokens": 1, "context": 512, "step_s": 1.0}],
+           "prefill": [{"kind": "none", "chunk": 16, "context": 0, "step_s": 3.0}]}
+    raw.write_text(json.dumps(old))
+    args = prof.parse_args(["--gpu", "cpu", "--model", "tiny", "--out", str(tmp_path / "b"), "--part", "verify,prefill",
+                            "--resume", str(raw), "--verify-contexts", "96,48", "--prefill-cached", "96,64",
+                            "--prefill-chunks", "16,32", "--prefill-kinds", "none", "--method", "none",
+                            "--shares", "verify=1,prefill=3", "--reps", "2", "--device", "cpu", "--max-seconds", "600"])
+    assert args.shares["verify"] == 1.0 and args.shares["prefill"] == 3.0
+    with pytest.raises(SystemExit):
+        prof.parse_args(["--gpu", "cpu", "--model", "tiny", "--out", str(tmp_path), "--shares", "verify=x"])
+    built = []
+
+    def build(a):
+        built.append(a)
+        return tiny_decoder("none", kv_tokens=4096, max_model_len=160, max_running_requests=4)
+    monkeypatch.setattr(prof, "build", build)
+    monkeypatch.setattr(prof, "model_spec", lambda a: tiny_spec())
+    monkeypatch.setattr(grid, "REQS", (1, 2))
+    assert prof.profile(args) == 0
+    new = json.loads((tmp_path / "b" / "raw_tiny.json").read_text())
+    assert old["verify"][0] in new["verify"] and old["prefill"][0] in new["prefill"]
+    assert [(r["reqs"], r["context"]) for r in new["verify"][1:]] == [(1, 96), (2, 96), (1, 48), (2, 48)]
+    assert [(r["chunk"], r["context"]) for r in new["prefill"][1:]] == [(16, 64), (32, 64), (16, 96), (32, 96)]
+    assert built
+    # the profiler's own decoder holds a request of the longest context timed
+    real = prof.parse_args(["--gpu", "h200", "--model", "qwen3-8b", "--out", str(tmp_path), "--verify-contexts",
+                            "32768,16384", "--prefill-cached", "32768", "--prefill-chunks", "64,8192"])
+    assert prof.model_len(real) == 32768 + 8192 + 64
+    assert prof.model_len(prof.parse_args(["--gpu", "h200", "--model", "qwen3-8b", "--out", str(tmp_path)])) \
+        == 4096 + 8192 + 64  # the grid's own: as before

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
-from dspark_sim.kernels.decoder.batch import make_batch
-from dspark_sim.kernels.decoder.cache import Pages
-from dspark_sim.kernels.decoder.v4_kernels import compress, index_scores, sparse_attention
+torch = pytest.importorskip("torch")
+
+from dspark_sim.kernels.decoder.batch import make_batch  # noqa: E402
+from dspark_sim.kernels.decoder.cache import Pages  # noqa: E402
+from dspark_sim.kernels.decoder.v4_kernels import compress, index_scores, sparse_attention  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # fp32 tiles multiply in TF32 on a GPU (Triton's default), exactly in the interpreter

@@ -22,15 +22,15 @@ from dspark_sim.profiling.engine_files import BenchRun, StepRows, read_engine_fi
 from dspark_sim.profiling.engine_fit import fit_step_terms, replay_scenario, step_residuals
 from dspark_sim.scenario import Scenario, load_scenario
 
-# the engines' released packages, unpacked by .ci/engines (DSPARK_ENGINES names another folder)
+# the engines' released packages, unpacked by tests/engines.sh (DSPARK_ENGINES names another folder)
 ENGINES = Path(os.environ.get("DSPARK_ENGINES", Path(__file__).resolve().parents[1] / ".engines"))
 
 
 def _released(engine: str, member: str) -> Path:
-    """A file of ``engine``'s released package as .ci/engines unpacked it (skip without it)."""
+    """A file of ``engine``'s released package as tests/engines.sh unpacked it (skip without it)."""
     path = ENGINES / engine / member
     if not path.is_file():
-        pytest.skip(f"{engine}'s released package is not unpacked under {ENGINES} (run .ci/engines)")
+        pytest.skip(f"{engine}'s released package is not unpacked under {ENGINES} (run tests/engines.sh)")
     return path
 
 

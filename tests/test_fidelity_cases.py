@@ -140,6 +140,29 @@ def test_the_report_gives_the_shared_prefix_cases_their_own_summary():
     assert "1 points: sess-mid__none." in text
 
 
+def test_runs_on_a_host_the_profile_saw_are_reported_apart_from_the_headline(tmp_path):
+    """Every GPU that timed part of the shipped profile (its provenance and the files merged into
+    it) makes a run in-sample for the host: its cases get their own section, after the unseen
+    host's headline; a run whose notes name no GPU is 'unknown'."""
+    import json
+
+    seen = sorted(report.profile_hosts())
+    assert len(seen) >= 2  # the profile merges parts timed on several H200s
+    for run, uuid in (("u", "GPU-never-profiled"), ("s", seen[-1]), ("n", None)):
+        (tmp_path / run).mkdir()
+        (tmp_path / run / "notes.json").write_text(json.dumps({"gpu_uuid": uuid, "profile_host": f"host of {run}"}))
+    m = {"output_throughput": {"real": 100.0, "sim": 103.0, "rel_error": 0.03}}
+    rows = [{"case": f"c{run}__none", "current_decoder": True, "metrics": m, "real_run": run, "passes": 1}
+            for run in ("s", "u", "n")]
+    assert [(k, [r["real_run"] for r in g]) for k, g in report.host_groups(rows, tmp_path)] == [
+        ("unseen", ["u"]), ("seen", ["s"]), ("unknown", ["n"])]
+    text = report.markdown(rows, fidelity.summarise(rows), {}, real_root=tmp_path)
+    head, seen_part = text.split("## The current decoder on a host the profile saw")
+    assert "one the profile never saw" in head and "1 points: cu__none." in head
+    assert "- `s`: host of s" in seen_part and "1 points: cs__none." in seen_part
+    assert "## The current decoder on a host its notes do not name" in seen_part
+
+
 def test_the_shipped_tp2_cases_are_remade_exactly_and_the_decoder_reads_them_at_tp_2(tmp_path):
     """``benchmarks/fidelity.py cases --model qwen3-32b --tp 2 --traces syn-light syn-mid`` wrote them."""
     pytest.importorskip("torch")

@@ -89,6 +89,53 @@ def test_windows_of_one_row():
     assert_same((acc, out), accept_ref(**args, max_window=W))
 
 
+def _no_rows_args(R: int, V: int) -> dict:
+    """accept's arguments for R requests whose windows are all empty (no logit row at all)."""
+    return dict(target_logits=torch.empty(0, V, dtype=torch.bfloat16, device=DEVICE),
+                indptr=torch.zeros(R + 1, dtype=torch.int32, device=DEVICE),
+                draft_tokens=torch.empty(0, dtype=torch.int64, device=DEVICE),
+                draft_probs=torch.empty(0, V, device=DEVICE), temperature=torch.ones(R, device=DEVICE),
+                uniforms=torch.empty(0, device=DEVICE), resample_uniforms=torch.rand(R, device=DEVICE))
+
+
+@pytest.mark.parametrize("R", [1, 3])
+def test_no_rows_at_all_accepts_nothing(R):
+    """A step whose prompt chunks all stop short of their prompts judges no row: N = 0. The
+    kernels return no token for every request (as the reference does) and launch nothing
+    that could read row -1 - on a GPU that read faulted."""
+    args, want = _no_rows_args(R, 300), ([0] * R, [[-1] * 4] * R)
+    for fn in (accept, accept_ref, accept_torch):
+        acc, out = fn(**args, max_window=4)
+        assert (acc.tolist(), out.tolist()) == want
+    for fn in (accept_greedy, accept_greedy_torch):
+        acc, out = fn(args["target_logits"], args["indptr"], args["draft_tokens"], max_window=4)
+        assert (acc.tolist(), out.tolist()) == want
+
+
+def test_empty_windows_beside_full_ones_match_the_reference():
+    """Requests of length 0 (at the start, between others and at the end, where the row
+    they would sample lies past the last one) emit nothing; the others are judged as alone."""
+    args, W = accept_case(3, 3, 300, DEVICE, seed=11)
+    lengths = torch.tensor([0, 4, 0, 4, 4, 0], dtype=torch.int32)
+    indptr = torch.cat([torch.zeros(1, dtype=torch.int32), torch.cumsum(lengths, 0, dtype=torch.int32)])
+    args = dict(args, indptr=indptr.to(DEVICE), temperature=torch.tensor([1.0, 1.0, 0.0, 0.7, 0.0, 1.0], device=DEVICE),
+                resample_uniforms=torch.rand(6, device=DEVICE))
+    ref = accept_ref(**args, max_window=W)
+    assert ref[1][[0, 2, 5]].eq(-1).all()
+    assert_same(accept(**args, max_window=W), ref)
+    assert_same(accept_greedy(args["target_logits"], args["indptr"], args["draft_tokens"], max_window=W),
+                accept_ref(**greedy_args(args), max_window=W))
+    assert_same(accept_torch(**args, max_window=W), ref)
+
+
+def test_default_configs_take_a_shape_with_no_rows():
+    from dspark_sim.kernels import autotune
+
+    for kernel, shape in [("accept_row_stats", {"V": 300, "N": 0}), ("accept_residual", {"V": 300, "R": 0})]:
+        cfg = autotune.default_config(kernel, shape, 132, interpret=False)
+        assert cfg["SPLITS"] >= 1 and cfg["BLOCK_V"] > 0
+
+
 @pytest.mark.parametrize("splits,block_v", [(1, 64), (3, 64), (4, 128)])
 def test_splits_and_blocks_not_dividing_vocab(splits, block_v):
     args, W = accept_case(3, 3, 1000, DEVICE, seed=splits, ragged=True)

@@ -14,7 +14,6 @@ import json
 import re
 import shutil
 import sys
-import time
 from pathlib import Path
 
 import nbclient
@@ -25,8 +24,6 @@ REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
 SHIPPED = ("01_capacity_planning", "02_policy_frontier", "03_tuning", "04_acceptance_calibration")
 KERNEL = "dspark-sim-test"
-# A notebook must run in 2 minutes on a laptop; the test allows twice that for a loaded CI box.
-MAX_WALL_S = 240
 # The sizes the test runs at (inserted after the parameters cell): every cell runs, on less work.
 SMALL = {"01_capacity_planning": {"MAX_REQUESTS": 200, "PRECISION": 0.1},
          "02_policy_frontier": {"CONCURRENCY": [1, 32, 256]},
@@ -142,13 +139,9 @@ def test_runs_top_to_bottom(name, tmp_path, kernel_name):
         assert re.search(rf"^{key} = ", nb.cells[params].source, re.MULTILINE), f"{name}: no parameter {key}"
     nb.cells.insert(params + 1, nbformat.v4.new_code_cell("\n".join(f"{k} = {v!r}" for k, v in SMALL[name].items())))
 
-    started = time.perf_counter()
+    # the timeout only keeps a hung kernel from holding the suite; speed is not asserted here
     nbclient.NotebookClient(nb, kernel_name=kernel_name, timeout=600,
                             resources={"metadata": {"path": str(work / "notebooks")}}).execute()
-    wall_s = time.perf_counter() - started
-    print(f"{name}: {wall_s:.0f} s")  # a failing cell has already raised CellExecutionError
-
-    assert wall_s < MAX_WALL_S, f"{name} took {wall_s:.0f} s"
     text = _texts(nb)
     lines, files = KEY_OUTPUT[name]
     for line in lines:

@@ -121,8 +121,11 @@ def test_skip_ahead_is_step_by_step_with_kv_every_request_holds(method, tmp_path
 
 
 @pytest.mark.parametrize("method", ["none", "production"])
-def test_skip_ahead_is_step_by_step_on_the_roofline(method, tmp_path):
-    # no measured profile for Qwen3-8B on an A100: the roofline prices the stretches
+def test_skip_ahead_is_step_by_step_on_the_roofline(method, tmp_path, monkeypatch):
+    # no profile shipped (neither measured nor projected): the roofline prices the stretches
+    from dspark_sim.cost import profile
+
+    monkeypatch.setattr(profile, "shipped_profile_path", lambda gpu, model: None)
     with pytest.warns(UserWarning, match="no measured profile"):
         summary = assert_identical(scenario(method, seed=4, gpu="a100"), tmp_path)
     assert summary["completed"] == 60

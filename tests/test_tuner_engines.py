@@ -1,6 +1,6 @@
 """The exports fed to the serving engines' own released code.
 
-SGLang 0.5.23 and vLLM 0.33.0 are installed by ``.ci/engines`` into ``.engines/`` (set
+SGLang 0.5.23 and vLLM 0.33.0 are installed by ``tests/engines.sh`` into ``.engines/`` (set
 ``DSPARK_ENGINES`` to use another place); ``dspark_sim.tuner.enginecheck`` runs their
 parsers, loaders, SGLang's DSpark start-up rules and its planner's budget function on the
 files (its docstring says exactly what is exercised): the tuner's Qwen3-8B exports of DSpark
@@ -38,9 +38,9 @@ BASELINES = ("none", "static", "dflash", "schedule", "threshold")
 def _need_engines() -> None:
     missing = [e for e in ("sglang", "vllm") if not (ROOT / e).is_dir()]
     if missing and os.environ.get("CI"):
-        pytest.fail(f"engines {missing} not installed under {ROOT}: run .ci/engines")
+        pytest.fail(f"engines {missing} not installed under {ROOT}: run tests/engines.sh")
     if missing:
-        pytest.skip(f"engines {missing} not installed under {ROOT} (run .ci/engines)")
+        pytest.skip(f"engines {missing} not installed under {ROOT} (run tests/engines.sh)")
 
 
 @pytest.fixture(scope="module")

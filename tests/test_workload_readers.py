@@ -168,7 +168,7 @@ def test_missing_column_is_named(tmp_path, header, column):
 
 
 def test_mooncake_format_forced_on_csv_is_bad_json(tmp_path):
-    expect_error(write(tmp_path, "a.csv", AZURE), key="line 1", match="bad JSON", fmt="mooncake")
+    expect_error(write(tmp_path, "a.csv", AZURE), key="line 1", match="not valid JSON", fmt="mooncake")
 
 
 @pytest.mark.parametrize("row, key, value, match", [
@@ -200,7 +200,7 @@ def test_empty_traces(tmp_path):
 
 
 @pytest.mark.parametrize("line, key, match", [
-    ('{"timestamp": 5, "input_length": 3', "line 2", "bad JSON"),
+    ('{"timestamp": 5, "input_length": 3', "line 2", "not valid JSON"),
     ('{"timestamp": 5, "input_length": 3}', "line 2: output_length", "missing key"),
     ('[1, 2, 3]', "line 2", "JSON object"),
     ('{"timestamp": 5, "input_length": -1, "output_length": 2}', "line 2: input_length", "in [1, "),

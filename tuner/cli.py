@@ -125,7 +125,8 @@ def new_settings(args):
     from dspark_sim.config import build
     from dspark_sim.slo import Slo
     from dspark_sim.tuner.objective import Target
-    from dspark_sim.tuner.scenarios import load_base
+    from dspark_sim.tuner.engines import check_space
+    from dspark_sim.tuner.scenarios import load_base, to_scenario
     from dspark_sim.tuner.space import load_space
     from dspark_sim.tuner.tune import BASELINES, Settings
 
@@ -144,11 +145,13 @@ def new_settings(args):
             raise InputError(None, "--baselines", b, f"expected some of {','.join(BASELINES)}")
     seed = base.get("seed", 0) if args.seed is None else args.seed
     n_seeds = args.seeds or 2
-    return Settings(base, target, load_space(args.space), trials=args.trials or 200,
-                    baseline_trials=(args.trials or 200) if args.baseline_trials is None else args.baseline_trials,
-                    baselines=baselines, seeds=tuple(seed + i for i in range(n_seeds)),
-                    confirm_seeds=tuple(seed + n_seeds + i for i in range(3)), sampler_seed=seed,
-                    engine=args.engine or "sglang", repeats=args.repeats or 1)
+    settings = Settings(base, target, load_space(args.space), trials=args.trials or 200,
+                        baseline_trials=(args.trials or 200) if args.baseline_trials is None else args.baseline_trials,
+                        baselines=baselines, seeds=tuple(seed + i for i in range(n_seeds)),
+                        confirm_seeds=tuple(seed + n_seeds + i for i in range(3)), sampler_seed=seed,
+                        engine=args.engine or "sglang", repeats=args.repeats or 1)
+    check_space(settings.engine_space(), to_scenario(base).deployment, args.space or args.scenario)
+    return settings
 
 
 def default_baselines(model: str) -> tuple[str, ...]:
@@ -166,8 +169,20 @@ DEFINING = ("gpu", "scenario", "model", "drafter", "engine", "objective", "slo_t
             "slo_ttft_ms", "seed", "seeds", "baselines", "space")
 
 
-def settings_for(args, url: str):
-    """(study name, settings): the flags' settings, or a stored study's when it exists.
+def study_of(args):
+    """(study name, the flags' settings or None): the name ``--study`` gives, else the one the
+    settings make; it names the output directory, so it must be a plain name."""
+    from dspark_sim.metrics.outdir import check_name
+
+    given = [k for k in DEFINING if getattr(args, k) is not None]
+    fresh = new_settings(args) if given or not args.study else None
+    name = args.study or study_name(fresh.base, fresh.target.objective)
+    return check_name(name, None, "--study"), fresh
+
+
+def settings_for(args, url: str, named: tuple | None = None):
+    """(study name, settings): the flags' settings, or a stored study's when it exists
+    (``named``: :func:`study_of`'s answer, when the caller has it already).
 
     Resuming needs only ``--study``. Flags given along with an existing study
     must define the same study (another machine joining it runs the same
@@ -175,11 +190,11 @@ def settings_for(args, url: str):
     """
     from dataclasses import replace
 
+    from dspark_sim.tuner import storage
     from dspark_sim.tuner.tune import stored_settings
 
-    given = [k for k in DEFINING if getattr(args, k) is not None]
-    fresh = new_settings(args) if given or not args.study else None
-    name = args.study or study_name(fresh.base, fresh.target.objective)
+    name, fresh = named or study_of(args)
+    storage.check_sqlite(url, exists=fresh is None, write=True)
     stored = stored_settings(url, name)
     if stored is None:
         if fresh is None:
@@ -196,13 +211,15 @@ def settings_for(args, url: str):
 
 
 def run_tune(args) -> int:
+    from dspark_sim.metrics.outdir import check_out
     from dspark_sim.tuner import storage
     from dspark_sim.tuner.tune import tune
 
     check_flags(args)
     url = storage.check_url(args.storage) if args.storage else storage.default_url()
-    name, settings = settings_for(args, url)
-    out = Path(args.out) if args.out else Path("runs") / name
+    named = study_of(args)
+    out = check_out(Path(args.out) if args.out else Path("runs") / named[0])  # before any trial runs
+    name, settings = settings_for(args, url, named)
     winners = tune(settings, url, name, out, workers=args.workers, timeout_s=args.timeout,
                    show_progress=not args.quiet)
     print((out / "report.md").read_text().split("\n## ")[0].strip())
@@ -214,10 +231,13 @@ def run_tune(args) -> int:
 
 
 def run_export(args) -> int:
+    from dspark_sim.metrics.outdir import check_name, output_folder
     from dspark_sim.tuner import storage
     from dspark_sim.tuner.tune import record_of, stored_settings, write_exports
 
+    check_name(args.study, None, "--study")
     url = storage.check_url(args.storage) if args.storage else storage.default_url()
+    storage.check_sqlite(url, exists=True, write=False)  # reading a study creates no database
     # NAME, NAME.<baseline>, NAME.rN or NAME.<baseline>.rN: the settings live on NAME
     parts = args.study.split(".")
     settings = next((found for i in range(len(parts), 0, -1)
@@ -226,10 +246,10 @@ def run_export(args) -> int:
         raise InputError(None, "--study", args.study, f"no dspark-tune study of that name in {url}")
     record = record_of(url, args.study, args.trial, list(settings.seeds))
     study = record.get("study", args.study)  # the DSpark study's winner may be another repeat's
-    out = Path(args.out) if args.out else Path("runs") / study / f"trial-{record['trial']}"
-    # each file is written atomically; other formats already in ``out`` stay
-    files, notes = write_exports(settings.base, record, study, out, [args.format], out,
-                                 settings.target.describe(), settings.engine)
+    # each file is written atomically; other formats already in the folder stay
+    with output_folder(Path(args.out) if args.out else Path("runs") / study / f"trial-{record['trial']}") as out:
+        files, notes = write_exports(settings.base, record, study, out, [args.format], out,
+                                     settings.target.describe(), settings.engine)
     for note in notes:
         print(note)
     if files:

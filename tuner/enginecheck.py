@@ -4,7 +4,7 @@
     python -m dspark_sim.tuner.enginecheck vllm DIR [DIR ...] --engines ROOT
 
 ``ROOT/sglang`` and ``ROOT/vllm`` hold the released wheels' Python code, unpacked
-without dependencies or compiled kernels by ``.ci/engines``; the modules their
+without dependencies or compiled kernels by ``tests/engines.sh``; the modules their
 config code imports come with the ``[engines]`` extra. Each check runs in a child process that puts
 one engine on ``sys.path``, and prints one JSON line of what the engine's code
 returned; a rejection is an exception from that code. What is exercised:

@@ -24,6 +24,7 @@ import yaml
 
 from dspark_sim.catalog import get_model
 from dspark_sim.catalog.drafters import PLACEHOLDER, has_mtp, published_drafter
+from dspark_sim.errors import InputError
 from dspark_sim.metrics.outdir import atomic_write_text
 from dspark_sim.scenario import Scenario
 from dspark_sim.tuner.exports import SPS_FILE, STS_FILE
@@ -64,6 +65,38 @@ def drafter_checkpoint(s: Scenario) -> str | None:
                   f"{PLACEHOLDER!r}, which the engines refuse; pass --drafter PATH (or set "
                   "speculation.drafter_checkpoint)")
     return PLACEHOLDER
+
+
+def check_space(space, deployment, file) -> None:
+    """Refuse, when a study is created, a search space (as restricted for the engine tuned for)
+    holding a value an exported engine file would refuse, or run otherwise than the simulator
+    scored it: every format is exported whichever engine was tuned for. ``deployment``: the
+    base scenario's, for the knobs the space leaves to it; ``file``: the space file named.
+
+    * vLLM 0.33.0 ``SchedulerConfig.verify_max_model_len`` raises when max-num-batched-tokens <
+      max-num-seqs (both split alike over data-parallel ranks, so the replica's caps decide).
+    * SGLang 0.5.23 runs the DSpark confidence relay at a lag of at least one step, so a lag of 0
+      would be scored but never run.
+    """
+    dep, dspark = space.sections["deployment"], space.sections.get("dspark", {})
+    seqs = _extreme(dep.get("max_running_requests"), max, deployment.max_running_requests)
+    tokens = _extreme(dep.get("max_batched_tokens"), min, deployment.max_batched_tokens)
+    if tokens < seqs:
+        raise InputError(file, "deployment.max_batched_tokens", tokens,
+                         f"below the largest max_running_requests the space allows ({seqs}): vLLM refuses "
+                         "max-num-batched-tokens < max-num-seqs; raise the one or lower the other")
+    lag = _extreme(dspark.get("lag_steps"), min, 1)
+    if lag < 1:
+        raise InputError(file, "dspark.lag_steps", lag, "SGLang runs the confidence relay at a lag of at least "
+                         "1 step, so a lag of 0 would be scored but never run: give values >= 1")
+
+
+def _extreme(knob, pick, default):
+    """The least or greatest (``pick``) value a knob can take; ``default`` for a knob not searched."""
+    if knob is None:
+        return default
+    values = (knob.low, knob.high) if hasattr(knob, "low") else [v for v in knob.values if v is not None]
+    return pick(values) if values else default
 
 
 def not_expressible(s: Scenario, engine: str) -> str | None:

@@ -161,8 +161,12 @@ def headline(table: list[dict], unit: str, compared: dict | None = None) -> str:
     methods = (compared or {}).get("methods", {})
     others = {m: e for m, e in methods.items() if m != "dspark" and e.get("mean") is not None}
     if not others:
-        baselines = any(r["job"].method != "dspark" for r in table) or len(methods) > 1
-        return text + (" No baseline meets the SLO." if baselines else " No baseline was compared (--baselines '').")
+        studies = [e for m, e in methods.items() if m != "dspark"]
+        if any(sum(e.get("completed", ())) for e in studies):
+            return text + " No baseline meets the SLO."
+        if studies:
+            return text + " No baseline was compared: no baseline trial completed (--baseline-trials 0?)."
+        return text + " No baseline was compared (--baselines '')."
     best = max(others, key=lambda m: others[m]["mean"])
     n = compared["repeats"]
     return (text + f" Over {n} repeat{'s' if n > 1 else ''} of every study, the best baseline is "

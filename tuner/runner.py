@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import optuna
 from optuna.trial import TrialState
 
+from dspark_sim.errors import Terminated
 from dspark_sim.tuner import storage
 from dspark_sim.tuner.objective import Target, score
 from dspark_sim.tuner.progress import Progress
@@ -135,8 +136,10 @@ class OrphanGuard:
 
 
 def _terminate(signum, frame):
-    """SIGTERM as an exit, so that ``run`` stops its workers on the way out."""
-    raise SystemExit(128 + signum)
+    """SIGTERM as :class:`~dspark_sim.errors.Terminated`, so that ``run`` stops its workers on the
+    way out and the command ends in its one line (exit 143)."""
+    signal.signal(signum, signal.SIG_IGN)  # a second signal must not cut the clean-up short
+    raise Terminated()
 
 
 class FailureGuard:

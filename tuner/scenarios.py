@@ -18,6 +18,7 @@ from dspark_sim.catalog import get_gpu, get_model
 from dspark_sim.catalog.drafters import (PLACEHOLDER, Drafter, absolute_checkpoint, check_checkpoint,
                                          published_drafter, trained_block_of)
 from dspark_sim.config import load_yaml, located
+from dspark_sim.userfiles import resolved
 from dspark_sim.scenario import Scenario
 from dspark_sim.tuner.space import tier_ladder
 
@@ -38,7 +39,7 @@ def load_base(path: str | Path, *, gpu: str | None = None, model: str | None = N
         get_gpu(gpu, key="--gpu")  # a flag's error names the flag, not the scenario it overrides
     if model is not None:
         get_model(model, key="--model")
-    path = Path(path).resolve()
+    path = resolved(path, None, "--scenario")
     raw = load_yaml(path)
     Scenario.from_dict(raw, file=path)  # the file itself must be valid before anything is changed
     raw = rebase_paths(raw, path.parent, None)

@@ -9,7 +9,10 @@ running. Heartbeats mark such orphans FAILED after ``GRACE_S`` and
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
+import stat
 import time
 import warnings
 from importlib.util import find_spec
@@ -19,7 +22,7 @@ import numpy as np
 import optuna
 import sqlalchemy
 
-from dspark_sim.errors import InputError
+from dspark_sim.errors import InputError, os_why
 
 DEFAULT_DB = Path("runs") / "dspark-tune.db"
 HEARTBEAT_S = 10
@@ -29,7 +32,8 @@ SCHEMA_ATTEMPTS = 5  # opening a fresh database that other processes are creatin
 
 
 def default_url(db: Path = DEFAULT_DB) -> str:
-    """``sqlite:///runs/dspark-tune.db`` (:func:`open_storage` creates the directory)."""
+    """``sqlite:///runs/dspark-tune.db`` (:func:`open_storage` creates its directory, the only
+    one it creates: another SQLite file's directory must exist)."""
     return f"sqlite:///{db}"
 
 
@@ -39,6 +43,56 @@ def check_url(url: str) -> str:
     if "://" not in url or scheme not in SCHEMES:
         raise InputError(None, "--storage", url, f"expected a URL of {', '.join(SCHEMES)} (e.g. sqlite:///study.db)")
     return url
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file of a SQLite URL; None for another database, an in-memory one or a URI filename."""
+    if not url.startswith("sqlite"):
+        return None
+    database = sqlalchemy.engine.make_url(url).database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return Path(database)
+
+
+def check_sqlite(url: str, *, exists: bool, write: bool) -> None:
+    """Refuse, before Optuna opens it, a SQLite study file that cannot serve: the file must exist
+    when ``exists`` (reading or resuming a study creates no database), else its directory must
+    (the default's, runs/, is made); ``write``: the file and its directory must be writable
+    (SQLite keeps its journal beside the file). Nothing is created here."""
+    query = url.split("?", 1)[1] if "?" in url else ""
+    if write and url.startswith("sqlite") and any(q in ("mode=ro", "immutable=1") for q in query.split("&")):
+        raise InputError(None, "--storage", _shown(url), "opens the file read-only: a study writes its file")
+    path = sqlite_file(url)
+    if path is None:
+        return
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as err:
+        raise InputError(None, "--storage", _shown(url), f"cannot open: {os_why(err)}") from None
+    folder = Path(os.path.abspath(path)).parent
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise InputError(None, "--storage", _shown(url), "is not a regular file")
+    if st is None and exists:
+        raise InputError(None, "--storage", _shown(url), "no such file: no study is stored there")
+    if st is None and path != DEFAULT_DB and not folder.is_dir():
+        raise InputError(None, "--storage", _shown(url), f"{folder} is not an existing directory: create it first")
+    writable = (st is None or os.access(path, os.W_OK)) and (not folder.is_dir() or os.access(folder, os.W_OK))
+    if write and not writable:
+        raise InputError(None, "--storage", _shown(url), "is read-only: a study writes its file and, beside it, "
+                         "SQLite's journal")
+
+
+@contextlib.contextmanager
+def writing(url: str):
+    """Turn a storage that refuses a write (a read-only file, a full disk) into one InputError."""
+    try:
+        yield
+    except (optuna.exceptions.StorageInternalError, sqlalchemy.exc.SQLAlchemyError) as err:
+        cause = getattr(err.__cause__, "orig", None) or getattr(err, "orig", None) or err.__cause__ or err
+        raise InputError(None, "--storage", _shown(url), f"cannot write: {str(cause).splitlines()[0]}") from None
 
 
 def driver_url(url: str) -> str:
@@ -60,9 +114,8 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
     if sqlite:
         # several local workers write to one file: wait for the lock instead of failing
         engine_kwargs["connect_args"] = {"timeout": 60}
-        database = sqlalchemy.engine.make_url(url).database
-        if database and database != ":memory:":
-            Path(database).parent.mkdir(parents=True, exist_ok=True)
+        if sqlite_file(url) == DEFAULT_DB:
+            DEFAULT_DB.parent.mkdir(parents=True, exist_ok=True)
     for attempt in range(SCHEMA_ATTEMPTS):
         try:
             with warnings.catch_warnings():  # heartbeats are "experimental" since Optuna 2.8

@@ -19,7 +19,7 @@ from dspark_sim.catalog import get_model
 from dspark_sim.catalog.drafters import chain_baseline_drafter
 from dspark_sim.metrics.record import write_provenance
 from dspark_sim.provenance import basis, provenance_line, scenario_provenance
-from dspark_sim.tuner import engines, exports, honour, repeats, report
+from dspark_sim.tuner import engines, exports, honour, repeats, report, storage
 from dspark_sim.tuner.confirm import confirm, winner_interval
 from dspark_sim.tuner.objective import Target, feasible
 from dspark_sim.tuner.runner import Job, run
@@ -127,8 +127,9 @@ def tune(settings: Settings, url: str, name: str, out: Path, *, workers: int = 1
     """Run (or resume) the studies, confirm winners, write ``out``; returns the winners by study."""
     started = time.monotonic()
     jobs = settings.jobs(url, name)
-    main = jobs[0].open()
-    main.set_user_attr("settings", settings.to_json())
+    with storage.writing(url):  # the first write: a storage that refuses it stops the tune in one line
+        main = jobs[0].open()
+        main.set_user_attr("settings", settings.to_json())
     run(jobs, workers, timeout_s, show_progress)
     winners = confirm(jobs, list(settings.confirm_seeds), workers)
     picks = repeats.chosen(jobs, winners)

@@ -16,7 +16,7 @@ with its domain given. Every problem is an InputError naming file, key, value.
 from __future__ import annotations
 
 import csv
-import json
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +27,7 @@ from dspark_sim.acceptance.preset import MAX_POSITIONS
 from dspark_sim.config import parse_yaml
 from dspark_sim.errors import InputError
 from dspark_sim.names import DOMAINS
+from dspark_sim.userfiles import parse_json, read_text
 
 MIN_LOG_ROWS = 100
 _CLIP = 1e-6  # confidences of exactly 0 or 1 have no logit
@@ -53,7 +54,7 @@ def read_log(path: str | Path) -> ConfidenceLog:
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix == ".csv":
-        rows = [(f"line {i}", r) for i, r in enumerate(_read_csv(path), start=2)]
+        rows = [(f"line {i}", r) for i, r in enumerate(_read_csv(path, "log"), start=2)]
     elif suffix in (".jsonl", ".ndjson"):
         rows = list(_read_jsonl(path))
     else:
@@ -87,25 +88,19 @@ def read_table(path: str | Path) -> AcceptanceTable:
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix == ".csv":
-        return _table_from_csv(path, _read_csv(path))
+        return _table_from_csv(path, _read_csv(path, "table"))
     if suffix in (".yaml", ".yml"):
-        try:
-            text = path.read_text()
-        except OSError as err:
-            raise InputError(path, None, None, f"cannot read: {err.strerror}") from None
-        doc = parse_yaml(text, path)
+        doc = parse_yaml(read_text(path, "table"), path)
         if not isinstance(doc, dict):
             raise InputError(path, None, type(doc).__name__, "must be a mapping")
         return _table_from_yaml(path, doc)
     raise InputError(path, None, suffix or path.name, "a table must be .csv, .yaml or .yml")
 
 
-def _read_csv(path: Path) -> list[dict]:
+def _read_csv(path: Path, kind: str) -> list[dict]:
+    """The rows of a CSV file (a ``kind`` of :data:`dspark_sim.userfiles.MAX_BYTES`) by lower-case column."""
     try:
-        with open(path, newline="") as f:
-            rows = list(csv.DictReader(f))
-    except OSError as err:
-        raise InputError(path, None, None, f"cannot read: {err.strerror}") from None
+        rows = list(csv.DictReader(io.StringIO(read_text(path, kind), newline="")))
     except csv.Error as err:
         raise InputError(path, None, None, f"not valid CSV: {err}") from None
     if not rows:
@@ -114,17 +109,10 @@ def _read_csv(path: Path) -> list[dict]:
 
 
 def _read_jsonl(path: Path):
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as err:
-        raise InputError(path, None, None, f"cannot read: {err.strerror}") from None
-    for i, line in enumerate(lines, start=1):
+    for i, line in enumerate(read_text(path, "log").splitlines(), start=1):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise InputError(path, f"line {i}", line[:40], f"not JSON: {err.msg}") from None
+        row = parse_json(line, path, f"line {i}")
         if not isinstance(row, dict):
             raise InputError(path, f"line {i}", row, "each line must be a JSON object")
         yield f"line {i}", row

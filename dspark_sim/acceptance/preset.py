@@ -11,7 +11,6 @@ Positions past the fitted seven are extrapolated on load (see ``extend``).
 """
 from __future__ import annotations
 
-import json
 import re
 import warnings
 from dataclasses import asdict, dataclass, fields, replace
@@ -22,6 +21,7 @@ import numpy as np
 
 from dspark_sim.acceptance.paper import DATASETS
 from dspark_sim.errors import InputError
+from dspark_sim.userfiles import read_json
 from dspark_sim.names import DOMAINS, DRAFTERS
 
 MAX_POSITIONS = 16  # the largest block size (gamma) a scenario may ask for
@@ -102,11 +102,11 @@ class PresetTable:
     @classmethod
     def load(cls, path: str | Path, *, file=None, key: str = "preset_file") -> PresetTable:
         """Read a preset JSON file; any problem is an InputError naming ``path``."""
+        if not Path(path).exists():
+            raise InputError(file, key, str(path), "cannot read: file not found")
+        doc = read_json(path)
         try:
-            doc = json.loads(Path(path).read_text())
             presets = [AcceptancePreset.from_json(p) for p in doc["presets"]]
-        except OSError as err:
-            raise InputError(file, key, str(path), f"cannot read: {err.strerror}") from None
         except (ValueError, KeyError, TypeError) as err:
             raise InputError(path, "presets", None, f"not a preset file: {err}") from None
         if not presets:

@@ -1,22 +1,19 @@
 """SGLang's STS calibration JSON: one temperature per draft position (DSPARK.md section 5)."""
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 from dspark_sim.errors import InputError
+from dspark_sim.userfiles import read_json
 
 
 def load_sts_temperatures(path: str | Path, *, file=None, key: str = "speculation.sts") -> tuple[float, ...]:
     """Temperatures from an STS JSON file; every problem is one InputError naming file and key."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(file or path, key, str(path), "file not found") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise InputError(path, None, None, f"not valid JSON ({type(err).__name__})") from None
+    if not path.exists():
+        raise InputError(file or path, key, str(path), "file not found")
+    data = read_json(path)
     temps = data.get("temperatures") if isinstance(data, dict) else None
     if not isinstance(temps, list) or not temps:
         raise InputError(path, "temperatures", temps, "expected a non-empty list, one per position")

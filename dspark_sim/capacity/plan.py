@@ -9,6 +9,7 @@ returns what ``capacity.json`` holds (rows and the recommendation from
 from __future__ import annotations
 
 import math
+import signal
 import warnings
 from dataclasses import dataclass
 from typing import Callable
@@ -298,18 +299,27 @@ def plan_all(scenario: Scenario, cfg: CapacitySettings, target: float, base_rate
             if progress:
                 progress(gpu, method, None, None)
         return plans
-    from concurrent.futures import ProcessPoolExecutor
+    import multiprocessing
 
-    with ProcessPoolExecutor(min(cfg.jobs, len(pairs))) as pool:
-        futures = [pool.submit(_plan_quietly, scenario, gpu, method, cfg.slo, target, base_rate, args)
+    # leaving the block terminates the workers at once: a stop (SIGINT, SIGTERM) or an error in one
+    # plan does not wait for the plans still running
+    with multiprocessing.Pool(min(cfg.jobs, len(pairs)), initializer=_worker_signals) as pool:
+        futures = [pool.apply_async(_plan_quietly, (scenario, gpu, method, cfg.slo, target, base_rate, args))
                    for gpu, method in pairs]
         for (gpu, method), future in zip(pairs, futures):
-            p, caught = future.result()
+            p, caught = future.get()
             once.replay(warnings.WarningMessage(text, category, "", 0) for text, category in caught)
             plans.append(p)
             if progress:
                 progress(gpu, method, None, None)
     return plans
+
+
+def _worker_signals() -> None:
+    """A worker leaves stopping to the parent: it ignores SIGINT (a terminal's Ctrl-C reaches every
+    process of the group) and dies on the parent's SIGTERM at once, without a traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _plan_quietly(scenario, gpu, method, slo, target, base_rate, args) -> tuple[Plan, list]:

@@ -14,7 +14,6 @@ For a chain drafter (EAGLE-3, MTP) it is the number of chained steps trained.
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from pathlib import Path
 from dspark_sim.catalog.presets import MODELS, get_model
 from dspark_sim.config import check_choice, check_int, require
 from dspark_sim.errors import InputError
+from dspark_sim.userfiles import read_json, resolved
 from dspark_sim.names import DRAFTERS
 
 PLACEHOLDER = "FILL-ME-drafter-checkpoint"  # what exports carry when no drafter is known
@@ -102,7 +102,7 @@ def absolute_checkpoint(value, base: Path):
     if not isinstance(value, str) or not is_path(value):
         return value
     path = Path(value).expanduser()
-    return str((path if path.is_absolute() else base / path).resolve())
+    return str(resolved(path if path.is_absolute() else base / path, None, "drafter"))
 
 
 def check_checkpoint(value, key: str = "drafter_checkpoint") -> None:
@@ -127,10 +127,9 @@ def trained_block_of(checkpoint: str) -> int | None:
     config = Path(checkpoint) / "config.json"
     if not config.is_file():
         return None
-    try:
-        data = json.loads(config.read_text())
-    except (OSError, ValueError):
-        raise InputError(config, None, None, "unreadable drafter config.json") from None
+    data = read_json(config)
+    if not isinstance(data, dict):
+        raise InputError(config, None, type(data).__name__, "a drafter config.json must be a JSON object")
     for value in (data.get("block_size"), data.get("dspark_block_size"),
                   (data.get("dflash_config") or {}).get("block_size")):
         if isinstance(value, int) and not isinstance(value, bool) and value >= 1:

@@ -29,7 +29,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--drafter", default="dspark", choices=DRAFTERS, help="drafter of the base preset")
     p.add_argument("--target", default="qwen3-8b", help="target model of the base preset (nearest is used)")
     p.add_argument("--domain", choices=DOMAINS, help="--log only: the log's domain (default: all domains)")
-    p.add_argument("--out", default="calibration", metavar="DIR", help="output folder (default: calibration)")
+    p.add_argument("--out", default="calibration", metavar="DIR",
+                   help="output folder, written whole (default: calibration)")
     p.add_argument("--name", help="dataset label in sts.json (default: the input's file name)")
     p.add_argument("--seed", type=int, default=0, help="seed of the fitting draws")
     p.add_argument("--plot", action="store_true", help="also write reliability.png (before/after STS)")
@@ -42,8 +43,10 @@ def run(args: argparse.Namespace) -> int:
     from dspark_sim.acceptance import calibrate, inputs
     from dspark_sim.config import check_int
     from dspark_sim.limits import MAX_SEED
+    from dspark_sim.metrics.outdir import atomic_dir, check_out
 
     check_int(args.seed, "--seed", 0, MAX_SEED)
+    out = check_out(Path(args.out))
     source = Path(args.table or args.log)
     name = args.name or source.name
     if args.table:
@@ -51,11 +54,12 @@ def run(args: argparse.Namespace) -> int:
     else:
         cal = calibrate.from_log(inputs.read_log(source), args.drafter, args.target, domain=args.domain,
                                  seed=args.seed, name=name)
-    paths = calibrate.write(cal, args.out, drafter=args.drafter, target=args.target, seed=args.seed,
-                            plot=args.plot)
+    with atomic_dir(out) as tmp:  # the folder whole: no file of it without the others
+        paths = calibrate.write(cal, tmp, drafter=args.drafter, target=args.target, seed=args.seed,
+                                plot=args.plot)
     _print(cal)
     for path in paths:
-        print(f"wrote {path}")
+        print(f"wrote {out / path.name}")
     return 0
 
 

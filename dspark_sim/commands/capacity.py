@@ -17,7 +17,7 @@ from dspark_sim.capacity.search import OnceWarnings
 from dspark_sim.config import build
 from dspark_sim.errors import InputError
 from dspark_sim.methods import method_speculation
-from dspark_sim.metrics.outdir import atomic_dir
+from dspark_sim.metrics.outdir import atomic_dir, check_out
 from dspark_sim.scenario import Scenario, load_scenario
 from dspark_sim.slo import RULES, Slo
 
@@ -97,7 +97,7 @@ def _progress_bar(total: int, quiet: bool):
 def run(args) -> int:
     scenario = load_scenario(args.scenario)
     cfg = settings(args, scenario)
-    out = Path(args.out) if args.out else Path("runs") / f"{scenario.name}-capacity"
+    out = check_out(Path(args.out) if args.out else Path("runs") / f"{scenario.name}-capacity")
     bar = _progress_bar(len(cfg.gpus) * len(cfg.methods), args.quiet)
     try:
         report = capacity(scenario, cfg, bar, OnceWarnings(bar.quiet_writer))

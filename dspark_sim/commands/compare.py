@@ -8,7 +8,7 @@ from dspark_sim.config import check_int
 from dspark_sim.errors import InputError
 from dspark_sim.limits import MAX_RUNNING_REQUESTS
 from dspark_sim.methods import METHOD_HELP, method_speculation
-from dspark_sim.metrics.outdir import atomic_dir
+from dspark_sim.metrics.outdir import atomic_dir, check_out
 from dspark_sim.scenario import load_scenario
 from dspark_sim.provenance import provenance_line
 from dspark_sim.sweep import format_table, plot, provenance_by_method, sweep
@@ -38,7 +38,7 @@ def run(args) -> int:
         method_speculation(m, scenario.speculation, "--methods")
     concurrency = _ints(args.concurrency, "--concurrency", MAX_RUNNING_REQUESTS)
     check_int(args.requests, "--requests", 1, MAX_POINT_REQUESTS, optional=True)
-    out = Path(args.out) if args.out else Path("runs") / f"{scenario.name}-compare"
+    out = check_out(Path(args.out) if args.out else Path("runs") / f"{scenario.name}-compare")
     from tqdm import tqdm
 
     bar = tqdm(total=len(methods) * len(concurrency), unit="point", disable=args.quiet, leave=False)

@@ -2,13 +2,25 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
+from dspark_sim.errors import InputError
+from dspark_sim.metrics.outdir import check_out
 from dspark_sim.validation.validate import format_rows, validate
 
 
+def default_out(real: Path) -> Path:
+    """``<real>-validate``, beside the real run's directory."""
+    if real.name in ("", ".", ".."):
+        real = Path(os.path.abspath(real))
+    if not real.name:
+        raise InputError(None, "--out", None, f"--real {real} has no directory beside it: give --out")
+    return real.with_name(real.name + "-validate")
+
+
 def run(args) -> int:
-    out = Path(args.out) if args.out else Path(args.real).with_name(Path(args.real).name + "-validate")
+    out = check_out(Path(args.out) if args.out else default_out(Path(args.real)))
     rows = validate(Path(args.scenario), Path(args.real), out)
     print(json.dumps(rows, indent=2) if args.json else format_rows(rows))
     if not args.json:

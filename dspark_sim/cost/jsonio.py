@@ -2,40 +2,22 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
+from dspark_sim import userfiles
 from dspark_sim.errors import InputError
-from dspark_sim.metrics.outdir import usual_mode
+from dspark_sim.metrics.outdir import atomic_write_text
 
 
 def read_json(path: str | Path) -> object:
     """Decoded JSON of ``path``; :class:`InputError` when it cannot be read or parsed."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as err:
-        raise InputError(path, None, None, f"cannot read: {err.strerror}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as err:
-        raise InputError(path, f"line {err.lineno}", None, f"not valid JSON: {err.msg}") from None
+    return userfiles.read_json(path)
 
 
 def write_json_atomic(path: str | Path, data: object, *, indent: int | None = 1) -> None:
-    """Write ``data`` as JSON through a temporary file and a rename, so no reader sees half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=indent, allow_nan=False)
-            fh.write("\n")
-        usual_mode(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write ``data`` as JSON through a temporary file and a rename, so no reader sees half a file
+    (:func:`dspark_sim.metrics.outdir.atomic_write_text`: nothing is left when it fails)."""
+    atomic_write_text(path, json.dumps(data, indent=indent, allow_nan=False) + "\n")
 
 
 def with_file(err: InputError, file, prefix: str = "") -> InputError:

@@ -42,12 +42,14 @@ ROW_OPTIONAL = {"step": {"host_s": (float, None)}, "verify": {"max_context": (in
 
 @dataclass(frozen=True)
 class HeldOut:
-    """Relative error |predicted / measured - 1| on grid points left out of the fit."""
+    """Relative error |predicted / measured - 1| on grid points left out of the fit; the
+    median of the signed error (predicted / measured - 1) where it was recorded."""
 
     median_rel_err: float
     p90_rel_err: float
     max_rel_err: float
     num_points: int
+    median_signed_err: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("median_rel_err", "p90_rel_err", "max_rel_err"):
@@ -138,7 +140,8 @@ class Profile:
             for f in fields(self) if f.name not in ("format_version", "draft", "held_out", "host", "comm")},
             "draft": {k: dataclasses.asdict(v) for k, v in self.draft.items()},
             "host": {k: dataclasses.asdict(v) for k, v in self.host.items()},
-            "held_out": {k: dataclasses.asdict(v) for k, v in self.held_out.items()}}
+            "held_out": {k: {f: x for f, x in dataclasses.asdict(v).items() if x is not None}
+                         for k, v in self.held_out.items()}}
         if self.comm:
             out["comm"] = {str(tp): c.to_json_dict() for tp, c in sorted(self.comm.items())}
         return out
@@ -150,6 +153,8 @@ class Profile:
 
 # -- decoding -----------------------------------------------------------------------
 def _convert(value: object, kind: str, key: str):
+    if kind.endswith(" | None"):
+        return None if value is None else _convert(value, kind.removesuffix(" | None"), key)
     if kind in ("float", "int"):
         if isinstance(value, bool) or not isinstance(value, (int, float) if kind == "float" else int):
             fail(key, value, f"must be a JSON {'number' if kind == 'float' else 'integer'}")

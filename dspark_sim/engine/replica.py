@@ -317,15 +317,15 @@ class Replica:
             new = np.ones(step["num_dec"], dtype=np.int64)
             if step["p_true"] is not None:
                 drafts = step["verify_len"] - 1
-                accepted = self.ctx.acceptance.accept(step["p_true"], drafts, self.rng)
-                c["accepted_tokens"][:n][dec] += accepted
+                new += self.ctx.acceptance.accept(step["p_true"], drafts, self.rng)
                 c["verified_drafts"][:n][dec] += drafts
-                new += accepted
             left = c["output_tokens"][:n][dec] - generated[dec]
             np.minimum(new, left, out=new)
-            if step["p_true"] is not None and (done := new == left).any():  # the next plan could not know
-                rows = np.arange(n)[dec][done]
-                self.inflight.finished(c, rows, left[done], self._kv_tokens()[rows] + left[done])
+            if step["p_true"] is not None:  # accepted drafts that were emitted (a last step may accept more)
+                c["accepted_tokens"][:n][dec] += new - 1
+                if (done := new == left).any():  # the next plan could not know
+                    rows = np.arange(n)[dec][done]
+                    self.inflight.finished(c, rows, left[done], self._kv_tokens()[rows] + left[done])
             emitted = int(new.sum())
             self._decoded[0] += emitted
             self._decoded[1] += step["num_dec"]

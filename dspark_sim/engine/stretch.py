@@ -47,7 +47,7 @@ class Stretch:
     kv_tokens: np.ndarray  # int64 [K]: KV tokens each step needs (steps.csv's kv_tokens)
     generated: np.ndarray  # int64 [R]: tokens generated after the stretch
     steps_run: np.ndarray | int  # steps each request decoded ([R], or K for all)
-    accepted: np.ndarray | None = None  # int64 [R]: drafts accepted in the stretch (None: no drafts)
+    accepted: np.ndarray | None = None  # int64 [R]: drafts accepted and emitted in the stretch (None: no drafts)
     verified: np.ndarray | None = None  # int64 [R]: drafts verified in the stretch
     left_last: np.ndarray | None = None  # int64 [R]: output tokens left when its last step was planned
 
@@ -150,7 +150,7 @@ def _drafting(rep, n: int, block_size: int, left, kv0, generated, stop_s: float,
         if steps < 1:
             break
     total, several = segments.steps, len(segments.draws) > 1
-    new, accepted, verify_len = segments.matrices()
+    new, _, verify_len = segments.matrices()
     cum = np.cumsum(new, axis=0)
     kv = kv0 + (cum - new)
     if several:  # a request holds no KV of the step once it has left (every running one verifies)
@@ -170,7 +170,7 @@ def _drafting(rep, n: int, block_size: int, left, kv0, generated, stop_s: float,
     left_last = left - capped[-2] if taken > 1 else left
     return Stretch(times, step_s, parts["draft_s"], parts["sched_s"], decode[:taken], verify[:taken],
                    segments.budget[:taken], emitted, context, max_context, kv_tokens, generated + capped[-1], run,
-                   accepted[:taken].sum(axis=0), verify_len[:taken].sum(axis=0) - run, left_last)
+                   capped[-1] - run, verify_len[:taken].sum(axis=0) - run, left_last)  # drafts accepted and emitted
 
 
 class Segments:

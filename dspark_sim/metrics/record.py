@@ -24,7 +24,7 @@ REQUEST_FORMATS = {
     "request_id": "{}", "arrival_s": "{:.6f}", "prompt_tokens": "{}", "output_tokens": "{}", "domain": "{}",
     "first_scheduled_s": "{:.6f}", "first_token_s": "{:.6f}", "finish_s": "{:.6f}", "queue_delay_ms": "{:.3f}",
     "ttft_ms": "{:.3f}", "tpot_ms": "{:.4f}", "e2el_ms": "{:.3f}", "num_steps": "{}", "num_preemptions": "{}",
-    "accepted_tokens": "{}",  # drafts the request had accepted
+    "accepted_tokens": "{}",  # drafts the request had accepted and emitted (at most output_tokens - 1)
     "verified_drafts": "{}",
     "cached_tokens": "{}",  # prompt tokens its first prefill read from the prefix cache
     # "completed", or "rejected" on arrival with the reason (engine/admission.py); a rejected
@@ -145,26 +145,29 @@ def read_columns(path: Path, needs: tuple[str, ...], optional: tuple[str, ...] =
     """Numeric columns of a record file as float64 arrays; a missing file or needed column is an
     InputError, a missing ``optional`` column is left out. Rows of rejected requests (a
     ``status`` other than completed) are skipped unless ``rejected``."""
-    if not path.is_file():
-        raise InputError(path, None, None, "file not found")
-    with path.open(newline="") as f:
-        reader = csv.reader(f)
-        header = next(reader, None)
-        if header is None:
-            raise InputError(path, None, None, "empty file")
-        for name in needs:
-            if name not in header:
-                raise InputError(path, f"column {name}", None, "missing column")
-        names = needs + tuple(n for n in optional if n in header)
-        idx = [header.index(n) for n in names]
-        status = header.index("status") if "status" in header and not rejected else None
-        rows, lines = [], []
-        for line, row in enumerate(reader, start=2):
-            if len(row) != len(header):
-                raise InputError(path, f"line {line}", len(row), f"{len(header)} cells expected, as in the header")
-            if status is None or row[status] == COMPLETED:
-                rows.append([row[i] for i in idx])
-                lines.append(line)
+    from dspark_sim.userfiles import text_lines
+
+    with text_lines(path) as lines_of:
+        reader = csv.reader(lines_of)
+        try:
+            header = next(reader, None)
+            if header is None:
+                raise InputError(path, None, None, "empty file")
+            for name in needs:
+                if name not in header:
+                    raise InputError(path, f"column {name}", None, "missing column")
+            names = needs + tuple(n for n in optional if n in header)
+            idx = [header.index(n) for n in names]
+            status = header.index("status") if "status" in header and not rejected else None
+            rows, lines = [], []
+            for line, row in enumerate(reader, start=2):
+                if len(row) != len(header):
+                    raise InputError(path, f"line {line}", len(row), f"{len(header)} cells expected, as in the header")
+                if status is None or row[status] == COMPLETED:
+                    rows.append([row[i] for i in idx])
+                    lines.append(line)
+        except csv.Error as err:
+            raise InputError(path, f"line {reader.line_num}", None, f"malformed CSV: {err}") from None
     out = {}
     for j, name in enumerate(names):
         try:
@@ -202,10 +205,57 @@ class Record:
     steps: dict[str, np.ndarray]
 
 
+# The request columns a record is held to when it has them (invariants.request_faults), and the
+# step columns that count requests or tokens.
+CHECKED_REQUESTS = ("request_id", "arrival_s", "first_token_s", "finish_s", "queue_delay_ms", "ttft_ms", "e2el_ms",
+                    "prompt_tokens", "output_tokens")
+STEP_COUNTS = ("running_reqs", "decode_reqs", "prefill_tokens", "verify_tokens", "accepted_tokens")
+
+
 def read_record(run_dir: Path, request_columns: tuple[str, ...], step_columns: tuple[str, ...]) -> Record:
-    """The named columns of ``run_dir``'s ``requests.csv`` and ``steps.csv``."""
-    return Record(read_columns(run_dir / "requests.csv", request_columns),
-                  read_columns(run_dir / "steps.csv", step_columns))
+    """The named columns of ``run_dir``'s ``requests.csv`` and ``steps.csv`` (with the columns
+    :func:`check_record` reads), held to what every run keeps, a real engine's included."""
+    requests = read_columns(run_dir / "requests.csv", request_columns,
+                            tuple(c for c in CHECKED_REQUESTS if c not in request_columns))
+    steps = read_columns(run_dir / "steps.csv", step_columns,
+                         tuple(c for c in STEP_COUNTS if c not in step_columns))
+    check_record(requests, steps, run_dir)
+    return Record(requests, steps)
+
+
+def check_record(requests: dict[str, np.ndarray], steps: dict[str, np.ndarray], run_dir: Path) -> None:
+    """A record no run can leave is one InputError: no completed request or no decode step (every
+    metric would be NaN), a request id given twice, a request breaking
+    :func:`~dspark_sim.metrics.invariants.request_faults`, a step count that is not a whole number."""
+    from dspark_sim.limits import MAX_TOKENS
+    from dspark_sim.metrics.invariants import request_faults
+
+    path = run_dir / "requests.csv"
+    ids = requests.get("request_id")
+    n = len(next(iter(requests.values()))) if requests else 0
+    if n == 0:
+        raise InputError(path, None, None, "no completed request: nothing to compare")
+    name = (lambda i: f"request {_id(ids[i])}") if ids is not None else (lambda i: f"completed row {i + 1}")
+    if ids is not None:
+        unique, counts = np.unique(ids, return_counts=True)
+        if (counts > 1).any():
+            raise InputError(path, "request_id", _id(unique[counts > 1][0]), "given twice: request ids must be unique")
+    for bad, what in request_faults(requests):
+        if bad.any():
+            raise InputError(path, name(int(np.argmax(bad))), None, what)
+    path = run_dir / "steps.csv"
+    for column in STEP_COUNTS:
+        if column in steps:
+            v = steps[column]
+            bad = ~((v >= 0) & (v <= MAX_TOKENS * n) & (v == np.floor(v)))
+            if bad.any():
+                raise InputError(path, f"column {column}", float(v[np.argmax(bad)]), "not a whole count within bounds")
+    if "decode_reqs" in steps and not (steps["decode_reqs"] > 0).any():
+        raise InputError(path, "decode_reqs", None, "no decode step: no inter-token latency or accept length")
+
+
+def _id(value: float) -> int | float:
+    return int(value) if float(value).is_integer() else float(value)
 
 
 def write_provenance(out_dir: str | Path, block: dict) -> None:
@@ -219,15 +269,12 @@ def write_provenance(out_dir: str | Path, block: dict) -> None:
 
 def read_provenance(run_dir: str | Path) -> dict | None:
     """The record's ``provenance.json``, or None for a record written without one."""
-    import json
+    from dspark_sim.userfiles import read_json
 
     path = Path(run_dir) / PROVENANCE_FILE
     if not path.is_file():
         return None
-    try:
-        block = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
-        raise InputError(path, None, None, f"not valid JSON: {err}") from None
+    block = read_json(path)
     if not isinstance(block, dict):
         raise InputError(path, None, type(block).__name__, "must be a JSON object")
     return block

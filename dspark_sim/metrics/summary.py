@@ -7,8 +7,11 @@ side. Both take latency statistics from :func:`latency_stats`. Two figures come 
 different data, named apart: ITL in ``summary.json`` is over every per-token gap the
 simulator saw (:func:`token_gap_itl`), in a record over decode steps, each step's
 duration weighted by the requests it decoded (:func:`step_itl`: the ITL a served run's
-files give, so both sides of a comparison use it); the accept length in ``summary.json``
-counts the drafts requests had accepted, in a record the tokens decode steps emitted.
+files give, so both sides of a comparison use it). Accepted drafts count the way the output
+does: those a request emitted (a last step may accept drafts past its output, which are never
+emitted), so ``acceptance_rate`` is emitted drafts over verified ones and the accept length in
+``summary.json`` (accepted drafts plus one a decode step) is the tokens decode steps emitted, as
+in a record.
 """
 from __future__ import annotations
 

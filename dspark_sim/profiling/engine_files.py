@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from dspark_sim.errors import InputError
+from dspark_sim.userfiles import parse_json, read_text
 
 BENCH_FORMATS = ("sglang.bench_serving", "vllm bench serve")
 STEP_FORMATS = ("dspark_sps_profiler records", "dspark_sps_profiler rounds", "step csv")
@@ -76,12 +77,7 @@ class StepRows:
 def read_engine_file(path: str | Path) -> list[BenchRun] | StepRows:
     """The benchmark runs or timed steps of an engine-written file (format detected)."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise InputError(path, None, None, "file not found") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(path, None, None, f"cannot read: {type(err).__name__}") from None
+    text = read_text(path, "json")
     if path.suffix.lower() == ".csv":
         return _step_csv(path, text)
     rows = _json_rows(path, text)
@@ -103,15 +99,8 @@ def _json_rows(path: Path, text: str) -> list[dict]:
     try:
         whole = json.loads(text)
         rows = whole if isinstance(whole, list) else [whole]
-    except json.JSONDecodeError:
-        rows = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise InputError(path, f"line {n}", None, f"malformed JSON: {err.msg}") from None
+    except (json.JSONDecodeError, RecursionError):
+        rows = [parse_json(line, path, f"line {n}") for n, line in enumerate(text.splitlines(), 1) if line.strip()]
     if not rows:
         raise InputError(path, None, None, "empty file")
     for n, row in enumerate(rows, 1):

@@ -25,8 +25,10 @@ def held_out(rows: Rows, fit_fn, predict_fn, folds: int, seed: int) -> np.ndarra
     return np.abs(pred / rows.step_s - 1.0)
 
 
-def summarize_errors(err: np.ndarray) -> HeldOut:
-    """Median, p90 and max of relative errors, and how many."""
+def summarize_errors(err: np.ndarray, signed: np.ndarray | None = None) -> HeldOut:
+    """Median, p90 and max of relative errors, and how many; ``signed``: the same errors with
+    their signs (predicted / measured - 1), whose median is kept beside."""
     if err.size == 0:
         return HeldOut(0.0, 0.0, 0.0, 0)
-    return HeldOut(float(np.median(err)), float(np.percentile(err, 90)), float(err.max()), int(err.size))
+    return HeldOut(float(np.median(err)), float(np.percentile(err, 90)), float(err.max()), int(err.size),
+                   None if signed is None else float(np.median(signed)))

@@ -9,7 +9,9 @@ extrapolation: at the grid's edges the level is predicted from one side only.
 For each term ``<t>`` (``verify``, ``prefill``, ``draft_<kind>``, ``step``, ``sched``) and
 axis ``<a>`` of :data:`AXES`, the profile's ``held_out`` gets ``<t>@<a>`` (every level held
 out in turn) and ``<t>@largest`` (only the largest level of each axis: the pure
-extrapolation a capacity answer at high load rests on). ``docs/profiles.md`` explains them.
+extrapolation a capacity answer at high load rests on). Long contexts are reported level by
+level: ``verify@context=<n>`` and ``prefill@cached=<n>`` for every level of at least
+:data:`LONG_CONTEXT` tokens, each held out whole. ``docs/profiles.md`` explains them.
 """
 from __future__ import annotations
 
@@ -22,10 +24,14 @@ from dspark_sim.profiling.heldout import summarize_errors
 # term -> axes whose levels are held out one at a time
 AXES = {"verify": ("reqs", "context"), "prefill": ("chunk", "cached"), "draft": ("reqs", "context"),
         "step": ("reqs",), "sched": ("reqs",)}
+# Levels of context per request (verify) and of cached tokens (prefill) reported one by one.
+LONG_CONTEXT = 16384
+LONG_AXES = {"verify": "context", "prefill": "cached"}
 METHOD = ("leave-one-level-out (<term>@<axis>): every row at one level of the axis (request count, "
           "context per request rounded up to a power of two, prefill chunk, cached tokens before a prefill "
           "chunk) held out together and "
-          "predicted by a fit without it; <term>@largest: the largest level of each axis only")
+          "predicted by a fit without it; <term>@largest: the largest level of each axis only; "
+          f"<term>@<axis>=<n>: one long level (>= {LONG_CONTEXT} tokens) alone")
 
 
 def level_columns(cols: dict, section: str) -> dict[str, np.ndarray]:
@@ -38,6 +44,19 @@ def level_columns(cols: dict, section: str) -> dict[str, np.ndarray]:
     if "cached" in cols:
         out["cached"] = cols["cached"]
     return {axis: out[axis] for axis in AXES[section]}
+
+
+def long_levels(term: str, found: dict, levels: dict[str, np.ndarray], measured: np.ndarray) -> dict[str, HeldOut]:
+    """``{"<term>@<axis>=<level>": HeldOut}`` for each long level (>= :data:`LONG_CONTEXT`) of
+    the term's long axis, from :func:`leave_levels_out`'s predictions (each level held out whole)."""
+    axis = LONG_AXES.get(term)
+    if axis not in found:
+        return {}
+    idx, pred = found[axis]
+    level = levels[axis][idx]
+    signed = pred / measured[idx] - 1.0
+    return {f"{term}@{axis}={int(value)}": summarize_errors(np.abs(signed[level == value]), signed[level == value])
+            for value in np.unique(level) if value >= LONG_CONTEXT}
 
 
 def leave_levels_out(n: int, mask: np.ndarray, levels: dict[str, np.ndarray], predict) -> dict[str, np.ndarray]:
@@ -95,8 +114,10 @@ def level_errors(raw: dict, model, gpu) -> dict[str, HeldOut]:
     for section in ("verify", "prefill"):
         mask = rows.section == section
         if np.any(mask):
-            found = leave_levels_out(n, mask, level_columns(rows.cols, section), target_predict)
+            levels = level_columns(rows.cols, section)
+            found = leave_levels_out(n, mask, levels, target_predict)
             out.update(summarize_levels(section, found, rows.step_s))
+            out.update(long_levels(section, found, levels, rows.step_s))
     target = fit_target(rows, model, gpu, pad)
     drafts = {}
     for kind in sorted({r["kind"] for r in grids["draft"]}):
@@ -129,4 +150,5 @@ def level_errors(raw: dict, model, gpu) -> dict[str, HeldOut]:
     return out
 
 
-__all__ = ["AXES", "METHOD", "level_errors", "leave_levels_out", "level_columns", "summarize_levels"]
+__all__ = ["AXES", "LONG_CONTEXT", "METHOD", "level_errors", "leave_levels_out", "level_columns", "long_levels",
+           "summarize_levels"]

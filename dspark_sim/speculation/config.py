@@ -9,6 +9,7 @@ from dspark_sim.catalog.drafters import absolute_checkpoint, check_checkpoint
 from dspark_sim.config import (Section, build, check_bool, check_choice, check_int, check_real, is_int, located,
                                require)
 from dspark_sim.errors import InputError
+from dspark_sim.userfiles import existing_file
 from dspark_sim.names import BLOCK_DRAFTERS, DRAFTERS, METHODS
 
 SCHEDULERS = ("production", "algorithm1")
@@ -177,7 +178,4 @@ def file_path(s: Section, name: str, base: Path) -> Path | None:
         return None
     if not isinstance(value, str):
         raise InputError(s.file, s.path(name), value, "expected a string")
-    path = (base / value).resolve()
-    if not path.is_file():
-        raise InputError(s.file, s.path(name), value, "file not found")
-    return path
+    return existing_file(base, value, s.file, s.path(name))

@@ -9,7 +9,10 @@ with prompt chunks beside the decode windows). The ``sess-`` cases are multi-tur
 sessions over shared system prompts at two loads, written as Mooncake traces whose
 ``hash_ids`` tell both sides which prompt blocks repeat (:data:`SESSIONS`): the decoder's
 prompts repeat the same tokens there, and both serve with the prefix cache on (the
-deployment's default). The DSpark scenarios name one SPS table
+deployment's default). The ``mc-long-`` cases (:data:`LONG_TRACES`) are the same kind of
+Mooncake trace with long contexts: agent-like sessions over two 8,192-token shared documents,
+prompts of 9,000 to 32,768 tokens at two loads, served with the model's whole context of
+40,960 positions (:func:`max_model_len`). The DSpark scenarios name one SPS table
 (``sps_dspark.json``, the table the simulator derives from the shipped profile, drafter
 included), so the decoder and the simulator schedule from the same numbers. Each scenario
 is read unchanged by ``dspark-decode`` and by ``dspark-sim run``.
@@ -50,7 +53,7 @@ TRACES = {
     "sess-light": ("sessions", 40, (0.3, 7)),  # (sessions/s, seed)
     "sess-mid": ("sessions", 160, (4.0, 8)),
 }
-DOMAIN = {"azure": "code", "synthetic": "math", "sessions": "chat"}
+DOMAIN = {"azure": "code", "synthetic": "math", "sessions": "chat", "long_sessions": "code"}
 # the sessions cases' workload (the rate and seed come from TRACES): chat sessions of about
 # four turns over two 2,048-token system prompts, each turn appending a message and resending
 # the history; prompts kept under 8,000 tokens
@@ -62,6 +65,38 @@ HASH_BLOCK_TOKENS = 512
 DEPLOYMENT = {"max_running_requests": 256, "max_batched_tokens": 8192, "batching": "prefill_first"}
 MAX_MODEL_LEN = 10240
 EPOCH = dt.datetime(2026, 1, 1)
+
+
+# -- long contexts: Mooncake-style multi-turn sessions over long shared documents --------------
+# Agent-like sessions (illustrative, not fitted to a trace): one of two 8,192-token shared
+# documents, then turns appending a tool result or a pasted file (lognormal, about 3,000
+# tokens) and resending the whole history, so prompts run from about 9,000 to 32,768 tokens
+# and every turn re-reads its session's earlier blocks (prefix ``hash_ids``); at a light and
+# a mid load. Both sides serve them with the prefix cache on and a context of the model's
+# whole 40,960 positions. name: (requests, (sessions/s, seed)).
+LONG_TRACES = {
+    "mc-long-light": (12, (0.01, 21)),
+    "mc-long-mid": (60, (1.0, 22)),
+}
+LONG_SESSIONS = {"prompt_tokens": {"dist": "lognormal", "mean": 4000, "sigma": 0.5, "min_tokens": 600,
+                                   "max_tokens": 12000},
+                 "output_tokens": {"dist": "uniform", "min_tokens": 64, "max_tokens": 256},
+                 "sessions": {"kind": "agent", "shared_prefix_tokens": 8192, "shared_prefixes": 2,
+                              "turn_gap_s": 12.0, "max_prompt_tokens": 32768,
+                              "turns": {"dist": "lognormal", "mean": 6, "sigma": 0.4, "max_tokens": 12}}}
+LONG_MAX_MODEL_LEN = 40960  # Qwen3-8B's max_position_embeddings
+
+
+def case_traces() -> dict:
+    """Every trace of the suite, name -> its definition: :data:`TRACES`, then the long-context
+    sessions (``("long_sessions", requests, load)``)."""
+    return {**TRACES, **{name: ("long_sessions", *spec) for name, spec in LONG_TRACES.items()}}
+
+
+def max_model_len(traces) -> int:
+    """The decoder's ``max_model_len`` for serving ``traces`` (names): the long-context cases
+    need the model's whole context, the others fit :data:`MAX_MODEL_LEN`."""
+    return LONG_MAX_MODEL_LEN if any(t in LONG_TRACES for t in traces) else MAX_MODEL_LEN
 
 
 def write_trace(path: Path, arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray) -> None:
@@ -100,9 +135,9 @@ def make_cases(cases_dir: Path, azure_trace: Path, *, model: str = MODEL, tp: in
 
     ``azure_trace`` is the shipped Azure code trace the Azure cases slice; ``model`` and ``tp``
     (``deployment.tp``, one process per GPU in the decoder) name the deployment, ``traces`` a
-    subset of ``table`` (default :data:`TRACES`; the load sweeps give theirs,
+    subset of ``table`` (default :func:`case_traces`; the load sweeps give theirs,
     :mod:`~dspark_sim.validation.sweeps`)."""
-    table = TRACES if table is None else table
+    table = case_traces() if table is None else table
     cases_dir.mkdir(parents=True, exist_ok=True)
     paths, probe_trace = [], None
     for name in traces or table:
@@ -139,10 +174,10 @@ def make_cases(cases_dir: Path, azure_trace: Path, *, model: str = MODEL, tp: in
 
 def _write_case_trace(cases_dir: Path, name: str, source: str, count: int, load: tuple, azure_trace: Path) -> dict:
     """Write case ``name``'s trace into ``cases_dir``; returns its scenario's workload keys."""
-    if source == "sessions":  # load: (sessions/s, seed[, the workload in place of SESSIONS])
+    if source in ("sessions", "long_sessions"):  # load: (sessions/s, seed[, the workload in place of SESSIONS])
         from dspark_sim.workload import SyntheticConfig, synthetic_requests, write_mooncake
 
-        sessions = load[2] if len(load) > 2 else SESSIONS
+        sessions = load[2] if len(load) > 2 else SESSIONS if source == "sessions" else LONG_SESSIONS
         cfg = SyntheticConfig.from_dict({"num_requests": count, "rate_per_s": load[0], **sessions}, file=None)
         chunks = list(synthetic_requests(cfg, load[1], hash_block_tokens=HASH_BLOCK_TOKENS))
         _check_fits(name, np.concatenate([c.prompt_tokens + c.output_tokens for c in chunks]))
@@ -155,5 +190,6 @@ def _write_case_trace(cases_dir: Path, name: str, source: str, count: int, load:
 
 
 def _check_fits(name: str, total_tokens: np.ndarray) -> None:
-    if int(total_tokens.max()) > MAX_MODEL_LEN - 16:
-        raise InputError(None, "TRACES", name, f"a request exceeds max_model_len {MAX_MODEL_LEN}")
+    limit = max_model_len([name])
+    if int(total_tokens.max()) > limit - 16:
+        raise InputError(None, "TRACES", name, f"a request exceeds max_model_len {limit}")

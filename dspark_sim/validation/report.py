@@ -52,24 +52,64 @@ def summary_lines(summary: dict) -> list[str]:
     return lines
 
 
-def host_line(rows: list[dict], real_root: Path | None) -> str:
-    """Whether the compared runs were served on the host the profile was timed on (an in-sample
-    host) or on one it never saw (the strict headline)."""
+def profile_hosts() -> set[str]:
+    """The GPU uuids that timed any part of the shipped profile (its provenance and every file
+    merged into it)."""
     from dspark_sim.cost.profile import load_profile, shipped_profile_path
 
-    profiled = load_profile(shipped_profile_path(GPU, MODEL)).provenance.get("gpu_uuid")
-    hosts = set()
-    for run in sorted({r["real_run"] for r in rows}) if real_root is not None else ():
-        path = real_root / run / "notes.json"
-        hosts.add(json.loads(path.read_text()).get("gpu_uuid") if path.is_file() else None)
-    if profiled is None or None in hosts or not hosts:
-        return ("**Host:** not recorded for every run, so whether the profile saw this host is unknown: "
-                "read these errors as in-sample for the host.")
-    if profiled in hosts:
-        return ("**Host: the one the profile was timed on** (same GPU uuid): these errors are in-sample for "
-                "the host, not the strict headline. The strict headline, a host the profile never saw, needs "
-                "a decoder run on another machine (`--replicate`); none of the current decoder exists yet.")
-    return "**Host: one the profile never saw** (another GPU uuid): the strict headline."
+    hosts, todo = set(), [load_profile(shipped_profile_path(GPU, MODEL)).provenance]
+    while todo:
+        prov = todo.pop()
+        hosts |= {prov["gpu_uuid"]} if prov.get("gpu_uuid") else set()
+        todo += prov.get("merged_from", [])
+    return hosts
+
+
+def host_groups(rows: list[dict], real_root: Path | None) -> list[tuple[str, list[dict]]]:
+    """``(kind, rows)`` for the runs on hosts the profile never saw (``unseen``, the strict
+    headline), on hosts that timed part of it (``seen``) and on hosts their notes do not name
+    (``unknown``), in that order, the empty ones left out."""
+    timed = profile_hosts()
+    groups: dict[str, list[dict]] = {"unseen": [], "seen": [], "unknown": []}
+    for r in rows:
+        uuid = _notes_of(real_root, r["real_run"]).get("gpu_uuid")
+        groups["unknown" if uuid is None else "seen" if uuid in timed else "unseen"].append(r)
+    return [(kind, group) for kind, group in groups.items() if group]
+
+
+HOST_LINES = {
+    "unseen": "**Host: one the profile never saw** (no part of the profile was timed on its GPU uuid): the "
+              "strict headline.",
+    "seen": "**Host: one the profile was timed on** (part of the profile was timed on the same GPU uuid, the runs' "
+            "notes say which): these errors are in-sample for the host, not the strict headline; the goals are "
+            "for a host the profile never saw.",
+    "unknown": "**Host:** not recorded for these runs, so whether the profile saw it is unknown: read these errors "
+               "as in-sample for the host."}
+
+
+def host_line(rows: list[dict], real_root: Path | None) -> str:
+    """What each host the ``rows`` ran on was to the profile (:data:`HOST_LINES`), one line."""
+    return " ".join(HOST_LINES[kind] for kind, _ in host_groups(rows, real_root))
+
+
+HEADINGS = {"unseen": " on a host the profile never saw", "seen": " on a host the profile saw",
+            "unknown": " on a host its notes do not name"}
+
+
+def _notes_of(real_root: Path | None, run: str) -> dict:
+    path = real_root / run / "notes.json" if real_root is not None else None
+    return json.loads(path.read_text()) if path is not None and path.is_file() else {}
+
+
+def _group_lines(kind: str, rows: list[dict], real_root: Path | None, first: bool) -> list[str]:
+    """A group of runs' heading, host line and error summary (the first group is the headline)."""
+    heading = "## The current decoder" + ("" if first else HEADINGS[kind])
+    lines = [heading, "", HOST_LINES[kind], ""]
+    if not first:
+        lines += [f"- `{run}`: {_notes_of(real_root, run).get('profile_host', '')}".rstrip()
+                  for run in sorted({r["real_run"] for r in rows})] + [""]
+    return lines + [f"{len(rows)} points: " + ", ".join(r["case"] for r in rows) + ".", ""] \
+        + summary_lines(summarise(rows))
 
 
 def markdown(rows: list[dict], summary: dict, prov: dict, real: str = "DIR",
@@ -120,9 +160,9 @@ def markdown(rows: list[dict], summary: dict, prov: dict, real: str = "DIR",
             "step before it: their per-step replay of prompt steps is not a measure of the "
             "profile, their request metrics are.\n\n")
     current = [r for r in rows if r["current_decoder"]]
-    lines = ["## The current decoder", "", host_line(current, real_root), "",
-             f"{len(current)} points: " + ", ".join(r["case"] for r in current) + ".", ""] \
-        + summary_lines(summarise(current))
+    lines = []
+    for i, (kind, group) in enumerate(host_groups(current, real_root)):
+        lines += ([""] if i else []) + _group_lines(kind, group, real_root, first=not i)
     if len(current) != len(rows):
         lines += ["", "## Every point, earlier decoder runs included", ""] + summary_lines(summary)
     if replicate:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dspark_sim.validation.cases import MAX_MODEL_LEN
+from dspark_sim.validation.cases import MAX_MODEL_LEN, max_model_len
 
 WARM_REQUESTS = 0  # a served warm-up trace on top of Decoder.warmup (300: every tier as they drain)
 CROSS_REQS = (1, 4, 16, 64, 256)
@@ -45,13 +45,14 @@ class Rig:
 
     kv_tokens: int = 0
     dry: bool = False
+    model_len: int = MAX_MODEL_LEN  # the decoder's context: long enough for the longest case served
 
     def launch(self, path: Path):
         from dspark_sim.kernels.decoder.launch import load_launch
 
         device = dict(device="cpu", dtype="float32", kernels="torch", attention="torch", cuda_graphs=False) \
             if self.dry else dict(device="cuda", dtype="bfloat16")
-        return load_launch(path, synthetic=True, max_model_len=MAX_MODEL_LEN,
+        return load_launch(path, synthetic=True, max_model_len=self.model_len,
                            kv_tokens=self.kv_tokens or (DRY_KV_TOKENS if self.dry else 0), **device)
 
     def spec(self, model: str):
@@ -85,6 +86,8 @@ def run_cases(cases_dir: Path, out: Path, budget, wanted=None, archive_to: Path 
     shutil.copy(cases_dir / "sps_dspark.json", out / "sps_dspark.json")  # what DSpark scheduled from
     prov = {**provenance(), "sm_clocks_before": sm_clocks()}
     checks, units = {}, budget.units
+    # one decoder serves a method's cases: a context long enough for the longest of them
+    rig = dataclasses.replace(rig, model_len=max_model_len([t for u in units for t in u.traces]))
     print(f"{len(units)} units x {len(budget.methods)} methods, expected {budget.estimate():.0f} s "
           f"within {budget.limit_s:.0f} s", flush=True)
     for method in budget.methods:

@@ -10,6 +10,7 @@ import numpy as np
 
 from dspark_sim.config import Section, build, is_int, is_real
 from dspark_sim.errors import InputError
+from dspark_sim.userfiles import existing_file
 from dspark_sim.limits import MAX_LENGTH_SIGMA, MAX_TOKENS
 from dspark_sim.workload.readers import CSV_FORMATS, MOONCAKE_KEYS, read_trace
 
@@ -148,7 +149,4 @@ def _as_tuple(value, file, key: str) -> tuple:
 
 def _trace_path(text: str, file, key: str) -> Path:
     base = Path(file).parent if file is not None else Path.cwd()
-    path = (base / text).resolve()
-    if not path.is_file():
-        raise InputError(file, key, text, "trace file not found")
-    return path
+    return existing_file(base, text, file, key, "trace file not found")

@@ -28,6 +28,7 @@ import numpy as np
 
 from dspark_sim.errors import InputError
 from dspark_sim.limits import MAX_ARRIVAL_S, MAX_REQUESTS, MAX_TIME_SCALE, MIN_TIME_SCALE
+from dspark_sim.userfiles import parse_json, text_lines
 from dspark_sim.workload.chunk import RequestChunk
 from dspark_sim.workload.parse import counts, numbers, wallclock_ns
 
@@ -131,8 +132,8 @@ def count_requests(path, fmt: str | None = None) -> int:
     """
     path = Path(path)
     fmt = _check_format(path, fmt) if fmt is not None else detect_format(path)
-    with open(path, "rb") as fh:
-        rows = sum(1 for line in fh if line.strip())
+    with text_lines(path) as lines:
+        rows = sum(1 for line in lines if line.strip())
     return rows - (fmt != "mooncake")
 
 
@@ -142,25 +143,22 @@ def _stream(blocks: Iterator[_Block], path: Path, ticks_per_replay_s: float, tim
     """Shift to t = 0, check ordering across chunks, scale, and stop at max_requests."""
     first = last = None
     total = 0
-    try:
-        for block in blocks:
-            if not len(block.times):
-                continue
-            _check_sorted(block, last, path, time_col)
-            if first is None:
-                first = block.times[0]
-            last = block.times[-1]
-            arrival_s = ((block.times - first) / ticks_per_replay_s).astype(np.float64)
-            _check_horizon(arrival_s, block, path, time_col)
-            chunk = RequestChunk(arrival_s, block.prompt, block.output, block.hash_ids)
-            if max_requests is not None and total + len(chunk) >= max_requests:
-                yield chunk[:max_requests - total]
-                total = max_requests
-                break
-            total += len(chunk)
-            yield chunk
-    except UnicodeDecodeError:
-        raise InputError(path, None, None, "not a UTF-8 text file") from None
+    for block in blocks:
+        if not len(block.times):
+            continue
+        _check_sorted(block, last, path, time_col)
+        if first is None:
+            first = block.times[0]
+        last = block.times[-1]
+        arrival_s = ((block.times - first) / ticks_per_replay_s).astype(np.float64)
+        _check_horizon(arrival_s, block, path, time_col)
+        chunk = RequestChunk(arrival_s, block.prompt, block.output, block.hash_ids)
+        if max_requests is not None and total + len(chunk) >= max_requests:
+            yield chunk[:max_requests - total]
+            total = max_requests
+            break
+        total += len(chunk)
+        yield chunk
     if dropped.rows:
         warnings.warn(f"{path}: dropped {dropped.rows} failed requests (zero tokens or a failed "
                       f"{LOG_TYPE})", TraceWarning, stacklevel=2)
@@ -210,8 +208,8 @@ def _csv_header(path: Path, fmt: str) -> dict[str, int]:
 
 def _csv_blocks(path: Path, fmt: str, index: dict[str, int], chunk_rows: int,
                 dropped: _Dropped) -> Iterator[_Block]:
-    with open(path, newline="", encoding="utf-8-sig") as fh:
-        reader = csv.reader(fh)
+    with text_lines(path) as lines_of:
+        reader = csv.reader(lines_of)
         try:
             next(r for r in reader if not _is_blank(r))  # the header, checked by _csv_header
             while True:
@@ -261,15 +259,12 @@ def _column(rows: list[list[str]], lines: list[int], i: int, name: str, path: Pa
 
 # -- Mooncake JSONL ----------------------------------------------------------------
 def _mooncake_blocks(path: Path, chunk_rows: int) -> Iterator[_Block]:
-    with open(path, encoding="utf-8-sig") as fh:
+    with text_lines(path) as text_of:
         rows, lines = [], []
-        for number, text in enumerate(fh, start=1):
+        for number, text in enumerate(text_of, start=1):
             if not text.strip():
                 continue
-            try:
-                rows.append(json.loads(text))
-            except json.JSONDecodeError as err:
-                raise InputError(path, f"line {number}", text.strip(), f"bad JSON: {err.msg}") from None
+            rows.append(parse_json(text, path, f"line {number}"))
             lines.append(number)
             if len(rows) == chunk_rows:
                 yield _mooncake_block(rows, lines, path)
@@ -287,18 +282,25 @@ def _mooncake_block(rows: list, lines: list[int], path: Path) -> _Block:
     for ids, line in zip(hash_ids, lines):
         if not isinstance(ids, list) or not all(type(x) is int for x in ids):
             raise InputError(path, f"line {line}: hash_ids", ids, "expected a list of integers")
-    return _Block(numbers(_field(rows, lines, time_key, path), lines, time_key, path),
-                  counts(_field(rows, lines, prompt_key, path), lines, prompt_key, path, minimum=1),
-                  counts(_field(rows, lines, output_key, path), lines, output_key, path, minimum=1),
+    return _Block(numbers(_field(rows, lines, time_key, path, (int, float)), lines, time_key, path),
+                  counts(_field(rows, lines, prompt_key, path, int), lines, prompt_key, path, minimum=1),
+                  counts(_field(rows, lines, output_key, path, int), lines, output_key, path, minimum=1),
                   lines, hash_ids)
 
 
-def _field(rows: list[dict], lines: list[int], key: str, path: Path) -> list:
+def _field(rows: list[dict], lines: list[int], key: str, path: Path, types) -> list:
+    """Every row's ``key``, each a JSON value of ``types`` (never true or false: JSON's booleans are
+    not numbers, and a token count is an integer, as a scenario's YAML wants it: 1e3 is not one)."""
     try:
-        return [row[key] for row in rows]
+        values = [row[key] for row in rows]
     except KeyError:
         line = next(line for row, line in zip(rows, lines) if key not in row)
         raise InputError(path, f"line {line}: {key}", None, "missing key") from None
+    for value, line in zip(values, lines):
+        if isinstance(value, bool) or not isinstance(value, types):
+            raise InputError(path, f"line {line}: {key}", value,
+                             "expected an integer" if types is int else "expected a finite number")
+    return values
 
 
 def write_mooncake(path, chunks) -> int:
@@ -324,17 +326,10 @@ def write_mooncake(path, chunks) -> int:
 # -- shared checks -------------------------------------------------------------------
 def _first_line(path: Path) -> str:
     """The first non-blank line; InputError for a missing, unreadable or empty file."""
-    try:
-        with open(path, encoding="utf-8-sig") as fh:
-            for line in fh:
-                if line.strip():
-                    return line.rstrip("\r\n")
-    except FileNotFoundError:
-        raise InputError(path, None, None, "trace file not found") from None
-    except IsADirectoryError:
-        raise InputError(path, None, None, "is a directory, not a trace file") from None
-    except UnicodeDecodeError:
-        raise InputError(path, None, None, "not a UTF-8 text file") from None
+    with text_lines(path) as lines:
+        for line in lines:
+            if line.strip():
+                return line.rstrip("\r\n")
     raise InputError(path, None, None, "empty trace: no header and no requests")
 
 

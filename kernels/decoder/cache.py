@@ -37,6 +37,7 @@ class Pages:
                  device: torch.device | str):
         self.page_size = page_size
         self.max_pages = max_pages
+        self.capacity_tokens = (num_pages - 1) * page_size  # what one request may hold (page 0 is the trash)
         self.free = deque(range(1, num_pages))
         self.free_rows = deque(range(max_rows))
         self.dummy_row = max_rows

@@ -9,8 +9,12 @@ is printed at the start and written to ``provenance.json`` beside the record; wi
 weights or synthetic acceptance the tokens mean nothing and no ``outputs.jsonl`` is
 written. ``--tp N`` runs one process per GPU
 (tensor parallel, :mod:`.tp`), or joins the group when ``torchrun --nproc-per-node N``
-started it. Bad input prints one line and exits with code 2; a rank that fails ends the
-run with one line and a nonzero code.
+started it. ``--max-model-len`` defaults to the model's context (its config's
+``max_position_embeddings``); a request longer (prompt + output), or longer than the KV cache
+holds, is refused with one line naming it and a ``rejected`` row, as the engines refuse it.
+Bad input prints one line and exits with code 2; a CUDA error one line naming the step it
+met (exit code 1), with nothing written; a rank that fails ends the run with one line and a
+nonzero code.
 """
 from __future__ import annotations
 
@@ -38,7 +42,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--max-tokens", type=int, default=256, help="prompt-file requests")
     p.add_argument("--max-requests", type=int)
-    p.add_argument("--max-model-len", type=int, default=16384)
+    p.add_argument("--max-model-len", type=int, help="longest request, prompt + output, in tokens "
+                   "(default: the model's context from its config, e.g. 40960 for qwen3-8b)")
     p.add_argument("--device", default="cuda")
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
     p.add_argument("--kernels", default="triton", choices=("triton", "torch"))
@@ -72,7 +77,7 @@ def check_flags(args) -> None:
     check_real(args.temperature, "--temperature", 0, MAX_TEMPERATURE)
     check_int(args.max_tokens, "--max-tokens", 1, MAX_TOKENS)
     check_int(args.max_requests, "--max-requests", 1, MAX_REQUESTS, optional=True)
-    check_int(args.max_model_len, "--max-model-len", 64, MAX_TOKENS)
+    check_int(args.max_model_len, "--max-model-len", 64, MAX_TOKENS, optional=True)
     for flag, path, is_dir in (("--config", args.config, False), ("--trace", args.trace, False),
                                ("--prompts", args.prompts, False), ("--checkpoint", args.checkpoint, True),
                                ("--draft-checkpoint", args.draft_checkpoint, True)):
@@ -125,6 +130,7 @@ def serve_rank(ctx, args) -> int:
     """Serve on one GPU (``ctx`` None) or as one rank of a tensor-parallel group: rank 0 runs
     the serving loop and writes the outputs, the others follow it (:mod:`.ranks`)."""
     from dspark_sim.kernels.decoder.engine import serve, write_csvs
+    from dspark_sim.kernels.decoder.faults import device_faults
     from dspark_sim.kernels.decoder.launch import build_decoder, prompt_sequences, trace_sequences
     from dspark_sim.metrics.outdir import atomic_dir
     from dspark_sim.metrics.record import write_provenance
@@ -148,20 +154,24 @@ def serve_rank(ctx, args) -> int:
         from dspark_sim.kernels.decoder.ranks import Leader, follow
         torch.manual_seed(launch.conf.seed)  # the same random streams on every rank
         launch = replace(launch, conf=replace(launch.conf, device=ctx.device))
-    decoder = build_decoder(spec, launch, args.checkpoint, args.draft_checkpoint,
-                            shard=ctx.shard if ctx is not None else None)
+    with device_faults("building the decoder"):
+        decoder = build_decoder(spec, launch, args.checkpoint, args.draft_checkpoint,
+                                shard=ctx.shard if ctx is not None else None)
     if ctx is not None and not ctx.leader:
         follow(decoder, ctx.control)
         return 0
     if ctx is not None:
         decoder = Leader(decoder, ctx.control)
     if args.warmup == "on" or (args.warmup == "auto" and decoder.graphs.enabled):
-        w = decoder.warmup()
+        with device_faults("warming up (compiling and capturing every step shape)"):
+            w = decoder.warmup()
         print(f"warm-up: {w['verify_points']} verify shapes, {w['prefill_steps']} prefill shapes, "
               f"{w['graphs']} CUDA graphs", flush=True)
-    result = serve(decoder, seqs, realtime=args.realtime)
+    result = serve(decoder, seqs, realtime=args.realtime)  # a GPU fault ends it: one line, exit 1
     if ctx is not None:
         decoder.stop()
+    for line in result.refused:
+        print(f"dspark-decode: {line}", file=sys.stderr)
     with atomic_dir(args.out) as tmp:
         write_csvs(result, tmp)
         write_provenance(tmp, meta)
@@ -171,10 +181,12 @@ def serve_rank(ctx, args) -> int:
                     f.write(json.dumps({"request_id": s.id, "output_ids": s.outputs}) + "\n")
     if args.prompts and not meta["outputs_meaningful"]:
         print("outputs.jsonl not written: random weights or synthetic acceptance make the tokens meaningless")
-    tokens = sum(r["output_tokens"] for r in result.requests)
-    span = max((r["finish_s"] for r in result.requests), default=0.0)
-    print(f"{len(result.requests)} requests, {tokens} tokens in {span:.2f} s "
-          f"({tokens / max(span, 1e-9):.1f} tok/s); wrote {args.out}/requests.csv, steps.csv")
+    served = [r for r in result.requests if r.get("status", "completed") == "completed"]
+    tokens = sum(r["output_tokens"] for r in served)
+    span = max((r["finish_s"] for r in served), default=0.0)
+    print(f"{len(served)} requests, {tokens} tokens in {span:.2f} s ({tokens / max(span, 1e-9):.1f} tok/s)"
+          + (f", {len(result.refused)} refused" if result.refused else "")
+          + f"; wrote {args.out}/requests.csv, steps.csv")
     return 0
 
 

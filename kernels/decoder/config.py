@@ -9,6 +9,7 @@ from dspark_sim.scenario import BATCHING
 
 DECODER_METHODS = tuple(m for m in METHODS if m in ("none", "static", "dspark"))  # what it can run
 SCHEDULERS = ("production", "algorithm1", "full")
+DEFAULT_MAX_MODEL_LEN = 16384  # for a model whose config gives no context
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +41,7 @@ class DecoderConfig:
     max_batched_tokens: int = 8192
     batching: str = "prefill_first"
     kv_block_tokens: int = 16  # tokens a KV-cache page holds
-    max_model_len: int = 16384
+    max_model_len: int = DEFAULT_MAX_MODEL_LEN
     kv_tokens: int = 0  # KV capacity in tokens; 0 = fit the free device memory
     draft_layers: int = 5
     markov_rank: int = 256
@@ -97,6 +98,13 @@ class DecoderConfig:
     def window(self) -> int:
         """Most tokens one request puts into a verify step (anchor included)."""
         return self.gamma + 1
+
+    @property
+    def max_positions(self) -> int:
+        """Positions a request's pages, RoPE tables and per-request state must cover: a request of
+        ``max_model_len`` tokens (prompt + output), one step in flight past the tokens the host
+        has read, and the drafts of the step planned meanwhile."""
+        return self.max_model_len + 2 * self.window
 
     @property
     def temperatures(self) -> tuple[float, ...]:

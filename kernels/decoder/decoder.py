@@ -30,7 +30,7 @@ import torch
 
 from dspark_sim.kernels.decoder import step as steps
 from dspark_sim.kernels.decoder.attention import plan
-from dspark_sim.kernels.decoder.batch import expand, make_batch, ragged_batch
+from dspark_sim.kernels.decoder.batch import expand, ragged_batch
 from dspark_sim.kernels.decoder.graphs import Graphs, token_tier
 from dspark_sim.kernels.decoder.model import build_caches, build_models
 from dspark_sim.kernels.decoder.rows import RowState
@@ -318,25 +318,13 @@ class Decoder:
                     layer.normal_(generator=gen)
 
     # -- inspection -----------------------------------------------------------------
-    @torch.no_grad()
-    def score(self, tokens: list[int]) -> torch.Tensor:
-        """Target logits ``[len(tokens), V]`` fp32 of a whole sequence (a scratch row)."""
-        from dspark_sim.kernels.decoder.sequence import Sequence
+    def score(self, tokens: list[int], last: int | None = None) -> torch.Tensor:
+        """Target logits ``[len(tokens), V]`` fp32 of a whole sequence in one eager forward (a
+        scratch row); ``last``: only the last rows' (a long sequence's logits would not fit)."""
+        from dspark_sim.kernels.decoder.scoring import score_steps, whole
 
-        seq = Sequence(-1, list(tokens), max_tokens=0)
-        self.pages.attach(seq)
-        try:
-            if not self.pages.reserve(seq, len(tokens)):
-                raise RuntimeError("no pages left to score the sequence")
-            self.pages.flush()
-            n = np.array([len(tokens)])
-            batch = make_batch(np.array(tokens), n, n, np.array([seq.row]), self.pages)
-            shape = plan(len(tokens), 1, self.spec.num_kv_heads, self.group(), self.num_sms)
-            hidden, _ = self.target(batch.input_ids, batch, self.cache, self.rope, shape,
-                                    self.conf.attention)
-            return self.target.logits(hidden)
-        finally:
-            self.pages.release(seq)
+        n = len(tokens)
+        return score_steps(self, [tokens], whole(n), [range(n - (last or n), n)])[0]
 
     def cached_kv(self, seq) -> tuple[torch.Tensor, torch.Tensor]:
         """Target keys and values of ``seq``'s cached positions ``[L, num_cached, KVH, D]``."""

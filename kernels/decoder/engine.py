@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from dspark_sim.kernels.decoder.faults import device_faults, serving, step_shape
 from dspark_sim.kernels.decoder.scheduler import DRAIN, Scheduler
 from dspark_sim.metrics.record import write_record
 from dspark_sim.names import DOMAINS
@@ -56,6 +57,7 @@ class Run:
     requests: list[dict] = field(default_factory=list)
     steps: list[dict] = field(default_factory=list)
     sequences: list = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)  # one line per request refused on arrival
 
 
 def serve(decoder, seqs: list, realtime: bool = False, max_steps: int | None = None,
@@ -78,7 +80,7 @@ def serve(decoder, seqs: list, realtime: bool = False, max_steps: int | None = N
         loop.restart()
         while arrivals or not sched.idle() or flight is not None:
             while arrivals and arrivals[-1].arrival_s <= clock.now():
-                sched.add(arrivals.pop())
+                loop.arrive(arrivals.pop())
             plan = sched.next_step()
             if flight is not None and (plan is None or plan == DRAIN):
                 loop.land(flight)
@@ -93,7 +95,9 @@ def serve(decoder, seqs: list, realtime: bool = False, max_steps: int | None = N
                 if seq.first_scheduled_s is None:
                     seq.first_scheduled_s = launched
             work = _work_columns(plan)  # before the launch moves the chunks' cached counts on
-            step = _Flight(decoder.launch(plan.decode, plan.prefill), work, len(sched.running), launched)
+            words = step_shape(plan, decoder.conf.window)
+            with device_faults(serving(words, flight.words if flight is not None else None)):
+                step = _Flight(decoder.launch(plan.decode, plan.prefill), work, len(sched.running), launched, words)
             if flight is not None:
                 loop.land(flight)
             flight = step
@@ -117,6 +121,7 @@ class _Flight:
     shape: dict
     running: int
     launched_s: float
+    words: str  # the step's shape in words (:func:`step_shape`), for a device fault's line
 
 
 @dataclass
@@ -150,11 +155,22 @@ class _Loop:
             event.synchronize()
             self.anchor = (event, self.clock.now())
 
+    def arrive(self, seq) -> None:
+        """Queue an arrived request, or refuse it (a row with its reason, and a line) when it
+        can never be served (:meth:`~.scheduler.Scheduler.refusal`)."""
+        refused = self.sched.refusal(seq)
+        if refused is None:
+            self.sched.add(seq)
+            return
+        self.run.requests.append(rejected_row(seq, refused[0]))
+        self.run.refused.append(refused[1])
+
     def land(self, flight: _Flight) -> None:
         """Finish ``flight``: its row, first tokens, retirements. ``sched_s``: the GPU's idle
         time before the step (host time the overlap did not hide), or, after an idle wait,
         the host time before its launch."""
-        stats = self.decoder.finish(flight.pending)
+        with device_faults(serving(None, flight.words)):
+            stats = self.decoder.finish(flight.pending)
         seen = self.clock.now()
         timer = flight.pending.timer
         end = seen
@@ -206,6 +222,16 @@ def request_row(seq) -> dict:
             "e2el_ms": (seq.finish_s - seq.arrival_s) * ms, "num_steps": seq.num_steps,
             "num_preemptions": seq.num_preemptions, "accepted_tokens": seq.accepted,
             "verified_drafts": seq.verified, "cached_tokens": seq.cached_tokens}
+
+
+def rejected_row(seq, reason: str) -> dict:
+    """The ``requests.csv`` row of a request refused on arrival: no times (nan), the reason."""
+    nan = float("nan")
+    return {"request_id": seq.id, "arrival_s": seq.arrival_s, "prompt_tokens": seq.prompt_len,
+            "output_tokens": seq.max_tokens, "domain": DOMAINS[seq.domain], "first_scheduled_s": nan,
+            "first_token_s": nan, "finish_s": nan, "queue_delay_ms": nan, "ttft_ms": nan, "tpot_ms": nan,
+            "e2el_ms": nan, "num_steps": 0, "num_preemptions": 0, "accepted_tokens": 0, "verified_drafts": 0,
+            "cached_tokens": 0, "status": "rejected", "reject_reason": reason}
 
 
 def write_csvs(run: Run, out_dir: str | Path) -> None:

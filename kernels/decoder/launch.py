@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from dspark_sim.errors import InputError
-from dspark_sim.kernels.decoder.config import DecoderConfig, decoder_config
+from dspark_sim.kernels.decoder.config import DEFAULT_MAX_MODEL_LEN, DecoderConfig, decoder_config
 from dspark_sim.names import DOMAINS
 from dspark_sim.scenario import Scenario, load_scenario
 
@@ -39,6 +39,7 @@ def load_launch(path, model: str | None = None, tp: int = 1, **overrides) -> Lau
     if model and model.lower() != scenario.model:
         raise InputError(scenario.file, "model", scenario.model,
                          f"config was tuned for {scenario.model}, not --model {model}")
+    overrides["max_model_len"] = model_len(scenario, overrides.get("max_model_len"))
     conf = decoder_config(scenario, tp, **overrides)
     spec = scenario.speculation
     sps = load_sps_table(spec.sps_table) if spec.sps_table is not None else None
@@ -49,6 +50,24 @@ def load_launch(path, model: str | None = None, tp: int = 1, **overrides) -> Lau
         raise InputError(scenario.file, "speculation.sps_table", cap, "max_batch_tokens below "
                          f"max_running_requests={conf.max_running_requests}: anchors alone overflow it")
     return Launch(scenario, conf, sps)
+
+
+def model_len(scenario, asked: int | None) -> int:
+    """``--max-model-len``: the model's context (its config's ``max_position_embeddings``) unless
+    asked for, and never longer (positions past it are ones the model never saw). A DeepSeek-V4
+    target keeps compressed keys for every request slot at the whole context (:mod:`.v4`): at its
+    1M positions they do not fit a GPU, so its default stays at DEFAULT_MAX_MODEL_LEN."""
+    from dspark_sim.catalog import get_model
+
+    model = get_model(scenario.model, file=scenario.file)
+    context = model.max_context
+    if asked is None:
+        if model.v4 is not None:
+            return min(context or DEFAULT_MAX_MODEL_LEN, DEFAULT_MAX_MODEL_LEN)
+        return context or DEFAULT_MAX_MODEL_LEN
+    if context and asked > context:
+        raise InputError(None, "--max-model-len", asked, f"exceeds {scenario.model}'s context of {context} tokens")
+    return asked
 
 
 def check_device(device: str) -> None:
@@ -88,7 +107,8 @@ def build_decoder(spec, launch: Launch, checkpoint=None, draft_checkpoint=None, 
 def trace_sequences(launch: Launch, vocab_size: int, *, trace=None, max_requests: int | None = None,
                     temperature: float = 1.0) -> list:
     """One sequence per request of the scenario's trace (or ``trace``): random prompt tokens of the
-    trace's lengths, outputs cut to fit ``max_model_len``, domains drawn from the scenario's mix."""
+    trace's lengths, domains drawn from the scenario's mix. A request longer than ``max_model_len``
+    (prompt + output) keeps its lengths but no tokens: the serving loop refuses it."""
     from dspark_sim.kernels.decoder.sequence import Sequence
     from dspark_sim.workload import read_trace
 
@@ -97,16 +117,17 @@ def trace_sequences(launch: Launch, vocab_size: int, *, trace=None, max_requests
     if path is None:
         raise InputError(launch.scenario.file, "workload.trace", None, "no trace: give --trace or --prompts")
     rng, draw = np.random.default_rng(conf.seed), _domains(launch)
-    limit = conf.max_model_len - conf.window - 1
     blocks = _HashBlocks(conf.seed, vocab_size, wl.hash_block_tokens)
     seqs = []
     for chunk in read_trace(path, fmt=wl.format, time_scale=wl.time_scale, max_requests=max_requests or wl.max_requests):
         ids = chunk.hash_ids if chunk.hash_ids is not None else [None] * len(chunk)
         for a, p, o, h in zip(chunk.arrival_s.tolist(), chunk.prompt_tokens.tolist(), chunk.output_tokens.tolist(), ids):
-            out = int(min(o, limit - 1))
-            size = max(1, min(p, limit - out))
+            size = max(1, p)
+            if size + o > conf.max_model_len:
+                seqs.append(Sequence.unseen(len(seqs), size, o, draw(rng), a))
+                continue
             prompt = blocks.prompt(h or (), size, rng)
-            seqs.append(Sequence(len(seqs), prompt, out, temperature, draw(rng), arrival_s=a))
+            seqs.append(Sequence(len(seqs), prompt, o, temperature, draw(rng), arrival_s=a))
     return seqs
 
 
@@ -134,12 +155,11 @@ class _HashBlocks:
 def prompt_sequences(launch: Launch, path, *, max_tokens: int, max_requests: int | None = None,
                      temperature: float = 1.0, vocab_size: int | None = None) -> list:
     """One sequence per line of a JSONL prompt file (``{"prompt_ids": [...], "max_tokens": n}``);
-    token ids must lie in the vocabulary (``vocab_size``, when given)."""
+    token ids must lie in the vocabulary (``vocab_size``, when given). A prompt longer than
+    ``max_model_len`` allows is kept whole: the serving loop refuses it."""
     from dspark_sim.kernels.decoder.sequence import Sequence
 
-    conf = launch.conf
-    rng, draw = np.random.default_rng(conf.seed), _domains(launch)
-    limit = conf.max_model_len - conf.window - 1
+    rng, draw = np.random.default_rng(launch.conf.seed), _domains(launch)
     seqs = []
     try:
         lines = Path(path).read_text().splitlines()
@@ -149,7 +169,7 @@ def prompt_sequences(launch: Launch, path, *, max_tokens: int, max_requests: int
         if not line.strip():
             continue
         ids, tokens = _prompt_line(path, i + 1, line, max_tokens, vocab_size)
-        seqs.append(Sequence(len(seqs), ids[-limit:], tokens, temperature, draw(rng)))
+        seqs.append(Sequence(len(seqs), ids, tokens, temperature, draw(rng)))
     if not seqs:
         raise InputError(path, None, None, "no prompts")
     return seqs[:max_requests] if max_requests else seqs

@@ -56,7 +56,7 @@ def _target(spec, conf, dtype):
     if conf.method != "none":
         raise InputError(conf.source, "method", conf.method,
                          f"{spec.name} runs without a drafter in the decoder (a cost slice): use method none")
-    return V4Target(spec, dtype, conf.max_running_requests + 1, conf.max_model_len + conf.window + 1)
+    return V4Target(spec, dtype, conf.max_running_requests + 1, conf.max_positions)
 
 
 def kv_capacity_tokens(spec, conf, draft_layers: int) -> int:
@@ -65,7 +65,7 @@ def kv_capacity_tokens(spec, conf, draft_layers: int) -> int:
         return conf.kv_tokens
     per_token = 2 * (spec.num_layers + draft_layers) * spec.num_kv_heads * spec.head_dim \
         * DTYPES[conf.dtype].itemsize
-    want = conf.max_running_requests * (conf.max_model_len + conf.window)
+    want = conf.max_running_requests * conf.max_positions
     if not str(conf.device).startswith("cuda"):
         return want
     free, _ = torch.cuda.mem_get_info()
@@ -87,10 +87,10 @@ def build_caches(spec, conf, drafter, shard=None):
     draft = None
     if drafter is not None:
         draft = KVCache(n_draft, slots, spec.num_kv_heads, spec.head_dim, dtype, conf.device)
-    max_pages = -(-(conf.max_model_len + conf.window) // conf.kv_block_tokens)
+    max_pages = -(-conf.max_positions // conf.kv_block_tokens)
     kind = Pages
     if conf.prefix_cache and spec.v4 is None:  # a DeepSeek-V4 target keeps per-request state besides its pages
         from dspark_sim.kernels.decoder.prefix import PrefixPages as kind
     pages = kind(num_pages, conf.kv_block_tokens, conf.max_running_requests, max_pages, conf.device)
-    rope = Rope(spec.head_dim, spec.rope_theta, conf.max_model_len + conf.window + 1, conf.device)
+    rope = Rope(spec.head_dim, spec.rope_theta, conf.max_positions, conf.device)
     return cache, draft, pages, rope

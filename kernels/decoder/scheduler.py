@@ -44,6 +44,25 @@ class Scheduler:
     def add(self, seq) -> None:
         self.waiting.append(seq)
 
+    def refusal(self, seq) -> tuple[str, str] | None:
+        """Why ``seq`` is refused on arrival, as the engines refuse it (:mod:`dspark_sim.engine.admission`):
+        ``(reason, the line saying so)``, or None when it can be served. A request longer than
+        ``max_model_len`` (prompt + output), or than the KV cache holds for it alone with its
+        steps' slack (:attr:`~.config.DecoderConfig.max_positions`), would never finish."""
+        from dspark_sim.engine.admission import CONTEXT, Admission
+
+        conf, pages = self.conf, self.decoder.pages
+        slack = conf.max_positions - conf.max_model_len
+        rule = Admission(conf.max_model_len, pages.capacity_tokens, spec_slots=slack)
+        reason = rule.refusal(seq.prompt_len, seq.max_tokens)
+        if reason is None:
+            return None
+        limit = (f"max-model-len {conf.max_model_len}" if reason == CONTEXT else
+                 f"the {rule.kv_tokens} tokens the KV cache holds for one request ({pages.capacity_tokens} "
+                 f"less {slack} for the steps in flight)")
+        return reason, (f"request {seq.id} refused: prompt {seq.prompt_len} + output {seq.max_tokens} tokens "
+                        f"exceed {limit}")
+
     def idle(self) -> bool:
         return not self.waiting and not self.running
 

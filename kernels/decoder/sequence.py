@@ -40,6 +40,14 @@ class Sequence:
         self.tokens = list(self.tokens)  # never alias the caller's prompt
         self.prompt_len = len(self.tokens)
 
+    @classmethod
+    def unseen(cls, id: int, prompt_len: int, max_tokens: int, domain: int = 0, arrival_s: float = 0.0) -> "Sequence":
+        """A request longer than the engine serves: its lengths only (its prompt is never made;
+        the serving loop refuses it on arrival)."""
+        seq = cls(id, [], max_tokens, domain=domain, arrival_s=arrival_s)
+        seq.prompt_len = prompt_len
+        return seq
+
     @property
     def outputs(self) -> list[int]:
         """Generated tokens (a copy: the serving loop's checks use :attr:`num_outputs`)."""

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from dspark_sim.kernels.decoder.batch import expand
+from dspark_sim.kernels.checks import nothing_accepted
 from dspark_sim.kernels.decoder.graphs import request_tier, token_tier
 
 PREFILL_GRAPH_TOKENS = 512  # steps with prompt tokens run as a CUDA graph up to this many tokens
@@ -265,11 +266,14 @@ def _mixed(dec, decode, prefill, rp, win, vlen, bound):
 def _accept(dec, logits, tab, win, probs, R: int, rp: int, greedy: bool):
     """Judge every logit row: decode windows (a draft per row but the last), first-token
     samples (one row), and a sink request owning the padded rows. ``(accepted [S + 1],
-    tokens [S + 1, W])``."""
+    tokens [S + 1, W])``. An eager step of prompt chunks none of which ends its prompt has
+    no row: accept is not called (its kernels would have no row to sample from)."""
     dev, g = dec.device, dec.conf.gamma
     W = win.shape[1] if win is not None else dec.conf.window
     nl = tab["nl"].to(torch.int32)
     L, S = logits.shape[0], nl.shape[0]
+    if L == 0:  # only prompt chunks that stop short of their prompts: nothing to judge, no token
+        return nothing_accepted(S + 1, W, dev)
     own, k, valid, _ = expand(nl, L)
     indptr = torch.cat([torch.zeros(1, dtype=torch.int32, device=dev), torch.cumsum(nl, 0, dtype=torch.int32),
                         torch.full((1,), L, dtype=torch.int32, device=dev)])

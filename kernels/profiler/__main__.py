@@ -3,7 +3,7 @@
     dspark-profile --gpu h200 --model qwen3-8b --out DIR \\
         [--part verify,draft,chain,prefill,step,kernels,mixed,sched,spread | all] [--max-seconds S] \\
         [--resume RAW.json [--replace prefill,...] [--add step,...]] [--eager-steps] [--layers N] \\
-        [--method none] [--tp-rank N]
+        [--method none] [--tp-rank N] [--verify-contexts 32768,16384] [--shares verify=1,prefill=1]
 
 Writes ``DIR/raw_<model>.json``: a provenance block and the timed points
 ``verify: [{reqs, tokens, context, step_s}]``, ``draft: [{kind, reqs, gamma,
@@ -36,7 +36,10 @@ that do not fit in memory are skipped; both are listed under
 and times only the missing ones (``--replace`` drops a part's old points
 first), so a grid too large for one run is split across runs and merged;
 ``--add`` times a part's points again and keeps the old ones beside them (host
-times move between processes: runs in several processes are pooled).
+times move between processes: runs in several processes are pooled). ``--verify-contexts``
+replaces the verify grid's contexts per request (long contexts added to an earlier file with
+``--resume``: only the new points are timed) and ``--shares`` the split of ``--max-seconds``
+over the parts.
 """
 from __future__ import annotations
 
@@ -84,7 +87,13 @@ def parse_args(argv=None):
     p.add_argument("--prefill-cached", default="", help="cached tokens before a prefill chunk, comma list")
     p.add_argument("--prefill-kinds", default="", help="drafter kinds of prefill steps (none,chain,block)")
     p.add_argument("--prefill-max-total", type=int, default=0, help="largest chunk + cached timed (0: any)")
+    p.add_argument("--verify-contexts", default="", help="context per request of verify steps, comma list "
+                   "(default: the grid's), timed in the order given")
+    p.add_argument("--shares", default="", help="part=weight,... : how --max-seconds is split over the parts "
+                   "(default: the profiler's split)")
     args = p.parse_args(argv)
+    args.verify_contexts = _int_list(p, "--verify-contexts", args.verify_contexts, 1)
+    args.shares = _shares(p, args.shares)
     args.prefill_chunks = _int_list(p, "--prefill-chunks", args.prefill_chunks, 1)
     args.prefill_cached = _int_list(p, "--prefill-cached", args.prefill_cached, 0)
     args.prefill_kinds = tuple(x for x in args.prefill_kinds.split(",") if x)
@@ -118,6 +127,21 @@ def parse_args(argv=None):
     return args
 
 
+def _shares(p, text: str) -> dict:
+    """``--shares``: SHARE with the given parts' weights replaced."""
+    out = dict(SHARE)
+    for item in (x for x in text.split(",") if x.strip()):
+        part, _, weight = item.partition("=")
+        try:
+            value = float(weight)
+        except ValueError:
+            value = -1.0
+        if part not in SHARE or not 0 < value <= 100:
+            p.error(f"argument --shares: {item!r} is not part=weight with a part of {PARTS} and 0 < weight <= 100")
+        out[part] = value
+    return out
+
+
 def _int_list(p, flag: str, text: str, low: int) -> tuple[int, ...]:
     """A comma list of whole numbers >= ``low`` (empty: the grid's default)."""
     try:
@@ -136,17 +160,26 @@ def prefill_grid(args) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return (getattr(args, "prefill_chunks", ()) or CHUNKS), (getattr(args, "prefill_cached", ()) or CACHED)
 
 
+def model_len(args) -> int:
+    """The profiler decoder's ``max_model_len``: the longest prefill (cached + chunk) or verify
+    request (context + window) of the grid, and some room."""
+    from dspark_sim.kernels.profiler.grid import CONTEXTS, MAX_WINDOW
+
+    chunks, cached = prefill_grid(args)
+    contexts = getattr(args, "verify_contexts", ()) or CONTEXTS
+    return max(max(cached) + max(chunks), max(contexts) + MAX_WINDOW) + 64
+
+
 def build(args):
     """The decoder the points run on: DSpark block drafter, gamma 8 (the largest timed)."""
     from dspark_sim.kernels.decoder import Decoder, DecoderConfig
     from dspark_sim.kernels.profiler.grid import CHUNKS
 
     spec = model_spec(args)
-    chunks, cached = prefill_grid(args)
+    chunks, _ = prefill_grid(args)
     method = "none" if spec.v4 is not None else getattr(args, "method", "dspark")  # V4: no drafter here
     conf = DecoderConfig(method=method, block_size=8, scheduler="full", max_running_requests=256,
-                         max_batched_tokens=max(max(CHUNKS), max(chunks)),
-                         max_model_len=max(cached) + max(chunks) + 64,
+                         max_batched_tokens=max(max(CHUNKS), max(chunks)), max_model_len=model_len(args),
                          kv_tokens=args.kv_tokens, dtype=args.dtype, device=args.device)
     dec = Decoder(spec, conf)
     dec.randomize_cache()
@@ -190,7 +223,8 @@ def plan(stepper, part: str, eager: bool, args=None):
 
     drafted = getattr(args, "method", "dspark") != "none"
     if part == "verify":
-        return (grid.verify_points() if drafted else grid.decode_points()), stepper.verify, \
+        contexts = getattr(args, "verify_contexts", ()) or grid.CONTEXTS
+        return (grid.verify_points(contexts=contexts) if drafted else grid.decode_points(contexts)), stepper.verify, \
             ("reqs", "tokens", "context"), {}
     if part == "draft":
         return ([(r, g) for g in grid.GAMMAS for r in grid.REQS], stepper.draft, ("reqs", "gamma"),
@@ -272,11 +306,12 @@ def profile(args) -> int:
         prov["attn_max_splits"] = 1
     print(f"profiling {args.model} on {args.gpu}: parts {','.join(args.parts)}", flush=True)
     stepper = Stepper(dec, reps=args.reps, prefill_idle=args.prefill_idle)
-    total = sum(SHARE[p] for p in args.parts)
+    share = getattr(args, "shares", None) or SHARE
+    total = sum(share[p] for p in args.parts)
     skipped = {}
     for part in args.parts:
-        budget = (args.max_seconds - (time.perf_counter() - t0)) * SHARE[part] / total
-        total -= SHARE[part]
+        budget = (args.max_seconds - (time.perf_counter() - t0)) * share[part] / total
+        total -= share[part]
         deadline = time.perf_counter() + max(budget, 0.0)
         points, fn, keys, extra = plan(stepper, part, args.eager_steps, args)
         section = SECTION[part]

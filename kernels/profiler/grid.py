@@ -27,11 +27,12 @@ SPREAD_WIDTHS = (1, 4, 8)
 SPREAD_MEAN, SPREAD_SIGMA = 900, 0.6  # ... lognormal contexts (the fidelity traces' shape)
 
 
-def verify_points(max_tokens: int = MAX_TOKENS) -> list[tuple[int, int, int]]:
-    """``(reqs, tokens, context)`` with ``reqs <= tokens <= 16 * reqs``, coarse first."""
+def verify_points(max_tokens: int = MAX_TOKENS, contexts=CONTEXTS) -> list[tuple[int, int, int]]:
+    """``(reqs, tokens, context)`` with ``reqs <= tokens <= 16 * reqs``, coarse first (``contexts``
+    in the order given)."""
     probes = default_probes(max_tokens)
     coarse, fine = [], []
-    for c in CONTEXTS:
+    for c in contexts:
         for r in REQS:
             for m in probes:
                 if r <= m <= MAX_WINDOW * r:
@@ -39,10 +40,10 @@ def verify_points(max_tokens: int = MAX_TOKENS) -> list[tuple[int, int, int]]:
     return coarse + _spread(fine)
 
 
-def decode_points() -> list[tuple[int, int, int]]:
+def decode_points(contexts=CONTEXTS) -> list[tuple[int, int, int]]:
     """``(reqs, reqs, context)``: verify steps at one token a request (decode without a
-    drafter), every request count at each context, contexts coarse first."""
-    return [(r, r, c) for c in CONTEXTS for r in REQS]
+    drafter), every request count at each context, contexts in the order given."""
+    return [(r, r, c) for c in contexts for r in REQS]
 
 
 def _spread(points: list) -> list:
