@@ -100,7 +100,7 @@ def measure(cases_dir: Path, out: Path, budget_s: float, rig, records: Path | No
 
     from dspark_sim.kernels.profiler.provenance import provenance
     from dspark_sim.scenario import load_scenario
-    from dspark_sim.validation.serve import warm_decoder
+    from dspark_sim.validation.serve import release_device, warm_decoder
 
     t_start = time.perf_counter()
     plan = json.loads((cases_dir / PLAN).read_text())
@@ -137,7 +137,8 @@ def measure(cases_dir: Path, out: Path, budget_s: float, rig, records: Path | No
             entry.update(_answer(found, x1))
             left -= 1
             _write(out, report)
-        del decoder
+        del decoder  # the next method's decoder sizes its KV to the memory this one leaves
+        release_device()
     report["wall_s"] = round(time.perf_counter() - t_start, 1)
     _write(out, report)
     return report

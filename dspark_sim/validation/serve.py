@@ -77,8 +77,6 @@ def run_cases(cases_dir: Path, out: Path, budget, wanted=None, archive_to: Path 
     cases, ``crosscheck`` times the profiler's whole decode steps and prefill steps on the same
     decoder (``crosscheck.json``). ``archive_to`` keeps a .tgz of ``out``, updated after every
     unit (what a call cut short still returns)."""
-    import torch
-
     from dspark_sim.kernels.profiler.provenance import provenance, sm_clocks
 
     t_start = time.perf_counter()
@@ -125,10 +123,22 @@ def run_cases(cases_dir: Path, out: Path, budget, wanted=None, archive_to: Path 
             if archive_to is not None:
                 archive(out, archive_to)
         del decoder
-        torch.cuda.empty_cache()
+        release_device()
     print(f"served in {time.perf_counter() - t_start:.0f} s; whole units: "
           + ", ".join(u.name for u in units if all(u.name in budget.done.get(m, []) for m in budget.methods)),
           flush=True)
+
+
+def release_device() -> None:
+    """Hand a dropped decoder's memory back to the device: its cycles collected, then the caching
+    allocator's free blocks released. Call after the last reference is gone: the next decoder
+    sizes its KV to the device's free memory, which those blocks would otherwise still hold."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    torch.cuda.empty_cache()  # a no-op where CUDA never started
 
 
 def warm_decoder(path: Path, rig: Rig, warm_requests: int):
