@@ -2,6 +2,7 @@
 
     python benchmarks/decoder_capacity.py cases              # CPU: scenarios and the simulator's answers (plan.json)
     python benchmarks/decoder_capacity.py run --out F.json   # GPU: bisection on the rate, the decoder serving
+    python benchmarks/decoder_capacity.py merge --out F.json A.json B.json  # several processes' runs as one
     python benchmarks/decoder_capacity.py page --real F.json # CPU: docs/bench/decoder_capacity.{json,md}
 
 ``cases`` writes ``profiles/h200/validation/capacity/`` (:mod:`dspark_sim.validation.capacity_check`);
@@ -32,6 +33,9 @@ def main(argv=None) -> int:
     r.add_argument("--methods", nargs="*")
     r.add_argument("--traces", nargs="*")
     r.add_argument("--dry-run", action="store_true", help="CPU: a tiny model serves each probe's first requests")
+    m = sub.add_parser("merge", help="several processes' run files as one (each search keeps its provenance)")
+    m.add_argument("--out", required=True)
+    m.add_argument("runs", nargs="+")
     g = sub.add_parser("page")
     g.add_argument("--real", required=True, nargs="+", help="the decoder's capacity JSON(s) (run --out)")
     args = p.parse_args(argv)
@@ -47,6 +51,14 @@ def main(argv=None) -> int:
 
         measure(CASES, Path(args.out), args.budget_s, Rig(dry=args.dry_run),
                 Path(args.records) if args.records else None, args.methods, args.traces)
+    elif args.cmd == "merge":
+        import json
+
+        from dspark_sim.metrics.outdir import atomic_write_text
+        from dspark_sim.validation.capacity_check import merge_runs
+
+        merged = merge_runs([json.loads(Path(r).read_text()) for r in args.runs])
+        atomic_write_text(Path(args.out), json.dumps(merged, indent=1) + "\n")
     else:
         from outputs import code_commit
         from dspark_sim.validation.capacity_check import write_page

@@ -115,6 +115,29 @@ def predict(trace: CapTrace, cases_dir: Path) -> dict:
 WITHIN = 0.05  # the goal: the predicted capacity within 5 % of the decoder's
 
 
+def merge_runs(runs: list[dict]) -> dict:
+    """Several processes' capacity JSONs (``run --out``) as one: every search keeps the
+    provenance of the process that made it (later runs win per trace and method), and ``parts``
+    says what each process was given and took."""
+    results: dict = {}
+    for run in runs:
+        for trace, methods in run["results"].items():
+            for method, res in methods.items():
+                results.setdefault(trace, {})[method] = {**res, "provenance": _searched_by(res, run)}
+    return {"what": runs[0]["what"], "provenance": runs[0]["provenance"], "precision": runs[0]["precision"],
+            "parts": [part for run in runs for part in run.get("parts", [_part(run)])], "results": results}
+
+
+def _part(run: dict) -> dict:
+    return {**{k: run[k] for k in ("provenance", "budget_s", "wall_s") if k in run},
+            "methods": sorted({m for methods in run["results"].values() for m in methods})}
+
+
+def _searched_by(res: dict, run: dict) -> dict:
+    """The provenance of the process that searched ``res`` (a merged run's entries carry theirs)."""
+    return res.get("provenance", run["provenance"])
+
+
 def write_page(real: list[Path], cases_dir: Path, data_path: Path, page_path: Path, commit: str) -> dict:
     """``data_path`` (JSON) and ``page_path`` (Markdown, :func:`page_text`): the decoder's capacity
     from the runs in ``real`` (later files win per trace and method) beside the simulator's,
@@ -125,7 +148,7 @@ def write_page(real: list[Path], cases_dir: Path, data_path: Path, page_path: Pa
         for trace, methods in run["results"].items():
             for method, res in methods.items():
                 if "rate_rps" in res:
-                    measured.setdefault(trace, {})[method] = {**res, "provenance": run["provenance"]}
+                    measured.setdefault(trace, {})[method] = {**res, "provenance": _searched_by(res, run)}
     sims = {t.name: predict(t, cases_dir) for t in TRACES if t.name in measured}
     rows = []
     for trace, methods in measured.items():
@@ -134,7 +157,7 @@ def write_page(real: list[Path], cases_dir: Path, data_path: Path, page_path: Pa
                 rows.append(_row(trace, method, methods[method], sims[trace]["sim"][method]))
     data = {"made_by": "python benchmarks/decoder_capacity.py page --real " + " ".join(str(r) for r in real),
             "simulator_commit": commit, "traces": sims, "rows": rows,
-            "real": [{k: run[k] for k in ("provenance", "budget_s", "precision", "wall_s") if k in run} for run in runs]}
+            "real": [part for run in runs for part in run.get("parts", [_part(run)])]}
     data_path.write_text(json.dumps(data, indent=1, default=float) + "\n")
     page_path.write_text(page_text(data))
     return data
