@@ -126,14 +126,15 @@ def _validation() -> str:
     """docs/validation.md from the committed errors.json, with the runs its first line names."""
     import re
 
-    from fidelity import VALIDATION
+    from fidelity import VALIDATION, lockstep_data
     from dspark_sim.validation.report import markdown
 
     head = (REPO / "docs" / "validation.md").read_text().split("\n", 3)[2]
     made = re.search(r"compare --real (.*?)` from", head).group(1)
     data = json.loads((VALIDATION / "errors.json").read_text())
     replicate = (data["replicate"]["run"], data["replicate"]["cases"]) if "replicate" in data else None
-    return markdown(data["cases"], data["summary"], data["provenance"], made, replicate, VALIDATION / "real")
+    return markdown(data["cases"], data["summary"], data["provenance"], made, replicate, VALIDATION / "real",
+                    lockstep_data())
 
 
 def _validation_ttft() -> str:
@@ -175,8 +176,28 @@ def _moe() -> str:
     return markdown(json.loads(JSON.read_text()))
 
 
+def _sweeps() -> str:
+    """docs/validation_sweeps.md from the committed sweep_errors.json."""
+    from fidelity import SWEEP_JSON, VALIDATION
+    from dspark_sim.validation.sweep_page import markdown
+
+    data = json.loads(SWEEP_JSON.read_text())
+    return markdown(data, data["made_by"], VALIDATION / "real")
+
+
+def _decoder_capacity() -> str:
+    """docs/bench/decoder_capacity.md from its committed data."""
+    from dspark_sim.validation.capacity_check import page_text
+
+    return page_text(json.loads((REPO / "docs" / "bench" / "decoder_capacity.json").read_text()))
+
+
+# pages made once their GPU runs exist (benchmarks/h200_sweep_visit.sh): checked when their data is
+LATER = {"docs/validation_sweeps.md": (H200 / "validation" / "sweep_errors.json", _sweeps),
+         "docs/bench/decoder_capacity.md": (REPO / "docs" / "bench" / "decoder_capacity.json", _decoder_capacity)}
+
 # whole generated files -> their text from committed data
-FILES = {"docs/validation.md": _validation, "docs/validation_ttft.md": _validation_ttft,
+FILES = {**{doc: make for doc, (data, make) in LATER.items() if data.is_file()},"docs/validation.md": _validation, "docs/validation_ttft.md": _validation_ttft,
          "docs/dspark_frontier.md": _frontier, "docs/moe.md": _moe,
          **{f"docs/bench/{name}.md": _sim_breakdown(name) for name in ("sim_breakdown", "sim_breakdown_million")},
          **{f"docs/bench/{name}.md": _bench_page(name) for name in ("sim", "sim_speedup", "sim_million", "sim_tune")}}

@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+import numpy as np
+
 from dspark_sim.config import Section, build, check_choice, check_real, require
 from dspark_sim.errors import InputError
 from dspark_sim.userfiles import existing_file, read_json
@@ -237,6 +239,10 @@ class KvReserve:
     @property
     def decay_per_step(self) -> float:
         return (self.running_init - self.running_min) / self.decay_steps if self.decay_steps else 0.0
+
+    def output_left(self, tokens):
+        """Output tokens a request may still write (an int or an array), as the reservation counts them."""
+        return tokens if self.clip_tokens is None else np.minimum(tokens, self.clip_tokens)
 
 
 # SGLang 0.5.23: a new request needs prompt + min(max_new_tokens, 4096); a running one keeps

@@ -2,39 +2,16 @@
 plan of a step is made while the step before it runs, so a request that arrives during a step
 joins the step after the next; one that arrives while nothing runs, or during a step that
 leaves nothing to run after it, is planned at once."""
-import csv
-
 import numpy as np
 import pytest
-import yaml
-
-from dspark_sim.run import run_scenario
-from dspark_sim.scenario import load_scenario
-from dspark_sim.validation.cases import write_trace
+from trace_runs import run_trace
 
 US = 1.5e-6  # the record's times are written to the microsecond
 
 
-def _rows(path):
-    with open(path) as f:
-        return [{k: float(v) for k, v in row.items() if k not in ("domain", "status", "reject_reason")}
-                for row in csv.DictReader(f)]
-
-
 def _run(tmp_path, name, requests, overlap, batching="mixed"):
     """``requests``: (arrival_s, prompt, output) each; returns (requests by id, steps)."""
-    d = tmp_path / name
-    d.mkdir()
-    arrival, prompt, output = (np.array(col) for col in zip(*requests))
-    write_trace(d / "trace.csv", arrival, prompt, output)
-    data = {"name": name, "model": "qwen3-8b", "gpu": "h200", "seed": 0,
-            "workload": {"trace": "trace.csv", "format": "azure", "domain": "chat"},
-            "deployment": {"max_running_requests": 16, "max_batched_tokens": 8192, "batching": batching},
-            "speculation": {"method": "none"}, "engine": {"name": "decoder", "overlap": overlap}}
-    (d / "scenario.yaml").write_text(yaml.safe_dump(data))
-    run_scenario(load_scenario(d / "scenario.yaml"), d / "out", plots=False, show_progress=False)
-    reqs = sorted(_rows(d / "out" / "requests.csv"), key=lambda r: r["request_id"])
-    return reqs, _rows(d / "out" / "steps.csv")
+    return run_trace(tmp_path, name, requests, overlap, batching=batching)
 
 
 def _end(step):

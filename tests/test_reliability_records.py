@@ -96,11 +96,14 @@ def test_non_utf8_bytes_in_a_real_record_are_one_line(capsys, tmp_path, real_run
 @pytest.mark.parametrize("spec", [{"method": "dspark", "block_size": 7},
                                   {"method": "static", "drafter": "mtp", "block_size": 4},
                                   {"method": "dspark", "block_size": 7, "scheduler": "algorithm1"}])
-def test_accepted_drafts_never_exceed_the_tokens_emitted(tmp_path, write_scenario, spec, exact):
+@pytest.mark.parametrize("overlap", [False, True])
+def test_accepted_drafts_never_exceed_the_tokens_emitted(tmp_path, write_scenario, spec, exact, overlap):
     """Short outputs and long blocks: a request's last step accepts drafts past its output. Only the
-    emitted ones count, so accepted + one per decode step is the tokens decode steps emitted."""
+    emitted ones count, so accepted + one per decode row is the tokens decode steps emitted; an
+    overlapping engine's steps also decode rows of requests that finished in flight, which emit
+    nothing (engine/inflight.py), so there the rows are more."""
     path = write_scenario(synthetic_scenario(num_requests=60, rate_per_s=20.0, prompt=200, output=6,
-                                             speculation=spec))
+                                             speculation=spec, engine={"overlap": overlap}))
     out = tmp_path / "out"
     argv = ["run", str(path), "--out", str(out), "--quiet", "--no-plots"] + (["--exact"] if exact else [])
     assert main(argv) == 0
@@ -110,6 +113,10 @@ def test_accepted_drafts_never_exceed_the_tokens_emitted(tmp_path, write_scenari
     assert np.all(req["accepted_tokens"] <= req["verified_drafts"])
     emitted, decode = steps["accepted_tokens"].sum(), steps["decode_reqs"].sum()
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["accepted_drafts"] == req["accepted_tokens"].sum() == emitted - decode
-    assert summary["acceptance_rate"] == pytest.approx((emitted - decode) / req["verified_drafts"].sum())
-    assert summary["mean_accept_length"] == pytest.approx(emitted / decode)
+    assert summary["accepted_drafts"] == req["accepted_tokens"].sum()
+    assert summary["acceptance_rate"] == pytest.approx(req["accepted_tokens"].sum() / req["verified_drafts"].sum())
+    if overlap:
+        assert emitted - decode < summary["accepted_drafts"]  # these short outputs always leave a ghost row
+    else:
+        assert summary["accepted_drafts"] == emitted - decode
+        assert summary["mean_accept_length"] == pytest.approx(emitted / decode)

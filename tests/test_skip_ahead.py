@@ -35,10 +35,12 @@ METHODS = {
 
 def scenario(method: str, *, seed: int = 0, batching: str = "mixed", router: str = "round_robin",
              replicas: int = 1, load: str = "light", requests: int = 60, model: str = "qwen3-8b",
-             gpu: str = "h200", memory: float | None = None, prompt_tokens: int | None = None) -> Scenario:
+             gpu: str = "h200", memory: float | None = None, prompt_tokens: int | None = None,
+             overlap: bool | None = None) -> Scenario:
     """Bursty traffic of mixed domains; ``light`` leaves replicas idle between bursts, ``heavy``
     queues requests behind a small cap, ``kv`` overflows a small KV cache (preemptions);
-    ``prompt_tokens``: the prompts' mean length in place of the load's."""
+    ``prompt_tokens``: the prompts' mean length in place of the load's; ``overlap``: the
+    engine's (None: the decoder's default, on)."""
     rate, cap, fraction, prompt, output = {"light": (4.0, 256, 0.9, 800, 120), "heavy": (60.0, 12, 0.9, 800, 120),
                                            "kv": (1000.0, 256, 0.13, 3000, 1500)}[load]
     memory = fraction if memory is None else memory
@@ -51,7 +53,7 @@ def scenario(method: str, *, seed: int = 0, batching: str = "mixed", router: str
                      "domain": {"math": 0.3, "code": 0.3, "chat": 0.4}},
         "deployment": {"replicas": replicas, "router": router, "batching": batching, "max_running_requests": cap,
                        "gpu_memory_fraction": memory, "chunked_prefill_tokens": 2048},
-        "speculation": METHODS[method]})
+        "speculation": METHODS[method], **({} if overlap is None else {"engine": {"overlap": overlap}})})
 
 
 def outputs(sc: Scenario, exact: bool, tmp_path) -> tuple[dict, dict[str, bytes]]:
@@ -175,9 +177,11 @@ def test_the_stretches_skip_most_steps(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("method", ["production", "algorithm1", "static"])
 def test_drafting_stretches_run_through_finishes(method, monkeypatch, tmp_path):
-    # with nobody waiting a stretch with drafts draws a segment after each finish; drawn here
-    # with no regard for the next arrival, it is cut back into an earlier segment: the policy's
-    # state and the random stream go back there, and the numbers stay step-by-step mode's
+    # with nobody waiting a stretch with drafts draws a segment after each finish (an engine that
+    # reads each step before planning the next; one that overlaps decodes the finished requests
+    # once more in the next step, and its stretches end at a finish); drawn here with no regard
+    # for the next arrival, it is cut back into an earlier segment: the policy's state and the
+    # random stream go back there, and the numbers stay step-by-step mode's
     from dspark_sim.engine import stretch
 
     draw = stretch.steps_to_draw
@@ -191,7 +195,7 @@ def test_drafting_stretches_run_through_finishes(method, monkeypatch, tmp_path):
         keep(self, taken)
 
     monkeypatch.setattr(stretch.Segments, "keep", spy)
-    assert_identical(scenario(method, seed=7, requests=40), tmp_path)
+    assert_identical(scenario(method, seed=7, requests=40, overlap=False), tmp_path)
     assert any(segments > 2 for segments, _ in cuts)
     assert any(segments > 1 and earlier for segments, earlier in cuts)
 

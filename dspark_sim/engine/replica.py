@@ -1,11 +1,11 @@
 """One serving replica: a waiting queue, a running batch, one simpy event per step.
 
-Each step follows vLLM/Sarathi continuous batching: admit waiting requests
-while the concurrency cap and the KV cache allow, give decoding requests their
-verify tokens first, fill the rest of the token budget with prefill chunks
-(``batching: prefill_first``, SGLang without ``--enable-mixed-chunk``: a step
-with prompt work pending prefills only, and decoding requests wait), preempt the newest requests (recompute) when the KV cache would overflow, cost
-the step, advance time, then draw acceptance and emit tokens. A request no engine would
+Each step follows vLLM/Sarathi continuous batching: admit waiting requests while the
+concurrency cap and the KV cache allow, give decoding requests their verify tokens first,
+fill the rest of the token budget with prefill chunks (``batching: prefill_first``, SGLang
+without ``--enable-mixed-chunk``: a step with prompt work pending prefills only, and decoding
+requests wait), preempt the newest requests (recompute) when the KV cache would overflow,
+cost the step, advance time, then draw acceptance and emit tokens. A request no engine would
 serve (longer than the context, or than the cache holds for it alone) is rejected on
 arrival (:mod:`dspark_sim.engine.admission`), so every admitted request fits alone and
 the KV cache in use never exceeds its capacity. With a prefix cache (:mod:`.prefix`) a
@@ -16,10 +16,12 @@ With ``overlap`` (the engine plans and launches step n+1 while step n runs: SGLa
 scheduler, vLLM's asynchronous scheduling, the decoder's ``serve``), the plan of a step is
 made when the step before it starts: a request that reaches the replica while a step is in
 flight joins the step after the next, and its ``first_scheduled_s`` is when that step's plan
-was made. When the step in flight leaves nothing to run after it, the engine plans anew once
-it lands, as after an idle wait. Token times stay the ends of their steps (when the engine
-reads them); an engine's front end (:mod:`dspark_sim.engine.frontend`) delivers them to the
-client later, and the record gives the client's times.
+was made; what the step in flight finishes holds its place and KV through that plan, its
+unsure finishes are decoded once more (:mod:`.inflight`). When the step in flight leaves
+nothing to run after it, the engine plans anew once it lands, as after an idle wait. Token
+times stay the ends of their steps (when the engine reads them); an engine's front end
+(:mod:`dspark_sim.engine.frontend`) delivers them to the client later, and the record gives
+the client's times.
 
 An engine that reserves KV at admission for output still to come (TensorRT-LLM's whole output,
 SGLang's falling new-token ratio: :class:`~dspark_sim.engines.KvReserve`) admits a request only
@@ -36,6 +38,7 @@ import simpy
 
 from dspark_sim.cost.base import DraftWork, StepWork
 from dspark_sim.engine.batch import Table
+from dspark_sim.engine.inflight import DecodeRows, decode_rows, in_flight
 from dspark_sim.engine.stretch import Stretch, delay_to, plan_stretch
 from dspark_sim.errors import InternalError, raise_if_stopped
 
@@ -52,13 +55,9 @@ class Replica:
         self.prefill_first = dep.batching == "prefill_first"
         self.kv_capacity = ctx.kv_capacity_tokens
         self.kv_per_request = ctx.kv_request_tokens  # window and compressor state (DeepSeek-V4)
-        self.admission = ctx.admission
-        self.policy = ctx.make_policy()
-        self.prefix = ctx.make_prefix_cache()
+        self.admission, self.policy, self.prefix = ctx.admission, ctx.make_policy(), ctx.make_prefix_cache()
         self.waiting: deque[dict] = deque()
-        self.running = Table()
-        self.kv_peak = 0
-        self.overlap = ctx.overlap
+        self.running, self.kv_peak, self.overlap = Table(), 0, ctx.overlap
         # the front end streaming this replica's output to the client (None: the engine has none)
         self.frontend = ctx.frontend
         # KV reserved at admission for output to come (engines.KvReserve), and the running ratio now
@@ -67,8 +66,9 @@ class Replica:
         # multi-step scheduling: decode steps run per schedule, and how far into one the next step is
         # (0: the next step is scheduled, and may admit)
         self.multi_step, self.group_pos = ctx.multi_step, 0
-        # with overlap, when the next step's plan is made: the start of the step in flight
-        self.plan_s = 0.0
+        # with overlap, when the next step's plan is made (the start of the step in flight), what
+        # that step holds then, and whether the plan left requests waiting while it held places
+        self.plan_s, self.inflight, self.held_back = 0.0, in_flight(self.overlap), False
         # The replica's own clock: every step's start and end, summed step after step (simpy's
         # clock lands on a stretch's end within a rounding; the record keeps this one).
         self.clock_s = 0.0
@@ -101,18 +101,19 @@ class Replica:
 
     def _admit_planned(self) -> None:
         """Admit what the next step's plan takes: everything that fits, or with overlap what had
-        reached the replica when the plan was made (``plan_s``); if then nothing runs, the engine
-        plans again now (the step in flight left nothing to run beside it)."""
-        if not self.waiting:
-            return
-        kv_used = int(self._kv_tokens().sum()) + len(self.running) * self.kv_per_request + self._kv_adjust()
-        if not self.overlap:
-            self._admit(kv_used)
-            return
-        self._admit(kv_used, self.plan_s)
-        if self.waiting and not len(self.running):
-            self.plan_s = self.clock_s
-            self._admit(kv_used)
+        reached the replica when the plan was made (``plan_s``) and fits beside what the step in
+        flight holds (:mod:`.inflight`); if then nothing runs, the engine plans again once that
+        step lands (it left nothing to run beside it), when it holds nothing."""
+        held, self.held_back = self.inflight, False
+        if self.waiting:
+            kv_used = int(self._kv_tokens().sum()) + len(self.running) * self.kv_per_request + self._kv_adjust()
+            self._admit(kv_used, self.plan_s if self.overlap else None)
+            if self.overlap and self.waiting and not len(self.running):
+                self.plan_s = self.clock_s
+                held.planned()
+                self._admit(kv_used)
+            self.held_back = bool(self.waiting) and bool(held.slots or held.kv_tokens)
+        held.planned()
 
     def _admit(self, kv_used: int, plan_s: float | None = None) -> None:
         """Admit waiting requests in order while they fit. ``plan_s``: when the plan was made
@@ -120,9 +121,10 @@ class Replica:
         run = self.running
         pending = int((run["prefill_len"] - run["prefilled"]).sum())
         if self.reserve is not None:  # the output the running requests may still write
-            pending += int(self.reserve_ratio * self._output_left(run["output_tokens"] - run["generated"]).sum())
+            pending += int(self.reserve_ratio * self.reserve.output_left(run["output_tokens"] - run["generated"]).sum())
         ready_by_s = math.inf if plan_s is None else plan_s
-        while self.waiting and len(run) < self.max_running:
+        kv_used += self.inflight.kv_tokens
+        while self.waiting and len(run) + self.inflight.slots < self.max_running:
             req = self.waiting[0]
             if req.get("ready_s", -math.inf) > ready_by_s:  # a preempted request has waited since before
                 break
@@ -131,7 +133,7 @@ class Replica:
             # cached blocks no request reads yet are free KV until this request pins them
             need = req["prefill_len"] - cached + self.kv_per_request + (hit.idle_tokens if hit is not None else 0)
             if self.reserve is not None:
-                need += int(self.reserve.new_ratio * self._output_left(req["output_tokens"] - req["generated"]))
+                need += int(self.reserve.new_ratio * self.reserve.output_left(req["output_tokens"] - req["generated"]))
             if kv_used + pending + need > self.kv_capacity:
                 break
             self.waiting.popleft()
@@ -144,11 +146,6 @@ class Replica:
             run.append(req)
             pending += need
 
-    def _output_left(self, tokens):
-        """Output tokens a request may still write, as the engine's reservation counts them."""
-        clip = self.reserve.clip_tokens
-        return tokens if clip is None else np.minimum(tokens, clip)
-
     def _decay_reserve(self, steps: int) -> None:
         """The running requests' reservation ratio after ``steps`` more decode steps."""
         if self.reserve is not None and steps:
@@ -159,6 +156,7 @@ class Replica:
         while True:
             raise_if_stopped()
             if not self.waiting and not len(self.running):
+                self.inflight = in_flight(self.overlap)  # the last step landed: it holds nothing
                 self._wake = self.env.event()
                 self.ctx.collector.advance(self.index, None)
                 yield self._wake
@@ -208,8 +206,11 @@ class Replica:
         c, n = self.running.cols, self.running.n
         if not n or (c["prefilled"][:n] < c["prefill_len"][:n]).any():
             return None
-        if self.overlap and self.waiting and self.waiting[0].get("ready_s", -math.inf) > self.plan_s:
-            return None  # it came after this step's plan: the next plan may take it
+        # a request came after this step's plan, or waits while the step in flight holds places:
+        # the next plan may take it; the step in flight's unsure finishes join the next step
+        if self.held_back or self.inflight.ghosts is not None or (
+                self.overlap and self.waiting and self.waiting[0].get("ready_s", -math.inf) > self.plan_s):
+            return None
         if self.waiting and self.multi_step > 1:
             return None  # a waiting request joins at the end of this schedule's steps
         if self.waiting and self.reserve is not None and self.reserve.decay_per_step \
@@ -224,8 +225,9 @@ class Replica:
         return c["prefilled"][:n] + c["generated"][:n] - c["kv_base"][:n]
 
     def _plan(self) -> dict | None:
+        ghosts = self.inflight.take_ghosts()
         while True:
-            step = self._schedule()
+            step = self._schedule(ghosts)
             if step["kv_needed"] <= self.kv_capacity:
                 break
             if len(self.running) <= 1:  # admission keeps every request within the cache alone
@@ -246,8 +248,10 @@ class Replica:
         share cached blocks: those are counted once)."""
         return self.prefix.kv_adjust if self.prefix is not None else 0
 
-    def _schedule(self) -> dict:
-        """Decode requests first (their verify tokens), then prefill chunks in admission order."""
+    def _schedule(self, ghosts=None) -> dict:
+        """Decode requests first (their verify tokens; in a decoding step, beside them the
+        ``ghosts`` the step in flight finished, :mod:`.inflight`), then prefill chunks in admission
+        order, within the batch's token budget less every decoding request's whole window."""
         c, n, ctx = self.running.cols, self.running.n, self.ctx
         kv = self._kv_tokens()
         left = c["prefill_len"][:n] - c["prefilled"][:n]
@@ -262,38 +266,37 @@ class Replica:
             dec = slice(0, num_dec) if pre[0] == num_dec else decoding.nonzero()[0]
             if self.prefill_first:
                 dec, num_dec = slice(0, 0), 0  # decoding requests wait while prompts are prefilled
-        p_true, verify_len, budget, ahead = None, None, 0, self._ahead
-        self._ahead = None
-        drafts = self.policy.block_size_for(num_dec) if num_dec else 0
-        verify_tokens = num_dec
-        if drafts and ahead is not None and ahead.fits(c["rid"][:n][dec]):  # drawn with the stretch before
+        ahead, self._ahead = self._ahead, None
+        if num_dec and not ghosts and ahead is not None and self.policy.block_size_for(num_dec) \
+                and ahead.fits(c["rid"][:n][dec]):  # drawn with the stretch before
             p_true, verify_len, budget = ahead.take(self)
-            verify_tokens = int(verify_len.sum())
-        elif drafts:
+            d = DecodeRows(num_dec, self.policy.block_size_for(num_dec), int(verify_len.sum()), p_true, verify_len,
+                           budget, kv[dec])
+        else:
             ahead = None
-            p_true, conf = ctx.acceptance.step(c["difficulty"][:n][dec], c["domain"][:n][dec], drafts, self.rng)
-            verify_len, budget = self.policy.plan(conf, num_dec)
-            verify_tokens = int(verify_len.sum())
+            d = decode_rows(self, {k: c[k][:n] for k in ("difficulty", "domain")}, dec, kv[dec],
+                            ghosts if num_dec else None)
         prefill_tokens, chunk, attn2, prefill_reqs = 0, None, 0.0, 0
         if pre is not None:
             rem = left[pre]
-            room = max(0, min(self.max_tokens - verify_tokens, self.prefill_cap))
+            # a decoding row takes its whole window from the budget: its drafts are scheduled
+            # before their verify lengths are known (the decoder, vLLM's spec tokens)
+            room = max(0, min(self.max_tokens - d.count * (d.drafts + 1), self.prefill_cap))
             chunk = np.minimum(np.maximum(room - (np.cumsum(rem) - rem), 0), rem)  # np.clip, without its overhead
             prefill_tokens = int(chunk.sum())
             prefill_reqs = int(np.count_nonzero(chunk))
             attn2 = float((chunk * (c["prefilled"][:n][pre] + chunk / 2.0)).sum())
-        dec_kv = kv[dec]
-        dec_ctx = int(dec_kv.sum())
-        draft = DraftWork(self.policy.draft_kind, num_dec, drafts, dec_ctx) if drafts else None
-        work = StepWork(num_dec, verify_tokens, dec_ctx, prefill_tokens, prefill_reqs, attn2, draft,
-                        int(dec_kv.max()) if num_dec else 0, n)
+        dec_ctx = int(d.kv_tokens.sum())
+        draft = DraftWork(self.policy.draft_kind, d.count, d.drafts, dec_ctx) if d.drafts else None
+        work = StepWork(d.count, d.verify_tokens, dec_ctx, prefill_tokens, prefill_reqs, attn2, draft,
+                        int(d.kv_tokens.max()) if num_dec else 0, n)
         parts = ctx.cost.breakdown(work)
-        return {"dec": dec, "pre": pre, "num_dec": num_dec, "chunk": chunk, "verify_len": verify_len,
-                "p_true": p_true, "ahead": ahead if drafts else None, "budget": budget,
-                "tokens": verify_tokens + prefill_tokens,
+        return {"dec": dec, "pre": pre, "num_dec": num_dec, "chunk": chunk, "verify_len": d.verify_len,
+                "p_true": d.p_true, "ahead": ahead if d.drafts else None, "budget": d.budget,
+                "tokens": d.verify_tokens + prefill_tokens,
                 "prefill_tokens": prefill_tokens,
-                "kv_needed": int(kv.sum()) + n * self.kv_per_request + verify_tokens + prefill_tokens
-                + self._kv_adjust(),
+                "kv_needed": int(kv.sum()) + n * self.kv_per_request + d.verify_tokens + prefill_tokens
+                + self._kv_adjust() + (int(ghosts.kv_tokens.sum()) if ghosts and num_dec else 0),
                 "step_s": sum(parts.values()), "draft_s": parts.get("draft_s", 0.0),
                 "sched_s": parts.get("sched_s", 0.0), "start_s": self.clock_s, "work": work}
 
@@ -329,9 +332,13 @@ class Replica:
                     self.ctx.acceptance.accept(step["p_true"], drafts, self.rng)
                 new += accepted
                 c["verified_drafts"][:n][dec] += drafts
-            np.minimum(new, c["output_tokens"][:n][dec] - generated[dec], out=new)
+            left = c["output_tokens"][:n][dec] - generated[dec]
+            np.minimum(new, left, out=new)
             if step["p_true"] is not None:  # accepted drafts that were emitted (a last step may accept more)
                 c["accepted_tokens"][:n][dec] += new - 1
+                if (done := new == left).any():  # the next plan could not know
+                    rows = np.arange(n)[dec][done]
+                    self.inflight.finished(c, rows, left[done], self._kv_tokens()[rows] + left[done])
             emitted = int(new.sum())
             self._decoded[0] += emitted
             self._decoded[1] += step["num_dec"]
@@ -361,6 +368,9 @@ class Replica:
         last = c["last_token_s"][:n]
         collector.on_stretch(self.index, st, last)
         c["generated"][:n] = st.generated
+        if st.left_last is not None:  # finished in its last step: decoded once more where unsure (overlap)
+            done = (st.generated >= c["output_tokens"][:n]).nonzero()[0]
+            self.inflight.finished(c, done, st.left_last[done], self._kv_tokens()[done])
         if st.accepted is not None:
             c["accepted_tokens"][:n] += st.accepted
             c["verified_drafts"][:n] += st.verified
@@ -394,6 +404,8 @@ class Replica:
         finished = c["generated"][:n] >= c["output_tokens"][:n]
         if finished.any():
             rows = self.running.take(finished)
+            kv = rows["prefilled"] + rows["generated"] - rows["kv_base"]
+            self.inflight.retired(int(finished.sum()), int(kv.sum()))
             self._release_finished(rows)
             self.ctx.collector.on_finish(rows, now, self.index)
             self.running.remove(finished)

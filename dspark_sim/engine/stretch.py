@@ -50,6 +50,7 @@ class Stretch:
     accepted: np.ndarray | None = None  # int64 [R]: drafts accepted and emitted in the stretch (None: no drafts)
     verified: np.ndarray | None = None  # int64 [R]: drafts verified in the stretch
     next_step: Ahead | None = None  # the step after it, drawn with it (None: not drawn)
+    left_last: np.ndarray | None = None  # int64 [R]: output tokens left when its last step was planned
 
     @property
     def steps(self) -> int:
@@ -115,8 +116,10 @@ def _drafting(rep, n: int, block_size: int, left, kv0, generated, stop_s: float,
     running and ends at the first finish; with nobody waiting (and no prefix-cache references
     to release) a finish only shrinks the batch, and the next segment is drawn for the rest
     from where the random stream stands after it, as the next step would draw it. Otherwise,
-    or where the drafter's block size would change, the stretch ends at the first finish."""
-    through = not rep.waiting and (rep.prefix is None or not rep.prefix.chains)
+    or where the drafter's block size would change, the stretch ends at the first finish, as it
+    does for an engine that overlaps its steps: the step after a finish decodes the finished
+    requests once more (engine/inflight.py), which the next segment's draw would not."""
+    through = not rep.waiting and (rep.prefix is None or not rep.prefix.chains) and not rep.inflight.overlapped
     steps = steps_to_draw(int(left.min()), stop_s - rep.clock_s, rep.decode_step_s, tokens_per_step, n,
                            block_size)
     if steps < 2:
@@ -166,10 +169,11 @@ def _drafting(rep, n: int, block_size: int, left, kv0, generated, stop_s: float,
     capped = np.minimum(cum[:taken], left)  # a finishing request emits up to its output
     emitted = np.diff(capped.sum(axis=1), prepend=0)
     run = np.minimum(segments.runs, taken) if several else taken
+    left_last = left - capped[-2] if taken > 1 else left
     decode = decode[:taken] if several else np.full(taken, decode)
     return Stretch(times, step_s, parts["draft_s"], parts["sched_s"], decode, verify[:taken],
                    segments.budget[:taken], emitted, context, max_context, kv_tokens, generated + capped[-1], run,
-                   capped[-1] - run, verify_len[:taken].sum(axis=0) - run, ahead)  # drafts accepted and emitted
+                   capped[-1] - run, verify_len[:taken].sum(axis=0) - run, ahead, left_last)  # drafts accepted and emitted
 
 
 class Segments:

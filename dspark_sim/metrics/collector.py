@@ -251,7 +251,7 @@ class Collector:
         self._at(time_s, replica, self._step, replica, step, running, decoded, first_tokens)
 
     def _step(self, replica: int, step: dict, running: int, decoded: int, first_tokens: int) -> None:
-        num_dec = step["num_dec"]
+        num_dec = step["work"].decode_reqs  # the rows it decoded (an overlapping engine's ghosts too)
         verify = step["tokens"] - step["prefill_tokens"]
         self.steps.append(step["start_s"], step["step_s"], running, num_dec, verify, step["prefill_tokens"],
                           step["budget"], decoded + first_tokens, step["draft_s"], step["sched_s"],

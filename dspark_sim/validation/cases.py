@@ -130,18 +130,20 @@ def synthetic(count: int, rate: float, seed: int, prompt_mean: int = 768):
 
 
 def make_cases(cases_dir: Path, azure_trace: Path, *, model: str = MODEL, tp: int = 1,
-               traces: tuple[str, ...] | None = None) -> list[Path]:
+               traces: tuple[str, ...] | None = None, table: dict | None = None) -> list[Path]:
     """Write traces, scenarios and the SPS table into ``cases_dir``; returns the scenario paths.
 
     ``azure_trace`` is the shipped Azure code trace the Azure cases slice; ``model`` and ``tp``
     (``deployment.tp``, one process per GPU in the decoder) name the deployment, ``traces`` a
-    subset of :data:`TRACES`."""
+    subset of ``table`` (default :func:`case_traces`; the load sweeps give theirs,
+    :mod:`~dspark_sim.validation.sweeps`)."""
+    table = case_traces() if table is None else table
     cases_dir.mkdir(parents=True, exist_ok=True)
-    paths, probe_trace, known = [], None, case_traces()
-    for name in traces or known:
-        if name not in known:
-            raise InputError(None, "traces", name, f"expected some of {list(known)}")
-        source, count, load, *batching = known[name]
+    paths, probe_trace = [], None
+    for name in traces or table:
+        if name not in table:
+            raise InputError(None, "traces", name, f"expected some of {list(table)}")
+        source, count, load, *batching = table[name]
         deployment = {**DEPLOYMENT, "batching": batching[0] if batching else DEPLOYMENT["batching"],
                       **({"tp": tp} if tp > 1 else {})}
         workload = _write_case_trace(cases_dir, name, source, count, load, azure_trace)
@@ -172,10 +174,10 @@ def make_cases(cases_dir: Path, azure_trace: Path, *, model: str = MODEL, tp: in
 
 def _write_case_trace(cases_dir: Path, name: str, source: str, count: int, load: tuple, azure_trace: Path) -> dict:
     """Write case ``name``'s trace into ``cases_dir``; returns its scenario's workload keys."""
-    if source in ("sessions", "long_sessions"):
+    if source in ("sessions", "long_sessions"):  # load: (sessions/s, seed[, the workload in place of SESSIONS])
         from dspark_sim.workload import SyntheticConfig, synthetic_requests, write_mooncake
 
-        sessions = SESSIONS if source == "sessions" else LONG_SESSIONS
+        sessions = load[2] if len(load) > 2 else SESSIONS if source == "sessions" else LONG_SESSIONS
         cfg = SyntheticConfig.from_dict({"num_requests": count, "rate_per_s": load[0], **sessions}, file=None)
         chunks = list(synthetic_requests(cfg, load[1], hash_block_tokens=HASH_BLOCK_TOKENS))
         _check_fits(name, np.concatenate([c.prompt_tokens + c.output_tokens for c in chunks]))

@@ -136,14 +136,17 @@ def _row(case: str, real_dir: Path, metrics: list[dict], cost) -> dict:
 
 
 def summarise(rows: list[dict]) -> dict:
-    """Median and p90 absolute relative error of every metric over the cases."""
+    """Median, p90 and max absolute relative error of every metric over the cases, and the mean
+    signed error beside them (whether the simulator leans one way)."""
     out = {}
     for key in KEYS:
-        errs = [abs(r["metrics"][key]["rel_error"]) for r in rows
-                if key in r["metrics"] and not math.isnan(r["metrics"][key]["rel_error"])]
-        if errs:
+        signed = np.array([r["metrics"][key]["rel_error"] for r in rows
+                           if key in r["metrics"] and not math.isnan(r["metrics"][key]["rel_error"])])
+        if signed.size:
+            errs = np.abs(signed)
             out[key] = {"median": float(np.median(errs)), "p90": float(np.percentile(errs, 90)),
-                        "max": float(np.max(errs)), "cases": len(errs), "goal": GOALS.get(key)}
+                        "max": float(np.max(errs)), "mean_signed": float(signed.mean()), "cases": int(signed.size),
+                        "goal": GOALS.get(key)}
     return out
 
 

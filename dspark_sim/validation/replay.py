@@ -16,15 +16,16 @@ RUNNING_BINS = ((1, 4), (5, 16), (17, 64), (65, 128), (129, 256))
 
 def step_replay(run_dir: Path, speculation: Speculation, cost) -> dict | None:
     """The cost model on every step of the run in ``run_dir`` (its work from ``steps.csv``): median
-    relative error of decode steps and of prefill steps without the gap before them, and of that
-    gap (``sched_s``, the serving loop's host time), by running requests; None for runs that
-    do not record their steps' work. ``speculation`` names the drafter the run used."""
+    relative error of decode steps, of mixed steps (prompt chunks beside decode windows) and of
+    prefill steps without the gap before them, and of that gap (``sched_s``, the serving loop's
+    host time), by running requests; None for runs that do not record their steps' work.
+    ``speculation`` names the drafter the run used."""
     present = read_columns(run_dir / "steps.csv", (), optional=STEP_COLUMNS)
     if not all(c in present for c in WORK_COLUMNS) or not present["step_s"].size:
         return None
     rows = read_columns(run_dir / "steps.csv", REPLAY_COLUMNS + WORK_COLUMNS)
     kind = speculation.draft_kind
-    out = {"decode": [], "prefill": [], "sched": []}
+    out = {"decode": [], "mixed": [], "prefill": [], "sched": []}
     for i in range(rows["step_s"].size):
         r = {name: col[i] for name, col in rows.items()}
         dec, running, ctx = int(r["decode_reqs"]), int(r["running_reqs"]), int(r["decode_context_tokens"])
@@ -34,7 +35,8 @@ def step_replay(run_dir: Path, speculation: Speculation, cost) -> dict | None:
         parts = cost.breakdown(work)
         sched, real_sched = parts.pop("sched_s", 0.0), float(r["sched_s"])
         real = float(r["step_s"]) - real_sched
-        out["decode" if dec else "prefill"].append((running, sum(parts.values()) / real - 1.0))
+        part = ("mixed" if int(r["prefill_tokens"]) else "decode") if dec else "prefill"
+        out[part].append((running, sum(parts.values()) / real - 1.0 if real > 0 else math.nan))
         out["sched"].append((running, sched / real_sched - 1.0 if real_sched > 0 else math.nan))
     return {part: _medians(errs) for part, errs in out.items()}
 
@@ -42,7 +44,7 @@ def step_replay(run_dir: Path, speculation: Speculation, cost) -> dict | None:
 def _medians(errs: list[tuple[int, float]]) -> dict:
     """Median error over the steps, and by bin of running requests."""
     run = np.array([x for x, _ in errs], dtype=np.float64)
-    err = np.array([e for _, e in errs])
+    err = np.array([e for _, e in errs], dtype=np.float64)
     ok = ~np.isnan(err)
     return {"steps": int(ok.sum()),
             "median_error": float(np.median(err[ok])) if ok.any() else math.nan,

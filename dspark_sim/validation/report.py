@@ -39,13 +39,16 @@ def plot_errors(rows: list[dict], path: Path) -> None:
 
 def summary_lines(summary: dict) -> list[str]:
     """The error summary as a markdown table, the median and the p90 over cases each against its goal."""
-    lines = ["| metric | median abs err | p90 | max | points | goal median / p90 |", "|---|---|---|---|---|---|"]
+    lines = ["| metric | median abs err | p90 | max | mean signed err | points | goal median / p90 |",
+             "|---|---|---|---|---|---|---|"]
     for key, s in summary.items():
         goal, goal_p90 = GOALS.get(key), P90_GOALS.get(key)
         text = f"<= {goal:.0%} / <= {goal_p90:.0%}" if goal else "-"
         ok = "" if not goal else (" (met)" if s["median"] <= goal else " (**missed**)")
         ok90 = "" if not goal_p90 else (" (met)" if s["p90"] <= goal_p90 else " (**missed**)")
-        lines.append(f"| {key} | {s['median']:.1%}{ok} | {s['p90']:.1%}{ok90} | {s['max']:.1%} | {s['cases']} | {text} |")
+        signed = f"{s['mean_signed']:+.1%}" if "mean_signed" in s else "-"
+        lines.append(f"| {key} | {s['median']:.1%}{ok} | {s['p90']:.1%}{ok90} | {s['max']:.1%} | {signed} | "
+                     f"{s['cases']} | {text} |")
     return lines
 
 
@@ -84,6 +87,11 @@ HOST_LINES = {
                "as in-sample for the host."}
 
 
+def host_line(rows: list[dict], real_root: Path | None) -> str:
+    """What each host the ``rows`` ran on was to the profile (:data:`HOST_LINES`), one line."""
+    return " ".join(HOST_LINES[kind] for kind, _ in host_groups(rows, real_root))
+
+
 HEADINGS = {"unseen": " on a host the profile never saw", "seen": " on a host the profile saw",
             "unknown": " on a host its notes do not name"}
 
@@ -105,9 +113,11 @@ def _group_lines(kind: str, rows: list[dict], real_root: Path | None, first: boo
 
 
 def markdown(rows: list[dict], summary: dict, prov: dict, real: str = "DIR",
-             replicate: tuple[str, list[dict]] | None = None, real_root: Path | None = None) -> str:
+             replicate: tuple[str, list[dict]] | None = None, real_root: Path | None = None,
+             lockstep: tuple[dict, dict] | None = None) -> str:
     """docs/validation.md: what the comparison found, the error summaries and every case.
-    ``real_root`` holds the decoder runs (their ``notes.json``)."""
+    ``real_root`` holds the decoder runs (their ``notes.json``); ``lockstep``: the decoder's loop
+    beside the simulator before and after the in-flight step (``benchmarks/lockstep.py``'s data)."""
     head = ("# Simulator against the real decoder on traces (H200)\n\n"
             f"Made by `python benchmarks/fidelity.py compare --real {real}` from the decoder runs of "
             "`python benchmarks/fidelity.py run` (`bash benchmarks/h200_call.sh fidelity` through the "
@@ -138,6 +148,12 @@ def markdown(rows: list[dict], summary: dict, prov: dict, real: str = "DIR",
             "from the simulator's own acceptance model, so the accept-length (and verify-token) error "
             "only tests the sampling, not the acceptance model; the step times, and the latencies and "
             "throughput they make, are the real test.\n"
+            "- **At and past saturation.** These cases run at light and moderate loads. The load sweeps "
+            "(chat, long-prompt and shared-prefix traffic at 0.3-1.5x of saturation, both batchings, every "
+            "method: `python benchmarks/fidelity.py run --sweeps`) are compared in `docs/validation_sweeps.md` "
+            "once their decoder runs exist; the decoder's measured capacity beside `dspark-sim capacity`'s is "
+            "`docs/bench/decoder_capacity.md`. What the simulator put into its steps at saturation, and what "
+            "changed it, is the section below on it.\n"
             "- **Step rows.** A row ends when the GPU ends the step; requests' times are when "
             "the host reads their tokens, as a client sees them. Runs whose notes say their rows "
             "end when the host read the step attribute a long launch (an eager prefill) to the "
@@ -155,10 +171,14 @@ def markdown(rows: list[dict], summary: dict, prov: dict, real: str = "DIR",
                   f"{len(rep_rows)} points: " + ", ".join(r["case"] for r in rep_rows) + ".", ""] \
             + summary_lines(summarise(rep_rows)) + ["", _table(rep_rows)]
     lines += _prefix_lines(current)
+    if lockstep is not None:
+        from dspark_sim.validation.mechanism import mechanism_lines
+
+        lines += mechanism_lines(*lockstep)
     replay = _replay_table(rows)
     return head + "![errors by case](img/validation_errors.png)\n\n" + "\n".join(lines) \
         + "\n\n## Each point\n\n" + _table(rows) + replay \
-        + "\n\nDecoder runs (`profiles/h200/validation/real/`):\n\n" + "\n".join(_notes(rows, replicate, real_root)) \
+        + "\n\nDecoder runs (`profiles/h200/validation/real/`):\n\n" + "\n".join(run_notes(rows, replicate, real_root)) \
         + "\n"
 
 
@@ -166,20 +186,30 @@ TABLE_COLS = ("output_throughput", "p50_tpot_ms", "mean_tpot_ms", "p99_tpot_ms",
               "mean_accept_length")
 
 
-def _table(rows: list[dict]) -> str:
-    table = ["| case | decoder run | " + " | ".join(f"{c} real / sim / err" for c in TABLE_COLS) + " |",
-             "|---|---|" + "---|" * len(TABLE_COLS)]
+def case_table(rows: list[dict], cols: tuple[str, ...], run_cell=lambda r: r["real_run"]) -> list[str]:
+    """One line per case: ``run_cell`` of it, then real / sim / error of each metric in ``cols``."""
+    table = ["| case | decoder run | " + " | ".join(f"{c} real / sim / err" for c in cols) + " |",
+             "|---|---|" + "---|" * len(cols)]
     for r in rows:
         cells = []
-        for c in TABLE_COLS:
+        for c in cols:
             m = r["metrics"].get(c)
             cells.append("-" if m is None else f"{m['real']:.1f} / {m['sim']:.1f} / {m['rel_error']:+.1%}")
-        run = f"{r['real_run']}{'' if r['current_decoder'] else ' (earlier decoder)'}, {r['passes']} pass"
-        if r.get("graphs_captured") is not None:
-            run += f", {r['graphs_captured']} graphs captured"
-        if r.get("compiles") is not None:
-            run += f", {r['compiles']} compiles"
-        table.append(f"| {r['case']} | {run} | " + " | ".join(cells) + " |")
+        table.append(f"| {r['case']} | {run_cell(r)} | " + " | ".join(cells) + " |")
+    return table
+
+
+def _run_cell(r: dict) -> str:
+    run = f"{r['real_run']}{'' if r['current_decoder'] else ' (earlier decoder)'}, {r['passes']} pass"
+    if r.get("graphs_captured") is not None:
+        run += f", {r['graphs_captured']} graphs captured"
+    if r.get("compiles") is not None:
+        run += f", {r['compiles']} compiles"
+    return run
+
+
+def _table(rows: list[dict]) -> str:
+    table = case_table(rows, TABLE_COLS, _run_cell)
     return "\n".join(table)
 
 
@@ -197,33 +227,45 @@ def _prefix_lines(rows: list[dict]) -> list[str]:
             f"| {r['case']} | {r['prefix_hit']['real']:.1%} / {r['prefix_hit']['sim']:.1%} |" for r in rows]
 
 
+def replay_cell(d: dict | None) -> str:
+    """One part of a step replay (``step_replay``'s decode, mixed, prefill or gap) as a table cell:
+    the median error, the steps, and the median by running requests."""
+    if not d or not d["steps"]:
+        return "-"
+    return f"{d['median_error']:+.1%} ({d['steps']}; " + ", ".join(
+        f"{k}: {v:+.0%}" for k, v in d["by_running"].items()) + ")"
+
+
 def _replay_table(rows: list[dict]) -> str:
     """The cost model on each served step (``step_replay``), for runs that record their work."""
     rows = [r for r in rows if r.get("step_replay")]
     if not rows:
         return ""
-    fmt = lambda d: "-" if not d or not d["steps"] else (  # noqa: E731
-        f"{d['median_error']:+.1%} ({d['steps']}; " + ", ".join(f"{k}: {v:+.0%}" for k, v in d["by_running"].items())
-        + ")")
+    fmt = replay_cell
     lines = ["", "", "## Each served step priced by the profile", "",
              "The cost model on the work of every step the decoder served (`steps.csv`: requests, "
              "verify tokens, KV tokens and the longest request, prefill chunks): median of "
              "(model - real) / real over the steps (how many; by running requests). The gap before "
              "each step (`sched_s`: retire, admit, schedule) is priced by the profile's `schedule` "
              "term and compared apart.", "",
-             "| case | decode steps | prefill steps | gap before the step |", "|---|---|---|---|"]
+             "| case | decode steps | mixed steps (chunks beside decode windows) | prefill steps | gap before the step |",
+             "|---|---|---|---|---|"]
     for r in rows:
         d = r["step_replay"]
-        lines.append(f"| {r['case']} | {fmt(d['decode'])} | {fmt(d['prefill'])} | {fmt(d['sched'])} |")
+        lines.append(f"| {r['case']} | {fmt(d['decode'])} | {fmt(d.get('mixed'))} | {fmt(d['prefill'])} | "
+                     f"{fmt(d['sched'])} |")
     return "\n".join(lines)
 
 
-def _notes(rows: list[dict], replicate, real_root: Path | None) -> list[str]:
+def run_notes(rows: list[dict], replicate, real_root: Path | None, command: bool = False) -> list[str]:
+    """One line per decoder run the rows (and a replicate's) come from: its notes' decoder and end
+    (and, ``command``, the command it was made by)."""
     names = {r["real_run"] for r in rows} | ({r["real_run"] for r in replicate[1]} if replicate else set())
     notes = []
     for root in sorted(names) if real_root is not None else ():
         path = real_root / root / "notes.json"
         if path.is_file():
             n = json.loads(path.read_text())
-            notes.append(f"- `{root}`: {n.get('decoder', '')}. {n.get('end', '')}".rstrip())
+            how = f" Made by `{n['command']}`." if command and n.get("command") else ""
+            notes.append(f"- `{root}`: {n.get('decoder', '')}. {n.get('end', '')}{how}".rstrip())
     return notes

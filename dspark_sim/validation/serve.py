@@ -14,11 +14,12 @@ import dataclasses
 import json
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from dspark_sim.validation.cases import CASE_METHODS, case_traces, max_model_len
+from dspark_sim.validation.cases import MAX_MODEL_LEN, max_model_len
 
 WARM_REQUESTS = 0  # a served warm-up trace on top of Decoder.warmup (300: every tier as they drain)
 CROSS_REQS = (1, 4, 16, 64, 256)
@@ -35,42 +36,85 @@ def archive(out: Path, path: Path) -> None:
     tmp.replace(path)
 
 
-def run_cases(cases_dir: Path, out: Path, max_seconds: float, only: list[str] | None,
-              archive_to: Path | None = None, methods: list[str] | None = None, passes: int = 1,
-              warm_requests: int = WARM_REQUESTS, kv_tokens: int = 0, crosscheck: bool = True) -> None:
-    """Serve every selected case of ``cases_dir`` into ``out``; ``only`` names traces (every
-    method) or cases (``trace__method``). After a method's cases, ``crosscheck`` times the
-    profiler's whole decode steps and prefill steps on the same decoder (``crosscheck.json``)."""
-    import torch
+@dataclass(frozen=True, slots=True)
+class Rig:
+    """What serves the cases: the case's model on the GPU (``kv_tokens`` of KV, 0: the free
+    memory), or, ``dry``, a tiny fp32 model on the CPU serving each case's first
+    :data:`DRY_REQUESTS` requests through the same loop and record (a check of the run's
+    plumbing before a device call)."""
 
+    kv_tokens: int = 0
+    dry: bool = False
+    model_len: int = MAX_MODEL_LEN  # the decoder's context: long enough for the longest case served
+
+    def launch(self, path: Path):
+        from dspark_sim.kernels.decoder.launch import load_launch
+
+        device = dict(device="cpu", dtype="float32", kernels="torch", attention="torch", cuda_graphs=False) \
+            if self.dry else dict(device="cuda", dtype="bfloat16")
+        return load_launch(path, synthetic=True, max_model_len=self.model_len,
+                           kv_tokens=self.kv_tokens or (DRY_KV_TOKENS if self.dry else 0), **device)
+
+    def spec(self, model: str):
+        from dspark_sim.catalog import get_model
+        from dspark_sim.kernels.decoder.tiny import tiny_spec
+
+        return tiny_spec(vocab=64) if self.dry else get_model(model)
+
+    @property
+    def max_requests(self) -> int | None:
+        return DRY_REQUESTS if self.dry else None
+
+
+DRY_REQUESTS, DRY_KV_TOKENS = 3, 65536
+
+
+def run_cases(cases_dir: Path, out: Path, budget, wanted=None, archive_to: Path | None = None, passes: int = 1,
+              warm_requests: int = WARM_REQUESTS, rig: Rig = Rig(), crosscheck: bool = True) -> None:
+    """Serve the cases of ``cases_dir`` that ``budget`` (a :class:`~.budget.Budget`: units in
+    order, methods in order, the time limit) lets run, whole units at a time, into ``out``;
+    ``wanted(trace, method)``, if given, skips the other cases of a unit. After a method's
+    cases, ``crosscheck`` times the profiler's whole decode steps and prefill steps on the same
+    decoder (``crosscheck.json``). ``archive_to`` keeps a .tgz of ``out``, updated after every
+    unit (what a call cut short still returns)."""
     from dspark_sim.kernels.profiler.provenance import provenance, sm_clocks
 
     t_start = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     shutil.copy(cases_dir / "sps_dspark.json", out / "sps_dspark.json")  # what DSpark scheduled from
     prov = {**provenance(), "sm_clocks_before": sm_clocks()}
-    checks = {}
-    for method in methods or CASE_METHODS:
-        picked = picked_traces(method, only)
-        if not picked:
+    checks, units = {}, budget.units
+    # one decoder serves a method's cases: a context long enough for the longest of them
+    rig = dataclasses.replace(rig, model_len=max_model_len([t for u in units for t in u.traces]))
+    print(f"{len(units)} units x {len(budget.methods)} methods, expected {budget.estimate():.0f} s "
+          f"within {budget.limit_s:.0f} s", flush=True)
+    for method in budget.methods:
+        eligible = budget.eligible(method)
+        if not eligible:
+            print(f"{method}: skipped (no unit left that every earlier method served)", flush=True)
             continue
-        scenarios = [cases_dir / f"{t}__{method}.yaml" for t in picked]
         t0 = time.perf_counter()
-        # one decoder serves the method's cases: a context long enough for the longest of them
-        decoder, shapes = _warm_decoder(scenarios[0], kv_tokens, warm_requests, max_model_len(picked))
+        decoder, shapes = warm_decoder(cases_dir / f"{units[0].traces[0]}__{method}.yaml", rig, warm_requests)
         print(f"{method}: built and warmed in {time.perf_counter() - t0:.1f} s ({shapes}), "
               f"{len(decoder.graphs.entries)} graphs", flush=True)
-        for path in scenarios:
-            if time.perf_counter() - t_start > max_seconds:
-                print(f"{path.stem}: skipped (--max-seconds)", flush=True)
-                continue
-            meta = _serve_case(decoder, path, out, kv_tokens, passes)
-            meta.update(warm_requests=warm_requests, warmup=shapes)
-            meta["provenance"] = {**prov, **meta["provenance"], "sm_clocks_after": sm_clocks()}
-            (out / path.stem / "meta.json").write_text(json.dumps(_ordered(meta), indent=1))
+        for unit in eligible:
+            if not budget.allows(method, unit, time.perf_counter() - t_start):
+                print(f"{method}: {unit.name} and after skipped (--max-seconds: the rest would not be whole)",
+                      flush=True)
+                break
+            for trace in unit.traces:
+                if wanted is not None and not wanted(trace, method):
+                    continue
+                path = cases_dir / f"{trace}__{method}.yaml"
+                meta = _serve_case(decoder, path, out, rig, passes)
+                budget.served(trace, method, meta["wall_s"])
+                meta.update(warm_requests=warm_requests, warmup=shapes)
+                meta["provenance"] = {**prov, **meta["provenance"], "sm_clocks_after": sm_clocks()}
+                (out / path.stem / "meta.json").write_text(json.dumps(_ordered(meta), indent=1))
+            budget.finished(method, unit)
             if archive_to is not None:
                 archive(out, archive_to)
-        if crosscheck and time.perf_counter() - t_start < max_seconds:
+        if crosscheck and time.perf_counter() - t_start < budget.limit_s:
             checks[method] = crosscheck_steps(decoder)
             (out / "crosscheck.json").write_text(json.dumps(checks, indent=1))
             print(f"{method} crosscheck: " + json.dumps({k: {p: round(v * 1e3, 2) for p, v in d.items()}
@@ -79,57 +123,36 @@ def run_cases(cases_dir: Path, out: Path, max_seconds: float, only: list[str] | 
             if archive_to is not None:
                 archive(out, archive_to)
         del decoder
-        torch.cuda.empty_cache()
+        release_device()
+    print(f"served in {time.perf_counter() - t_start:.0f} s; whole units: "
+          + ", ".join(u.name for u in units if all(u.name in budget.done.get(m, []) for m in budget.methods)),
+          flush=True)
 
 
-def picked_traces(method: str, only: list[str] | None) -> list[str]:
-    """The traces whose case of ``method`` ``only`` selects (traces, or cases ``trace__method``)."""
-    return [t for t in case_traces() if only is None or t in only or f"{t}__{method}" in only]
+def release_device() -> None:
+    """Hand a dropped decoder's memory back to the device: its cycles collected, then the caching
+    allocator's free blocks released. Call after the last reference is gone: the next decoder
+    sizes its KV to the device's free memory, which those blocks would otherwise still hold."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    torch.cuda.empty_cache()  # a no-op where CUDA never started
 
 
-def dry_run(cases_dir: Path, only: list[str] | None, methods: list[str] | None = None) -> list[str]:
-    """What :func:`run_cases` would serve, without a GPU: every selected case's scenario, launch
-    and requests read as the run reads them; one line per case."""
-    from dspark_sim.catalog import get_model
-    from dspark_sim.kernels.decoder.launch import trace_sequences
-
-    lines = []
-    for method in methods or CASE_METHODS:
-        picked = picked_traces(method, only)
-        model_len = max_model_len(picked)
-        for trace in picked:
-            path = cases_dir / f"{trace}__{method}.yaml"
-            launch = _launch(path, 1024, model_len, device="cpu")
-            seqs = trace_sequences(launch, get_model(launch.scenario.model).vocab_size)
-            prompts = [s.prompt_len for s in seqs]
-            longer = sum(s.prompt_len + s.max_tokens > model_len for s in seqs)
-            lines.append(f"{path.stem}: {len(seqs)} requests, prompts {min(prompts)}-{max(prompts)} tokens, "
-                         f"{sum(s.max_tokens for s in seqs)} output tokens, max_model_len {model_len}, "
-                         f"batching {launch.conf.batching}, prefix cache {launch.conf.prefix_cache}, "
-                         f"{longer} past the context")
-    return lines
-
-
-def _launch(path: Path, kv_tokens: int, model_len: int, device: str = "cuda"):
-    from dspark_sim.kernels.decoder.launch import load_launch
-
-    return load_launch(path, synthetic=True, device=device, dtype="bfloat16", max_model_len=model_len,
-                       kv_tokens=kv_tokens)
-
-
-def _warm_decoder(path: Path, kv_tokens: int, warm_requests: int, model_len: int):
+def warm_decoder(path: Path, rig: Rig, warm_requests: int):
     """The decoder of a case's method, every step shape compiled and captured; (decoder, shapes)."""
-    from dspark_sim.catalog import get_model
     from dspark_sim.kernels.decoder.compiles import StallLog
     from dspark_sim.kernels.decoder.engine import serve
     from dspark_sim.kernels.decoder.launch import build_decoder
     from dspark_sim.kernels.decoder.sequence import Sequence
 
-    launch = _launch(path, kv_tokens, model_len)
-    decoder = build_decoder(get_model(launch.scenario.model), launch)
+    launch = rig.launch(path)
+    decoder = build_decoder(rig.spec(launch.scenario.model), launch)
     decoder.randomize_cache()
     with StallLog(decoder.device) as stalls:
-        shapes = decoder.warmup()  # every step shape compiled and captured before timing
+        shapes = {} if rig.dry else decoder.warmup()  # every step shape compiled and captured before timing
     shapes["triton_compiles"] = len(stalls.compiles)
     # optionally also a served warm-up trace (every request tier as it drains)
     rng = np.random.default_rng(0)
@@ -150,19 +173,19 @@ def _ordered(meta: dict) -> dict:
     return {k: meta[k] for k in META_KEYS}
 
 
-def _serve_case(decoder, path: Path, out: Path, kv_tokens: int, passes: int) -> dict:
+def _serve_case(decoder, path: Path, out: Path, rig: Rig, passes: int) -> dict:
     """Serve one case ``passes`` times (the earlier passes compile and capture, untimed), write its
     record; returns its ``meta.json`` but for the warm-up and the provenance of the machine."""
     from dspark_sim.kernels.decoder.compiles import StallLog
     from dspark_sim.kernels.decoder.engine import serve, write_csvs
     from dspark_sim.kernels.decoder.launch import trace_sequences
 
-    case, launch = path.stem, _launch(path, kv_tokens, decoder.conf.max_model_len)
+    case, launch = path.stem, rig.launch(path)
     decoder.conf = dataclasses.replace(decoder.conf, batching=launch.conf.batching)  # the case's batching
     for _ in range(passes):
         decoder.pages.drop_cached()  # every pass starts with a cold prefix cache, as the simulator
         hits0, evicted0 = getattr(decoder.pages, "hit_tokens", 0), getattr(decoder.pages, "evicted_pages", 0)
-        seqs = trace_sequences(launch, decoder.spec.vocab_size)
+        seqs = trace_sequences(launch, decoder.spec.vocab_size, max_requests=rig.max_requests)
         with StallLog(decoder.device) as stalls:
             events, seen = [], {"compiles": 0, "captures": decoder.graphs.captures}
             alloc0 = stalls.alloc()

@@ -61,17 +61,19 @@ class Run:
 
 
 def serve(decoder, seqs: list, realtime: bool = False, max_steps: int | None = None,
-          on_step=None, overlap: bool = True) -> Run:
+          on_step=None, overlap: bool = True, clock: Clock | None = None) -> Run:
     """Serve ``seqs`` (sorted by ``arrival_s``) to completion; returns their rows.
     ``on_step(row)``, if given, sees each step's row as soon as the step ends.
     ``overlap``: launch step n+1 before reading step n's tokens (the default, as
     SGLang's overlap scheduler and vLLM's asynchronous scheduling); False waits for
-    each step before planning the next."""
+    each step before planning the next. ``clock``: the serving clock (default a
+    :class:`Clock` of ``realtime``; a virtual one times steps by a cost model, see
+    :mod:`dspark_sim.validation.lockstep`)."""
     gc.collect()
     gc.freeze()
     # the clock starts once the collector is set (a collection of a model's heap takes ~0.1 s,
     # which the first request's TTFT would otherwise carry)
-    loop = _Loop(decoder, Scheduler(decoder), Clock(realtime), Run(sequences=seqs), on_step)
+    loop = _Loop(decoder, Scheduler(decoder), clock or Clock(realtime), Run(sequences=seqs), on_step)
     arrivals = list(reversed(seqs))
     sched, clock, flight = loop.sched, loop.clock, None  # flight: the launched, unfinished step
     try:

@@ -1,0 +1,47 @@
+"""The decoder's capacity search and its page: bisection on the rate, several processes' runs."""
+import pytest
+
+from dspark_sim.validation.capacity_check import _row, merge_runs
+from dspark_sim.validation.capacity_serve import MAX_PROBES, search
+
+
+@pytest.mark.parametrize("threshold", [0.5, 0.97, 1.0, 1.3, 2.0])
+def test_search_brackets_the_threshold_from_the_simulators_answer(threshold):
+    served = []
+
+    def serve_at(x):
+        served.append(x)
+        return {"passed": x <= threshold}
+    found = search(serve_at, 1.0, deadline_s=float("inf"), precision=0.03)
+    lo, hi = found["passed_multiplier"], found["failed_multiplier"]
+    assert len(served) <= MAX_PROBES
+    assert lo is not None and lo <= threshold and (hi is None or hi > threshold)
+    if hi is not None and len(served) < MAX_PROBES:
+        assert hi / lo - 1 <= 0.03
+
+
+def _run(uuid, results, **extra):
+    return {"what": "capacity", "provenance": {"gpu_uuid": uuid}, "precision": 0.03, "budget_s": 100.0,
+            "results": results, **extra}
+
+
+def test_merged_runs_keep_each_searchs_process_and_the_later_one_wins():
+    first = _run("GPU-a", {"chat": {"dspark": {"rate_rps": 36.0}}, "long": {"dspark": {"rate_rps": 10.6}}})
+    second = _run("GPU-b", {"chat": {"mtp3": {"rate_rps": 33.0}}}, wall_s=101.6)
+    third = _run("GPU-c", {"long": {"dspark": {"rate_rps": 10.8}}})
+    merged = merge_runs([first, second, third])
+    assert merged["results"]["chat"]["dspark"] == {"rate_rps": 36.0, "provenance": {"gpu_uuid": "GPU-a"}}
+    assert merged["results"]["chat"]["mtp3"]["provenance"] == {"gpu_uuid": "GPU-b"}
+    assert merged["results"]["long"]["dspark"]["rate_rps"] == 10.8
+    assert [p["methods"] for p in merged["parts"]] == [["dspark"], ["mtp3"], ["dspark"]]
+    assert merge_runs([merged])["results"] == merged["results"]  # merging a merged file changes nothing
+    assert merge_runs([merged])["parts"] == merged["parts"]
+
+
+@pytest.mark.parametrize("sim, interval, within, covered", [
+    (10.4, (9.8, 11.0), True, True), (10.45, (10.5, 11.5), True, False), (12.0, (9.0, 13.0), False, True)])
+def test_a_capacity_row_is_within_and_covered_only_by_its_own_measure(sim, interval, within, covered):
+    row = _row("chat", "dspark", {"rate_rps": 10.0, "provenance": {}},
+               {"rate_rps": sim, "interval_rps": interval})
+    assert (row["within"], row["covered"]) == (within, covered)
+    assert row["rel_error"] == pytest.approx(sim / 10.0 - 1)
