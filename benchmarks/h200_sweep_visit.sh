@@ -4,6 +4,7 @@
 #   sweepA     chat traffic under mixed and prefill_first, sessions under mixed: every level, every
 #              method (python benchmarks/fidelity.py run --sweeps; about 465 s, cap 540 s)
 #   sweepB     sessions under prefill_first, long prompts under mixed and prefill_first (about 470 s)
+#   sweepL     long prompts alone, under mixed and prefill_first (about 470 s: sweepB's second half)
 #   capacity   the decoder's capacity, bisection on the Poisson rate for two traces x three methods
 #              (python benchmarks/decoder_capacity.py run; BUDGET_S 400 by default)
 #   dry        every part's plumbing on the CPU with a tiny model (no GPU; minutes)
@@ -28,7 +29,7 @@
 #   python benchmarks/doc_blocks.py check
 set -o pipefail
 OUT=${OUT:-/tmp/out}
-part=${1:?usage: h200_sweep_visit.sh sweepA|sweepB|capacity|dry}
+part=${1:?usage: h200_sweep_visit.sh sweepA|sweepB|sweepL|capacity|dry}
 case "$part" in capacity) BUDGET_S=${BUDGET_S:-400} ;; dry) BUDGET_S=${BUDGET_S:-3000} ;; *) BUDGET_S=${BUDGET_S:-540} ;; esac
 START_S=15  # the interpreter, torch and the decoder's modules before the run's clock starts
 source "$(dirname "$0")/visit_common.sh"
@@ -59,9 +60,10 @@ capacity() {  # capacity ARGS...: decoder_capacity.py run ARGS, every search wit
 case "$part" in
   sweepA) sweep sweepA --only sw-chat sw-sess:mixed ;;
   sweepB) sweep sweepB --only sw-sess:prefill_first sw-long ;;
+  sweepL) sweep sweepL --only sw-long ;;
   capacity) capacity ;;
   dry) limit=1000; sweep sweepA --only sw-chat:mixed sw-sess:mixed --methods dspark none --dry-run
        limit=120; capacity --methods none --traces cap-chat --dry-run ;;
-  *) say "unknown part $part (sweepA, sweepB, capacity, dry)"; exit 2 ;;
+  *) say "unknown part $part (sweepA, sweepB, sweepL, capacity, dry)"; exit 2 ;;
 esac
 say "done; files: $(cd "$OUT" && ls | tr '\n' ' ')"
