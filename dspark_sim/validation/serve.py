@@ -10,7 +10,6 @@ decoder serves a method's cases under each case's batching (``prefill_first`` or
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 import time
@@ -158,7 +157,7 @@ def _serve_case(decoder, path: Path, out: Path, kv_tokens: int, passes: int) -> 
     from dspark_sim.kernels.decoder.launch import trace_sequences
 
     case, launch = path.stem, _launch(path, kv_tokens, decoder.conf.max_model_len)
-    decoder.conf = dataclasses.replace(decoder.conf, batching=launch.conf.batching)  # the case's batching
+    decoder.conf = decoder.conf.replaced(batching=launch.conf.batching)  # the case's batching
     for _ in range(passes):
         decoder.pages.drop_cached()  # every pass starts with a cold prefix cache, as the simulator
         hits0, evicted0 = getattr(decoder.pages, "hit_tokens", 0), getattr(decoder.pages, "evicted_pages", 0)
