@@ -112,7 +112,7 @@ def not_expressible(s: Scenario, engine: str) -> str | None:
 
 
 def schedule_ranges(s: Scenario) -> list[tuple[int, int, int]]:
-    """Per-batch-size rules as inclusive (first, last, k) batch-size ranges up to the request cap."""
+    """Per-batch-size rules as inclusive (first, last, block_size) batch-size ranges up to the request cap."""
     out, first = [], 1
     cap = s.deployment.max_running_requests
     for rule in s.speculation.schedule:

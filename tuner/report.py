@@ -14,8 +14,8 @@ from dspark_sim.tuner import honour, repeats
 from dspark_sim.tuner.objective import THROUGHPUT, USER_SPEED, feasible, pareto_front
 from dspark_sim.tuner.runner import Job
 
-LABELS = {"dspark": "DSpark (tuned)", "none": "no speculation", "static": "static chain k (EAGLE-3 / MTP)",
-          "dflash": "DFlash (whole block verified)", "schedule": "per-batch-size k schedule",
+LABELS = {"dspark": "DSpark (tuned)", "none": "no speculation", "static": "static chain (EAGLE-3 / MTP)",
+          "dflash": "DFlash (whole block verified)", "schedule": "block_size per batch size",
           "threshold": "static confidence threshold"}
 COLORS = {"dspark": "tab:red", "none": "tab:gray", "static": "tab:blue", "dflash": "tab:orange",
           "schedule": "tab:green", "threshold": "tab:purple"}
