@@ -111,9 +111,9 @@ def run(args) -> dict:
     kv = max(batches) * (args.context + (args.steps * 3 + 40) * 8 + 64)
     deadline = time.perf_counter() + args.max_seconds
     for name in args.methods:
-        conf = DecoderConfig(**DECODERS[name], synthetic=True,
-                             max_running_requests=max(batches), max_model_len=args.context + 1024,
-                             kv_tokens=kv, device=args.device, dtype=args.dtype)
+        conf = DecoderConfig.of(**DECODERS[name], synthetic=True, batching="prefill_first", prefix_cache=False,
+                                max_running_requests=max(batches), max_model_len=args.context + 1024,
+                                kv_tokens=kv, device=args.device, dtype=args.dtype)
         sps0 = None
         if conf.method == "dspark" and conf.scheduler != "full":
             from dspark_sim.kernels.sps_tensors import SpsTensors

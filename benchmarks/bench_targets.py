@@ -77,8 +77,10 @@ def make_decoder(name: str, model: str, context: int, max_reqs: int, kv_tokens: 
     from dspark_sim.catalog import get_model
     from dspark_sim.kernels.decoder import Decoder, DecoderConfig
 
-    conf = DecoderConfig(**DECODERS[name], synthetic=True, max_running_requests=max_reqs,
-                         max_model_len=context + 1024, kv_tokens=kv_tokens, device=device, cuda_graphs=cuda_graphs)
+    conf = DecoderConfig.of(**DECODERS[name], synthetic=True, max_running_requests=max_reqs,
+                            batching="prefill_first", prefix_cache=False,
+                            max_model_len=context + 1024, kv_tokens=kv_tokens, device=device,
+                            cuda_graphs=cuda_graphs)
     sps0 = None
     if conf.method == "dspark":
         from dspark_sim.kernels.sps_tensors import SpsTensors

@@ -24,7 +24,6 @@ to a 256-token context), to check the section itself.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 
 import numpy as np
 
@@ -52,9 +51,9 @@ def build(tiny: bool):
     from dspark_sim.kernels.decoder import Decoder, DecoderConfig
 
     spec = get_model("qwen3-8b")
-    conf = DecoderConfig(method="none", max_running_requests=8, max_batched_tokens=8192,
-                         max_model_len=spec.max_context, kv_tokens=spec.max_context + 16384,
-                         kernels="triton", attention="triton", cuda_graphs=True, dtype="bfloat16", device="cuda")
+    conf = DecoderConfig.of(method="none", max_running_requests=8, max_batched_tokens=8192, batching="prefill_first",
+                            prefix_cache=False, max_model_len=spec.max_context, kv_tokens=spec.max_context + 16384,
+                            kernels="triton", attention="triton", cuda_graphs=True, dtype="bfloat16", device="cuda")
     return Decoder(spec, conf)
 
 
@@ -158,7 +157,7 @@ def long_prompt_cases(tiny: bool = False, seconds: float = 120.0, lengths: tuple
             if dead or time.perf_counter() - t0 > seconds:
                 rows.append({"case": case, "ok": False, "skipped": dead or f"past the section's {seconds:.0f} s"})
                 continue
-            run = dec.variant(replace(conf, cuda_graphs=graphs, batching=batching), None)
+            run = dec.variant(conf.replaced(cuda_graphs=graphs, batching=batching), None)
             seqs = ([Sequence(i, p, o) for i, (p, o) in enumerate(zip(others, other_out))]
                     if where != "alone" else [])
             seqs.append(Sequence(len(seqs), prompt, OUTPUT))

@@ -51,7 +51,7 @@ PHASES = {
     "per-request records": tuple(f"dspark_sim.metrics.collector:Collector.{m}" for m in
                                  ("advance", "on_reject", "on_gaps", "on_stretch", "on_step", "on_finish")),
     "steps.csv, requests.csv writing": tuple(f"dspark_sim.metrics.record:RecordWriter.{m}" for m in
-                                             ("requests", "step", "steps", "_flush", "close")),
+                                             ("request", "requests", "step", "steps", "_flush", "close")),
     "step loop (replica)": ("dspark_sim.engine.replica:Replica._loop",),
     "setup and summary": ("dspark_sim.engine.simulator:build_context", "dspark_sim.engine.simulator:check_run",
                           "dspark_sim.metrics.summary:summarize", "dspark_sim.run:write_provenance"),

@@ -120,8 +120,8 @@ def test_yaml_acceptance_by_position_for_one_domain(tmp_path):
                                atol=0.012)
 
 
-def _log_rows(n: int = 150, gamma: int = 3):
-    return [[0.9] * gamma + [1] for _ in range(n)]
+def _log_rows(n: int = 150, block_size: int = 3):
+    return [[0.9] * block_size + [1] for _ in range(n)]
 
 
 BAD_INPUTS = [

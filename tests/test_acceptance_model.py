@@ -2,7 +2,7 @@
 
 Every check replays requests through AcceptanceModel.step/accept (not the
 fitter's code): each request runs to a fixed output length with the whole
-gamma = 7 block verified, so the mean accepted length is step-weighted the
+block of 7 verified, so the mean accepted length is step-weighted the
 way Table 1 (and the simulator) measure it.
 """
 from __future__ import annotations
@@ -119,12 +119,12 @@ def test_step_shapes_and_ranges_for_every_gamma():
     domains = np.arange(256) % 3
     difficulty = model.new_requests(domains, rng)
     assert difficulty.dtype == np.float64 and difficulty.shape == (256,)
-    for gamma in range(1, MAX_POSITIONS + 1):
-        p, conf = model.step(difficulty, domains.astype(np.int8), gamma, rng)
-        assert p.shape == conf.shape == (256, gamma) and p.flags.c_contiguous and conf.flags.c_contiguous
+    for block_size in range(1, MAX_POSITIONS + 1):
+        p, conf = model.step(difficulty, domains.astype(np.int8), block_size, rng)
+        assert p.shape == conf.shape == (256, block_size) and p.flags.c_contiguous and conf.flags.c_contiguous
         assert np.all((p >= 0) & (p <= 1)) and np.all((conf >= 0) & (conf <= 1))
-        accepted = model.accept(p, np.full(256, gamma), rng)
-        assert accepted.dtype == np.int64 and accepted.min() >= 0 and accepted.max() <= gamma
+        accepted = model.accept(p, np.full(256, block_size), rng)
+        assert accepted.dtype == np.int64 and accepted.min() >= 0 and accepted.max() <= block_size
 
 
 def test_mu_past_position_seven_never_rises():
@@ -147,9 +147,9 @@ def test_same_seed_same_draws_bit_for_bit():
         domains = np.arange(64) % 3
         d = model.new_requests(domains, rng)
         out = []
-        for gamma in (7, 3, 16):
-            p, c = model.step(d, domains, gamma, rng)
-            out += [p, c, model.accept(p, np.full(64, gamma // 2), rng)]
+        for block_size in (7, 3, 16):
+            p, c = model.step(d, domains, block_size, rng)
+            out += [p, c, model.accept(p, np.full(64, block_size // 2), rng)]
         return out
 
     for a, b in zip(run(5), run(5)):

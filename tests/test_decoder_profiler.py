@@ -47,9 +47,9 @@ def test_stepper_times_each_part_and_skips_what_does_not_fit():
                              lambda *a: None)
     assert [p for p, _ in rows] == [(2, 6, 16), (4, 4, 8)] and skipped == [(8, 8, 4096)]
     assert all(s > 0 for _, s in rows)
-    assert st.draft(3, 5, context=16) > 0 and dec.drafter.gamma == 8
+    assert st.draft(3, 5, context=16) > 0 and dec.drafter.block_size == 8
     assert st.prefill(16, 8) > 0
-    assert st.chain(2, 3, context=16) > 0 and dec.drafter.gamma == 8
+    assert st.chain(2, 3, context=16) > 0 and dec.drafter.block_size == 8
     assert st.kernel("schedule_verify", 4, 7) > 0 and st.kernel("accept", 2, 3) > 0
     with pytest.raises(ValueError, match="unknown kernel"):
         st.kernel("sort", 1, 1)
@@ -79,7 +79,7 @@ def test_profiler_resumes_a_raw_file_and_replaces_a_part(tmp_path, monkeypatch):
     raw = tmp_path / "a" / "raw_tiny.json"
     old = {"provenance": {"date": "2026-01-01"},
            "verify": [{"reqs": 1, "tokens": 1, "context": 512, "step_s": 1.0}],
-           "draft": [{"reqs": 1, "gamma": 4, "context": 1024, "step_s": 2.0}],
+           "draft": [{"reqs": 1, "gamma": 4, "context": 1024, "step_s": 2.0}],  # block_size's older name
            "prefill": [{"chunk": 64, "context": 0, "step_s": 3.0}]}
     raw.parent.mkdir()
     raw.write_text(json.dumps(old))
@@ -96,7 +96,8 @@ def test_profiler_resumes_a_raw_file_and_replaces_a_part(tmp_path, monkeypatch):
                  "--max-seconds", "0", "--device", "cpu"]) == 0
     new = json.loads((tmp_path / "b" / "raw_tiny.json").read_text())
     assert new["verify"] == old["verify"]  # untouched part kept
-    assert {"kind": "block", **old["draft"][0]} in new["draft"]  # kept, not re-timed
+    kept = {"kind": "block", "reqs": 1, "block_size": 4, "context": 1024, "step_s": 2.0}
+    assert kept in new["draft"]  # kept under the current name, not re-timed
     assert new["prefill"] == []  # replaced; no time left to re-time it
     assert new["provenance"]["merged_from"] == [old["provenance"]]
     assert new["provenance"]["pad_limits"] == [8, 64, 256]
@@ -106,7 +107,7 @@ def test_profiler_resumes_a_raw_file_and_replaces_a_part(tmp_path, monkeypatch):
     assert main(["--gpu", "cpu", "--model", "tiny", "--out", str(tmp_path / "c"), "--part", "draft",
                  "--resume", str(raw), "--add", "draft", "--max-seconds", "0", "--device", "cpu"]) == 0
     again = json.loads((tmp_path / "c" / "raw_tiny.json").read_text())
-    assert {"kind": "block", **old["draft"][0]} in again["draft"]
+    assert kept in again["draft"]
     assert len(again["provenance"]["skipped"]["draft"]) == 36  # every point due again
 
 

@@ -58,7 +58,7 @@ def test_rollback_leaves_cache_as_if_never_verified():
     for d, s in ((dec, a), (b_dec, b)):
         s.max_tokens = len(s.outputs) + 5
         while not s.done:
-            d.pages.reserve(s, len(s.tokens) + d.conf.gamma)
+            d.pages.reserve(s, len(s.tokens) + d.conf.block_size)
             d.decode([s])
     assert a.tokens == b.tokens
 

@@ -2,14 +2,15 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from dspark_sim.metrics.collector import Collector, Growing, one_value
-from dspark_sim.metrics.record import STEP_COLUMNS, RecordWriter
+from dspark_sim.metrics.record import REQUEST_COLUMNS, REQUEST_LINE, STEP_COLUMNS, RecordWriter
 
 
 def _steps_csv(tmp_path, name: str, *columns) -> bytes:
     writer = RecordWriter(tmp_path / name)
-    writer.steps(*columns)
+    writer.steps(**dict(zip(STEP_COLUMNS, columns)))
     writer.close()
     return (tmp_path / name / "steps.csv").read_bytes()
 
@@ -25,6 +26,25 @@ def test_constant_step_columns_write_the_rows_full_columns_write(tmp_path):
         given.append(constants[i] if i in constants else values)
     assert _steps_csv(tmp_path, "given", *given) == _steps_csv(tmp_path, "full", *columns)
     assert b",-0.000000000," in _steps_csv(tmp_path, "given", *given)
+
+
+def test_the_writer_puts_named_columns_in_the_files_order(tmp_path):
+    """Columns go in by name, in any order; the file's order is the writer's, and every
+    column must be named once."""
+    row = {c: i for i, c in enumerate(REQUEST_COLUMNS)}
+    writer = RecordWriter(tmp_path / "named")
+    writer.request(**dict(reversed(row.items())))
+    writer.requests(**{c: [v, v] for c, v in row.items()})
+    writer.step(**{c: 1 for c in reversed(STEP_COLUMNS)})
+    with pytest.raises(ValueError, match=r"missing \['status'\]"):
+        writer.request(**{k: v for k, v in row.items() if k != "status"})
+    with pytest.raises(ValueError, match=r"unknown \['window'\]"):
+        writer.request(**row, window=8)
+    writer.close()
+    lines = (tmp_path / "named" / "requests.csv").read_text().splitlines()
+    assert lines[0] == ",".join(REQUEST_COLUMNS)
+    assert lines[1] == lines[2] == lines[3] == REQUEST_LINE % tuple(range(len(REQUEST_COLUMNS)))
+    assert (tmp_path / "named" / "steps.csv").read_text().splitlines()[1].startswith("1,1.000000,")
 
 
 def test_a_column_is_one_value_only_where_every_value_writes_alike():

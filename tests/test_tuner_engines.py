@@ -89,8 +89,8 @@ def test_sglang_parses_every_export_and_plans_the_tuned_budget(exported):
 
 def _same_budgets(answer: dict, table) -> None:
     """SGLang's verify budget at every batch size up to the cap equals the simulator's, on the same table."""
-    gamma = answer["speculative_dspark_block_size"]
-    limits = VerifyLimits(0, gamma, 1e-6)
+    block_size = answer["speculative_dspark_block_size"]
+    limits = VerifyLimits(0, block_size, 1e-6)
     assert [b["num_reqs"] for b in answer["budgets"]] == list(range(1, answer["max_running_requests"] + 1))
     for b in answer["budgets"]:
         cands = candidates(np.array(b["survival"]), limits)
@@ -105,9 +105,9 @@ def test_sps_table_reaches_the_request_cap_and_the_largest_verify_batch(exported
     dirs, _ = exported
     flags = _flags(dirs["dspark"], "sglang.yaml")
     table = json.loads((dirs["dspark"] / "sps_table.json").read_text())
-    cap, gamma = flags["max-running-requests"], flags["speculative-dspark-block-size"]
+    cap, block_size = flags["max-running-requests"], flags["speculative-dspark-block-size"]
     assert table["bs_probes"][-1] >= cap
-    assert table["m_probes"][-1] >= cap * (gamma + 1)
+    assert table["m_probes"][-1] >= cap * (block_size + 1)
 
 
 def test_vllm_reads_every_export(exported):

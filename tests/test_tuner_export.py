@@ -59,11 +59,11 @@ def check_sglang_sps(d: dict) -> None:
         assert _is_int(d["max_batch_tokens"]) and d["max_batch_tokens"] >= d["sample_batch_tokens"][-1]
 
 
-def check_sglang_sts(d: dict, gamma: int) -> None:
+def check_sglang_sts(d: dict, block_size: int) -> None:
     """``DSparkStsCalibration.__post_init__`` plus the worker's one-temperature-per-position rule."""
     temps = d["temperatures"]
     assert temps and all(_is_num(t) and t > 0 for t in temps)
-    assert len(temps) == gamma
+    assert len(temps) == block_size
     assert isinstance(d.get("dataset", ""), str) and _is_int(d.get("num_samples", 0))
     for key in ("ece_before", "ece_after"):
         assert all(map(_is_num, d.get(key, [])))
@@ -103,12 +103,12 @@ def test_vllm_yaml(tuned):
     tmp, url, trial = tuned
     args = yaml.safe_load((_export(tmp, url, trial, "vllm") / "vllm.yaml").read_text())
     config = trial.user_attrs["config"]
-    gamma, cap = config["speculation"]["block_size"], config["deployment"]["max_running_requests"]
+    block_size, cap = config["speculation"]["block_size"], config["deployment"]["max_running_requests"]
     # the drafter is named: without `model` vLLM would relabel the target as a DeepSeek-V4 drafter
     assert args["speculative-config"] == {"method": "dspark", "model": "deepseek-ai/dspark_qwen3_8b_block7",
-                                          "num_speculative_tokens": gamma, "enable_adaptive_verification": True}
+                                          "num_speculative_tokens": block_size, "enable_adaptive_verification": True}
     assert args["max-num-seqs"] == cap
-    assert args["max-cudagraph-capture-size"] == cap * (gamma + 1)  # R full windows stay in a graph
+    assert args["max-cudagraph-capture-size"] == cap * (block_size + 1)  # R full windows stay in a graph
     assert "long-prefill-token-threshold" not in args  # a per-request cap, not the step's
     assert args["model"] == "Qwen/Qwen3-8B" and args["max-num-batched-tokens"] == 2048
     text = (tmp / f"vllm-{trial.number}" / "vllm.yaml").read_text()
@@ -118,9 +118,10 @@ def test_vllm_yaml(tuned):
 def test_trtllm_yaml(tuned):
     tmp, url, trial = tuned
     args = yaml.safe_load((_export(tmp, url, trial, "trtllm") / "trtllm.yaml").read_text())
-    gamma = trial.user_attrs["config"]["speculation"]["block_size"]
+    block_size = trial.user_attrs["config"]["speculation"]["block_size"]
     cap = trial.user_attrs["config"]["deployment"]["max_running_requests"]
-    assert args["speculative_config"] == {"decoding_type": "DSpark", "max_draft_len": gamma, "block_size": gamma,
+    assert args["speculative_config"] == {"decoding_type": "DSpark", "max_draft_len": block_size,
+                                          "block_size": block_size,
                                           "speculative_model": "deepseek-ai/dspark_qwen3_8b_block7"}
     assert args["max_batch_size"] == cap and args["cuda_graph_config"]["max_batch_size"] == cap
 

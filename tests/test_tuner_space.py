@@ -39,8 +39,7 @@ def test_every_draw_is_a_valid_scenario(tmp_path, method):
 def test_dspark_conditionals():
     for params, config in _sample("dspark", 60):
         spec = config["speculation"]
-        gamma = spec["block_size"]
-        assert 1 <= spec["min_verify_len"] <= spec["max_verify_len"] <= gamma + 1
+        assert 1 <= spec["min_verify_len"] <= spec["max_verify_len"] <= spec["block_size"] + 1
         # lag and graph tiers exist only for the production scheduler
         assert ("lag_steps" in params) == (spec["scheduler"] == "production")
         assert ("graph_tiers" in params) == (spec["scheduler"] == "production")
@@ -50,10 +49,10 @@ def test_dspark_conditionals():
 def test_schedule_drafts_never_grow_with_batch():
     for _, config in _sample("schedule", 40):
         rules = config["speculation"]["schedule"]
-        ks = [r["num_draft_tokens"] for r in rules]
-        assert ks == sorted(ks, reverse=True) and ks[0] >= 1
+        sizes = [r["block_size"] for r in rules]
+        assert sizes == sorted(sizes, reverse=True) and sizes[0] >= 1
         assert rules[-1]["max_batch_size"] is None
-        assert config["speculation"]["block_size"] == ks[0]
+        assert config["speculation"]["block_size"] == sizes[0]
 
 
 def test_space_file_overrides(tmp_path):
@@ -72,7 +71,8 @@ def test_space_file_overrides(tmp_path):
 
 
 @pytest.mark.parametrize("text,key", [
-    ("dspark: {gamma: 3}", "dspark.gamma"),
+    ("dspark: {k: 3}", "dspark.k"),
+    ("static: {num_draft_tokens: 3}", "static.num_draft_tokens"),  # the scenario's older name
     ("deployment: {max_running_requests: {low: 8.5, high: 9}}", "deployment.max_running_requests"),
     ("dspark: {survival_eps: {low: 0, high: 1, log: true}}", "dspark.survival_eps"),
     ("speculation: {}", "speculation"),

@@ -125,7 +125,7 @@ def test_pareto_objective(tmp_path):
 def test_baselines_and_report(tmp_path):
     out = run_tiny(tmp_path, "rep", baselines="none,static")
     report = (out / "report.md").read_text()
-    for label in ("DSpark (tuned)", "no speculation", "static chain k (EAGLE-3 / MTP)", "DSpark's difference",
+    for label in ("DSpark (tuned)", "no speculation", "static chain (EAGLE-3 / MTP)", "DSpark's difference",
                   "pareto.png", "Parameter importances", "optuna-dashboard"):
         assert label in report
     # one repeat: the difference is shown, never called a gain

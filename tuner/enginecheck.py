@@ -13,7 +13,7 @@ returned; a rejection is an exception from that code. What is exercised:
   argparse parser and YAML merger: unknown flags and bad values are errors);
   ``load_sps_table_from_path`` and ``load_sts_calibration_from_path`` (the
   msgspec structs and their ``__post_init__`` checks); and the planner's
-  ``compute_verify_token_budget`` with ``DSparkScheduleConfig(gamma).validate()``
+  ``compute_verify_token_budget`` with ``DSparkScheduleConfig(gamma=block_size).validate()``
   at every batch size 1..max-running-requests. ``dspark_planner.py`` imports
   the CUDA serving stack at module level; those imports are given inert
   placeholders, and the check proves that the budget function and every
@@ -21,7 +21,7 @@ returned; a rejection is an exception from that code. What is exercised:
   ``dspark_sps`` module and the planner's own code). Then SGLang's DSpark
   start-up rules, ``arg_groups/speculative_hook.py`` ``_handle_dspark`` (a draft
   checkpoint, ``--enable-dp-lm-head`` under DP attention, the MoE all-to-all
-  backend, the verify window = block + 1, ...), on the parsed flags with the
+  backend, the verify window = block_size + 1, ...), on the parsed flags with the
   environment the file's launch line sets and the device set to ``cuda`` (the
   only hardware the rules read). The module ``speculative/dflash_utils.py``
   (it loads the GPU kernels) is an inert placeholder there: only the draft
@@ -161,13 +161,13 @@ def check_sglang(out: Path) -> dict:
         raise RuntimeError(f"the budget function reads placeholders {bad}: the check would not be honest")
     sps = planner.load_sps_table_from_path(args.speculative_dspark_sps_table_path)
     sts = planner.load_sts_calibration_from_path(args.speculative_dspark_confidence_sts_path)
-    gamma = args.speculative_dspark_block_size
-    cfg = planner.DSparkScheduleConfig(gamma=gamma)
+    block_size = args.speculative_dspark_block_size
+    cfg = planner.DSparkScheduleConfig(gamma=block_size)  # SGLang's own field name (the paper's notation)
     cfg.validate()
     gen = torch.Generator().manual_seed(0)
     budgets = []
     for num_reqs in range(1, args.max_running_requests + 1):
-        conf = 0.3 + 0.7 * torch.rand((num_reqs, gamma), generator=gen, dtype=torch.float64)
+        conf = 0.3 + 0.7 * torch.rand((num_reqs, block_size), generator=gen, dtype=torch.float64)
         survival = torch.cumprod(conf, dim=1)
         decision = planner.compute_verify_token_budget(history_survival_probs=survival, sps_table=sps, cfg=cfg)
         budgets.append({"num_reqs": num_reqs, "budget": decision.budget,

@@ -112,7 +112,7 @@ def not_expressible(s: Scenario, engine: str) -> str | None:
 
 
 def schedule_ranges(s: Scenario) -> list[tuple[int, int, int]]:
-    """Per-batch-size rules as inclusive (first, last, k) batch-size ranges up to the request cap."""
+    """Per-batch-size rules as inclusive (first, last, block_size) batch-size ranges up to the request cap."""
     out, first = [], 1
     cap = s.deployment.max_running_requests
     for rule in s.speculation.schedule:
@@ -121,11 +121,6 @@ def schedule_ranges(s: Scenario) -> list[tuple[int, int, int]]:
             out.append((first, last, rule.block_size))
         first = last + 1
     return out
-
-
-def verify_window(s: Scenario) -> int:
-    """Tokens one request verifies at most per step (drafts + the anchor); 1 without speculation."""
-    return 1 if s.speculation.method == "none" else s.speculation.block_size + 1
 
 
 def _write(out: Path, name: str, header: list[str], notes: list[str], data: dict) -> str:
@@ -216,10 +211,9 @@ def sglang(s: Scenario, out: Path, header: list[str], final: Path) -> str:
         env = ["SGLANG_RAGGED_VERIFY_MODE=compact",
                f"SGLANG_DSPARK_CONFIDENCE_RELAY_LAG_STEPS={max(spec.lag_steps, 1)}"]
     elif spec.method == "static":
-        k = spec.block_size
         if spec.draft_kind == "chain":
-            flags.update({"speculative-num-steps": k, "speculative-eagle-topk": 1})
-        flags["speculative-num-draft-tokens"] = k + 1
+            flags.update({"speculative-num-steps": spec.block_size, "speculative-eagle-topk": 1})
+        flags["speculative-num-draft-tokens"] = spec.window  # SGLang counts the anchor
     launch = " ".join(env + ["python -m sglang.launch_server --config sglang.yaml"])
     return _write(out, "sglang.yaml", header, ["Launch:", f"  {launch}", drafter_note, prefix_note], flags)
 
@@ -233,7 +227,7 @@ def vllm(s: Scenario, out: Path, header: list[str], final: Path) -> str:
     args = {"model": path, "tensor-parallel-size": dep.tp, **_layout(s, "vllm"),
             "max-num-seqs": requests, "max-num-batched-tokens": tokens,
             # capture sizes count tokens: R requests with full verify windows stay in a graph
-            "max-cudagraph-capture-size": requests * verify_window(s)}
+            "max-cudagraph-capture-size": requests * spec.window}
     prefix, prefix_note = _prefix_cache(s, "vllm")
     args.update(prefix)
     if spec.method != "none":

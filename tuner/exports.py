@@ -29,7 +29,7 @@ def scheduler_table(scenario: Scenario):
 
 
 def sts_calibration(scenario: Scenario) -> dict:
-    """SGLang ``DSparkStsCalibration`` JSON: one temperature per draft position (gamma of them).
+    """SGLang ``DSparkStsCalibration`` JSON: one temperature per draft position (``block_size`` of them).
 
     The temperatures of the preset the simulator used (``AcceptanceModel``)
     for the workload's dominant domain; 1.0 (identity) for a fixed-probability

@@ -9,7 +9,7 @@ the values the rest are pinned at, as :meth:`SearchSpace.restricted` takes them.
 
 Sources: SGLang 0.5.23 wheel (``srt/arg_groups/fields/spec.py``, ``schedule.py``,
 ``exec_.py``; ``speculative/dspark_components/dspark_planner.py``:
-``DSparkScheduleConfig(gamma)`` with min_verify_len 1, max gamma + 1,
+``DSparkScheduleConfig`` of the block size with min_verify_len 1, max block_size + 1,
 survival_eps 1e-6; ``environ.py``: ``SGLANG_DSPARK_CONFIDENCE_RELAY_LAG_STEPS``);
 vLLM 0.33.0 wheel (``vllm/config/speculative.py``, ``scheduler.py``);
 TensorRT-LLM ``tensorrt_llm/llmapi/llm_args.py`` @ 0004396 (``DSparkDecodingConfig``
@@ -59,7 +59,7 @@ _HELD: dict[str, dict[str, dict]] = {
     "trtllm": {"deployment": {"chunked_prefill_tokens": None, "batching": "mixed"},
                "dspark": {**_DSPARK_DEFAULTS, "lag_steps": 2, "min_verify_len": FULL_WINDOW}},
 }
-_WHY = {"scheduler": "production", "min_verify_len": "1", "max_verify_len": "gamma+1",
+_WHY = {"scheduler": "production", "min_verify_len": "1", "max_verify_len": "block_size+1",
         "survival_eps": "1e-6", "graph_tiers": "none", "lag_steps": "2", "batching": "mixed",
         "chunked_prefill_tokens": "the step budget", "max_batched_tokens": "the scenario's"}
 
@@ -87,7 +87,7 @@ def table() -> list[str]:
                 cells.append(f"`{field}`")
                 continue
             value = _HELD[engine].get(section, {}).get(knob)
-            cells.append("held at " + ("verify all (gamma+1)" if value == FULL_WINDOW and knob == "min_verify_len"
+            cells.append("held at " + ("verify all (block_size+1)" if value == FULL_WINDOW and knob == "min_verify_len"
                                        else _WHY.get(knob, str(value))))
         lines.append(f"| `{section}.{knob}` | " + " | ".join(cells) + " |")
     return lines

@@ -14,8 +14,8 @@ from dspark_sim.tuner import honour, pruning, repeats
 from dspark_sim.tuner.objective import THROUGHPUT, USER_SPEED, feasible, pareto_front
 from dspark_sim.tuner.runner import Job
 
-LABELS = {"dspark": "DSpark (tuned)", "none": "no speculation", "static": "static chain k (EAGLE-3 / MTP)",
-          "dflash": "DFlash (whole block verified)", "schedule": "per-batch-size k schedule",
+LABELS = {"dspark": "DSpark (tuned)", "none": "no speculation", "static": "static chain (EAGLE-3 / MTP)",
+          "dflash": "DFlash (whole block verified)", "schedule": "block_size per batch size",
           "threshold": "static confidence threshold"}
 COLORS = {"dspark": "tab:red", "none": "tab:gray", "static": "tab:blue", "dflash": "tab:orange",
           "schedule": "tab:green", "threshold": "tab:purple"}
@@ -30,16 +30,16 @@ def knobs(config: dict) -> str:
     method = spec.get("method")
     if method in ("dspark", "threshold"):
         top = spec.get("max_verify_len", spec["block_size"] + 1)
-        parts += [f"gamma={spec['block_size']}", f"verify={spec.get('min_verify_len', 1)}..{top}"]
+        parts += [f"block_size={spec['block_size']}", f"verify={spec.get('min_verify_len', 1)}..{top}"]
     if method == "dspark":
         parts += [spec["scheduler"], f"lag={spec.get('lag_steps', '-')}", f"eps={spec['survival_eps']:.0e}",
                   f"tiers={spec.get('graph_tiers', 'none')}"]
     if method == "threshold":
         parts.append(f"t={spec['threshold']:.2f}")
     if method == "static":
-        parts.append(f"{spec.get('drafter')} k={spec['block_size']}")
+        parts.append(f"{spec.get('drafter')} block_size={spec['block_size']}")
     if method == "schedule":
-        parts.append("k=" + "/".join(f"{r['num_draft_tokens']}@{r['max_batch_size'] or 'inf'}"
+        parts.append("block_size=" + "/".join(f"{r['block_size']}@{r['max_batch_size'] or 'inf'}"
                                      for r in spec["schedule"]))
     return " ".join(parts)
 

@@ -4,7 +4,7 @@ One study tunes one method. Every method shares the deployment knobs; each adds
 its own (docs/tuning.md lists them all). Spaces are define-by-run: a knob that
 only matters under another choice is only sampled under it (``lag_steps`` only
 for the production scheduler, a graph-tier ladder only where padding happens),
-and ranges may depend on earlier draws (``max_verify_len`` <= gamma + 1).
+and ranges may depend on earlier draws (``max_verify_len`` <= ``block_size + 1``, the window).
 
 A space file (``--space FILE``) overrides any knob: a scalar fixes it, a list
 makes it categorical, ``{low, high, log}`` makes it a range::
@@ -75,12 +75,12 @@ DEFAULT_SPACE: dict[str, dict[str, Knob]] = {
         "threshold": Range(0.05, 0.95),
         "max_verify_len": Range(2, 9),
     },
-    "static": {"num_draft_tokens": Range(1, 4)},
+    "static": {"block_size": Range(1, 4)},
     "dflash": {"block_size": Range(3, 7)},
-    "schedule": {"num_draft_tokens": Range(0, 4), "bounds": Choice(((8, 32, 128),))},
+    "schedule": {"block_size": Range(0, 4), "bounds": Choice(((8, 32, 128),))},
     "none": {},
 }
-# A held knob that follows the block size: the verify length gamma + 1 (the full window).
+# A held knob that follows the block size: the verify length block_size + 1 (the full window).
 FULL_WINDOW = "block+1"
 # A held knob left at the scenario file's value (not sampled, not overridden).
 SCENARIO_VALUE = "<scenario>"
@@ -95,9 +95,9 @@ LEGAL: dict[str, dict[str, tuple]] = {
     "dspark": {"block_size": _DRAFTS, "scheduler": SCHEDULERS, "lag_steps": (0, 16), "min_verify_len": _VERIFY,
                "max_verify_len": _VERIFY, "survival_eps": (0.0, 1.0), "graph_tiers": TIER_LADDERS},
     "threshold": {"block_size": _DRAFTS, "threshold": (0.0, 1.0), "max_verify_len": _VERIFY},
-    "static": {"num_draft_tokens": _DRAFTS},
+    "static": {"block_size": _DRAFTS},
     "dflash": {"block_size": _DRAFTS},
-    "schedule": {"num_draft_tokens": (0, MAX_DRAFTS), "bounds": None},  # None: increasing batch-size bounds
+    "schedule": {"block_size": (0, MAX_DRAFTS), "bounds": None},  # None: increasing batch-size bounds
     "none": {},
 }
 
@@ -122,9 +122,8 @@ class SearchSpace:
                     knobs.pop(name, None)
                 else:
                     knobs[name] = Choice((value,))
-            for name in ("block_size", "num_draft_tokens"):
-                if isinstance(knobs.get(name), Range):
-                    knobs[name] = _capped(knobs[name], max_block)
+            if isinstance(knobs.get("block_size"), Range):
+                knobs["block_size"] = _capped(knobs["block_size"], max_block)
             out[section] = knobs
         return SearchSpace(out)
 
@@ -139,7 +138,8 @@ def load_space(path: str | Path | None) -> SearchSpace:
         sub = top.section(name)
         for key in list(sub.data):
             if key not in sections[name]:
-                raise InputError(path, sub.path(key), sub.data[key], "unknown knob for " + name)
+                known = ", ".join(sections[name]) or "none"
+                raise InputError(path, sub.path(key), sub.data[key], f"unknown knob for {name} (its knobs: {known})")
             knob = _knob(sub.raw(key), path, sub.path(key), sections[name][key])
             _check_legal(knob, LEGAL[name][key], path, sub.path(key), sub.raw(key))
             sections[name][key] = knob
@@ -248,10 +248,10 @@ def suggest(trial, method: str, space: SearchSpace) -> dict:
 
 
 def _dspark(trial, knobs: dict[str, Knob]) -> dict:
-    gamma = draw(trial, "block_size", knobs["block_size"], high=MAX_DRAFTS)
+    block_size = draw(trial, "block_size", knobs["block_size"], high=MAX_DRAFTS)
     scheduler = draw(trial, "scheduler", knobs["scheduler"])
-    spec = {"method": "dspark", "drafter": "dspark", "block_size": gamma, "scheduler": scheduler}
-    spec.update(_verify_lens(trial, knobs, gamma))
+    spec = {"method": "dspark", "drafter": "dspark", "block_size": block_size, "scheduler": scheduler}
+    spec.update(_verify_lens(trial, knobs, block_size))
     spec["survival_eps"] = draw(trial, "survival_eps", knobs["survival_eps"])
     if scheduler == "production":  # Algorithm 1 has no lag and never pads
         spec["lag_steps"] = draw(trial, "lag_steps", knobs["lag_steps"])
@@ -262,11 +262,12 @@ def _dspark(trial, knobs: dict[str, Knob]) -> dict:
     return spec
 
 
-def _verify_lens(trial, knobs: dict[str, Knob], gamma: int) -> dict:
-    """Min and max verify length (anchor counted), each within [1, gamma + 1], min <= max.
+def _verify_lens(trial, knobs: dict[str, Knob], block_size: int) -> dict:
+    """Min and max verify length (anchor counted), each within the window [1, block_size + 1],
+    min <= max.
 
-    A knob held at ``None`` is left to the scenario default (max: gamma + 1); one held
-    at :data:`FULL_WINDOW` is gamma + 1 (every draft verified)."""
+    A knob held at ``None`` is left to the scenario default (max: block_size + 1); one held
+    at :data:`FULL_WINDOW` is block_size + 1 (every draft verified)."""
     out = {}
     lo = 1
     for name in ("min_verify_len", "max_verify_len"):
@@ -275,32 +276,32 @@ def _verify_lens(trial, knobs: dict[str, Knob], gamma: int) -> dict:
         knob = knobs[name]
         if isinstance(knob, Choice) and len(knob.values) == 1 and knob.values[0] in (None, FULL_WINDOW):
             if knob.values[0] == FULL_WINDOW:
-                out[name] = lo = gamma + 1
+                out[name] = lo = block_size + 1
             continue
-        value = draw(trial, name, knob, low=lo if name == "max_verify_len" else None, high=gamma + 1)
+        value = draw(trial, name, knob, low=lo if name == "max_verify_len" else None, high=block_size + 1)
         out[name] = value
         lo = value if name == "min_verify_len" else lo
     return out
 
 
 def _threshold(trial, knobs: dict[str, Knob]) -> dict:
-    gamma = draw(trial, "block_size", knobs["block_size"], high=MAX_DRAFTS)
-    spec = {"method": "threshold", "drafter": "dspark", "block_size": gamma,
+    block_size = draw(trial, "block_size", knobs["block_size"], high=MAX_DRAFTS)
+    spec = {"method": "threshold", "drafter": "dspark", "block_size": block_size,
             "threshold": draw(trial, "threshold", knobs["threshold"])}
-    spec.update(_verify_lens(trial, knobs, gamma))
+    spec.update(_verify_lens(trial, knobs, block_size))
     return spec
 
 
 def _static(trial, knobs: dict[str, Knob]) -> dict:
-    """A chain drafter verifying all k drafts (its kind comes from the held ``drafter`` knob)."""
-    k = draw(trial, "num_draft_tokens", knobs["num_draft_tokens"], low=1, high=MAX_DRAFTS)
-    return {"method": "static", "drafter": _drafter(knobs, "mtp"), "block_size": k}
+    """A chain drafter verifying all its drafts (its kind comes from the held ``drafter`` knob)."""
+    block_size = draw(trial, "block_size", knobs["block_size"], low=1, high=MAX_DRAFTS)
+    return {"method": "static", "drafter": _drafter(knobs, "mtp"), "block_size": block_size}
 
 
 def _dflash(trial, knobs: dict[str, Knob]) -> dict:
     """DFlash: a block drafter whose whole block is verified every step."""
-    gamma = draw(trial, "block_size", knobs["block_size"], low=1, high=MAX_DRAFTS)
-    return {"method": "static", "drafter": "dflash", "block_size": gamma}
+    block_size = draw(trial, "block_size", knobs["block_size"], low=1, high=MAX_DRAFTS)
+    return {"method": "static", "drafter": "dflash", "block_size": block_size}
 
 
 def _drafter(knobs: dict[str, Knob], default: str) -> str:
@@ -309,17 +310,16 @@ def _drafter(knobs: dict[str, Knob], default: str) -> str:
 
 
 def _schedule(trial, knobs: dict[str, Knob]) -> dict:
-    """k per batch-size bucket; drafts never grow with the batch (cumulative minimum)."""
+    """A block size per batch-size bucket; drafts never grow with the batch (cumulative minimum)."""
     bounds = draw(trial, "bounds", knobs["bounds"])
-    ks, cap = [], MAX_DRAFTS
+    sizes, cap = [], MAX_DRAFTS
     for i in range(len(bounds) + 1):
-        k = draw(trial, f"num_draft_tokens_{i}", knobs["num_draft_tokens"], low=0, high=MAX_DRAFTS)
-        cap = min(cap, k)
-        ks.append(cap)
-    if ks[0] == 0:  # a schedule that never drafts is the no-speculation baseline
-        ks[0] = 1
-    rules = [{"max_batch_size": b, "num_draft_tokens": k} for b, k in zip((*bounds, None), ks)]
-    return {"method": "schedule", "drafter": _drafter(knobs, "mtp"), "block_size": max(ks), "schedule": rules}
+        cap = min(cap, draw(trial, f"block_size_{i}", knobs["block_size"], low=0, high=MAX_DRAFTS))
+        sizes.append(cap)
+    if sizes[0] == 0:  # a schedule that never drafts is the no-speculation baseline
+        sizes[0] = 1
+    rules = [{"max_batch_size": b, "block_size": size} for b, size in zip((*bounds, None), sizes)]
+    return {"method": "schedule", "drafter": _drafter(knobs, "mtp"), "block_size": max(sizes), "schedule": rules}
 
 
 def _none(trial, knobs: dict[str, Knob]) -> dict:

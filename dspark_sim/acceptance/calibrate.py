@@ -41,7 +41,7 @@ class Calibration:
     presets: list[AcceptancePreset]
     reports: list[dict]
     sts: dict
-    logits: np.ndarray  # the raw confidence logits the STS fit used [n, gamma]
+    logits: np.ndarray  # the raw confidence logits the STS fit used [n, block_size]
     accepted: np.ndarray  # [n]
 
 
@@ -74,13 +74,13 @@ def from_table(table: AcceptanceTable, drafter: str, target: str, *, seed: int, 
 def from_log(log: ConfidenceLog, drafter: str, target: str, *, domain: str | None, seed: int,
              name: str) -> Calibration:
     """STS from the log; a preset matching its acceptance curve, AUC and raw ECE (for ``domain`` or all)."""
-    n, gamma = log.logits.shape
+    n, block_size = log.logits.shape
     raw = _sigmoid(log.logits)
     auc = np.nan_to_num(metrics.auc_by_position(raw, log.accepted), nan=AUC_BY_POSITION[-1])
     ece = metrics.ece_by_position(raw, log.accepted)
-    curve = np.clip((log.accepted[:, None] > np.arange(gamma)).mean(axis=0), 0.5 / n, 1 - 0.5 / n)
+    curve = np.clip((log.accepted[:, None] > np.arange(block_size)).mean(axis=0), 0.5 / n, 1 - 0.5 / n)
     base = get_preset(drafter, target, domain or "chat", key="--target")
-    crn = fit.draw_crn(seed, NUM_REQUESTS, STEPS, max(gamma, FIT_POSITIONS))
+    crn = fit.draw_crn(seed, NUM_REQUESTS, STEPS, max(block_size, FIT_POSITIONS))
     preset, report = fit.build_preset(drafter, target, domain or "chat", curve, crn, spread=fit.spread_of(base),
                                       auc_targets=tuple(np.clip(auc, 0.51, 0.995)), ece_target=ece)
     report = {"source": f"log {name} ({n} request-steps)", "target_accept_len": round(1 + float(curve.sum()), 4),
@@ -98,7 +98,7 @@ def from_log(log: ConfidenceLog, drafter: str, target: str, *, domain: str | Non
 
 
 def sts_json(logits: np.ndarray, accepted: np.ndarray, dataset: str) -> dict:
-    """SGLang's STS calibration JSON for raw logits [n, gamma] and accepted drafts [n]."""
+    """SGLang's STS calibration JSON for raw logits [n, block_size] and accepted drafts [n]."""
     temps = metrics.fit_sts(logits, accepted)
     return {"temperatures": _rounded(temps, 6), "dataset": dataset, "num_samples": int(len(accepted)),
             "ece_before": _rounded(metrics.ece_by_position(_sigmoid(logits), accepted), 6),
@@ -138,16 +138,16 @@ def _plot(cal: Calibration, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    gamma = cal.logits.shape[1]
-    labels = metrics.prefix_labels(cal.accepted, gamma)
+    block_size = cal.logits.shape[1]
+    labels = metrics.prefix_labels(cal.accepted, block_size)
     temps = np.asarray(cal.sts["temperatures"])
     survival = {"raw": np.cumprod(_sigmoid(cal.logits), axis=1),
                 "STS": np.cumprod(_sigmoid(cal.logits / temps), axis=1)}
-    cols = min(4, gamma)
-    fig, axes = plt.subplots((gamma + cols - 1) // cols, cols, figsize=(3.2 * cols, 3.2 * ((gamma + cols - 1) // cols)),
-                             squeeze=False)
+    cols = min(4, block_size)
+    rows = (block_size + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 3.2 * rows), squeeze=False)
     for k, ax in enumerate(axes.flat):
-        if k >= gamma:
+        if k >= block_size:
             ax.axis("off")
             continue
         ax.plot([0, 1], [0, 1], "--", color="0.7", linewidth=1)

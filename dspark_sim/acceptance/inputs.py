@@ -35,7 +35,7 @@ _CLIP = 1e-6  # confidences of exactly 0 or 1 have no logit
 
 @dataclass(frozen=True, slots=True)
 class ConfidenceLog:
-    """Raw confidence logits [n, gamma] and accepted drafts [n] (int64) of n request-steps."""
+    """Raw confidence logits [n, block_size] and accepted drafts [n] (int64) of n request-steps."""
 
     logits: np.ndarray
     accepted: np.ndarray
@@ -62,19 +62,19 @@ def read_log(path: str | Path) -> ConfidenceLog:
     if len(rows) < MIN_LOG_ROWS:
         raise InputError(path, None, len(rows), f"need at least {MIN_LOG_ROWS} request-steps")
     parsed = [_log_row(path, where, row) for where, row in rows]
-    gamma = len(parsed[0][0])
+    block_size = len(parsed[0][0])
     for (where, _), (logits, _) in zip(rows, parsed):
-        if len(logits) != gamma:
-            raise InputError(path, where, len(logits), f"confidences for {gamma} positions expected")
+        if len(logits) != block_size:
+            raise InputError(path, where, len(logits), f"confidences for {block_size} positions expected")
     accepted = np.array([p[1] for p in parsed], dtype=np.int64)
-    _check_each_position_decides(path, accepted, gamma)
+    _check_each_position_decides(path, accepted, block_size)
     return ConfidenceLog(np.array([p[0] for p in parsed]), accepted)
 
 
-def _check_each_position_decides(path: Path, accepted: np.ndarray, gamma: int) -> None:
+def _check_each_position_decides(path: Path, accepted: np.ndarray, block_size: int) -> None:
     """Every position must see both outcomes among the steps that reached it: a position always
     accepted (or never) has a conditional acceptance of exactly 1 (or 0), which no preset has."""
-    for k in range(1, gamma + 1):
+    for k in range(1, block_size + 1):
         reached, passed = int((accepted >= k - 1).sum()), int((accepted >= k).sum())
         if passed == 0 or passed == reached:
             outcome = "accepted" if passed else "rejected"
@@ -157,8 +157,8 @@ def _floats(path: Path, where: str, values) -> np.ndarray:
     return out
 
 
-def _accepted(path: Path, where: str, row: dict, gamma: int) -> int:
-    """Accepted drafts of a row from 'accepted' (0..gamma) or 'accept_len' (1..gamma+1)."""
+def _accepted(path: Path, where: str, row: dict, block_size: int) -> int:
+    """Accepted drafts of a row from 'accepted' (0..block_size) or 'accept_len' (1..block_size+1)."""
     has_acc, has_len = row.get("accepted") not in (None, ""), row.get("accept_len") not in (None, "")
     if has_acc == has_len:
         raise InputError(path, where, None, "give exactly one of accepted, accept_len")
@@ -168,8 +168,8 @@ def _accepted(path: Path, where: str, row: dict, gamma: int) -> int:
     except (TypeError, ValueError):
         raise InputError(path, f"{where} {key}", row[key], "not a number") from None
     accepted = value - (0 if has_acc else 1)
-    if accepted != int(accepted) or not 0 <= accepted <= gamma:
-        raise InputError(path, f"{where} {key}", row[key], f"must be a whole number of drafts in 0..{gamma}")
+    if accepted != int(accepted) or not 0 <= accepted <= block_size:
+        raise InputError(path, f"{where} {key}", row[key], f"must be a whole number of drafts in 0..{block_size}")
     return int(accepted)
 
 

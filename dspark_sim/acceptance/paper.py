@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-FIT_POSITIONS = 7  # Table 1 and Fig. 2 use gamma = 7
+FIT_POSITIONS = 7  # Table 1 and Fig. 2 use a block size of 7
 
 # Table 1 columns, in order, and the domain each belongs to. "math500" is the
 # paper's MATH column (renamed so that it cannot be mistaken for the domain).
@@ -18,7 +18,7 @@ DATASETS: dict[str, str] = {
     "mt-bench": "chat", "alpaca": "chat", "arena-hard": "chat",
 }
 
-# Mean accepted length per round (bonus token included), temperature 1, gamma 7,
+# Mean accepted length per round (bonus token included), temperature 1, block size 7,
 # full block verified: paper Table 1, one tuple per (target, drafter) in DATASETS order.
 TABLE1: dict[tuple[str, str], tuple[float, ...]] = {
     ("qwen3-4b", "eagle3"): (5.14, 4.62, 3.92, 3.69, 4.16, 3.77, 2.39, 2.26, 2.55),

@@ -24,7 +24,7 @@ from dspark_sim.errors import InputError
 from dspark_sim.userfiles import read_json
 from dspark_sim.names import DOMAINS, DRAFTERS
 
-MAX_POSITIONS = 16  # the largest block size (gamma) a scenario may ask for
+MAX_POSITIONS = 16  # the largest block size a scenario may ask for
 BUILTIN_PATH = Path(__file__).with_name("presets.json")
 _VECTORS = ("mu", "conf_slope", "conf_bias", "conf_noise", "sts_temperatures")
 
@@ -153,7 +153,7 @@ def builtin() -> PresetTable:
 
 def get_preset(drafter: str, target: str, domain: str, *, file=None,
                key: str = "speculation.drafter") -> AcceptancePreset:
-    """The built-in preset for ``drafter`` on ``target`` in ``domain`` (or a Table 1 dataset), gamma up to 16."""
+    """The built-in preset for ``drafter`` on ``target`` in ``domain`` (or a Table 1 dataset), block sizes up to 16."""
     if drafter not in DRAFTERS:
         raise InputError(file, key, drafter, f"unknown drafter; known: {', '.join(DRAFTERS)}")
     return builtin().find(drafter, target, domain, file=file, key=key)

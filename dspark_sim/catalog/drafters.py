@@ -9,7 +9,7 @@ the user passes ``--drafter`` (or the scenario's ``speculation.drafter_checkpoin
 and, until then, exports carry a marked placeholder the engines refuse.
 
 ``trained_block`` is the number of draft positions the checkpoint was trained
-to produce (DSpark's gamma, DFlash's block); the tuner never searches above it.
+to produce (DSpark's and DFlash's block size); the tuner never searches above it.
 For a chain drafter (EAGLE-3, MTP) it is the number of chained steps trained.
 """
 from __future__ import annotations

@@ -50,7 +50,7 @@ class Admission:
     @classmethod
     def of(cls, max_context: int, kv_capacity: int, kv_per_request: int, spec: Speculation) -> Admission:
         """The rule for a replica serving with ``spec``'s speculation."""
-        return cls(max_context, kv_capacity, kv_per_request, spec.max_verify_tokens - 1)
+        return cls(max_context, kv_capacity, kv_per_request, spec.verify_cap - 1)
 
     @property
     def kv_tokens(self) -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dspark_sim.metrics.record import RecordWriter
+from dspark_sim.metrics.record import COMPLETED, RecordWriter
 from dspark_sim.names import DOMAINS
 
 
@@ -181,9 +181,12 @@ class Collector:
     def _reject(self, request: dict, reason: str) -> None:
         nan = float("nan")
         self._record_finished()  # the rows before it first
-        self.record.requests([(request["rid"], request["arrival_s"], request["prompt_tokens"],
-                               request["output_tokens"], DOMAINS[request["domain"]], nan, nan, nan, nan, nan,
-                               nan, nan, 0, 0, 0, 0, 0, "rejected", reason)])
+        self.record.request(request_id=request["rid"], arrival_s=request["arrival_s"],
+                            prompt_tokens=request["prompt_tokens"], output_tokens=request["output_tokens"],
+                            domain=DOMAINS[request["domain"]], first_scheduled_s=nan, first_token_s=nan, finish_s=nan,
+                            queue_delay_ms=nan, ttft_ms=nan, tpot_ms=nan, e2el_ms=nan, num_steps=0,
+                            num_preemptions=0, accepted_tokens=0, verified_drafts=0, cached_tokens=0,
+                            status="rejected", reject_reason=reason)
 
     def on_gaps(self, last_s: np.ndarray, replica: int, time_s: float) -> None:
         """Inter-token gaps of the requests that emitted at ``time_s``: ``last_s`` the ends of the
@@ -237,11 +240,15 @@ class Collector:
                           st.budget[k], st.emitted[k], st.draft_s[k], st.sched_s[k], st.kv_tokens[k])
         if self.record is not None:  # a stretch prefills nothing and evicts nothing (stretch.py stops before)
             runs = runs.tolist()
-            self.record.steps(range(first, first + hi - lo), st.times_s[k].tolist(), st.step_s[k].tolist(), runs,
-                              runs, 0, st.verify_tokens[k].tolist(), one_value(st.budget[k], st.budget[k].tolist()),
-                              st.emitted[k].tolist(), one_value(st.draft_s[k], st.draft_s[k].tolist()),
-                              st.sched_s[k].tolist(), st.context_tokens[k].tolist(), st.max_context[k].tolist(), 0,
-                              0.0, replica, 0, st.kv_tokens[k].tolist())
+            self.record.steps(step=range(first, first + hi - lo), start_s=st.times_s[k].tolist(),
+                              step_s=st.step_s[k].tolist(), running_reqs=runs, decode_reqs=runs, prefill_tokens=0,
+                              verify_tokens=st.verify_tokens[k].tolist(),
+                              budget_k=one_value(st.budget[k], st.budget[k].tolist()),
+                              accepted_tokens=st.emitted[k].tolist(),
+                              draft_s=one_value(st.draft_s[k], st.draft_s[k].tolist()), sched_s=st.sched_s[k].tolist(),
+                              decode_context_tokens=st.context_tokens[k].tolist(),
+                              decode_max_context=st.max_context[k].tolist(), prefill_reqs=0, prefill_attn_tokens2=0.0,
+                              replica=replica, evicted_blocks=0, kv_tokens=st.kv_tokens[k].tolist())
 
     def on_step(self, replica: int, step: dict, running: int, decoded: int, first_tokens: int,
                 time_s: float) -> None:
@@ -258,11 +265,14 @@ class Collector:
                           step["kv_needed"])
         if self.record is not None:
             work = step["work"]
-            self.record.step((self.steps.n - 1, step["start_s"], step["step_s"], running, num_dec,
-                              step["prefill_tokens"], verify, step["budget"], decoded, step["draft_s"],
-                              step["sched_s"], work.decode_context_tokens, work.decode_max_context,
-                              work.prefill_reqs, work.prefill_attn_tokens2, replica, step["evicted_blocks"],
-                              step["kv_needed"]))
+            self.record.step(step=self.steps.n - 1, start_s=step["start_s"], step_s=step["step_s"],
+                             running_reqs=running, decode_reqs=num_dec, prefill_tokens=step["prefill_tokens"],
+                             verify_tokens=verify, budget_k=step["budget"], accepted_tokens=decoded,
+                             draft_s=step["draft_s"], sched_s=step["sched_s"],
+                             decode_context_tokens=work.decode_context_tokens,
+                             decode_max_context=work.decode_max_context, prefill_reqs=work.prefill_reqs,
+                             prefill_attn_tokens2=work.prefill_attn_tokens2, replica=replica,
+                             evicted_blocks=step["evicted_blocks"], kv_tokens=step["kv_needed"])
 
     def on_finish(self, rows: dict[str, np.ndarray], now: float | np.ndarray, replica: int = 0) -> None:
         """Requests (columns of :class:`~dspark_sim.engine.batch.Table`) that finished at ``now``
@@ -307,14 +317,16 @@ class Collector:
                               verified_drafts=rows["verified_drafts"], num_preemptions=rows["num_preemptions"],
                               num_steps=rows["num_steps"], cached_tokens=rows["cached_tokens"])
         if self.record is not None:
-            n = arrival.size
-            self.record.requests(zip(
-                rows["rid"].tolist(), arrival.tolist(), rows["prompt_tokens"].tolist(), out.tolist(),
-                [DOMAINS[d] for d in rows["domain"].tolist()], rows["first_scheduled_s"].tolist(),
-                first.tolist(), finish.tolist(), queue_ms.tolist(), ttft_ms.tolist(), tpot_ms.tolist(),
-                e2el_ms.tolist(), rows["num_steps"].tolist(), rows["num_preemptions"].tolist(),
-                rows["accepted_tokens"].tolist(), rows["verified_drafts"].tolist(), rows["cached_tokens"].tolist(),
-                ["completed"] * n, [""] * n))
+            self.record.requests(
+                request_id=rows["rid"].tolist(), arrival_s=arrival.tolist(),
+                prompt_tokens=rows["prompt_tokens"].tolist(), output_tokens=out.tolist(),
+                domain=[DOMAINS[d] for d in rows["domain"].tolist()],
+                first_scheduled_s=rows["first_scheduled_s"].tolist(), first_token_s=first.tolist(),
+                finish_s=finish.tolist(), queue_delay_ms=queue_ms.tolist(), ttft_ms=ttft_ms.tolist(),
+                tpot_ms=tpot_ms.tolist(), e2el_ms=e2el_ms.tolist(), num_steps=rows["num_steps"].tolist(),
+                num_preemptions=rows["num_preemptions"].tolist(), accepted_tokens=rows["accepted_tokens"].tolist(),
+                verified_drafts=rows["verified_drafts"].tolist(), cached_tokens=rows["cached_tokens"].tolist(),
+                status=COMPLETED, reject_reason="")
 
     def close(self) -> None:
         """Make the held events, then finish the record's files."""

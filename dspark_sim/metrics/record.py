@@ -58,9 +58,12 @@ def _printf(fmt: str) -> str:
     return "%s" if fmt == "{}" else "%" + fmt[2:-1]
 
 
-REQUEST_LINE = ",".join(map(_printf, REQUEST_FORMATS.values()))
-STEP_CELLS = tuple(map(_printf, STEP_FORMATS.values()))
-STEP_LINE = ",".join(STEP_CELLS)
+_COLUMNS = {"requests": REQUEST_COLUMNS, "steps": STEP_COLUMNS}
+_KEYS = {name: frozenset(cols) for name, cols in _COLUMNS.items()}
+_CELLS = {name: tuple(map(_printf, formats.values()))
+          for name, formats in (("requests", REQUEST_FORMATS), ("steps", STEP_FORMATS))}
+_LINES = {name: ",".join(cells) for name, cells in _CELLS.items()}
+REQUEST_LINE, STEP_LINE = _LINES["requests"], _LINES["steps"]
 FLUSH_ROWS = 8192
 PROVENANCE_FILE = "provenance.json"  # beside requests.csv and steps.csv
 
@@ -68,45 +71,54 @@ PROVENANCE_FILE = "provenance.json"  # beside requests.csv and steps.csv
 class RecordWriter:
     """Streams ``requests.csv`` and ``steps.csv`` into ``out_dir``, buffered in blocks of rows.
 
-    ``requests`` and ``step`` take rows as sequences of values in column order.
+    It owns the files' column order: every method takes values by column name (each of
+    ``REQUEST_COLUMNS`` or ``STEP_COLUMNS``, no other).
     """
 
     def __init__(self, out_dir: str | Path):
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         self._files, self._buffers = {}, {}
-        self._lines: dict[tuple, str] = {}  # step lines with constant columns written in
-        for name, cols in (("requests", REQUEST_COLUMNS), ("steps", STEP_COLUMNS)):
+        self._lines: dict[tuple, str] = {}  # lines with constant columns written in
+        for name, cols in _COLUMNS.items():
             f = open(out_dir / f"{name}.csv", "w", newline="")
             f.write(",".join(cols) + "\n")
             self._files[name], self._buffers[name] = f, []
 
-    def requests(self, rows: Iterable[Sequence]) -> None:
-        """Rows of finished requests, values in ``REQUEST_COLUMNS`` order."""
-        self._add("requests", [REQUEST_LINE % tuple(row) for row in rows])
+    def request(self, **values) -> None:
+        """One request's row, a value per column."""
+        self._add("requests", [REQUEST_LINE % _ordered("requests", values)])
 
-    def step(self, row: Sequence) -> None:
-        """One step's row, values in ``STEP_COLUMNS`` order."""
-        self._add("steps", [STEP_LINE % tuple(row)])
+    def requests(self, **columns: Sequence | int | float | str) -> None:
+        """Many requests' rows, a sequence per column; a column given as one value holds it in
+        every row (formatted once)."""
+        self._rows("requests", _ordered("requests", columns))
 
-    def steps(self, *columns: Sequence | int | float) -> None:
-        """Many steps' rows given as one sequence per column, in ``STEP_COLUMNS`` order; a column
-        given as one number holds it in every row (formatted once)."""
+    def step(self, **values) -> None:
+        """One step's row, a value per column."""
+        self._add("steps", [STEP_LINE % _ordered("steps", values)])
+
+    def steps(self, **columns: Sequence | int | float) -> None:
+        """Many steps' rows, a sequence per column; a column given as one number holds it in
+        every row (formatted once)."""
+        self._rows("steps", _ordered("steps", columns))
+
+    def _rows(self, name: str, columns: tuple) -> None:
         constants = tuple((i, c) for i, c in enumerate(columns) if not isinstance(c, (list, tuple, range)))
         if not constants:
-            self._add("steps", [STEP_LINE % row for row in zip(*columns)])
+            self._add(name, [_LINES[name] % row for row in zip(*columns)])
             return
         # the line with every constant column written in: fewer values to format per row
-        line = self._lines.get(constants)
+        line = self._lines.get((name, constants))
         if line is None:
             if len(self._lines) > 256:
                 self._lines.clear()
-            cells = list(STEP_CELLS)
+            cells = list(_CELLS[name])
             for i, c in constants:
                 cells[i] = (cells[i] % c).replace("%", "%%")
-            line = self._lines[constants] = ",".join(cells)
+            line = self._lines[name, constants] = ",".join(cells)
         varying = [c for c in columns if isinstance(c, (list, tuple, range))]
-        self._add("steps", [line % row for row in zip(*varying)])
+        self._add(name, [line % row for row in zip(*varying)])
 
     def _add(self, name: str, lines: list[str]) -> None:
         buf = self._buffers[name]
@@ -128,14 +140,28 @@ class RecordWriter:
         self._files = {}
 
 
+def _ordered(name: str, values: dict) -> tuple:
+    """``values`` by column name as a tuple in the file's column order; a column missing or
+    unknown is a fault of the caller."""
+    cols = _COLUMNS[name]
+    if len(values) == len(cols):
+        try:
+            return tuple(map(values.__getitem__, cols))
+        except KeyError:
+            pass
+    raise ValueError(f"{name}.csv takes the columns {', '.join(cols)}; missing {sorted(_KEYS[name] - values.keys())}, "
+                     f"unknown {sorted(values.keys() - _KEYS[name])}")
+
+
 def write_record(out_dir: str | Path, requests: Iterable[dict], steps: Iterable[dict]) -> None:
     """Both files from rows given as mappings (a column missing from a step row is 0)."""
     writer = RecordWriter(out_dir)
     try:
-        writer.requests([row[c] if c not in REQUEST_DEFAULTS else row.get(c, REQUEST_DEFAULTS[c])
-                         for c in REQUEST_COLUMNS] for row in requests)
+        for row in requests:
+            writer.request(**{c: row[c] if c not in REQUEST_DEFAULTS else row.get(c, REQUEST_DEFAULTS[c])
+                              for c in REQUEST_COLUMNS})
         for row in steps:
-            writer.step([row.get(c, 0) for c in STEP_COLUMNS])
+            writer.step(**{c: row.get(c, 0) for c in STEP_COLUMNS})
     finally:
         writer.close()
 

@@ -106,20 +106,21 @@ class Speculation:
         return "block" if self.drafter in BLOCK_DRAFTERS else "chain"
 
     @property
-    def verify_cap(self) -> int:
-        """Largest verify length (anchor counted)."""
-        cap = self.block_size + 1
-        return min(cap, self.max_verify_len) if self.max_verify_len else cap
+    def window(self) -> int:
+        """A request's whole verify window: the anchor plus ``block_size`` drafts, ``block_size + 1``
+        tokens (1 without speculation)."""
+        return 1 if self.method == "none" else self.block_size + 1
 
     @property
-    def max_verify_tokens(self) -> int:
+    def verify_cap(self) -> int:
         """Most tokens one request puts into a verify step (anchor counted): 1 without
-        speculation, a schedule's largest block plus one, else :attr:`verify_cap`."""
+        speculation, a schedule's largest block plus one, else the :attr:`window` capped at
+        ``max_verify_len``."""
         if self.method == "none":
             return 1
         if self.method == "schedule":
             return 1 + max((r.block_size for r in self.schedule), default=0)
-        return self.verify_cap
+        return min(self.window, self.max_verify_len) if self.max_verify_len else self.window
 
     @classmethod
     def from_dict(cls, raw, *, file=None, key: str = "speculation", base: Path | None = None) -> Speculation:

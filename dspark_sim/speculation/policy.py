@@ -70,7 +70,7 @@ class StaticPolicy(Policy):
 
 
 class SchedulePolicy(Policy):
-    """k by batch-size range (SGLang --speculative-adaptive, TRT-LLM draft_len_schedule)."""
+    """The block size by batch-size range (SGLang --speculative-adaptive, TRT-LLM draft_len_schedule)."""
 
     def block_size_for(self, num_reqs):
         for rule in self.spec.schedule:

@@ -181,7 +181,7 @@ def _serve_case(decoder, path: Path, out: Path, rig: Rig, passes: int) -> dict:
     from dspark_sim.kernels.decoder.launch import trace_sequences
 
     case, launch = path.stem, rig.launch(path)
-    decoder.conf = dataclasses.replace(decoder.conf, batching=launch.conf.batching)  # the case's batching
+    decoder.conf = decoder.conf.replaced(batching=launch.conf.batching)  # the case's batching
     for _ in range(passes):
         decoder.pages.drop_cached()  # every pass starts with a cold prefix cache, as the simulator
         hits0, evicted0 = getattr(decoder.pages, "hit_tokens", 0), getattr(decoder.pages, "evicted_pages", 0)

@@ -1,46 +1,42 @@
-"""The decoder's configuration: one small frozen dataclass that checks itself."""
+"""The decoder's configuration: the scenario's ``speculation`` and ``deployment`` sections, with
+their keys and defaults, and the decoder's own knobs, in one small frozen dataclass that checks itself."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from dspark_sim.errors import InputError
-from dspark_sim.names import METHODS
-from dspark_sim.scenario import BATCHING
+from dspark_sim.scenario import Deployment, Speculation
 
-DECODER_METHODS = tuple(m for m in METHODS if m in ("none", "static", "dspark"))  # what it can run
-SCHEDULERS = ("production", "algorithm1", "full")
 DEFAULT_MAX_MODEL_LEN = 16384  # for a model whose config gives no context
+
+
+def _section_key(section: str, name: str):
+    """A read-only attribute that reads ``name`` of the config's ``section``."""
+    return property(lambda self: getattr(getattr(self, section), name),
+                    doc=f"The scenario's ``{section}.{name}``.")
 
 
 @dataclass(frozen=True, slots=True)
 class DecoderConfig:
     """How the decoder drafts, verifies and batches.
 
-    ``method``: ``none`` (target only), ``static`` (a one-layer chain drafter run
-    ``block_size`` times left to right, MTP-k style, verifying every draft) or
-    ``dspark`` (the block drafter). ``scheduler`` (dspark only): ``production``
-    or ``algorithm1`` call ``schedule_verify``; ``full`` verifies the whole block.
-    ``synthetic``: accept decisions and confidences come from the simulator's
-    acceptance model (timing random-weight models); otherwise they are real.
-    ``kernels``: ``triton`` runs the fused kernels, ``torch`` their references.
-    ``batching``: ``prefill_first`` (prompt chunks in steps of their own) or ``mixed``
-    (chunks beside the decode windows in every step).
-    ``prefix_cache``: requests share whole cached pages of their prompts (:mod:`.prefix`);
-    off unless the scenario's ``deployment.prefix_cache`` (on by default) turns it on.
+    ``speculation`` and ``deployment`` are the scenario's sections (the same keys and
+    defaults a scenario file has); the decoder reads from them :attr:`method` — ``none``
+    (target only), ``static`` (a one-layer chain drafter, ``drafter: mtp``, run
+    ``block_size`` times left to right, verifying every draft) or ``dspark`` (the block
+    drafter) — and :attr:`scheduler` — ``production`` or ``algorithm1`` call
+    ``schedule_verify``; ``full`` (``method: static`` with ``drafter: dspark``) verifies the
+    whole block. Its batching (``prefill_first``: prompt chunks in steps of their own;
+    ``mixed``: chunks beside the decode windows in every step) and prefix cache (requests
+    share whole cached pages of their prompts, :mod:`.prefix`) are the deployment's.
+    ``synthetic``: accept decisions and confidences come from the simulator's acceptance
+    model (timing random-weight models); otherwise they are real. ``kernels``: ``triton``
+    runs the fused kernels, ``torch`` their references. :meth:`of` builds one from flat keys.
     """
 
-    method: str = "dspark"
-    block_size: int = 7
-    scheduler: str = "production"
-    lag_steps: int = 2
-    min_verify_len: int = 1
-    max_verify_len: int | None = None
-    survival_eps: float = 1e-6
+    speculation: Speculation = field(default_factory=Speculation)
+    deployment: Deployment = field(default_factory=Deployment)
     sts_temperatures: tuple[float, ...] = ()
-    max_running_requests: int = 64
-    max_batched_tokens: int = 8192
-    batching: str = "prefill_first"
-    kv_block_tokens: int = 16  # tokens a KV-cache page holds
     max_model_len: int = DEFAULT_MAX_MODEL_LEN
     kv_tokens: int = 0  # KV capacity in tokens; 0 = fit the free device memory
     draft_layers: int = 5
@@ -49,36 +45,43 @@ class DecoderConfig:
     kernels: str = "triton"
     attention: str = "triton"
     cuda_graphs: bool = True
-    prefix_cache: bool = False
     dtype: str = "bfloat16"
     device: str = "cuda"
     seed: int = 0
     source: str | None = field(default=None, compare=False)
 
+    lag_steps = _section_key("speculation", "lag_steps")
+    min_verify_len = _section_key("speculation", "min_verify_len")
+    max_verify_len = _section_key("speculation", "max_verify_len")
+    survival_eps = _section_key("speculation", "survival_eps")
+    max_running_requests = _section_key("deployment", "max_running_requests")
+    batching = _section_key("deployment", "batching")
+    kv_block_tokens = _section_key("deployment", "kv_block_tokens")  # tokens a KV-cache page holds
+    prefix_cache = _section_key("deployment", "prefix_cache")
+
     def __post_init__(self) -> None:
-        self._require(self.method in DECODER_METHODS, "method", self.method, f"expected one of {DECODER_METHODS}")
-        self._require(self.scheduler in SCHEDULERS, "scheduler", self.scheduler,
-                      f"expected one of {SCHEDULERS}")
-        self._require(self.method == "none" or 1 <= self.block_size <= 16, "block_size",
-                      self.block_size, "must lie in 1..16 (the verify tile holds 16 tokens)")
-        top = self.block_size + 1
-        self._require(1 <= self.min_verify_len <= top, "min_verify_len", self.min_verify_len,
+        spec = self.speculation
+        self._require(isinstance(spec, Speculation), "speculation", spec, "expected the scenario's section")
+        self._require(isinstance(self.deployment, Deployment), "deployment", self.deployment,
+                      "expected the scenario's section")
+        _decoder_method(spec, self.source)
+        for key in ("schedule", "graph_tiers", "pad_to_graph_tier"):
+            self._require(not getattr(spec, key), f"speculation.{key}", getattr(spec, key),
+                          "not supported by the decoder")
+        top = spec.block_size + 1
+        self._require(spec.min_verify_len <= top, "speculation.min_verify_len", spec.min_verify_len,
                       f"must lie in 1..block_size+1={top}")
-        hi = self.max_verify_len
-        self._require(hi is None or self.min_verify_len <= hi <= top, "max_verify_len", hi,
-                      f"must lie in min_verify_len..{top}")
-        self._require(not self.sts_temperatures or len(self.sts_temperatures) == self.block_size,
-                      "sts", len(self.sts_temperatures), f"needs one temperature per position "
-                      f"({self.block_size})")
-        self._require(all(t > 0 for t in self.sts_temperatures), "sts", self.sts_temperatures,
+        hi = spec.max_verify_len
+        self._require(hi is None or hi <= top, "speculation.max_verify_len", hi, f"must lie in min_verify_len..{top}")
+        self._require(not self.sts_temperatures or len(self.sts_temperatures) == spec.block_size,
+                      "speculation.sts", len(self.sts_temperatures), f"needs one temperature per position "
+                      f"({spec.block_size})")
+        self._require(all(t > 0 for t in self.sts_temperatures), "speculation.sts", self.sts_temperatures,
                       "temperatures must be > 0")
-        for key in ("max_running_requests", "max_batched_tokens", "kv_block_tokens", "max_model_len",
-                    "draft_layers", "markov_rank", "lag_steps"):
-            self._require(getattr(self, key) >= (0 if key == "lag_steps" else 1), key,
-                          getattr(self, key), "out of range")
-        self._require(self.kv_block_tokens & (self.kv_block_tokens - 1) == 0, "kv_block_tokens", self.kv_block_tokens,
-                      "must be a power of two")
-        self._require(self.batching in BATCHING, "batching", self.batching, f"expected one of {BATCHING}")
+        for key in ("max_model_len", "draft_layers", "markov_rank"):
+            self._require(getattr(self, key) >= 1, key, getattr(self, key), "out of range")
+        tokens = self.kv_block_tokens
+        self._require(tokens & (tokens - 1) == 0, "deployment.kv_block_tokens", tokens, "must be a power of two")
         self._require(self.kernels in ("triton", "torch"), "kernels", self.kernels, "triton|torch")
         self._require(self.attention in ("triton", "torch"), "attention", self.attention,
                       "triton|torch")
@@ -89,15 +92,47 @@ class DecoderConfig:
         if not ok:
             raise InputError(self.source, key, value, why)
 
+    @classmethod
+    def of(cls, **knobs) -> DecoderConfig:
+        """A config from flat keys, the scenario's defaults for the rest: see :meth:`replaced`."""
+        return cls().replaced(**knobs)
+
+    def replaced(self, **knobs) -> DecoderConfig:
+        """This config with ``knobs`` changed: the decoder's ``method`` and ``scheduler`` (as
+        :attr:`method` and :attr:`scheduler` read them), any other key of the scenario's
+        ``speculation`` or ``deployment`` section, or a field of this class."""
+        spec = {k: knobs.pop(k) for k in list(knobs) if k in Speculation.__dataclass_fields__ or k == "scheduler"}
+        if "method" in spec or "scheduler" in spec:
+            spec.update(_speculation_of(spec.pop("method", self.method), spec.pop("scheduler", self.scheduler)))
+        dep = {k: knobs.pop(k) for k in list(knobs) if k in Deployment.__dataclass_fields__}
+        return replace(self, speculation=replace(self.speculation, **spec),
+                       deployment=replace(self.deployment, **dep), **knobs)
+
     @property
-    def gamma(self) -> int:
+    def method(self) -> str:
+        """What the decoder drafts with: ``none``, ``static`` (a chain) or ``dspark`` (the block drafter)."""
+        return _decoder_method(self.speculation, self.source)[0]
+
+    @property
+    def scheduler(self) -> str:
+        """How it picks verify lengths: ``production``, ``algorithm1`` or ``full`` (every draft)."""
+        return _decoder_method(self.speculation, self.source)[1]
+
+    @property
+    def block_size(self) -> int:
         """Draft tokens proposed per request per step (0 without speculation)."""
-        return 0 if self.method == "none" else self.block_size
+        return 0 if self.speculation.method == "none" else self.speculation.block_size
 
     @property
     def window(self) -> int:
-        """Most tokens one request puts into a verify step (anchor included)."""
-        return self.gamma + 1
+        """Most tokens one request puts into a verify step: ``block_size + 1`` (anchor included)."""
+        return self.speculation.window
+
+    @property
+    def max_batched_tokens(self) -> int:
+        """Prompt tokens one step takes: the deployment's per-step prefill cap within its budget."""
+        dep = self.deployment
+        return min(dep.chunked_prefill_tokens or dep.max_batched_tokens, dep.max_batched_tokens)
 
     @property
     def max_positions(self) -> int:
@@ -109,17 +144,7 @@ class DecoderConfig:
     @property
     def temperatures(self) -> tuple[float, ...]:
         """STS temperatures, one per draft position (ones when none were given)."""
-        return self.sts_temperatures or (1.0,) * max(self.gamma, 1)
-
-
-# A scenario key for each DecoderConfig field it sets, so errors name what the user wrote.
-SCENARIO_KEYS = {"block_size": "speculation.block_size", "lag_steps": "speculation.lag_steps",
-                 "min_verify_len": "speculation.min_verify_len", "max_verify_len": "speculation.max_verify_len",
-                 "survival_eps": "speculation.survival_eps", "sts": "speculation.sts",
-                 "max_running_requests": "deployment.max_running_requests",
-                 "max_batched_tokens": "deployment.max_batched_tokens",
-                 "kv_block_tokens": "deployment.kv_block_tokens", "batching": "deployment.batching",
-                 "method": "speculation.method"}
+        return self.sts_temperatures or (1.0,) * max(self.block_size, 1)
 
 
 def decoder_config(scenario, tp: int = 1, **overrides) -> DecoderConfig:
@@ -147,27 +172,11 @@ def decoder_config(scenario, tp: int = 1, **overrides) -> DecoderConfig:
                                    "routes the tokens")):
         if value != want:
             raise InputError(file, key, value, why)
-    method, scheduler = _decoder_method(scenario)
-    for key, value in (("schedule", spec.schedule), ("graph_tiers", spec.graph_tiers),
-                       ("pad_to_graph_tier", spec.pad_to_graph_tier)):
-        if value:
-            raise InputError(file, f"speculation.{key}", value, "not supported by the decoder")
-    batched = min(dep.chunked_prefill_tokens or dep.max_batched_tokens, dep.max_batched_tokens)
-    prefix = _prefix_cache(scenario)
-    kwargs = dict(method=method, block_size=spec.block_size, scheduler=scheduler, lag_steps=spec.lag_steps,
-                  min_verify_len=spec.min_verify_len, max_verify_len=spec.max_verify_len,
-                  survival_eps=spec.survival_eps, max_running_requests=dep.max_running_requests,
-                  max_batched_tokens=batched, batching=dep.batching, kv_block_tokens=dep.kv_block_tokens,
-                  prefix_cache=prefix,
-                  seed=scenario.seed,
-                  source=None if file is None else str(file))
+    kwargs = dict(speculation=spec, deployment=replace(dep, prefix_cache=_prefix_cache(scenario)),
+                  seed=scenario.seed, source=None if file is None else str(file))
     if spec.sts is not None:
         kwargs["sts_temperatures"] = load_sts_temperatures(spec.sts, file=file)
-    try:
-        return DecoderConfig(**kwargs, **overrides)
-    except InputError as err:
-        key = SCENARIO_KEYS.get(err.key, err.key) if err.key not in overrides else err.key
-        raise InputError(file, key, err.value, err.why) from None
+    return DecoderConfig(**kwargs, **overrides)
 
 
 def _prefix_cache(scenario) -> bool:
@@ -191,9 +200,8 @@ def _decoder_ep(scenario, tp: int) -> int:
     return tp if tp > 1 and get_model(scenario.model, file=scenario.file).is_moe else 1
 
 
-def _decoder_method(scenario) -> tuple[str, str]:
-    """(method, scheduler) of the decoder for the scenario's speculation."""
-    spec, file = scenario.speculation, scenario.file
+def _decoder_method(spec: Speculation, file) -> tuple[str, str]:
+    """(method, scheduler) of the decoder for the scenario's speculation ``spec``."""
     if spec.method == "none":
         return "none", "production"
     if spec.method == "static":
@@ -205,3 +213,16 @@ def _decoder_method(scenario) -> tuple[str, str]:
             raise InputError(file, "speculation.drafter", spec.drafter, "method dspark drafts with dspark here")
         return "dspark", spec.scheduler
     raise InputError(file, "speculation.method", spec.method, "the decoder runs none, static or dspark")
+
+
+def _speculation_of(method: str, scheduler: str) -> dict:
+    """The speculation keys that the decoder's ``method`` and ``scheduler`` stand for."""
+    if method == "none":
+        return {"method": "none"}
+    if method == "static":
+        return {"method": "static", "drafter": "mtp"}
+    if method == "dspark":
+        if scheduler == "full":
+            return {"method": "static", "drafter": "dspark"}
+        return {"method": "dspark", "drafter": "dspark", "scheduler": scheduler}
+    raise InputError(None, "method", method, "the decoder runs none, static or dspark")

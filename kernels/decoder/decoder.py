@@ -2,7 +2,7 @@
 
 A decode step is draft -> schedule -> verify -> accept -> rollback:
 
-1. the drafter proposes ``gamma`` tokens per request (a CUDA graph per request tier),
+1. the drafter proposes ``block_size`` tokens per request (a CUDA graph per request tier),
    from the anchors the device keeps per request (:class:`~.rows.RowState`);
 2. ``schedule_verify`` picks each request's verify length from the confidences
    (the whole block for static chains, one token without speculation); DSpark's
@@ -183,24 +183,24 @@ class Decoder:
         return self.finish(self.launch([], work))
 
     def decode(self, seqs: list) -> StepStats:
-        """One speculative step over ``seqs`` and wait (pages for ``len + gamma`` reserved)."""
+        """One speculative step over ``seqs`` and wait (pages for ``len + block_size`` reserved)."""
         return self.finish(self.launch(seqs, []))
 
     def _draft(self, rows, temp, rp: int):
-        """``(window [rp, gamma + 1]: anchor then drafts, their distributions [rp, gamma, V],
-        confidence logits [rp, gamma])`` for the requests of ``rows [rp]``."""
+        """``(window [rp, block_size + 1]: anchor then drafts, their distributions [rp, block_size, V],
+        confidence logits [rp, block_size])`` for the requests of ``rows [rp]``."""
         def fn(rows, temp):
             anchors, pos = self.rows.gather(rows)
             batch = self.drafter.batch(pos, rows, self.pages)
             drafts, probs, conf = self.drafter(anchors, batch, temp, self.rope, self.draft_cache,
                                                self.conf.attention, self.num_sms)
             return torch.cat([anchors[:, None], drafts], dim=1), probs, conf
-        return self.graphs(("draft", rp, self.drafter.gamma), fn, rows, temp)
+        return self.graphs(("draft", rp, self.drafter.block_size), fn, rows, temp)
 
     def _verify_lengths(self, seqs, rp: int, conf_logit):
         """``(verify_len [rp] int32 on the device, a bound on its sum the host knows, the
         synthetic accept runs [R] or None, the budget tensor or None)``."""
-        conf, R, g = self.conf, len(seqs), self.conf.gamma
+        conf, R, g = self.conf, len(seqs), self.conf.block_size
         top = conf.max_verify_len or g + 1
         vlen = torch.zeros(rp, dtype=torch.int32, device=self.device)
         run = None
@@ -280,7 +280,7 @@ class Decoder:
         keeps whatever it holds). Returns False when pages run out."""
         if seq.row is None:
             self.admit(seq)
-        if not self.pages.reserve(seq, len(seq.tokens) + self.conf.gamma):
+        if not self.pages.reserve(seq, len(seq.tokens) + self.conf.block_size):
             return False
         seq.num_cached = seq.prefill_target
         return True
@@ -366,14 +366,14 @@ def _host_table(sps):
 
 def host_budget(lag_conf: np.ndarray, num_reqs: int, temps: np.ndarray, table, max_batch_tokens, conf) -> int:
     """DSpark's production budget K on the host (``schedule_verify``'s rule): the first argmax
-    of Theta over the lagged confidences ``[R_lag, gamma]`` after STS, with ``num_reqs``
+    of Theta over the lagged confidences ``[R_lag, block_size]`` after STS, with ``num_reqs``
     requests now."""
     from dspark_sim.speculation.dspark import VerifyLimits, candidates, production_budget
 
     c = np.clip(lag_conf, 0.0, 1.0)
     with np.errstate(divide="ignore", over="ignore"):
         calibrated = 1.0 / (1.0 + ((1.0 - c) / c) ** (1.0 / temps[None, :c.shape[1]]))
-    top = conf.max_verify_len or conf.gamma + 1
+    top = conf.max_verify_len or conf.block_size + 1
     limits = VerifyLimits(0, top - 1, conf.survival_eps, max_batch_tokens or (1 << 30))
     cands = candidates(np.cumprod(calibrated, axis=1), limits)
     return production_budget(cands, num_reqs, table.steps_per_sec_array, limits)

@@ -5,9 +5,9 @@ layers, concatenated, projected by ``fc`` and normed, become keys and values of
 every draft layer at the tokens' own positions (DeepSpec's DSpark/DFlash
 backbone). They share the target's embedding and LM head.
 
-* ``Block`` (DSpark): the anchor plus ``gamma - 1`` mask tokens go through
+* ``Block`` (DSpark): the anchor plus ``block_size - 1`` mask tokens go through
   ``n`` layers in one forward, attending to the context and to each other
-  (bidirectionally), giving ``gamma`` base logits ``U_k``. A Markov head samples
+  (bidirectionally), giving ``block_size`` base logits ``U_k``. A Markov head samples
   left to right, ``p_k ∝ exp(U_k + W2 · W1[x_{k-1}])`` (rank r), and a
   confidence head gives ``c_k = sigmoid(w · [h_k; W1[x_{k-1}]] + b)``.
 * ``Chain`` (MTP-k): one layer run ``k`` times, each pass over the anchor and
@@ -84,12 +84,12 @@ class Drafter(nn.Module):
 
 
 class Block(Drafter):
-    """DSpark block drafter (``gamma`` positions, Markov head, confidence head)."""
+    """DSpark block drafter (``block_size`` positions, Markov head, confidence head)."""
 
-    def __init__(self, spec, target, gamma: int, layers: int, rank: int,
+    def __init__(self, spec, target, block_size: int, layers: int, rank: int,
                  features: tuple[int, ...], dtype, mask_id: int | None = None):
         super().__init__(spec, target, layers, features, dtype)
-        self.gamma = gamma
+        self.block_size = block_size
         self.mask_id = spec.vocab_size - 1 if mask_id is None else mask_id
         v, h = spec.vocab_size, spec.hidden_size
         self.w1 = nn.Parameter(torch.empty(v, rank, dtype=dtype))
@@ -98,18 +98,18 @@ class Block(Drafter):
         self.conf_b = nn.Parameter(torch.zeros(1, dtype=dtype))
 
     def batch(self, anchor_pos: torch.Tensor, rows: torch.Tensor, pages):
-        """Forward metadata of the block (on the device): ``gamma`` tokens per request from
+        """Forward metadata of the block (on the device): ``block_size`` tokens per request from
         the anchor at ``anchor_pos [R]``."""
-        return _block_batch(self.gamma, anchor_pos, rows, pages)
+        return _block_batch(self.block_size, anchor_pos, rows, pages)
 
     def forward(self, anchors, batch, temperature, rope, cache, impl: str, num_sms: int = 132):
         """Draft one block for ``anchors [R]``.
 
-        Returns ``drafts [R, gamma]`` int64, ``probs [R, gamma, V]`` fp32 (the
+        Returns ``drafts [R, block_size]`` int64, ``probs [R, block_size, V]`` fp32 (the
         distribution each draft was drawn from) and raw confidence logits
-        ``[R, gamma]`` fp32.
+        ``[R, block_size]`` fp32.
         """
-        R, g = anchors.shape[0], self.gamma
+        R, g = anchors.shape[0], self.block_size
         first = torch.arange(g, device=anchors.device)[None, :] == 0
         ids = torch.where(first, anchors[:, None], self.mask_id)
         shape = plan(g, R, self.spec.num_kv_heads, self.spec.num_heads // self.spec.num_kv_heads,
@@ -144,11 +144,11 @@ class Chain(Drafter):
 
     def __init__(self, spec, target, k: int, features: tuple[int, ...], dtype):
         super().__init__(spec, target, 1, features, dtype)
-        self.gamma = k
+        self.block_size = k
 
     def batch(self, anchor_pos: torch.Tensor, rows: torch.Tensor, pages):
         """One forward metadata per pass ``j`` (on the device): ``j + 1`` tokens from the anchor."""
-        return [_block_batch(j + 1, anchor_pos, rows, pages) for j in range(self.gamma)]
+        return [_block_batch(j + 1, anchor_pos, rows, pages) for j in range(self.block_size)]
 
     def forward(self, anchors, batches, temperature, rope, cache, impl: str, num_sms: int = 132):
         """Draft ``k`` tokens; returns ``(drafts [R, k], probs [R, k, V], None)``."""

@@ -86,8 +86,8 @@ def check_draft_checkpoint(directory, conf: DecoderConfig) -> None:
     cfg_path = Path(directory) / "config.json"
     if cfg_path.exists():
         cfg = json.loads(cfg_path.read_text())
-        if "block_size" in cfg and cfg["block_size"] != conf.block_size:
-            raise InputError(conf.source, "speculation.block_size", conf.block_size,
+        if "block_size" in cfg and cfg["block_size"] != conf.speculation.block_size:
+            raise InputError(conf.source, "speculation.block_size", conf.speculation.block_size,
                              f"the drafter checkpoint was trained with block_size {cfg['block_size']}")
 
 

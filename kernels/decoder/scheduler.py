@@ -103,11 +103,11 @@ class Scheduler:
         return work
 
     def _decode_batch(self):
-        gamma, pages = self.conf.gamma, self.decoder.pages
+        block_size, pages = self.conf.block_size, self.decoder.pages
         while True:
             batch = [s for s in self.running if not s.prefilling
                      and s.num_outputs + s.pending_min < s.max_tokens]  # else a launched step ends it
-            if all(pages.reserve(s, len(s.tokens) + s.pending + gamma) for s in batch):
+            if all(pages.reserve(s, len(s.tokens) + s.pending + block_size) for s in batch):
                 return batch
             if any(s.pending for s in self.running):
                 return DRAIN

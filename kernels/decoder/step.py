@@ -104,7 +104,7 @@ def _pinned(like: torch.Tensor) -> torch.Tensor:
 
 def launch(dec, decode: list, prefill: list) -> Pending:
     """Enqueue one step over ``decode`` (sequences whose anchors the device holds; pages
-    reserved for ``len + pending + gamma`` tokens) and ``prefill`` (``(seq, tokens)`` prompt
+    reserved for ``len + pending + block_size`` tokens) and ``prefill`` (``(seq, tokens)`` prompt
     chunks, pages reserved); returns at once."""
     conf, dev = dec.conf, dec.device
     width = conf.window
@@ -208,7 +208,7 @@ def finish(dec, p: Pending) -> StepStats:
 
 def _trim(dec, s) -> None:
     """Return the pages past what the cache holds and what launched steps may still write."""
-    keep = len(s.tokens) + s.pending + dec.conf.gamma if s.pending else s.num_cached
+    keep = len(s.tokens) + s.pending + dec.conf.block_size if s.pending else s.num_cached
     dec.pages.truncate(s, keep)
 
 
@@ -268,7 +268,7 @@ def _accept(dec, logits, tab, win, probs, R: int, rp: int, greedy: bool):
     samples (one row), and a sink request owning the padded rows. ``(accepted [S + 1],
     tokens [S + 1, W])``. An eager step of prompt chunks none of which ends its prompt has
     no row: accept is not called (its kernels would have no row to sample from)."""
-    dev, g = dec.device, dec.conf.gamma
+    dev, g = dec.device, dec.conf.block_size
     W = win.shape[1] if win is not None else dec.conf.window
     nl = tab["nl"].to(torch.int32)
     L, S = logits.shape[0], nl.shape[0]

@@ -28,11 +28,11 @@ class Synthetic:
         """Draw ``seq``'s difficulty for its whole life."""
         seq.difficulty = float(self.model.new_requests(np.array([seq.domain]), self.rng)[0])
 
-    def step(self, seqs, gamma: int) -> tuple[np.ndarray, np.ndarray]:
-        """True conditional acceptance and reported confidence, both ``[R, gamma]``."""
+    def step(self, seqs, block_size: int) -> tuple[np.ndarray, np.ndarray]:
+        """True conditional acceptance and reported confidence, both ``[R, block_size]``."""
         difficulty = np.array([s.difficulty for s in seqs], np.float64)
         domain = np.array([s.domain for s in seqs], np.int64)
-        p_true, conf = self.model.step(difficulty, domain, gamma, self.rng)
+        p_true, conf = self.model.step(difficulty, domain, block_size, self.rng)
         return p_true, np.clip(conf, 1e-6, 1 - 1e-6)
 
     def accept(self, p_true: np.ndarray, num_drafts: np.ndarray) -> np.ndarray:

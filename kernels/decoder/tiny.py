@@ -79,11 +79,11 @@ def tiny_decoder(method: str = "dspark", spec=None, agreeable: bool = True, sps=
 
     spec = spec or tiny_spec()
     conf = dict(method=method, block_size=4, draft_layers=1, markov_rank=spec.hidden_size,
-                max_running_requests=8, kv_block_tokens=4, max_model_len=96, kv_tokens=2048,
-                kernels="torch", attention="torch", cuda_graphs=False, dtype="float32",
-                device="cpu")
+                max_running_requests=8, kv_block_tokens=4, batching="prefill_first", prefix_cache=False,
+                max_model_len=96, kv_tokens=2048, kernels="torch", attention="torch", cuda_graphs=False,
+                dtype="float32", device="cpu")
     conf.update(overrides)
-    dec = Decoder(spec, DecoderConfig(**conf), sps=sps or tiny_sps(), init_std=0.3,
+    dec = Decoder(spec, DecoderConfig.of(**conf), sps=sps or tiny_sps(), init_std=0.3,
                   acceptance={"target": "qwen3-8b"} if conf.get("synthetic") else None, shard=shard)
     if agreeable:
         make_agreeable(dec)

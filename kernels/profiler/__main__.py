@@ -6,12 +6,12 @@
         [--method none] [--tp-rank N] [--verify-contexts 32768,16384] [--shares verify=1,prefill=1]
 
 Writes ``DIR/raw_<model>.json``: a provenance block and the timed points
-``verify: [{reqs, tokens, context, step_s}]``, ``draft: [{kind, reqs, gamma,
+``verify: [{reqs, tokens, context, step_s}]``, ``draft: [{kind, reqs, block_size,
 context, step_s}]`` (kind ``block``: the DSpark drafter; ``chain``: an MTP-k
 chain), ``prefill: [{kind, chunk, context, step_s, p90_s, reps}]`` (``--prefill-chunks``,
 ``--prefill-cached``, ``--prefill-kinds``: the grid; levels of cached tokens coarse first), ``step: [{kind, reqs,
 context, graphs, step_s, steps}]`` (whole decode steps as served) and
-``kernels: [{kernel, reqs, gamma, vocab, step_s}]`` (one launch of the fused
+``kernels: [{kernel, reqs, block_size, vocab, step_s}]`` (one launch of the fused
 ``schedule_verify`` or ``accept``), ``mixed: [{reqs, tokens, short_context,
 max_context, context, step_s}]`` (verify steps over requests of ``short_context``
 tokens but one of ``max_context``; ``context`` the mean) and ``sched: [{kind,
@@ -124,7 +124,19 @@ def parse_args(argv=None):
             p.error(f"argument --resume: {args.resume}: {type(err).__name__}")
         if not isinstance(args.old, dict):
             p.error(f"argument --resume: {args.resume}: not a raw profile (a JSON object)")
+        _rename_block_size(args.old)
     return args
+
+
+def _rename_block_size(raw: dict) -> None:
+    """A resumed file's draft and kernel rows with ``block_size`` under its older name renamed
+    (the fit reads either, :data:`~dspark_sim.profiling.rows.RAW_ALIASES`)."""
+    from dspark_sim.profiling.rows import RAW_ALIASES
+
+    for section in ("draft", "kernels"):
+        if isinstance(raw.get(section), list):
+            raw[section] = [{RAW_ALIASES["draft"].get(k, k): v for k, v in r.items()} if isinstance(r, dict) else r
+                            for r in raw[section]]
 
 
 def _shares(p, text: str) -> dict:
@@ -171,16 +183,17 @@ def model_len(args) -> int:
 
 
 def build(args):
-    """The decoder the points run on: DSpark block drafter, gamma 8 (the largest timed)."""
+    """The decoder the points run on: DSpark block drafter, block size 8 (the largest timed)."""
     from dspark_sim.kernels.decoder import Decoder, DecoderConfig
     from dspark_sim.kernels.profiler.grid import CHUNKS
 
     spec = model_spec(args)
     chunks, _ = prefill_grid(args)
     method = "none" if spec.v4 is not None else getattr(args, "method", "dspark")  # V4: no drafter here
-    conf = DecoderConfig(method=method, block_size=8, scheduler="full", max_running_requests=256,
-                         max_batched_tokens=max(max(CHUNKS), max(chunks)), max_model_len=model_len(args),
-                         kv_tokens=args.kv_tokens, dtype=args.dtype, device=args.device)
+    conf = DecoderConfig.of(method=method, block_size=8, scheduler="full", max_running_requests=256,
+                            batching="prefill_first", prefix_cache=False,
+                            max_batched_tokens=max(max(CHUNKS), max(chunks)), max_model_len=model_len(args),
+                            kv_tokens=args.kv_tokens, dtype=args.dtype, device=args.device)
     dec = Decoder(spec, conf)
     dec.randomize_cache()
     return dec
@@ -227,10 +240,10 @@ def plan(stepper, part: str, eager: bool, args=None):
         return (grid.verify_points(contexts=contexts) if drafted else grid.decode_points(contexts)), stepper.verify, \
             ("reqs", "tokens", "context"), {}
     if part == "draft":
-        return ([(r, g) for g in grid.GAMMAS for r in grid.REQS], stepper.draft, ("reqs", "gamma"),
+        return ([(r, g) for g in grid.BLOCK_SIZES for r in grid.REQS], stepper.draft, ("reqs", "block_size"),
                 {"kind": "block", "context": DRAFT_CONTEXT})
     if part == "chain":
-        return ([(r, k) for k in grid.CHAIN_KS for r in grid.REQS], stepper.chain, ("reqs", "gamma"),
+        return ([(r, k) for k in grid.CHAIN_KS for r in grid.REQS], stepper.chain, ("reqs", "block_size"),
                 {"kind": "chain", "context": DRAFT_CONTEXT})
     if part == "prefill":
         kinds = grid.STEP_KINDS if stepper.dec.drafter is not None else ("none",)
@@ -246,17 +259,17 @@ def plan(stepper, part: str, eager: bool, args=None):
     if part == "sched":
         return [(kind, r) for kind in kinds for r in grid.REQS], stepper.sched, ("kind", "reqs"), {}
     if part == "kernels":
-        return ([(k, r, grid.KERNEL_GAMMA) for k in grid.KERNELS for r in grid.REQS], stepper.kernel,
-                ("kernel", "reqs", "gamma"), {"vocab": stepper.vocab})
+        return ([(k, r, grid.KERNEL_BLOCK_SIZE) for k in grid.KERNELS for r in grid.REQS], stepper.kernel,
+                ("kernel", "reqs", "block_size"), {"vocab": stepper.vocab})
     modes = (True, False) if eager else (True,)
     points = [(kind, r, grid.STEP_CONTEXT, g) for g in modes for kind in kinds for r in grid.REQS]
     return points, stepper.decode_step, ("kind", "reqs", "context", "graphs"), {}
 
 
 def _key(part: str, row: dict) -> tuple:
-    keys = {"verify": ("reqs", "tokens", "context"), "draft": ("kind", "reqs", "gamma"),
-            "chain": ("kind", "reqs", "gamma"), "prefill": ("kind", "chunk", "context"),
-            "step": ("kind", "reqs", "context", "graphs"), "kernels": ("kernel", "reqs", "gamma"),
+    keys = {"verify": ("reqs", "tokens", "context"), "draft": ("kind", "reqs", "block_size"),
+            "chain": ("kind", "reqs", "block_size"), "prefill": ("kind", "chunk", "context"),
+            "step": ("kind", "reqs", "context", "graphs"), "kernels": ("kernel", "reqs", "block_size"),
             "mixed": ("reqs", "tokens", "short_context", "max_context"), "sched": ("kind", "reqs"),
             "spread": ("reqs", "tokens", "mean", "sigma")}[part]
     return tuple(row.get(k, "block" if k == "kind" else None) for k in keys)

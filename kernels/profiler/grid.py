@@ -9,16 +9,16 @@ from dspark_sim.cost.sps import default_probes
 
 REQS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 CONTEXTS = (512, 2048, 8192)
-GAMMAS = (4, 5, 7, 8)
+BLOCK_SIZES = (4, 5, 7, 8)
 CHAIN_KS = (1, 2, 3, 4)  # MTP-k chain lengths timed
 STEP_KINDS = ("none", "chain", "block")  # whole decode steps: which drafter
 STEP_CONTEXT = 1024
-KERNELS = ("schedule_verify", "accept")  # the fused kernels, timed at R x KERNEL_GAMMA
-KERNEL_GAMMA = 7
+KERNELS = ("schedule_verify", "accept")  # the fused kernels, timed at R x KERNEL_BLOCK_SIZE
+KERNEL_BLOCK_SIZE = 7
 CHUNKS = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
 CACHED = (0, 4096)  # prefill: cached tokens before the chunk (--prefill-cached)
 MAX_TOKENS = 2048
-MAX_WINDOW = 16  # verify tokens per request: gamma + 1 up to 15 drafts
+MAX_WINDOW = 16  # verify tokens per request: block_size + 1 up to 15 drafts
 MIXED_SHORT = 256  # mixed-context verify steps: requests this long ...
 MIXED_LONG = (8192, 2048, 256)  # ... and one of these (256: all equal, the baseline)
 MIXED_WIDTHS = (1, 8, 4)  # verify tokens per request

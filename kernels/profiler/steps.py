@@ -18,7 +18,6 @@ import statistics
 import time
 from collections import Counter
 from contextlib import contextmanager
-from dataclasses import replace
 
 import numpy as np
 import torch
@@ -122,23 +121,23 @@ class Stepper:
             dec.graphs.clear()
             self._release(seqs)
 
-    def draft(self, reqs: int, gamma: int, context: int = DRAFT_CONTEXT,
+    def draft(self, reqs: int, block_size: int, context: int = DRAFT_CONTEXT,
               decoder=None) -> float | None:
-        """Seconds of one draft step (backbone + Markov loop + confidence) at block ``gamma``."""
+        """Seconds of one draft step (backbone + Markov loop + confidence) at ``block_size``."""
         dec = decoder or self.dec
         seqs = self._requests(reqs, context)
         if seqs is None:
             return None
-        old = dec.drafter.gamma
+        old = dec.drafter.block_size
         try:
-            dec.drafter.gamma = gamma
+            dec.drafter.block_size = block_size
             rp = request_tier(reqs, dec.conf.max_running_requests)
             temp = torch.ones(rp, device=dec.device)
             dec.graphs.clear()
             dec._draft(self._rows(seqs, rp), temp, rp)  # anchors: the requests' own, on the device
             return median_seconds(dec.graphs.replay_last, self.reps)
         finally:
-            dec.drafter.gamma = old
+            dec.drafter.block_size = old
             dec.graphs.clear()
             self._release(seqs)
 
@@ -204,8 +203,8 @@ class Stepper:
                                     dec.target.embed.dtype)
             self._chain.requires_grad_(False)
             init_random(self._chain, 0.02, dec.conf.seed + 2)
-        self._chain.gamma = k
-        chain = dec.variant(replace(dec.conf, method="static", block_size=k, scheduler="full"),
+        self._chain.block_size = k
+        chain = dec.variant(dec.conf.replaced(method="static", block_size=k),
                             self._chain)
         return self.draft(reqs, k, context, decoder=chain)
 
@@ -228,7 +227,7 @@ class Stepper:
         from dspark_sim.kernels.decoder.engine import serve
 
         dec = self._step_decoder(kind, graphs=True)
-        max_new = dec.conf.max_model_len - prompt - dec.conf.gamma - 1  # none finishes
+        max_new = dec.conf.max_model_len - prompt - dec.conf.block_size - 1  # none finishes
         seqs = [Sequence(i, self.rng.integers(0, self.vocab, prompt).tolist(), max_new, 1.0, 0)
                 for i in range(reqs)]
         prefill_steps = -(-reqs * prompt // dec.conf.max_batched_tokens)
@@ -243,22 +242,22 @@ class Stepper:
             return None
         return {"step_s": statistics.median(g for _, g in rows), "steps": rows}
 
-    def kernel(self, name: str, reqs: int, gamma: int) -> float | None:
+    def kernel(self, name: str, reqs: int, block_size: int) -> float | None:
         """Seconds of one fused-kernel launch as the decoder calls it (``decoder.conf.kernels``):
-        ``schedule_verify`` (production mode) over ``reqs`` x ``gamma`` confidences, or
-        ``accept`` over ``reqs`` full windows of ``gamma + 1`` rows of the model's vocabulary;
+        ``schedule_verify`` (production mode) over ``reqs`` x ``block_size`` confidences, or
+        ``accept`` over ``reqs`` full windows of ``block_size + 1`` rows of the model's vocabulary;
         the inputs rotate between two random sets."""
         from dspark_sim.kernels.cases import accept_case, schedule_case, synthetic_sps_table
 
         dec = self.dec
         if name == "schedule_verify":
             sps = synthetic_sps_table(device=dec.device)
-            sets = [schedule_case(reqs, gamma, dec.device, seed=i, lag=True, sps=sps) for i in range(2)]
+            sets = [schedule_case(reqs, block_size, dec.device, seed=i, lag=True, sps=sps) for i in range(2)]
             call = lambda a: dec._schedule(a.pop("conf"), a.pop("temperatures"), a.pop("sps"),  # noqa: E731
                                            mode="production", **a)
         elif name == "accept":
-            sets = [accept_case(reqs, gamma, self.vocab, dec.device, seed=i)[0] for i in range(2)]
-            call = lambda a: dec._accept(**a, max_window=gamma + 1)  # noqa: E731
+            sets = [accept_case(reqs, block_size, self.vocab, dec.device, seed=i)[0] for i in range(2)]
+            call = lambda a: dec._accept(**a, max_window=block_size + 1)  # noqa: E731
         else:
             raise ValueError(f"unknown kernel {name!r}")
         current = {}
@@ -272,18 +271,18 @@ class Stepper:
         from dspark_sim.kernels.sps_tensors import SpsTensors
 
         dec = self.dec
-        conf = replace(dec.conf, synthetic=True, cuda_graphs=graphs)
+        conf = dec.conf.replaced(synthetic=True, cuda_graphs=graphs)
         if kind == "none":
-            return dec.variant(replace(conf, method="none"), None)
+            return dec.variant(conf.replaced(method="none"), None)
         if kind == "chain":
             self.chain(1, 3)  # builds the chain drafter
-            self._chain.gamma = 3
-            return dec.variant(replace(conf, method="static", block_size=3, scheduler="full"),
+            self._chain.block_size = 3
+            return dec.variant(conf.replaced(method="static", block_size=3),
                                self._chain, acceptance={"drafter": "mtp"})
-        dec.drafter.gamma = 7
+        dec.drafter.block_size = 7
         flat = SpsTensors.from_json_dict({"sample_batch_tokens": [1], "sample_steps_per_sec": [1.0],
                                           "max_batch_tokens": 1 << 20})
-        return dec.variant(replace(conf, method="dspark", block_size=7, scheduler="production"),
+        return dec.variant(conf.replaced(method="dspark", block_size=7, scheduler="production"),
                            dec.drafter, sps=flat, acceptance={"drafter": "dspark"})
 
 
@@ -318,7 +317,7 @@ def overlapped_steps(dec, seqs, count: int, warm: int = 3) -> list:
     out, prev, t_prev, calm, tries, before_prev = [], None, None, 0, 0, None
     while len(out) < count and tries < 4 * count + 40:
         for s in seqs:
-            dec.pages.reserve(s, len(s.tokens) + s.pending + dec.conf.gamma)
+            dec.pages.reserve(s, len(s.tokens) + s.pending + dec.conf.block_size)
         before = len(dec.graphs.entries)
         launched = dec.launch(seqs, [])
         tries += 1
@@ -351,7 +350,7 @@ def timed_decode(dec, seqs) -> tuple[bool, float, object]:
     """One ``Decoder.decode`` over ``seqs``, waited for: ``(captured a new graph, wall
     seconds, step stats)``; pages for the drafts are reserved outside the timing."""
     for s in seqs:
-        dec.pages.reserve(s, len(s.tokens) + dec.conf.gamma)
+        dec.pages.reserve(s, len(s.tokens) + dec.conf.block_size)
     before = len(dec.graphs.entries)
     t0 = time.perf_counter()
     st = dec.decode(seqs)

@@ -99,10 +99,11 @@ def steps_job(ctx, spec, kinds: tuple, reqs: tuple, context: int, steps: int, ov
     for kind in kinds:
         torch.manual_seed(0)
         gpu = ctx.device.startswith("cuda")
-        conf = DecoderConfig(**{**settings[kind], "synthetic": True, "max_running_requests": max(reqs),
-                                "max_model_len": context + 1024, "device": ctx.device,
-                                "kernels": "triton" if gpu else "torch", "attention": "triton" if gpu else "torch",
-                                "cuda_graphs": gpu, **overrides})
+        conf = DecoderConfig.of(**{**settings[kind], "synthetic": True, "max_running_requests": max(reqs),
+                                   "batching": "prefill_first", "prefix_cache": False,
+                                   "max_model_len": context + 1024, "device": ctx.device,
+                                   "kernels": "triton" if gpu else "torch",
+                                   "attention": "triton" if gpu else "torch", "cuda_graphs": gpu, **overrides})
         dec = Decoder(spec, conf, sps=flat if kind == "block" else None, acceptance=acceptance[kind],
                       shard=ctx.shard)
         dec.randomize_cache()
