@@ -1,6 +1,7 @@
 """docs/validation_sweeps.md from ``sweep_errors.json`` (:mod:`.sweep_report`)."""
 from __future__ import annotations
 
+from dspark_sim.validation import step_prices
 from dspark_sim.validation.report import case_table, host_line, replay_cell, run_notes
 from dspark_sim.validation.sweep_report import LEVEL_GOALS, MARGIN, SHOWN, SIGNED_GOAL
 
@@ -38,6 +39,7 @@ def markdown(data: dict, made_by: str, real_root=None) -> str:
               "(`steps.csv`'s work priced by the shipped profile; the gap before each step apart).", "",
               "| case | decode steps | mixed steps | prefill steps | gap before the step |", "|---|---|---|---|---|"]
     lines += [_replay(r) for r in data["cases"] if r.get("step_replay")]
+    lines += [""] + step_prices.markdown(data["cases"] + (data.get("replicate") or {}).get("cases", []), 0.9)
     rep = data.get("replicate")
     if rep:
         lines += ["", f"## Replicate: {', '.join(rep['visits'])}", ""] + _levels(rep["levels"]) + [""] \

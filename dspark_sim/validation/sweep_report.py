@@ -20,9 +20,14 @@ from pathlib import Path
 
 import numpy as np
 
+from dspark_sim.catalog import get_gpu
+from dspark_sim.cost import get_cost_model
 from dspark_sim.metrics.record import read_columns
+from dspark_sim.scenario import Speculation
+from dspark_sim.validation.cases import CASE_METHODS, GPU, MODEL
 from dspark_sim.validation.fidelity import compare_cases
 from dspark_sim.validation.lockstep import STEP_COLUMNS, composition
+from dspark_sim.validation.step_prices import attribution
 from dspark_sim.validation.sweeps import LEVELS, level_of
 
 LEVEL_GOALS = {"output_throughput": (0.03, 0.06), "p50_tpot_ms": (0.05, 0.10), "mean_ttft_ms": (0.10, 0.20)}
@@ -62,10 +67,14 @@ def sweep_rows(cases_dir: Path, visits: list[Path]) -> tuple[list[dict], dict]:
     with tempfile.TemporaryDirectory() as tmp:
         roots = [unpack(Path(v), Path(tmp) / f"v{i}") for i, v in enumerate(visits)]
         rows = compare_cases(cases_dir, roots, Path(tmp) / "out", quiet=True, plots=False)
+        cost = get_cost_model(get_gpu(GPU).name, MODEL, warn=False)
         for r in rows:
-            r["composition"] = {side: composition(read_columns(Path(tmp) / "out" / "runs" / r["case"] / side
-                                                               / "steps.csv", STEP_COLUMNS))
+            runs = Path(tmp) / "out" / "runs" / r["case"]
+            r["composition"] = {side: composition(read_columns(runs / side / "steps.csv", STEP_COLUMNS))
                                 for side in ("real", "sim")}
+            spec = Speculation(**{k: v for k, v in CASE_METHODS[r["method"]].items()
+                                  if k in ("method", "drafter", "block_size")})
+            r["step_prices"] = attribution(runs / "real" / "steps.csv", runs / "sim" / "steps.csv", spec, cost)
         metas = sorted(roots[0].glob("*/meta.json"))
         prov = json.loads(metas[0].read_text())["provenance"] if metas else {}
     for r in rows:

@@ -1,0 +1,29 @@
+"""The step-price attribution: busy-time errors of the replay and of the simulator's own steps."""
+import pytest
+
+from dspark_sim.catalog import get_gpu
+from dspark_sim.cost import get_cost_model
+from dspark_sim.cost.base import StepWork
+from dspark_sim.metrics.record import write_record
+from dspark_sim.scenario import Speculation
+from dspark_sim.validation.step_prices import attribution
+
+
+def _steps(reqs: int, step_s: float) -> list[dict]:
+    return [{"step": i, "start_s": i * step_s, "step_s": step_s, "running_reqs": reqs, "decode_reqs": reqs,
+             "verify_tokens": reqs, "decode_context_tokens": 1000 * reqs, "decode_max_context": 1000}
+            for i in range(5)]
+
+
+def test_priced_steps_give_no_replay_error_and_slower_sim_steps_show(tmp_path):
+    cost = get_cost_model(get_gpu("h200").name, "qwen3-8b", warn=False)
+    priced = sum(cost.breakdown(StepWork(32, 32, 32000, 0, 0, 0.0, None, 1000, 32)).values())
+    write_record(tmp_path / "real", [], _steps(32, priced))
+    write_record(tmp_path / "sim", [], _steps(32, 2 * priced))
+    out = attribution(tmp_path / "real" / "steps.csv", tmp_path / "sim" / "steps.csv",
+                      Speculation(method="none"), cost)
+    assert out["replay_busy_error"] == pytest.approx(0.0, abs=1e-6)
+    assert out["sim_busy_error"] == pytest.approx(1.0, abs=1e-6)
+    b = out["decode_by_running"]["17-64"]
+    assert b["steps"] == 5 and b["rest_ms"] == pytest.approx(b["priced_rest_ms"], rel=1e-3)
+    assert b["mean_context"] == 1000 and b["longest_context"] == 1000
