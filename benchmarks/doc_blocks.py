@@ -61,6 +61,12 @@ def _forward_breakdown() -> str:
     return block_text(json.loads((H200 / "forward_breakdown.json").read_text()))
 
 
+def _sustained() -> str:
+    from sustained_clocks import block_text
+
+    return block_text(H200 / "sustained_clocks.json")
+
+
 def _long_check() -> str:
     from gpu_check_long import JSON, block_text
 
@@ -119,6 +125,7 @@ BLOCKS = {
     ("docs/kernels.md", "kernel_bench"): _kernel_bench,
     ("docs/profiles.md", "held-out"): _held_out,
     ("docs/profiles.md", "gpu-specs"): _gpu_specs,
+    ("docs/profiles.md", "sustained"): _sustained,
 }
 
 

@@ -196,7 +196,7 @@ def main(argv=None) -> int:
                                             "profiles/h200/validation/real/VISIT with its notes.json")
     i.add_argument("--src", required=True, help="where the call's files came back")
     i.add_argument("--visit", required=True, help="the visit's name, e.g. visit17")
-    i.add_argument("--parts", nargs="+", required=True, choices=["sweepA", "sweepB", "capacity"],
+    i.add_argument("--parts", nargs="+", required=True, choices=["sweepA", "sweepB", "sweepL", "capacity"],
                    help="the calls served on one GPU")
     i.add_argument("--command", required=True, help="the device call as it was run (for the notes)")
     args = p.parse_args(argv)

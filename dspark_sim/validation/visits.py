@@ -20,6 +20,7 @@ import tarfile
 from pathlib import Path
 
 PART_FILES = {"sweepA": ("sweepA.tgz", "sweepA.log"), "sweepB": ("sweepB.tgz", "sweepB.log"),
+              "sweepL": ("sweepL.tgz", "sweepL.log"),
               "capacity": ("capacity.json", "capacity_runs.tgz", "capacity.log")}
 DECODER = ("decoder with overlapped steps (step n+1 launched before step n's tokens are read), device-side "
            "verify metadata, DSpark budget from lagged confidences on the host, prompt steps through CUDA "
