@@ -108,11 +108,15 @@ def provenance(cost, spec: Speculation, model: str) -> dict:
 def scenario_provenance(scenario, cost=None) -> dict:
     """:func:`provenance` of ``scenario`` (its cost model built when not given)."""
     if cost is None:
-        from dspark_sim.cost.profile import scenario_cost
+        from dspark_sim.cost.scenario import scenario_cost
 
         cost = scenario_cost(scenario, warn=False)
     block = provenance(cost, scenario.speculation, scenario.model)
     block["cost_model"]["engine"] = scenario.engine.label
+    note = scenario.engine.release.note
+    if note:  # a release not modelled: the nearest modelled release's defaults stand in
+        block["cost_model"]["engine_release"] = note
+        block["caveats"].append(note)
     if scenario.cost_scale != 1.0:
         block["cost_model"]["time_scale"] = scenario.cost_scale
         block["caveats"].append(f"every profiled step time x {scenario.cost_scale:g} (cost_scale)")

@@ -24,7 +24,7 @@ import numpy as np
 from dspark_sim.cost.base import DraftWork, StepWork, StepWorks, breakdown_steps
 from dspark_sim.cost.comm import CommParams, comm_terms, describe, provenance_term
 from dspark_sim.cost.moe import Routing, expected_experts, expert_flops, imbalance
-from dspark_sim.cost.parallel import Parallel
+from dspark_sim.cost.parallel import Parallel, rank_share
 
 # DSpark's drafter for Qwen3 targets is a 5-layer backbone at the target's width, for
 # DeepSeek-V4 three MoE layers (DSPARK.md section 1; ModelSpec.dspark_layers); chain
@@ -161,7 +161,9 @@ class RooflineCost:
             else:
                 kv_bytes = ctx * m.kv_bytes_per_token(kv_b)
                 flops = ctx * work.verify_tokens / reqs * m.attn_flops_per_token_per_ctx()
-            decode_s = max(kv_bytes * self._kv_share / self._bw, flops / self._attn_flops)
+            # under DP attention the step waits for the busiest rank's requests
+            decode_s = max(kv_bytes * self._kv_share / self._bw, flops / self._attn_flops) \
+                * rank_share(reqs, self.parallel.dp_ranks)
         prefill = work.prefill_attn_tokens2 * m.attn_flops_per_token_per_ctx()
         if m.v4 is not None:  # the window and the top-k: a constant number of keys a token
             prefill += work.prefill_tokens * m.v4.attn_flops_per_query(m.v4.sliding_window + 4 * m.v4.index_topk)

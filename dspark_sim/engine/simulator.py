@@ -106,7 +106,7 @@ def build_context(scenario: Scenario, collector: Collector) -> SimContext:
                      scenario.workload.hash_block_tokens % block == 0 else 0,
                      max_running=min(dep.max_running_requests, cap) if cap is not None else 0,
                      frontend=front_end(engine.terms, dep.replicas),
-                     overlap=engine.overlapped, kv_reserve=engine.kv_reserve,
+                     overlap=engine.overlapped, kv_reserve=engine.kv_reserve_for(dep.dp_attention),
                      multi_step=engine.multi_step,
                      admission=Admission.of(model.max_context, kv, per_request, spec))
     if spec.method == "dspark":
