@@ -43,6 +43,7 @@ class Workload:
     domain_mix: tuple[tuple[str, float], ...] = (("chat", 1.0),)
     synthetic: SyntheticConfig | None = None
     hash_block_tokens: int = 512  # prompt tokens one prefix hash id covers (Mooncake's hash_ids: 512)
+    max_concurrency: int | None = None  # a client keeping at most this many requests in flight (engine/client.py)
 
     def __post_init__(self) -> None:
         require((self.trace is None) != (self.synthetic is None), "", None if self.trace is None else str(self.trace),
@@ -52,6 +53,7 @@ class Workload:
         check_real(self.time_scale, "time_scale", MIN_TIME_SCALE, MAX_TIME_SCALE)
         check_int(self.max_requests, "max_requests", 1, MAX_REQUESTS, optional=True)
         check_int(self.hash_block_tokens, "hash_block_tokens", 1, 1 << 20)
+        check_int(self.max_concurrency, "max_concurrency", 1, MAX_RUNNING_REQUESTS, optional=True)
         require(self.synthetic is None or isinstance(self.synthetic, SyntheticConfig), "synthetic", self.synthetic,
                 "expected a mapping")
         require(isinstance(self.domain_mix, tuple) and len(self.domain_mix) > 0
@@ -83,7 +85,8 @@ class Workload:
         s = Section(raw, file, key)
         base = base if base is not None else Path.cwd()
         trace, synthetic = s.raw("trace"), s.raw("synthetic")
-        kwargs = {name: s.raw(name) for name in ("format", "time_scale", "max_requests", "hash_block_tokens")}
+        kwargs = {name: s.raw(name) for name in ("format", "time_scale", "max_requests", "hash_block_tokens",
+                                                 "max_concurrency")}
         kwargs = {k: v for k, v in kwargs.items() if v is not None}
         kwargs["domain_mix"] = _domain_mix(s.raw("domain", "chat"), file, s.path("domain"))
         s.done()

@@ -15,6 +15,7 @@ from dspark_sim.catalog import get_gpu, get_model
 from dspark_sim.config import located
 from dspark_sim.cost import scenario_cost
 from dspark_sim.engine.admission import Admission
+from dspark_sim.engine.client import ClosedLoop
 from dspark_sim.engine.frontend import FrontEnd
 from dspark_sim.engine.kv import kv_capacity_tokens, kv_request_tokens
 from dspark_sim.engine.prefix import PrefixCache
@@ -166,7 +167,12 @@ def simulate(scenario: Scenario, out_dir: Path | None = None, progress=None, *,
         router = make_router(scenario.deployment.router, replicas)
         chunks = scenario.workload.requests(scenario.seed)
         counter = {"arrived": 0}
-        env.process(_arrivals(env, chunks, ctx, router, np.random.default_rng(seeds[0]), counter, progress))
+        client = None
+        if scenario.workload.max_concurrency is not None:  # a client with at most this many requests in flight
+            client = ClosedLoop(env, scenario.workload.max_concurrency)
+            collector.on_done = client.done
+        env.process(_arrivals(env, chunks, ctx, router, np.random.default_rng(seeds[0]), counter, progress,
+                              client))
         with located(scenario.file, None):  # the workload's own errors name the scenario file
             env.run()
     finally:
@@ -243,8 +249,11 @@ def prefix_counters(ctx: SimContext, replicas) -> dict:
     return out
 
 
-def _arrivals(env: simpy.Environment, chunks: Iterator, ctx: SimContext, router, rng, counter, progress):
-    """Release requests at their arrival times, each with a domain and a difficulty."""
+def _arrivals(env: simpy.Environment, chunks: Iterator, ctx: SimContext, router, rng, counter, progress,
+              client: ClosedLoop | None = None):
+    """Release requests at their arrival times, each with a domain and a difficulty; a ``client``
+    with as many requests in flight as it keeps holds the next back until one is done
+    (:mod:`dspark_sim.engine.client`)."""
     names, weights = zip(*ctx.scenario.workload.domain_mix)
     domain_ids = np.array([DOMAINS.index(n) for n in names], dtype=np.int8)
     cum = np.cumsum(weights)
@@ -266,6 +275,11 @@ def _arrivals(env: simpy.Environment, chunks: Iterator, ctx: SimContext, router,
         ctx.saw_prefixes = ctx.saw_prefixes or any(hash_ids)
         for i in range(n):
             enter = arrival[i]
+            if client is not None:
+                while client.full:  # any step's end may free a slot: no stretch of steps passes now
+                    ctx.next_arrival_s = env.now
+                    yield client.freed()
+                enter = arrival[i] = client.sent(enter)
             if frontend is not None:
                 ctx.next_arrival_s = enter  # it reaches the front end
                 if enter > env.now:
