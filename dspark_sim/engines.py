@@ -258,6 +258,15 @@ class Engine:
             return min(2 * seqs, 1024 if gpu.fp4 else 512) * dp_ranks
         return None
 
+    def front_end_layout(self, dp_ranks: int = 1) -> tuple[bool, int]:
+        """(shared, processes): whether the API server takes requests in on the loop that streams
+        the output (vLLM tokenizes on its renderer's worker thread instead), and how many API
+        server processes a replica runs (vLLM: one per data-parallel rank; DEFAULT_SOURCES'
+        "front end" rows)."""
+        if self.name == "vllm":
+            return False, dp_ranks
+        return True, 1
+
     def running_cap(self, kv_tokens: int, max_context: int) -> int | None:
         """The running-request cap the engine derives from its KV pool (None: none)."""
         if self.name != "sglang":

@@ -106,7 +106,7 @@ def build_context(scenario: Scenario, collector: Collector) -> SimContext:
                      prefix_block_tokens=block if dep.prefix_cache and
                      scenario.workload.hash_block_tokens % block == 0 else 0,
                      max_running=min(dep.max_running_requests, cap) if cap is not None else 0,
-                     frontend=front_end(engine.terms, dep.replicas),
+                     frontend=front_end(engine, dep),
                      overlap=engine.overlapped, kv_reserve=engine.kv_reserve_for(dep.dp_attention),
                      multi_step=engine.multi_step,
                      admission=Admission.of(model.max_context, kv, per_request, spec))
@@ -115,10 +115,12 @@ def build_context(scenario: Scenario, collector: Collector) -> SimContext:
     return ctx
 
 
-def front_end(terms, replicas: int) -> FrontEnd | None:
+def front_end(engine, dep) -> FrontEnd | None:
     """The engine's front-end process, or None where its host terms give it no time (the
     decoder: its tokens reach the client when their step ends)."""
-    frontend = FrontEnd(terms.frontend_s, terms.stream_s, replicas)
+    shared, processes = engine.front_end_layout(dep.parallel.dp_ranks)
+    frontend = FrontEnd(engine.terms.frontend_s, engine.terms.stream_s, dep.replicas, processes=processes,
+                        shared=shared)
     return frontend if frontend.active else None
 
 
