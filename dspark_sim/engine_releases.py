@@ -43,6 +43,15 @@ DEFAULT_SOURCES = {
         ("max_running_requests", "min(max(min(KV tokens / context x 512, 4096), 2048), KV tokens // 2); a given "
          "cap is still bounded by KV tokens // 2", "sglang 0.5.23 sglang/srt/mem_cache/kv_cache_configurator.py:"
          "3119-3132"),
+        ("max_running_requests with speculative decoding", "48 (EAGLE, EAGLE3, MTP, DSpark, DFlash), unless the "
+         "model sets its own first: DeepSeek-V4 256, with or without speculation", "sglang 0.5.23 sglang/srt/"
+         "arg_groups/speculative_hook.py:1086-1094 (EAGLE family), 852-860 (DSpark), 438-446 (DFlash); "
+         "deepseek_v4_hook.py:138-146; pipeline.py:225, 306 (model defaults before speculative decoding's)"),
+        ("speculative chain (EAGLE / MTP)", "3 steps, top-k 1, 4 draft tokens for DeepSeek V2/V3 and models not "
+         "listed (block_size 3 here); Llama 5 steps, top-k 4, 8 draft tokens: a tree, verified here as a chain "
+         "of block_size (trees are not modelled); DSpark gamma 7, one step, top-k 1", "sglang 0.5.23 sglang/srt/"
+         "arg_groups/speculative_hook.py:1430-1461 (_auto_choose_speculative_params); sglang/srt/speculative/"
+         "dspark_components/dspark_config.py:21 (DEFAULT_DSPARK_GAMMA)"),
         ("batching", "prefill_first (enable_mixed_chunk = False)",
          "sglang 0.5.23 sglang/srt/arg_groups/fields/schedule.py:208-211"),
         ("host overlap", "overlap scheduler on (disable_overlap_schedule = False): a step lasts the longer of its "

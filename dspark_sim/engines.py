@@ -223,13 +223,19 @@ class Engine:
         return build(cls, {**given, "calibration": path, "terms": terms}, file, key)
 
     # -- defaults -----------------------------------------------------------------
-    def deployment_defaults(self, gpu, tp: int, model=None) -> dict:
-        """Deployment keys the engine sets when the scenario does not (cited in DEFAULT_SOURCES)."""
+    def deployment_defaults(self, gpu, tp: int, model=None, speculating: bool = False) -> dict:
+        """Deployment keys the engine sets when the scenario does not (cited in DEFAULT_SOURCES);
+        ``speculating``: the scenario runs speculative decoding."""
         mem = gpu.memory_bytes
         if self.name == "sglang":
             chunk = _sglang_chunk(mem)
             graph = self.graph_max_batch(gpu, tp) or 0
-            return {"chunked_prefill_tokens": chunk, "max_batched_tokens": 16384, "max_running_requests": 4096,
+            running = 4096  # bounded by the KV pool (running_cap)
+            if model is not None and model.v4 is not None:
+                running = 256  # DeepSeek-V4's own default, set before speculative decoding's
+            elif speculating:
+                running = 48
+            return {"chunked_prefill_tokens": chunk, "max_batched_tokens": 16384, "max_running_requests": running,
                     "batching": "prefill_first", "gpu_memory_fraction": _sglang_fraction(mem, chunk, tp, graph)}
         if self.name == "vllm":
             big = mem >= 70 * GIB and gpu.name != "a100"

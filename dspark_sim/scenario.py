@@ -255,23 +255,26 @@ class Scenario:
             if not isinstance(value, str):
                 raise InputError(file, key, value, "expected a string")
         engine = Engine.from_dict(top.raw("engine"), file=file, base=base)
+        speculation = Speculation.from_dict(top.raw("speculation"), file=file, base=base)
         kwargs = dict(name=name, workload=workload, model=model.lower(), gpu=gpu.lower(), engine=engine,
-                      deployment=_deployment(top.raw("deployment"), engine, gpu, model, file, base),
-                      speculation=Speculation.from_dict(top.raw("speculation"), file=file, base=base),
+                      deployment=_deployment(top.raw("deployment"), engine, gpu, model, file, base,
+                                             speculation.method != "none"),
+                      speculation=speculation,
                       slo=Slo.from_dict(top.raw("slo"), file=file), seed=top.raw("seed", 0),
                       exact=top.raw("exact", False), file=file, cost_scale=top.raw("cost_scale", 1.0))
         top.done()
         return build(cls, kwargs, file, None)
 
 
-def _deployment(raw, engine: Engine, gpu: str, model: str, file, base) -> Deployment:
-    """The ``deployment:`` mapping with the engine's defaults for the keys it leaves out."""
+def _deployment(raw, engine: Engine, gpu: str, model: str, file, base, speculating: bool = False) -> Deployment:
+    """The ``deployment:`` mapping with the engine's defaults for the keys it leaves out (some
+    depend on whether the scenario speculates)."""
     if engine.is_decoder:
         return Deployment.from_dict(raw, file=file, base=base)
     tp = raw.get("tp", 1) if isinstance(raw, dict) else 1
     tp = tp if isinstance(tp, int) and not isinstance(tp, bool) and tp >= 1 else 1
     defaults = engine.deployment_defaults(get_gpu(gpu, file=file, key="gpu"), tp,
-                                          get_model(model, file=file, key="model"))
+                                          get_model(model, file=file, key="model"), speculating)
     return Deployment.from_dict(raw, file=file, defaults=defaults, base=base)
 
 

@@ -195,3 +195,19 @@ def test_a_burst_queues_at_the_front_end(tmp_path):
     rows = list(csv.DictReader((tmp_path / "r" / "requests.csv").open()))
     waits = sorted(float(r["first_scheduled_s"]) - float(r["arrival_s"]) for r in rows)
     assert waits == pytest.approx([0.05, 0.10, 0.15], abs=1e-9)
+
+
+def test_sglang_caps_running_requests_as_it_does_when_speculating():
+    dep = {"replicas": 1, "tp": 1}
+    assert _scenario(engine="sglang", deployment=dep).deployment.max_running_requests == 4096
+    for method in ("dspark", "static"):
+        spec = _scenario(engine="sglang", deployment=dep, speculation={"method": method}).deployment
+        assert spec.max_running_requests == 48  # SGLang resets it to 48 for speculative decoding
+    given = _scenario(engine="sglang", deployment={**dep, "max_running_requests": 200},
+                      speculation={"method": "dspark"})
+    assert given.deployment.max_running_requests == 200
+    v4 = {"model": "deepseek-v4-flash", "gpu": "b300", "deployment": {"replicas": 1, "tp": 8}}
+    assert _scenario(engine="sglang", **v4).deployment.max_running_requests == 256  # V4's own, set first
+    assert _scenario(engine="sglang", speculation={"method": "dspark"}, **v4).deployment.max_running_requests == 256
+    assert _scenario(engine="vllm", deployment=dep, speculation={"method": "dspark"}).deployment \
+        .max_running_requests == 1024
