@@ -21,8 +21,11 @@ from __future__ import annotations
 from dspark_sim.speculation.config import Speculation
 
 MEASURED = "measured"
-BUILTIN_ORIGIN = {"mtp": "DeepSeek-V3's published MTP acceptance", "deepseek-v4-flash": "the DeepSeek-V4-Flash "
-                  "engine report"}
+BUILTIN_ORIGIN = {"mtp": "DeepSeek-V3's published MTP acceptance",
+                  "deepseek-v4-flash": "the DeepSeek-V4-Flash engine report (chat; math and code scaled by "
+                  "V4-Pro's verify windows in the LMSYS DeepSeek-V4 DSpark blog)",
+                  "deepseek-v4-pro": "the LMSYS DeepSeek-V4 DSpark blog (accept length about 5, taken as gsm8k's; "
+                  "chat and code derived from its verify windows and the paper's code / math ratio)"}
 
 
 def acceptance_block(spec: Speculation, model: str) -> dict:
