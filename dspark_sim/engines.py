@@ -91,6 +91,32 @@ class EngineTerms:
 
 
 @dataclass(frozen=True, slots=True)
+class GpuWork:
+    """The engines' MoE roofline (:func:`~dspark_sim.cost.roofline.engine_roofline_params`): the
+    GPU work of an MoE model the engines run on kernels the project has no profile of.
+
+    layer_s: (attention kind, seconds) pairs, the least time a layer of a forward takes (its
+    kernels' floors at a small batch) for layers of each kind (``gqa``, ``mla``, ``v4``);
+    prefill_layer_s: the host's launch time a layer of an eager (prefill) step; moe_bw_eff: the
+    share of HBM bandwidth the expert GEMMs reach; fitted_from: the published runs it was fitted on.
+    """
+
+    layer_s: tuple[tuple[str, float], ...] = ()
+    prefill_layer_s: float = 0.0
+    moe_bw_eff: float | None = None
+    fitted_from: tuple[str, ...] = ()
+
+    def to_json_dict(self) -> dict:
+        return {"layer_s": dict(self.layer_s), "prefill_layer_s": self.prefill_layer_s, "moe_bw_eff": self.moe_bw_eff,
+                "fitted_from": list(self.fitted_from)}
+
+    @classmethod
+    def from_json_dict(cls, raw: dict) -> GpuWork:
+        return cls(tuple(sorted(raw.get("layer_s", {}).items())), raw.get("prefill_layer_s", 0.0),
+                   raw.get("moe_bw_eff"), tuple(raw.get("fitted_from", ())))
+
+
+@dataclass(frozen=True, slots=True)
 class KvReserve:
     """KV an engine sets aside at admission for output tokens its requests have yet to decode.
 
@@ -141,6 +167,7 @@ class Engine:
     terms: EngineTerms = field(default_factory=EngineTerms)
     overlap: bool | None = None  # None: the engine's default (OVERLAP)
     multi_step: int = 1  # decode steps run per schedule (vLLM 0.6's --num-scheduler-steps)
+    gpu_work: GpuWork | None = None  # the engines' MoE roofline (None: none fitted; shipped_gpu_work)
 
     def __post_init__(self) -> None:
         check_choice(self.name, "name", ENGINES)
@@ -209,6 +236,8 @@ class Engine:
             version = str(version)
         given = {"name": name, "version": version, "overlap": overlap, "multi_step": multi_step}
         engine = build(cls, given, file, key)
+        if not engine.is_decoder:
+            given["gpu_work"] = shipped_gpu_work()
         if calibration is None:
             return build(cls, {**given, "terms": shipped_terms(engine.name)}, file, key)
         if engine.is_decoder:
@@ -300,14 +329,22 @@ def shipped_terms(name: str) -> EngineTerms:
     """The host terms shipped for engine ``name`` (none for the decoder or an engine not fitted yet)."""
     if name == "decoder":
         return EngineTerms()  # its host time is measured into its profile
-    path = resources.files("dspark_sim").joinpath(TERMS_FILE)
-    if not path.is_file():
-        return EngineTerms(source=f"{name}: no fitted host terms shipped")
-    data = json.loads(path.read_text())
-    entry = data.get("engines", {}).get(name)
+    entry = _shipped().get("engines", {}).get(name)
     if entry is None:
         return EngineTerms(source=f"{name}: no fitted host terms shipped")
     return EngineTerms.from_json_dict(entry["terms"], file=TERMS_FILE, key=f"engines.{name}.terms")
+
+
+def _shipped() -> dict:
+    path = resources.files("dspark_sim").joinpath(TERMS_FILE)
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def shipped_gpu_work() -> GpuWork | None:
+    """The engines' MoE roofline shipped with the host terms (``gpu_work`` in engine_terms.json);
+    None when none is fitted."""
+    raw = _shipped().get("gpu_work")
+    return GpuWork.from_json_dict(raw) if raw else None
 
 
 def load_calibration(path: str | Path, *, engine: str | None = None) -> EngineTerms:
@@ -330,6 +367,7 @@ def load_calibration(path: str | Path, *, engine: str | None = None) -> EngineTe
     return terms
 
 
-__all__ = ["CALIBRATION_FORMAT", "DEFAULT_SOURCES", "ENGINES", "Engine", "EngineTerms", "KV_RESERVE", "KvReserve",
+__all__ = ["CALIBRATION_FORMAT", "DEFAULT_SOURCES", "ENGINES", "Engine", "EngineTerms", "GpuWork", "KV_RESERVE",
+           "KvReserve",
            "OVERLAP", "VERSIONS",
-           "load_calibration", "shipped_terms"]
+           "load_calibration", "shipped_gpu_work", "shipped_terms"]

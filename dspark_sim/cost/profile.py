@@ -24,7 +24,7 @@ from dspark_sim.cost.projection import curves_for, project_profile, time_scaled
 from dspark_sim.cost.profile_format import (DRAFT_KINDS, FORMAT_VERSION, DraftFit, GpuRef, HeldOut,
                                             Profile, Projection, TargetFit, check_grids,
                                             load_profile, profile_from_json_dict)
-from dspark_sim.cost.roofline import RooflineCost, RooflineParams
+from dspark_sim.cost.roofline import RooflineCost, RooflineParams, engine_cost_model
 from dspark_sim.cost.substitute import fill_host_terms
 from dspark_sim.cost.shapes import EXACT, SCALAR
 from dspark_sim.cost.terms import STEP_KINDS, DecodeShape
@@ -340,7 +340,8 @@ def shipped_profile_path(gpu: str, model: str) -> Path | None:
 def get_cost_model(gpu: str, model: str, tp: int = 1, *, file=None, warn: bool = True,
                    profile: str | Path | None = None, parallel: Parallel | None = None,
                    kv_dtype_bytes: float = 2.0, routing: Routing = Routing(), time_scale: float = 1.0,
-                   decoder_host: bool = True, comm_curves: str | Path | None = None) -> CostModel:
+                   decoder_host: bool = True, comm_curves: str | Path | None = None,
+                   gpu_work=None) -> CostModel:
     """The cost model for ``model`` on one replica of ``tp`` GPUs of kind ``gpu``.
 
     The shipped ``profiles/<gpu>/<model>.json`` (or the ``profile`` file named,
@@ -355,6 +356,10 @@ def get_cost_model(gpu: str, model: str, tp: int = 1, *, file=None, warn: bool =
     the decoder's measured host time (another engine's host terms take its place).
     ``comm_curves`` (a ``dspark-profile comm`` file) prices the communication from measured
     collectives, over the profile's own curves and in place of the link model.
+    ``gpu_work`` (an :class:`~dspark_sim.engines.GpuWork`): the step runs a serving engine's
+    kernels: an MoE model without a profile measured whole (none, or one scaled from layer slices
+    of the decoder's kernels) is priced by this engines' MoE roofline
+    (:func:`~.roofline.engine_cost_model`).
     """
     par = parallel or Parallel(tp)
     spec, gpu_spec = get_model(model, file=file), get_gpu(gpu, file=file)
@@ -363,6 +368,11 @@ def get_cost_model(gpu: str, model: str, tp: int = 1, *, file=None, warn: bool =
     roofline = RooflineCost(spec, gpu_spec, params=params, parallel=par, routing=routing,
                             measured=measured_comm(spec, par, extra))
     path = Path(profile) if profile is not None else shipped_profile_path(gpu, model)
+    if gpu_work is not None:
+        engines = engine_cost_model(spec, gpu_spec, par, path, gpu_work, routing=routing,
+                                    kv_dtype_bytes=kv_dtype_bytes, measured=measured_comm(spec, par, extra))
+        if engines is not None:
+            return engines
     if path is None:
         if warn:
             warnings.warn(f"no measured profile for {gpu}/{model}: using the roofline with assumed "

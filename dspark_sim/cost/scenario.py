@@ -19,7 +19,8 @@ def scenario_cost(scenario, *, warn: bool = True) -> CostModel:
     gpu = get_cost_model(scenario.gpu, scenario.model, file=scenario.file, warn=warn,
                          parallel=dep.parallel, kv_dtype_bytes=dep.kv_dtype_bytes,
                          routing=Routing(dep.routing_skew), time_scale=scenario.cost_scale,
-                         decoder_host=engine.is_decoder, comm_curves=dep.comm_curves)
+                         decoder_host=engine.is_decoder, comm_curves=dep.comm_curves,
+                         gpu_work=engine.gpu_work)
     if engine.is_decoder:
         if warn and isinstance(gpu, ProfileCost):
             spec = scenario.speculation
