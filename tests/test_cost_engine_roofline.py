@@ -16,7 +16,8 @@ from dspark_sim.engines import GpuWork
 from dspark_sim.scenario import Scenario
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
-WORK = GpuWork((("gqa", 60e-6), ("mla", 110e-6), ("v4", 150e-6)), 2e-3, 0.5, ("a", "b"))
+WORK = GpuWork((("gqa", 60e-6), ("mla", 110e-6), ("v4", 150e-6)), (("gqa", 1e-3), ("mla", 2e-3), ("v4", 3e-3)), 0.5,
+               ("a", "b"))
 ONE = StepWork(decode_reqs=1, verify_tokens=1, decode_context_tokens=8192, decode_max_context=8192)
 
 

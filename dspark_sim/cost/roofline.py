@@ -231,12 +231,13 @@ def attention_kind(model: ModelSpec) -> str:
 
 def engine_roofline_params(model: ModelSpec, fitted, dtype_bytes: float = 2.0) -> RooflineParams | None:
     """The engines' MoE roofline for ``model`` from ``fitted`` (an :class:`~dspark_sim.engines.GpuWork`:
-    ``layer_s`` by :func:`attention_kind`, ``prefill_layer_s``, ``moe_bw_eff``); None when the fit
+    ``layer_s`` and ``prefill_layer_s`` by :func:`attention_kind`, ``moe_bw_eff``); None when the fit
     has no floor for the model's kind."""
     layer = dict(fitted.layer_s).get(attention_kind(model))
     if layer is None:
         return None
-    return RooflineParams(dtype_bytes=dtype_bytes, layer_s=layer, prefill_layer_s=fitted.prefill_layer_s,
+    return RooflineParams(dtype_bytes=dtype_bytes, layer_s=layer,
+                          prefill_layer_s=dict(fitted.prefill_layer_s).get(attention_kind(model), 0.0),
                           moe_bw_eff=fitted.moe_bw_eff)
 
 

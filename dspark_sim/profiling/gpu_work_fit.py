@@ -7,11 +7,13 @@ kinds of term carry that, each fitted on the runs it shows in:
 
 * ``layer_s`` by attention kind (``gqa``, ``mla``, ``v4``): the least time a layer of a forward
   takes, fitted on the TPOT of the runs of that kind at a concurrency of at most ``SMALL``;
-* ``prefill_layer_s``: the host's launch time a layer of a step with prompt work, fitted on
-  the TTFT of the runs at a concurrency of at most ``SMALL`` (their first token is one prefill);
-* ``moe_bw_eff``: the share of HBM bandwidth the expert GEMMs reach, fitted on the TPOT and
-  output throughput of the runs above ``SMALL`` and up to ``LARGE`` (beyond it a run's batch is
-  the engine's cap and its queue sets its TTFT: those runs are checked, not fitted on).
+* ``prefill_layer_s`` by attention kind: the host's launch time a layer of a step with prompt
+  work, fitted on the TTFT of the runs of that kind at a concurrency of at most ``SMALL`` (their
+  first token is one prefill);
+* ``moe_bw_eff``: the share of HBM bandwidth the expert GEMMs reach, fitted on the TPOT of the
+  runs without speculation above ``SMALL`` and up to ``LARGE`` (beyond it a run's batch is the
+  engine's cap and its queue sets its TTFT; with speculation the accept length, not published
+  for DeepSeek-V4's MTP, confounds the step's time: those runs are checked, not fitted on).
 
 Each term in turn (coordinate descent, ``ROUNDS`` rounds) minimises the squared log errors of
 its runs, every candidate replayed in full by the simulator (bounded Brent search on the
@@ -45,16 +47,18 @@ def with_gpu_work(scenario: Scenario, work: GpuWork) -> Scenario:
 
 
 def _set(work: GpuWork, term: str, value: float) -> GpuWork:
-    if term.startswith("layer_s:"):
-        layers = dict(work.layer_s)
-        layers[term.split(":")[1]] = value
-        return replace(work, layer_s=tuple(sorted(layers.items())))
+    name, _, kind = term.partition(":")
+    if kind:  # a term by attention kind
+        by_kind = dict(getattr(work, name))
+        by_kind[kind] = value
+        return replace(work, **{name: tuple(sorted(by_kind.items()))})
     return replace(work, **{term: value})
 
 
 def _get(work: GpuWork, term: str) -> float:
-    if term.startswith("layer_s:"):
-        return dict(work.layer_s).get(term.split(":")[1], 0.0)
+    name, _, kind = term.partition(":")
+    if kind:
+        return dict(getattr(work, name)).get(kind, 0.0)
     return getattr(work, term) or 1.0
 
 
@@ -71,10 +75,9 @@ def groups(scenarios: list[Scenario], measured: list[dict]) -> dict[str, list[tu
         ttft = next((k for k in ("median_ttft_ms", "mean_ttft_ms") if m.get(k)), None)
         if small:
             out.setdefault(f"layer_s:{kind}", []).extend([(i, tpot)] if tpot else [])
-            out.setdefault("prefill_layer_s", []).extend([(i, ttft)] if ttft else [])
-        else:
-            out.setdefault("moe_bw_eff", []).extend(
-                [(i, k) for k in (tpot, "output_throughput") if k and m.get(k)])
+            out.setdefault(f"prefill_layer_s:{kind}", []).extend([(i, ttft)] if ttft else [])
+        elif scenario.speculation.method == "none" and tpot:  # no acceptance to confound the step's time
+            out.setdefault("moe_bw_eff", []).append((i, tpot))
     return {term: pairs for term, pairs in out.items() if pairs}
 
 
