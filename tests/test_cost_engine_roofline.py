@@ -85,3 +85,24 @@ def test_v4s_batch_one_step_scales_with_the_gpu_and_the_tp_degree():
     assert len({round(v, 9) for v in steps.values()}) > 4  # not one launch-bound number for all
     for gpu in ("h200", "b200"):
         assert steps[(gpu, 8)] != pytest.approx(steps[(gpu, 4)], rel=1e-3)
+
+
+def test_each_term_is_fitted_on_the_runs_it_shows_in():
+    """Floors and prefill launch time on runs of at most 16 concurrent requests, by attention kind;
+    the expert bandwidth on wider runs without speculation, up to 256; nothing wider."""
+    from dspark_sim.profiling.gpu_work_fit import groups
+
+    def scenario(model, c, spec="none"):
+        raw = synthetic_scenario(model=model, gpu="b200", engine="sglang", deployment={"replicas": 1, "tp": 8},
+                                 speculation={"method": spec})
+        raw["workload"] = {**raw["workload"], "max_concurrency": c}
+        return Scenario.from_dict(raw)
+
+    runs = [scenario("deepseek-v3", 1), scenario("qwen3-235b-a22b", 16), scenario("deepseek-v3", 64),
+            scenario("deepseek-v4-pro", 64, "static"), scenario("deepseek-v3", 1024)]
+    measured = [{"median_ttft_ms": 1.0, "median_tpot_ms": 1.0, "output_throughput": 1.0}] * 4 + \
+        [{"mean_tpot_ms": 1.0}]
+    plan = groups(runs, measured)
+    assert plan == {"layer_s:mla": [(0, "median_tpot_ms")], "prefill_layer_s:mla": [(0, "median_ttft_ms")],
+                    "layer_s:gqa": [(1, "median_tpot_ms")], "prefill_layer_s:gqa": [(1, "median_ttft_ms")],
+                    "moe_bw_eff": [(2, "median_tpot_ms")]}

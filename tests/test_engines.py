@@ -211,3 +211,14 @@ def test_sglang_caps_running_requests_as_it_does_when_speculating():
     assert _scenario(engine="sglang", speculation={"method": "dspark"}, **v4).deployment.max_running_requests == 256
     assert _scenario(engine="vllm", deployment=dep, speculation={"method": "dspark"}).deployment \
         .max_running_requests == 1024
+
+
+def test_release_numbers_order_as_releases_do():
+    from dspark_sim.engine_releases import release_of, version_key
+
+    keys = [version_key(v) for v in ("0.5.6", "0.5.6.post1", "0.5.15", "0.5.23rc1", "0.5.23", "v0.6.0", "1.2.0rc1")]
+    assert keys == sorted(keys) and None not in keys
+    assert version_key("latest") is None
+    assert release_of("vllm", "0.12.0").term("overlap", True) is True  # asynchronous scheduling by default
+    assert release_of("vllm", "0.11.2").terms == (("overlap", False),)
+    assert release_of("trtllm", "1.0.0").modelled == "1.2.0rc1" and not release_of("trtllm", "1.0.0").terms
