@@ -281,18 +281,18 @@ def gpu_work_lines(work: dict | None) -> list[str]:
     if not work:
         return []
     floors = ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in sorted(work["layer_s"].items()))
-    prefill = ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in sorted(work["prefill_layer_s"].items()))
+    first = ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in sorted(work["first_token_s"].items()))
     return ["## The engines' MoE roofline", "",
             "GPU work of the MoE models the engines run on kernels the project has not profiled (no profile, or "
             "DeepSeek-V4-Flash's, scaled from layer slices of the project's own decoder): the roofline with a floor "
-            "a layer of every forward and the host's launch time a layer of an eager prefill step, both by attention "
-            "kind, "
+            "a layer of every forward and a latency of a request's first token beyond its steps (shared by requests "
+            "taken in together, not queued), both by attention kind, "
             "and the expert GEMMs' share of HBM bandwidth, fitted by `python benchmarks/external.py calibrate` "
             f"on the {len(work['fitted_from'])} 'calibrate' cases of the sources marked `fits: gpu_work` "
             "(`dspark_sim/profiling/gpu_work_fit.py`); the 'check' cases of those sources were never fitted on.", "",
-            "| layer floor by attention kind | eager prefill, a layer | expert GEMMs' bandwidth share |",
+            "| layer floor by attention kind | first token's latency by attention kind | expert GEMMs' bandwidth share |",
             "|---|---|---|",
-            f"| {floors} | {prefill} | {work['moe_bw_eff']:.2f} |", ""]
+            f"| {floors} | {first} | {work['moe_bw_eff']:.2f} |", ""]
 
 
 def engine_roofline_block(data: dict) -> str:

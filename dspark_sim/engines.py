@@ -97,23 +97,23 @@ class GpuWork:
 
     layer_s: (attention kind, seconds) pairs, the least time a layer of a forward takes (its
     kernels' floors at a small batch) for layers of each kind (``gqa``, ``mla``, ``v4``);
-    prefill_layer_s: (kind, seconds) pairs, the host's launch time a layer of an eager (prefill)
-    step; moe_bw_eff: the share of HBM bandwidth the expert GEMMs reach; fitted_from: the
+    first_token_s: (kind, seconds) pairs, the latency a request's first token takes beyond the
+    steps that compute it, the same for requests taken in together; moe_bw_eff: the share of HBM bandwidth the expert GEMMs reach; fitted_from: the
     published runs it was fitted on.
     """
 
     layer_s: tuple[tuple[str, float], ...] = ()
-    prefill_layer_s: tuple[tuple[str, float], ...] = ()
+    first_token_s: tuple[tuple[str, float], ...] = ()
     moe_bw_eff: float | None = None
     fitted_from: tuple[str, ...] = ()
 
     def to_json_dict(self) -> dict:
-        return {"layer_s": dict(self.layer_s), "prefill_layer_s": dict(self.prefill_layer_s),
+        return {"layer_s": dict(self.layer_s), "first_token_s": dict(self.first_token_s),
                 "moe_bw_eff": self.moe_bw_eff, "fitted_from": list(self.fitted_from)}
 
     @classmethod
     def from_json_dict(cls, raw: dict) -> GpuWork:
-        return cls(tuple(sorted(raw.get("layer_s", {}).items())), tuple(sorted(raw.get("prefill_layer_s", {}).items())),
+        return cls(tuple(sorted(raw.get("layer_s", {}).items())), tuple(sorted(raw.get("first_token_s", {}).items())),
                    raw.get("moe_bw_eff"), tuple(raw.get("fitted_from", ())))
 
 

@@ -16,7 +16,7 @@ from dspark_sim.engines import GpuWork
 from dspark_sim.scenario import Scenario
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
-WORK = GpuWork((("gqa", 60e-6), ("mla", 110e-6), ("v4", 150e-6)), (("gqa", 1e-3), ("mla", 2e-3), ("v4", 3e-3)), 0.5,
+WORK = GpuWork((("gqa", 60e-6), ("mla", 110e-6), ("v4", 150e-6)), (("gqa", 0.08), ("mla", 0.13), ("v4", 0.2)), 0.5,
                ("a", "b"))
 ONE = StepWork(decode_reqs=1, verify_tokens=1, decode_context_tokens=8192, decode_max_context=8192)
 
@@ -57,12 +57,22 @@ def test_the_decoder_and_whole_profiles_keep_their_measured_costs():
     assert "engines' MoE roofline" not in _cost("deepseek-v3", "b200", 8, work=None).source
 
 
-def test_an_eager_prefill_step_waits_for_the_hosts_launches():
-    cost = _cost("deepseek-v3", "b200")
-    short = StepWork(prefill_tokens=16, prefill_reqs=1, prefill_attn_tokens2=128.0)
-    assert cost.step_s(short) == pytest.approx(61 * 2e-3)  # the launches outlast a short prompt's work
-    long = StepWork(prefill_tokens=16384, prefill_reqs=4, prefill_attn_tokens2=16384 * 2048.0)
-    assert cost.step_s(long) > 61 * 2e-3
+def test_the_first_tokens_latency_is_shared_not_queued():
+    """Each request's intake is delayed by its kind's first-token latency, alike for requests taken
+    in together: sixteen at once see about the lone request's TTFT, not sixteen of them."""
+    from dspark_sim.profiling.engine_fit import replay
+
+    def ttft(n, work):
+        raw = synthetic_scenario(num_requests=n, rate_per_s=1e9, prompt=200, output=8, model="deepseek-v3",
+                                 gpu="b200", engine={"name": "sglang", "overlap": True},
+                                 deployment={"replicas": 1, "tp": 8})
+        scenario = Scenario.from_dict(raw)
+        return replay(replace(scenario, engine=replace(scenario.engine, gpu_work=work)))["median_ttft_ms"]
+
+    none = replace(WORK, first_token_s=())
+    assert ttft(1, WORK) - ttft(1, none) == pytest.approx(130.0, abs=1e-6)
+    assert ttft(16, WORK) - ttft(16, none) == pytest.approx(130.0, abs=1e-6)
+    assert _cost("deepseek-v3", "b200").first_token_s == 0.13
 
 
 def test_the_expert_gemms_read_at_their_own_bandwidth_share():
@@ -103,6 +113,6 @@ def test_each_term_is_fitted_on_the_runs_it_shows_in():
     measured = [{"median_ttft_ms": 1.0, "median_tpot_ms": 1.0, "output_throughput": 1.0}] * 4 + \
         [{"mean_tpot_ms": 1.0}]
     plan = groups(runs, measured)
-    assert plan == {"layer_s:mla": [(0, "median_tpot_ms")], "prefill_layer_s:mla": [(0, "median_ttft_ms")],
-                    "layer_s:gqa": [(1, "median_tpot_ms")], "prefill_layer_s:gqa": [(1, "median_ttft_ms")],
+    assert plan == {"layer_s:mla": [(0, "median_tpot_ms")], "first_token_s:mla": [(0, "median_ttft_ms")],
+                    "layer_s:gqa": [(1, "median_tpot_ms")], "first_token_s:gqa": [(1, "median_ttft_ms")],
                     "moe_bw_eff": [(2, "median_tpot_ms")]}

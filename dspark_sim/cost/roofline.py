@@ -45,11 +45,12 @@ class RooflineParams:
     dtype_bytes: bytes of one KV-cache element (2: bf16, 1: fp8).
     layer_s: the least time one layer of a forward takes whatever its work (its kernels' launch
     and execution floors in a CUDA graph, a small batch's latency): added a layer a forward,
-    the target's and each drafter forward's. prefill_layer_s: the host's time a layer of a step
-    with prompt work (run eagerly, without a CUDA graph) takes to launch; such a step lasts at
-    least that a layer. moe_bw_eff: the share of bandwidth the expert GEMMs reach reading their
-    weights (None: ``bw_eff``). The three are 0 / None in the plain roofline; the engines' MoE
-    roofline fits them (:func:`engine_roofline_params`).
+    the target's and each drafter forward's. first_token_s: the latency a request's first token
+    takes beyond the steps that compute it, the same for requests taken in together (it is no
+    step's time: the simulator delays each request's intake by it, engine/simulator.py).
+    moe_bw_eff: the share of bandwidth the expert GEMMs reach reading their weights (None:
+    ``bw_eff``). The three are 0 / None in the plain roofline; the engines' MoE roofline fits
+    them (:func:`engine_roofline_params`).
     """
 
     bw_eff: float = 0.80
@@ -60,7 +61,7 @@ class RooflineParams:
     allreduce_latency_s: float = 12e-6
     dtype_bytes: float = 2.0
     layer_s: float = 0.0
-    prefill_layer_s: float = 0.0
+    first_token_s: float = 0.0
     moe_bw_eff: float | None = None
 
     def __post_init__(self) -> None:
@@ -68,9 +69,9 @@ class RooflineParams:
             value = getattr(self, name)
             if not 0.0 < value <= 1.0:
                 raise ValueError(f"RooflineParams.{name}={value} must lie in (0, 1]")
-        for name in ("layer_s", "prefill_layer_s"):
-            if not 0.0 <= getattr(self, name) < 0.1:
-                raise ValueError(f"RooflineParams.{name}={getattr(self, name)} must lie in [0, 0.1) s")
+        for name, most in (("layer_s", 0.1), ("first_token_s", 10.0)):
+            if not 0.0 <= getattr(self, name) < most:
+                raise ValueError(f"RooflineParams.{name}={getattr(self, name)} must lie in [0, {most:g}) s")
 
 
 class RooflineCost:
@@ -108,7 +109,7 @@ class RooflineCost:
         self._layer = _DraftLayers(self)
         # the engines' MoE roofline (engine_roofline_params): layer floors, the expert GEMMs' bandwidth
         self._overhead_s = p.step_overhead_s + model.num_layers * p.layer_s
-        self._prefill_floor_s = model.num_layers * p.prefill_layer_s
+        self.first_token_s = p.first_token_s
         self._moe_bw = gpu.hbm_bytes_per_s * p.moe_bw_eff if p.moe_bw_eff and model.is_moe else None
         self._dense_read = self.weight_read_bytes(0) if self._moe_bw is not None else 0.0
 
@@ -138,8 +139,6 @@ class RooflineCost:
                  "attn_s": self._attn_s(work),
                  "comm_s": self._comm_s(tokens) if tokens else 0.0,
                  "draft_s": self.draft_s(work.draft) if work.draft else 0.0}
-        if work.prefill_tokens and self._prefill_floor_s:  # an eager step waits for the host's launches
-            parts["overhead_s"] += max(0.0, self._prefill_floor_s - sum(parts.values()))
         return parts
 
     def _comm_s(self, tokens: float) -> float:
@@ -231,13 +230,13 @@ def attention_kind(model: ModelSpec) -> str:
 
 def engine_roofline_params(model: ModelSpec, fitted, dtype_bytes: float = 2.0) -> RooflineParams | None:
     """The engines' MoE roofline for ``model`` from ``fitted`` (an :class:`~dspark_sim.engines.GpuWork`:
-    ``layer_s`` and ``prefill_layer_s`` by :func:`attention_kind`, ``moe_bw_eff``); None when the fit
+    ``layer_s`` and ``first_token_s`` by :func:`attention_kind`, ``moe_bw_eff``); None when the fit
     has no floor for the model's kind."""
     layer = dict(fitted.layer_s).get(attention_kind(model))
     if layer is None:
         return None
     return RooflineParams(dtype_bytes=dtype_bytes, layer_s=layer,
-                          prefill_layer_s=dict(fitted.prefill_layer_s).get(attention_kind(model), 0.0),
+                          first_token_s=dict(fitted.first_token_s).get(attention_kind(model), 0.0),
                           moe_bw_eff=fitted.moe_bw_eff)
 
 

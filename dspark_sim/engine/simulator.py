@@ -53,6 +53,7 @@ class SimContext:
     kv_reserve: object = None  # KV the engine reserves at admission for output to come (engines.KvReserve)
     multi_step: int = 1  # decode steps run per schedule (engines.Engine.multi_step)
     next_arrival_s: float = math.inf  # when the next request arrives (the stretches stop there)
+    intake_latency_s: float = 0.0  # a latency every request's intake takes, shared rather than queued
 
     def make_policy(self):
         spec = self.scenario.speculation
@@ -112,6 +113,8 @@ def build_context(scenario: Scenario, collector: Collector) -> SimContext:
                      admission=Admission.of(model.max_context, kv, per_request, spec))
     if spec.method == "dspark":
         ctx.sps = scheduler_sps(scenario, cost)
+    # the engines' MoE roofline: the first token's latency beyond its steps (cost/roofline.py)
+    ctx.intake_latency_s = getattr(cost, "first_token_s", 0.0)
     return ctx
 
 
@@ -288,6 +291,7 @@ def _arrivals(env: simpy.Environment, chunks: Iterator, ctx: SimContext, router,
                     yield env.timeout(enter - env.now)
                 enter = frontend.take_in(enter)  # first come first served from its arrival
                 ctx.collector.front_end_settled(arrival[i])
+            enter += ctx.intake_latency_s  # every request's alike, none waiting for another's
             ctx.next_arrival_s = enter  # when it reaches the replica
             delay = enter - env.now
             if delay > 0:
