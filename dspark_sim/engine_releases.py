@@ -115,10 +115,10 @@ DEFAULT_SOURCES = {
          "or await q.get()); vllm/envs.py:1476-1477 (VLLM_V1_OUTPUT_PROC_CHUNK_SIZE 128); "
          "vllm/entrypoints/openai/chat_completion/serving.py:472, 575 (async for res in result_generator), "
          "264-285 (render_chat_request: the intake on the same loop)"),
-        ("front end: intake off the streaming loop, API servers", "the API server renders the chat template and "
-         "hands tokenization to its renderer's thread pool (renderer_num_workers 1), so a request's intake runs "
-         "beside the output handler's streaming rather than queued with it; with data parallelism the server "
-         "runs one API server process per rank (api_server_count = data_parallel_size), pooled here",
+        ("front end: API servers", "with data parallelism the server runs one API server process per rank "
+         "(api_server_count = data_parallel_size), pooled here; each takes requests in on the loop that streams "
+         "(its renderer hands only tokenization to a worker thread, renderer_num_workers 1: the chat template and "
+         "the request's set-up stay on the loop)",
          "vllm 0.33.0 vllm/renderers/base.py:146-158 (_executor, _tokenize_prompt_async = make_async(..., "
          "executor)), 1382-1405 (render_chat_async awaits tokenize_prompts_async); vllm/config/model.py:412 "
          "(renderer_num_workers = 1); vllm/entrypoints/cli/serve.py:107-130 (api_server_count defaults to "

@@ -296,12 +296,12 @@ class Engine:
 
     def front_end_layout(self, dp_ranks: int = 1) -> tuple[bool, int]:
         """(shared, processes): whether the API server takes requests in on the loop that streams
-        the output (vLLM tokenizes on its renderer's worker thread instead), and how many API
-        server processes a replica runs (vLLM: one per data-parallel rank; DEFAULT_SOURCES'
-        "front end" rows)."""
-        if self.name == "vllm":
-            return False, dp_ranks
-        return True, 1
+        the output, and how many API server processes a replica runs (vLLM: one per data-parallel
+        rank; DEFAULT_SOURCES' "front end" rows). Every engine's intake shares its loop: vLLM's
+        renderer tokenizes on a worker thread, but renders the chat template and sets the request
+        up on the loop, and its published runs replay closer with the intake shared (the external
+        check, docs/external.md)."""
+        return True, dp_ranks if self.name == "vllm" else 1
 
     def running_cap(self, kv_tokens: int, max_context: int) -> int | None:
         """The running-request cap the engine derives from its KV pool (None: none)."""

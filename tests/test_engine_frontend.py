@@ -110,9 +110,8 @@ def test_an_intake_off_the_streaming_loop_runs_beside_it():
     assert (pooled.intake_s, pooled.stream_s) == pytest.approx((0.0025, 0.00025))
 
 
-def test_vllm_streams_a_bursts_first_tokens_before_the_burst_is_taken_in():
-    raw = synthetic_scenario(num_requests=40, rate_per_s=1e9, prompt=64, output=40)
-    terms = EngineTerms(frontend_s=0.01, stream_s=2e-4)
-    vllm = replay(with_terms(Scenario.from_dict({**raw, "engine": "vllm"}), terms))
-    sglang = replay(with_terms(Scenario.from_dict({**raw, "engine": {"name": "sglang", "overlap": True}}), terms))
-    assert vllm["median_ttft_ms"] < sglang["median_ttft_ms"]
+def test_vllm_runs_an_api_server_per_data_parallel_rank():
+    from dspark_sim.engines import Engine
+
+    assert Engine("vllm").front_end_layout(8) == (True, 8)
+    assert Engine("sglang").front_end_layout(8) == (True, 1)
