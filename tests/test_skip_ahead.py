@@ -175,29 +175,36 @@ def test_the_stretches_skip_most_steps(monkeypatch, tmp_path):
     assert not taken
 
 
+@pytest.mark.parametrize("overlap", [False, True])
 @pytest.mark.parametrize("method", ["production", "algorithm1", "static"])
-def test_drafting_stretches_run_through_finishes(method, monkeypatch, tmp_path):
-    # with nobody waiting a stretch with drafts draws a segment after each finish (an engine that
-    # reads each step before planning the next; one that overlaps decodes the finished requests
-    # once more in the next step, and its stretches end at a finish); drawn here with no regard
-    # for the next arrival, it is cut back into an earlier segment: the policy's state and the
-    # random stream go back there, and the numbers stay step-by-step mode's
+def test_drafting_stretches_run_through_finishes(method, overlap, monkeypatch, tmp_path):
+    # with nobody waiting a stretch with drafts draws a segment after each finish; an engine that
+    # overlaps its steps decodes the unsure finishes once more in the next step, a segment of one
+    # step with their ghost rows; drawn here with no regard for the next arrival, a stretch is cut
+    # back into an earlier segment: the policy's state and the random stream go back there, and
+    # the numbers stay step-by-step mode's
     from dspark_sim.engine import stretch
 
     draw = stretch.steps_to_draw
     monkeypatch.setattr(stretch, "steps_to_draw", lambda left, to_arrival_s, step_s, *rest:
                         draw(left, math.inf, 0.0, *rest))
-    cuts = []
-    keep = stretch.Segments.keep
+    cuts, ghost_steps = [], []
+    keep, add = stretch.Segments.keep, stretch.Segments.add
 
     def spy(self, taken):
         cuts.append((len(self.draws), taken < self.starts[-1] if taken else True))
         keep(self, taken)
 
+    def spy_add(self, draw, taken, live, new, cum, left, ghosts=None):
+        ghost_steps.append(ghosts is not None and len(self.draws) > 0)  # after a finish in the stretch
+        add(self, draw, taken, live, new, cum, left, ghosts)
+
     monkeypatch.setattr(stretch.Segments, "keep", spy)
-    assert_identical(scenario(method, seed=7, requests=40, overlap=False), tmp_path)
+    monkeypatch.setattr(stretch.Segments, "add", spy_add)
+    assert_identical(scenario(method, seed=7, requests=40, overlap=overlap), tmp_path)
     assert any(segments > 2 for segments, _ in cuts)
     assert any(segments > 1 and earlier for segments, earlier in cuts)
+    assert any(ghost_steps) == overlap
 
 
 # -- the pieces a stretch is made of ---------------------------------------------------------------

@@ -207,9 +207,8 @@ class Replica:
         if not n or (c["prefilled"][:n] < c["prefill_len"][:n]).any():
             return None
         # a request came after this step's plan, or waits while the step in flight holds places:
-        # the next plan may take it; the step in flight's unsure finishes join the next step
-        if self.held_back or self.inflight.ghosts is not None or (
-                self.overlap and self.waiting and self.waiting[0].get("ready_s", -math.inf) > self.plan_s):
+        # the next plan may take it (the step in flight's unsure finishes: the stretch's first step)
+        if self.held_back or self.overlap and self.waiting and self.waiting[0].get("ready_s", -math.inf) > self.plan_s:
             return None
         if self.waiting and self.multi_step > 1:
             return None  # a waiting request joins at the end of this schedule's steps

@@ -239,12 +239,14 @@ class Collector:
             self.gaps.extend(gap_s=ends[1:] - ends[:-1], count=st.decode_reqs[later])
         k = slice(lo, hi)
         first, runs = self.steps.n, st.decode_reqs[k]
-        self.steps.extend(st.times_s[k], st.step_s[k], runs, runs, st.verify_tokens[k], np.zeros(hi - lo, np.int64),
+        rows = runs if st.ghost_rows is None else runs + st.ghost_rows[k]  # an overlapping engine's ghosts too
+        self.steps.extend(st.times_s[k], st.step_s[k], runs, rows, st.verify_tokens[k], np.zeros(hi - lo, np.int64),
                           st.budget[k], st.emitted[k], st.draft_s[k], st.sched_s[k], st.kv_tokens[k])
         if self.record is not None:  # a stretch prefills nothing and evicts nothing (stretch.py stops before)
             runs = runs.tolist()
             self.record.steps(step=range(first, first + hi - lo), start_s=st.times_s[k].tolist(),
-                              step_s=st.step_s[k].tolist(), running_reqs=runs, decode_reqs=runs, prefill_tokens=0,
+                              step_s=st.step_s[k].tolist(), running_reqs=runs,
+                              decode_reqs=runs if st.ghost_rows is None else rows.tolist(), prefill_tokens=0,
                               verify_tokens=st.verify_tokens[k].tolist(),
                               budget_k=one_value(st.budget[k], st.budget[k].tolist()),
                               accepted_tokens=st.emitted[k].tolist(),
