@@ -53,6 +53,16 @@ def test_a_read_only_study_is_one_line(capsys, tmp_path):
     assert not (tmp_path / "o2").exists()
 
 
+def test_a_bad_trace_row_is_refused_before_any_trial(capsys, tmp_path):
+    (tmp_path / "m.jsonl").write_text('{"timestamp": 0, "input_length": 50, "output_length": 5}\n{not json\n')
+    tiny_scenario(tmp_path, workload={"trace": "m.jsonl", "format": "mooncake", "domain": "code"})
+    before = listing(tmp_path)
+    args = ["--scenario", str(tmp_path / "tiny.yaml"), "--space", str(tmp_path / "space.yaml"), "--trials", "2",
+            "--baselines", "", "--storage", f"sqlite:///{tmp_path / 's.db'}", "--out", str(tmp_path / "o"), "--quiet"]
+    assert "m.jsonl: line 2: not valid JSON" in one_line(capsys, tune_main(args))
+    assert listing(tmp_path) == before
+
+
 def test_export_from_a_missing_database_creates_none(capsys, tmp_path):
     before = listing(tmp_path)
     code = tune_main(["export", "--study", "s", "--format", "vllm", "--storage", f"sqlite:///{tmp_path / 'new.db'}",
