@@ -32,14 +32,17 @@ def paths() -> list[Case]:
     cases = []
     for label, name in ODD.items():
         out = "./" + name if name.startswith("-") else name
+        # a 255-byte --out leaves its temporary sibling no room: refused in one line, as a name over
+        # 200 bytes is (docs/scenario.md); the 255-byte input files are read
+        expect = 2 if label == "255 chars" else 0
         cases += [
             Case(f"run scenario and --out with {label}", 16, _swap([*RUN, "--out", out], "s.yaml", f"./{name}.y"[-255:]
-                                                                   if label == "255 chars" else f"./{name}.yaml"), 0,
+                                                                   if label == "255 chars" else f"./{name}.yaml"), expect,
                  {(f"{name}.y"[-255:] if label == "255 chars" else f"{name}.yaml"): scenario()},
                  may_change=(out.removeprefix("./").split("/")[0],)),
             Case(f"calibrate --table and --out with {label}", 16,
                  ["dspark-sim", "calibrate", "--table", f"./{name}.csv"[-255:] if label == "255 chars" else
-                  f"./{name}.csv", "--out", out], 0,
+                  f"./{name}.csv", "--out", out], expect,
                  {(f"{name}.csv"[-255:] if label == "255 chars" else f"{name}.csv"): TABLE},
                  may_change=(out.removeprefix("./").split("/")[0],))]
     cases += [Case("compare --out with spaces and $()", 16, [*COMPARE, "--out", "c d/$(touch pwned)"], 0,
@@ -79,7 +82,7 @@ def signals() -> list[Case]:
     cases = []
     for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
         name = "stop: " + signal.Signals(sig).name
-        cases += [Case(f"run {name} while loading", 17, [*RUN, "--out", "o"], code, big, stop=(sig, 0.3),
+        cases += [Case(f"run {name} early", 17, [*RUN, "--out", "o"], code, big, stop=(sig, 1.5),
                        stop_within_s=5.0),
                   Case(f"run {name} late, default out", 17, RUN, code, big, stop=(sig, 6.0), stop_within_s=5.0),
                   Case(f"run {name} over a previous output", 17, [*RUN, "--out", "prev"], code,
