@@ -3,6 +3,8 @@
     python benchmarks/reliability_sweep.py                 # every case, 2 at a time
     python benchmarks/reliability_sweep.py --only placement --jobs 1
     python benchmarks/reliability_sweep.py --bin OTHER/.venv/bin --json sweep.json
+    python benchmarks/reliability_sweep.py --json docs/bench/reliability_sweep.json   # the page's data
+    python benchmarks/reliability_sweep.py --page docs/bench/reliability_sweep.json   # its page
 
 Every case of ``benchmarks/reliability_cases.py`` runs ``dspark-sim`` or ``dspark-tune`` (those
 in ``--bin``, default: beside this Python) in its own working directory ``W``, beside a directory
@@ -209,14 +211,56 @@ def totals(rows: list[dict]) -> str:
             + ", ".join(f"{kind} {a}/{n}" for kind, (a, n) in by_kind.items()))
 
 
+def markdown(data: dict) -> str:
+    """docs/bench/reliability_sweep.md from the sweep's JSON: provenance, counts by class and
+    command, and every case that did not hold."""
+    rows = data["rows"]
+    commands = sorted({" ".join(r["command"].split()[:2]) if r["command"].startswith("dspark-sim")
+                       else "dspark-tune" + (" export" if " export " in r["command"] else "") for r in rows})
+    by = {}
+    for r in rows:
+        command = next(c for c in reversed(commands) if r["command"].startswith(c))
+        cell = by.setdefault(r["kind"], {}).setdefault(command, [0, 0])
+        cell[0] += r["ok"]
+        cell[1] += 1
+    lines = [f"Made by `{data['command']}` at commit {data['commit']} on {data['machine']}, {data['date']}, "
+             f"{data['wall_s']:.0f} s wall, 1-minute load average {data['load_start']:.1f} at the start and "
+             f"{data['load_end']:.1f} at the end (the machine ran other work). The rows are in "
+             "`reliability_sweep.json`; this page is made from it (`python benchmarks/doc_blocks.py write`). "
+             "A cell is cases held / cases; what each class tries: `benchmarks/reliability_cases*.py`.", "",
+             f"**{totals(rows)}**", "", "| class | " + " | ".join(commands) + " | all |",
+             "|---|" + "---:|" * (len(commands) + 1)]
+    for kind, cells in by.items():
+        held, n = sum(c[0] for c in cells.values()), sum(c[1] for c in cells.values())
+        lines.append(f"| {kind} | " + " | ".join(f"{cells[c][0]}/{cells[c][1]}" if c in cells else ""
+                                               for c in commands) + f" | {held}/{n} |")
+    failed = [r for r in rows if not r["ok"]]
+    lines += ["", "Cases that did not hold: " + ("none." if not failed else
+                                                 "; ".join(f"{r['case']} ({r['why']})" for r in failed))]
+    return "\n".join(lines) + "\n"
+
+
+def provenance(argv: list[str], started: float, load_start: float) -> dict:
+    from outputs import code_commit, machine
+
+    return {"command": "python benchmarks/reliability_sweep.py " + " ".join(argv), "commit": code_commit(),
+            "machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "wall_s": time.monotonic() - started, "load_start": load_start, "load_end": os.getloadavg()[0]}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--bin", type=Path, default=Path(sys.executable).parent,
                    help="folder holding dspark-sim and dspark-tune (default: beside this Python)")
     p.add_argument("--only", help="cases whose name contains, or whose class is, one of these (a comma list)")
     p.add_argument("--jobs", type=int, default=2, help="cases run at once (default 2)")
-    p.add_argument("--json", type=Path, help="also write the rows as JSON here")
+    p.add_argument("--json", type=Path, help="also write the rows, with command, commit, machine and load, here")
+    p.add_argument("--page", type=Path, help="only print the markdown page of this JSON")
     args = p.parse_args(argv)
+    if args.page:
+        print(markdown(json.loads(args.page.read_text())), end="")
+        return 0
+    load_start = os.getloadavg()[0]
     only = args.only.split(",") if args.only else []
     cases = [c for c in rc.all_cases() if not only or any(k in c.name or k == KINDS[c.kind] for k in only)]
     started = time.monotonic()
@@ -227,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows))
     print(totals(rows) + f" ({time.monotonic() - started:.0f} s, --bin {args.bin})")
     if args.json:
-        args.json.write_text(json.dumps({"bin": str(args.bin), "rows": rows}, indent=1) + "\n")
+        made = provenance(sys.argv[1:] if argv is None else argv, started, load_start)
+        args.json.write_text(json.dumps({**made, "bin": str(args.bin), "rows": rows}, indent=1) + "\n")
     return 0 if all(r["ok"] for r in rows) else 1
 
 
