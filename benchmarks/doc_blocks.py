@@ -190,6 +190,13 @@ def _sim_breakdown(name: str):
     return make
 
 
+def _reliability() -> str:
+    """docs/bench/reliability_sweep.md from the committed sweep."""
+    from reliability_sweep import markdown
+
+    return markdown(json.loads((REPO / "docs" / "bench" / "reliability_sweep.json").read_text()))
+
+
 def _frontier() -> str:
     """docs/dspark_frontier.md from the committed sweep."""
     from dspark_frontier import JSON, markdown
@@ -226,7 +233,7 @@ LATER = {"docs/validation_sweeps.md": (H200 / "validation" / "sweep_errors.json"
 
 # whole generated files -> their text from committed data
 FILES = {**{doc: make for doc, (data, make) in LATER.items() if data.is_file()},"docs/validation.md": _validation, "docs/validation_ttft.md": _validation_ttft,
-         "docs/dspark_frontier.md": _frontier, "docs/moe.md": _moe,
+         "docs/dspark_frontier.md": _frontier, "docs/moe.md": _moe, "docs/bench/reliability_sweep.md": _reliability,
          **{f"docs/bench/{name}.md": _sim_breakdown(name) for name in ("sim_breakdown", "sim_breakdown_million")},
          **{f"docs/bench/{name}.md": _bench_page(name) for name in ("sim", "sim_speedup", "sim_million", "sim_tune")}}
 

@@ -152,7 +152,8 @@ def new_settings(args):
     seed = base.get("seed", 0) if args.seed is None else args.seed
     n_seeds = args.seeds or 2
     slices = pruning.parse_slices(args.slices)
-    if slices:
+    if slices or (base.get("workload") or {}).get("trace") is not None:
+        # the trace read whole once: a bad row is refused here in one line, not in every trial
         pruning.check_slices(slices, target.objective, pruning.span_s(base, seed))
     settings = Settings(base, target, load_space(args.space), trials=args.trials or 200,
                         baseline_trials=(args.trials or 200) if args.baseline_trials is None else args.baseline_trials,
