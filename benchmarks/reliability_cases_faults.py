@@ -82,7 +82,9 @@ def signals() -> list[Case]:
     cases = []
     for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
         name = "stop: " + signal.Signals(sig).name
-        cases += [Case(f"run {name} early", 17, [*RUN, "--out", "o"], code, big, stop=(sig, 1.5),
+        cases += [Case(f"run {name} while starting", 17, [*RUN, "--out", "o"], code, big, stop=(sig, 0.3),
+                       stop_within_s=5.0),
+                  Case(f"run {name} early", 17, [*RUN, "--out", "o"], code, big, stop=(sig, 1.5),
                        stop_within_s=5.0),
                   Case(f"run {name} late, default out", 17, RUN, code, big, stop=(sig, 6.0), stop_within_s=5.0),
                   Case(f"run {name} over a previous output", 17, [*RUN, "--out", "prev"], code,
