@@ -351,7 +351,7 @@ def time_split(result) -> dict:
 def diagnose_case(case: dict, seeds=SEEDS) -> dict:
     """``case`` replayed under each of :data:`VARIANTS` (median over ``seeds``), with the
     errors of each, and the time split of the shipped replay at the first seed."""
-    from dspark_sim.engine.simulator import simulate
+    from dspark_sim.serving.simulator import simulate
     from dspark_sim.metrics.summary import summarize
     from dspark_sim.profiling.engine_fit import with_terms
 

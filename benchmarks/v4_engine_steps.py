@@ -73,7 +73,7 @@ def step_rows() -> list[dict]:
 
 def speedup_rows(model: str = "deepseek-v4-flash", gpu: str = "b200", tp: int = 8) -> list[dict]:
     from dspark_sim.metrics.summary import summarize
-    from dspark_sim.engine.simulator import simulate
+    from dspark_sim.serving.simulator import simulate
 
     rows = []
     for c in CONCURRENCY:

@@ -14,7 +14,7 @@ same for every engine; what the engine adds is described here:
 * **overlap**: whether the engine plans and launches step n+1 while step n runs (SGLang's
   overlap scheduler, vLLM's asynchronous scheduling, the decoder's ``serve``): a request
   that reaches the scheduler while a step is in flight joins the step planned after it
-  (:mod:`dspark_sim.engine.replica`); ``OVERLAP`` holds each engine's default, its source in
+  (:mod:`dspark_sim.serving.replica`); ``OVERLAP`` holds each engine's default, its source in
   ``DEFAULT_SOURCES`` (``host overlap``); a scenario may set ``engine: {overlap: ...}``;
 * **admission**: the KV an engine reserves for output still to come when it admits a request
   (:class:`KvReserve`, ``KV_RESERVE``: TensorRT-LLM's GUARANTEED_NO_EVICT, SGLang's new-token
@@ -23,7 +23,7 @@ same for every engine; what the engine adds is described here:
   the step works on; hidden behind the GPU's work up to its length when the engine overlaps),
   the front end's time per request (HTTP, chat template, tokenizer) and per streamed message
   (one process does both, first come first served, and delivers the tokens the client sees:
-  :mod:`dspark_sim.engine.frontend`), and the launch floor of an eager
+  :mod:`dspark_sim.serving.frontend`), and the launch floor of an eager
   decode step. They are host time: they do not move when a profile is projected to another GPU.
 
 ``decoder`` is the project's own decoder: its host time is measured into the profile
@@ -67,7 +67,7 @@ class EngineTerms:
     CUDA-graph limit lasts at least this long (the host launching every kernel). stream_s: the
     same front-end process's time to stream one output message (a request's tokens of one step:
     detokenize, build the response chunk, send it), which delays the intake of the requests
-    behind it (:mod:`dspark_sim.engine.frontend`). A term missing from a file is 0.
+    behind it (:mod:`dspark_sim.serving.frontend`). A term missing from a file is 0.
     """
 
     step_host_s: float = 0.0

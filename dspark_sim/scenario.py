@@ -46,7 +46,7 @@ class Workload:
     domain_mix: tuple[tuple[str, float], ...] = (("chat", 1.0),)
     synthetic: SyntheticConfig | None = None
     hash_block_tokens: int = 512  # prompt tokens one prefix hash id covers (Mooncake's hash_ids: 512)
-    max_concurrency: int | None = None  # a client keeping at most this many requests in flight (engine/client.py)
+    max_concurrency: int | None = None  # a client keeping at most this many requests in flight (serving/client.py)
 
     def __post_init__(self) -> None:
         require((self.trace is None) != (self.synthetic is None), "", None if self.trace is None else str(self.trace),

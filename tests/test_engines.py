@@ -9,7 +9,7 @@ from dspark_sim.catalog import get_gpu
 from dspark_sim.cli import main
 from dspark_sim.cost import scenario_cost
 from dspark_sim.cost.base import StepWork
-from dspark_sim.engine.simulator import build_context
+from dspark_sim.serving.simulator import build_context
 from dspark_sim.engines import Engine, EngineTerms
 from dspark_sim.provenance import scenario_provenance
 from dspark_sim.errors import InputError

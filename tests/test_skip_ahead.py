@@ -15,8 +15,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from dspark_sim.engine.simulator import EXACT_ENV
-from dspark_sim.engine.stretch import delay_to
+from dspark_sim.serving.simulator import EXACT_ENV
+from dspark_sim.serving.stretch import delay_to
 from dspark_sim.metrics.collector import InOrder
 from dspark_sim.run import run_scenario
 from dspark_sim.scenario import Scenario
@@ -153,7 +153,7 @@ def test_skip_ahead_is_step_by_step_over_many_seeds(method, tmp_path):
 
 def test_the_stretches_skip_most_steps(monkeypatch, tmp_path):
     # not a timing test: skip-ahead must actually advance steps in stretches, not one at a time
-    from dspark_sim.engine import replica
+    from dspark_sim.serving import replica
 
     taken = []
     plan = replica.plan_stretch
@@ -182,7 +182,7 @@ def test_drafting_stretches_run_through_finishes(method, monkeypatch, tmp_path):
     # once more in the next step, and its stretches end at a finish); drawn here with no regard
     # for the next arrival, it is cut back into an earlier segment: the policy's state and the
     # random stream go back there, and the numbers stay step-by-step mode's
-    from dspark_sim.engine import stretch
+    from dspark_sim.serving import stretch
 
     draw = stretch.steps_to_draw
     monkeypatch.setattr(stretch, "steps_to_draw", lambda left, to_arrival_s, step_s, *rest:

@@ -87,7 +87,7 @@ def replay_scenario(base: Scenario, run: BenchRun, folder: Path, *, seed: int = 
 
 def replay(scenario: Scenario) -> dict:
     """Median TTFT and TPOT (ms) and output tokens a second of one simulated run."""
-    from dspark_sim.engine.simulator import simulate
+    from dspark_sim.serving.simulator import simulate
     from dspark_sim.metrics.summary import summarize
 
     result = simulate(scenario)

@@ -118,7 +118,7 @@ def _drafting(rep, n: int, block_size: int, left, kv0, generated, stop_s: float,
     from where the random stream stands after it, as the next step would draw it. Otherwise,
     or where the drafter's block size would change, the stretch ends at the first finish, as it
     does for an engine that overlaps its steps: the step after a finish decodes the finished
-    requests once more (engine/inflight.py), which the next segment's draw would not."""
+    requests once more (serving/inflight.py), which the next segment's draw would not."""
     through = not rep.waiting and (rep.prefix is None or not rep.prefix.chains) and not rep.inflight.overlapped
     steps = steps_to_draw(int(left.min()), stop_s - rep.clock_s, rep.decode_step_s, tokens_per_step, n,
                            block_size)

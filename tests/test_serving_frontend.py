@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from conftest import synthetic_scenario
 
-from dspark_sim.engine.frontend import FrontEnd
+from dspark_sim.serving.frontend import FrontEnd
 from dspark_sim.engines import EngineTerms
 from dspark_sim.profiling.engine_fit import replay, with_terms
 from dspark_sim.run import run_scenario
