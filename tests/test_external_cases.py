@@ -57,7 +57,7 @@ def test_every_case_explains_its_gap_in_words():
 
 
 def test_variants_leave_out_only_the_terms_they_name():
-    from dspark_sim.engines import EngineTerms
+    from dspark_sim.engines.model import EngineTerms
 
     t = EngineTerms(step_host_s=1e-3, step_host_s_per_req=2e-4, frontend_s=0.01, eager_step_s=5e-3, stream_s=1e-4,
                     source="fitted")

@@ -231,7 +231,7 @@ def test_held_records_come_out_in_time_order():
 
 @pytest.mark.parametrize("engine", ["sglang", "vllm"])
 def test_skip_ahead_is_step_by_step_under_an_engine(engine, tmp_path):
-    from dspark_sim.engines import EngineTerms
+    from dspark_sim.engines.model import EngineTerms
 
     sc = scenario("none", load="heavy")
     sc = replace(sc, engine=replace(Scenario.from_dict({**_raw_engine(engine)}).engine,
@@ -255,7 +255,7 @@ def test_skip_ahead_is_step_by_step_with_a_streaming_front_end(method, replicas,
     """An engine's front end takes requests in between streaming the steps' output, and the
     client sees each step's tokens when it has streamed them: the steps a stretch runs register
     their messages when they end, and their tokens reach the client when they would step by step."""
-    from dspark_sim.engines import Engine, EngineTerms
+    from dspark_sim.engines.model import Engine, EngineTerms
 
     sc = scenario(method, seed=31 + FRONT_END_CONFIGS.index((method, replicas, load, overlap)), load=load,
                   replicas=replicas, router="least_outstanding")

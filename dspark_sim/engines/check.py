@@ -1,7 +1,7 @@
 """Feed exported configs to the serving engines' own released code, on a CPU.
 
-    python -m dspark_sim.tuner.enginecheck sglang DIR [DIR ...] --engines ROOT
-    python -m dspark_sim.tuner.enginecheck vllm DIR [DIR ...] --engines ROOT
+    python -m dspark_sim.engines.check sglang DIR [DIR ...] --engines ROOT
+    python -m dspark_sim.engines.check vllm DIR [DIR ...] --engines ROOT
 
 ``ROOT/sglang`` and ``ROOT/vllm`` hold the released wheels' Python code, unpacked
 without dependencies or compiled kernels by ``tests/engines.sh``; the modules their
@@ -61,7 +61,7 @@ def run(engine: str, outs: list[Path], root: Path, timeout_s: float = 600) -> li
 
     Raises ``RuntimeError`` with the engine's error when its code rejects a config."""
     path = os.pathsep.join(p for p in (str(Path(root) / engine), os.environ.get("PYTHONPATH")) if p)
-    proc = subprocess.run([sys.executable, "-m", "dspark_sim.tuner.enginecheck", engine, *map(str, outs)],
+    proc = subprocess.run([sys.executable, "-m", "dspark_sim.engines.check", engine, *map(str, outs)],
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": path}, timeout=timeout_s)
     if proc.returncode != 0:
         raise RuntimeError(f"{engine} rejected {[str(o) for o in outs]}: {proc.stderr.strip()[-3000:]}")
@@ -300,7 +300,7 @@ CHECKS = {"sglang": check_sglang, "vllm": check_vllm}
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m dspark_sim.tuner.enginecheck", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m dspark_sim.engines.check", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("engine", choices=sorted(CHECKS))
     p.add_argument("outs", nargs="+", help="directories holding exported files")

@@ -29,7 +29,7 @@ same for every engine; what the engine adds is described here:
 ``decoder`` is the project's own decoder: its host time is measured into the profile
 (``host``, ``schedule``), so it adds nothing here and its defaults are the scenario's.
 The shipped host terms of the other engines are fitted by ``benchmarks/external.py
-calibrate`` (``engine_terms.json``, which names the measurements they rest on); a
+calibrate`` (``terms.json`` beside this module, which names the measurements they rest on); a
 scenario may name its own fit (``calibration:``, written by ``dspark-sim engine-fit``).
 """
 from __future__ import annotations
@@ -43,12 +43,12 @@ from pathlib import Path
 import numpy as np
 
 from dspark_sim.config import Section, build, check_choice, check_real, require
-from dspark_sim.engine_releases import DEFAULT_SOURCES, OVERLAP, VERSIONS, Release, release_of
+from dspark_sim.engines.releases import DEFAULT_SOURCES, OVERLAP, VERSIONS, Release, release_of
 from dspark_sim.errors import InputError
 from dspark_sim.userfiles import existing_file, read_json
 
 ENGINES = ("decoder", "sglang", "vllm", "trtllm")
-TERMS_FILE = "engine_terms.json"  # shipped host terms, next to this module
+TERMS_FILE = "terms.json"  # shipped host terms, next to this module
 CALIBRATION_FORMAT = "dspark-engine-calibration"
 MIB = 1 << 20
 GIB = 1 << 30
@@ -60,7 +60,7 @@ class EngineTerms:
     step_host_s + step_host_s_per_req x R: host time of a step that works on R requests
     (decoding, or prefilling a chunk): scheduling, and per request the output the step hands on
     (sampling results, stop checks, streaming). Without overlap it adds to the GPU's work; an
-    overlapping engine hides it behind the GPU's up to its length (cost/engine.py).
+    overlapping engine hides it behind the GPU's up to its length (engines/step_cost.py).
     frontend_s: the front end's service time of one request (HTTP, chat template, tokenizer,
     dispatch); one front-end process a replica serves requests one at a time, so a burst
     queues there before the scheduler sees it. eager_step_s: a decode step above the
@@ -343,12 +343,12 @@ def shipped_terms(name: str) -> EngineTerms:
 
 
 def _shipped() -> dict:
-    path = resources.files("dspark_sim").joinpath(TERMS_FILE)
+    path = resources.files("dspark_sim.engines").joinpath(TERMS_FILE)
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def shipped_gpu_work() -> GpuWork | None:
-    """The engines' MoE roofline shipped with the host terms (``gpu_work`` in engine_terms.json);
+    """The engines' MoE roofline shipped with the host terms (``gpu_work`` in terms.json);
     None when none is fitted."""
     raw = _shipped().get("gpu_work")
     return GpuWork.from_json_dict(raw) if raw else None

@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 
 from dspark_sim.cost.base import DraftWork, StepWork
-from dspark_sim.engines import CALIBRATION_FORMAT, EngineTerms
+from dspark_sim.engines.files import BenchRun, StepRows, read_engine_file
+from dspark_sim.engines.model import CALIBRATION_FORMAT, EngineTerms
 from dspark_sim.errors import InputError
-from dspark_sim.profiling.engine_files import BenchRun, StepRows, read_engine_file
 from dspark_sim.scenario import Scenario, Workload
 from dspark_sim.workload import SyntheticConfig
 from dspark_sim.workload.synthetic import LengthDist

@@ -24,7 +24,7 @@ VERSION_RE = re.compile(r"v?(\d+(?:\.\d+)*)(?:[.-]?(a|b|rc|dev|post)\.?(\d*))?(?
 # the decoder: kernels/decoder/engine.py serve(overlap=True), validated by its runs in
 # docs/validation_ttft.md). On for SGLang, vLLM and TensorRT-LLM's PyTorch backend, as their
 # released sources cited there resolve it: an overlapped step lasts the longer of its GPU and
-# host work (cost/engine.py), so one set of host terms serves a release with overlap and one
+# host work (engines/step_cost.py), so one set of host terms serves a release with overlap and one
 # without (benchmarks/external.py calibrate fits both kinds of run together).
 OVERLAP = {"decoder": True, "sglang": True, "vllm": True, "trtllm": True}
 # Where each default comes from: engine -> [(setting, value rule, file:line of the release)].

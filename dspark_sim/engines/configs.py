@@ -1,7 +1,7 @@
 """Serving-engine configs of a chosen trial: SGLang, vLLM and TensorRT-LLM.
 
 Every key is a field of the engine's released code (docs/tuning.md cites each
-file and version; tests/test_tuner_engines.py feeds the files to that code):
+file and version; tests/test_engines_configs.py feeds the files to that code):
 
 * SGLang 0.5.23 ``python -m sglang.launch_server --config sglang.yaml``: a flat
   mapping of hyphenated server flags (``srt/utils/server_args_config_parser.py``),
