@@ -49,6 +49,8 @@ import sys
 import types
 from pathlib import Path
 
+from dspark_sim.engines.knobs import FIELDS, attribute
+
 SGLANG_PKG = "sglang"
 _PLANNER = "sglang.srt.speculative.dspark_components.dspark_planner"
 _REAL = ("sglang.srt.speculative.dspark_components.dspark_sps",
@@ -145,14 +147,10 @@ def check_sglang(out: Path) -> dict:
     from sglang.srt.server_args import prepare_server_args
 
     args = prepare_server_args(["--config", str(out / "sglang.yaml")])
-    result = {"speculative_algorithm": args.speculative_algorithm,
-              "speculative_draft_model_path": args.speculative_draft_model_path,
-              "speculative_dspark_block_size": args.speculative_dspark_block_size,
-              "speculative_num_draft_tokens": args.speculative_num_draft_tokens,
-              "max_running_requests": args.max_running_requests,
-              "chunked_prefill_size": args.chunked_prefill_size,
-              "enable_mixed_chunk": args.enable_mixed_chunk,
-              "cuda_graph_max_bs_decode": args.cuda_graph_max_bs_decode}
+    tuned = [attribute("sglang", section, knob) for (section, knob), fields in FIELDS.items()
+             if fields["sglang"] and not fields["sglang"].startswith("env ")]
+    result = {key: getattr(args, key) for key in ("speculative_algorithm", "speculative_draft_model_path", *tuned,
+                                                  "speculative_num_draft_tokens", "cuda_graph_max_bs_decode")}
     if args.speculative_algorithm != "DSPARK":
         return result
     planner = _import_planner()
