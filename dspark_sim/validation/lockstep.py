@@ -113,9 +113,9 @@ def null_forwards(decoder) -> None:
 
     def draft(rows, temp, rp):
         anchors = decoder.rows.gather(rows)[0]
-        gamma = decoder.drafter.gamma
-        return (anchors[:, None].repeat(1, gamma + 1), torch.full((rp, gamma, vocab), 1.0 / vocab),
-                torch.zeros(rp, gamma))
+        block_size = decoder.drafter.block_size
+        return (anchors[:, None].repeat(1, block_size + 1), torch.full((rp, block_size, vocab), 1.0 / vocab),
+                torch.zeros(rp, block_size))
 
     decoder._draft = draft
     decoder._verify = lambda win, vlen, rows, tp, rp: torch.zeros(tp, vocab)
