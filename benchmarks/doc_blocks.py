@@ -83,7 +83,7 @@ def _held_out() -> str:
 def _engine_roofline() -> str:
     """The engines' MoE roofline: its terms and its errors on the runs it was fitted on and on the
     runs held out (whole scenarios and whole GPUs), from docs/external.json."""
-    from external import engine_roofline_block
+    from dspark_sim.validation.published_page import engine_roofline_block
 
     return engine_roofline_block(json.loads((REPO / "docs" / "external.json").read_text()))
 

@@ -15,8 +15,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from dspark_sim.engine.simulator import EXACT_ENV
-from dspark_sim.engine.stretch import delay_to
+from dspark_sim.serving.simulator import EXACT_ENV
+from dspark_sim.serving.stretch import delay_to
 from dspark_sim.metrics.collector import InOrder
 from dspark_sim.run import run_scenario
 from dspark_sim.scenario import Scenario
@@ -153,7 +153,7 @@ def test_skip_ahead_is_step_by_step_over_many_seeds(method, tmp_path):
 
 def test_the_stretches_skip_most_steps(monkeypatch, tmp_path):
     # not a timing test: skip-ahead must actually advance steps in stretches, not one at a time
-    from dspark_sim.engine import replica
+    from dspark_sim.serving import replica
 
     taken = []
     plan = replica.plan_stretch
@@ -183,7 +183,7 @@ def test_drafting_stretches_run_through_finishes(method, overlap, monkeypatch, t
     # step with their ghost rows; drawn here with no regard for the next arrival, a stretch is cut
     # back into an earlier segment: the policy's state and the random stream go back there, and
     # the numbers stay step-by-step mode's
-    from dspark_sim.engine import stretch
+    from dspark_sim.serving import stretch
 
     draw = stretch.steps_to_draw
     monkeypatch.setattr(stretch, "steps_to_draw", lambda left, to_arrival_s, step_s, *rest:
@@ -238,7 +238,7 @@ def test_held_records_come_out_in_time_order():
 
 @pytest.mark.parametrize("engine", ["sglang", "vllm"])
 def test_skip_ahead_is_step_by_step_under_an_engine(engine, tmp_path):
-    from dspark_sim.engines import EngineTerms
+    from dspark_sim.engines.model import EngineTerms
 
     sc = scenario("none", load="heavy")
     sc = replace(sc, engine=replace(Scenario.from_dict({**_raw_engine(engine)}).engine,
@@ -262,7 +262,7 @@ def test_skip_ahead_is_step_by_step_with_a_streaming_front_end(method, replicas,
     """An engine's front end takes requests in between streaming the steps' output, and the
     client sees each step's tokens when it has streamed them: the steps a stretch runs register
     their messages when they end, and their tokens reach the client when they would step by step."""
-    from dspark_sim.engines import Engine, EngineTerms
+    from dspark_sim.engines.model import Engine, EngineTerms
 
     sc = scenario(method, seed=31 + FRONT_END_CONFIGS.index((method, replicas, load, overlap)), load=load,
                   replicas=replicas, router="least_outstanding")

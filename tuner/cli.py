@@ -19,7 +19,7 @@ from pathlib import Path
 
 from dspark_sim.errors import ArgumentParser, InputError, run_reporting_errors
 from dspark_sim.limits import MAX_LATENCY_MS, MAX_SEED, MAX_TOK_PER_S_USER
-from dspark_sim.tuner.honour import ENGINES
+from dspark_sim.engines.knobs import ENGINES
 
 DEFAULT_SCENARIO = Path("examples") / "tune_default.yaml"
 SLO_FLAGS = {"tpot_ms": "--slo-tpot-ms", "tok_per_s_user": "--slo-tok-per-s-user", "ttft_ms": "--slo-ttft-ms"}
@@ -131,7 +131,7 @@ def new_settings(args):
     from dspark_sim.slo import Slo
     from dspark_sim.tuner import pruning
     from dspark_sim.tuner.objective import Target
-    from dspark_sim.tuner.engines import check_space
+    from dspark_sim.engines.configs import check_space
     from dspark_sim.tuner.scenarios import load_base, to_scenario
     from dspark_sim.tuner.space import load_space
     from dspark_sim.tuner.tune import BASELINES, Settings

@@ -166,7 +166,7 @@ def lockstep_case(out, arrival, prompt, output, method: str, batching: str, **de
 
     import yaml
 
-    from dspark_sim.engine.simulator import build_context
+    from dspark_sim.serving.simulator import build_context
     from dspark_sim.kernels.decoder.engine import write_csvs
     from dspark_sim.metrics.collector import Collector
     from dspark_sim.metrics.record import read_columns

@@ -7,7 +7,7 @@ without ``--enable-mixed-chunk``: a step with prompt work pending prefills only,
 requests wait), preempt the newest requests (recompute) when the KV cache would overflow,
 cost the step, advance time, then draw acceptance and emit tokens. A request no engine would
 serve (longer than the context, or than the cache holds for it alone) is rejected on
-arrival (:mod:`dspark_sim.engine.admission`), so every admitted request fits alone and
+arrival (:mod:`dspark_sim.serving.admission`), so every admitted request fits alone and
 the KV cache in use never exceeds its capacity. With a prefix cache (:mod:`.prefix`) a
 request prefills only what its prompt does not share with cached blocks, and cached blocks
 no request reads fill free KV until a step needs it.
@@ -20,7 +20,7 @@ was made; what the step in flight finishes holds its place and KV through that p
 unsure finishes are decoded once more (:mod:`.inflight`). When the step in flight leaves
 nothing to run after it, the engine plans anew once it lands, as after an idle wait. Token
 times stay the ends of their steps (when the engine reads them); an engine's front end
-(:mod:`dspark_sim.engine.frontend`) delivers them to the client later, and the record gives
+(:mod:`dspark_sim.serving.frontend`) delivers them to the client later, and the record gives
 the client's times.
 
 An engine that reserves KV at admission for output still to come (TensorRT-LLM's whole output,
@@ -37,9 +37,9 @@ import numpy as np
 import simpy
 
 from dspark_sim.cost.base import DraftWork, StepWork
-from dspark_sim.engine.batch import Table
-from dspark_sim.engine.inflight import in_flight, planned_rows
-from dspark_sim.engine.stretch import Stretch, delay_to, plan_stretch
+from dspark_sim.serving.batch import Table
+from dspark_sim.serving.inflight import in_flight, planned_rows
+from dspark_sim.serving.stretch import Stretch, delay_to, plan_stretch
 from dspark_sim.errors import InternalError, raise_if_stopped
 
 
@@ -85,7 +85,7 @@ class Replica:
 
     def submit(self, request: dict) -> None:
         """Queue a new request (a row for :class:`Table`) and wake the loop if idle; a request
-        the engine would refuse (:class:`~dspark_sim.engine.admission.Admission`) is rejected.
+        the engine would refuse (:class:`~dspark_sim.serving.admission.Admission`) is rejected.
         The request's prefix ``hash_ids`` go to the prefix cache (when on), not into the row."""
         hash_ids = request.pop("hash_ids", None)
         reason = self.admission.refusal(request["prompt_tokens"], request["output_tokens"])

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dspark_sim.cost.base import StepWorks
-from dspark_sim.engine.inflight import Ghosts
+from dspark_sim.serving.inflight import Ghosts
 
 MAX_STEPS = 512  # steps drawn at once, at most
 MAX_DRAWS = 1 << 17  # request-positions drawn at once, at most (K * R * max(block_size, 1))
@@ -122,7 +122,7 @@ def _drafting(rep, n: int, block_size: int, left, kv0, generated, stop_s: float,
     to release) a finish only shrinks the batch, and the next segment is drawn for the rest
     from where the random stream stands after it, as the next step would draw it. An engine
     that overlaps its steps decodes the unsure finishes once more in the step after them
-    (engine/inflight.py): that step is a segment of one step, with the ghost rows beside the
+    (serving/inflight.py): that step is a segment of one step, with the ghost rows beside the
     requests left (the first segment, where the step in flight left ghosts). Otherwise, or
     where the drafter's block size would change, the stretch ends at the first finish."""
     through = not rep.waiting and (rep.prefix is None or not rep.prefix.chains)
@@ -341,7 +341,7 @@ def _finish(rep, steps: int, taken: int, decode: np.ndarray | int, kv, verify, b
 class _Draw:
     """The random part of K steps: verify lengths, budgets and accepted drafts. With ``ghosts``
     (one step), the ghost rows' confidences are drawn and planned after the requests', as the
-    step's decode rows (engine/inflight.py), and accept nothing."""
+    step's decode rows (serving/inflight.py), and accept nothing."""
 
     def __init__(self, rep, steps: int, n: int, block_size: int, difficulty, domain, ghosts: Ghosts | None = None):
         self.rep, self.steps = rep, steps
