@@ -290,9 +290,14 @@ class TargetFit:
 class DraftFit:
     """Fitted drafter step over R requests and block size g (summed context S).
 
-    block: bias_s + launch_s*g + lin(R*g) + kv_s_per_token*S
-    chain: bias_s + g*(launch_s + lin(R) + kv_s_per_token*S)
+    block: bias_s + launch_s*g + lin(R'*g) + kv_s_per_token*S
+    chain: bias_s + g*(launch_s + lin(R') + kv_s_per_token*S)
     lin(u) = (roof(weights_s, flop_s_per_token, u, sharpness) + mem_s_per_token*u)*(1 + ratio(u))
+
+    R' = R, or with ``request_tiers`` the request tier the drafter's CUDA graph runs over
+    (the next power of two of R: the measured decoder pads its request table to it,
+    kernels/decoder/graphs.py ``request_tier``). The padding rows hold no context (S is the
+    requests' own).
     """
 
     kind: str
@@ -305,10 +310,13 @@ class DraftFit:
     kv_s_per_token: float
     knots: tuple[float, ...] = ()
     ratio: tuple[float, ...] = ()
+    request_tiers: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in DRAFT_KINDS:
             fail("kind", self.kind, f"must be one of {DRAFT_KINDS}")
+        if not isinstance(self.request_tiers, bool):
+            fail("request_tiers", self.request_tiers, "must be true or false")
         check_terms(self, DRAFT_BOUNDS)
         check_knots("knots", self.knots, "ratio", self.ratio)
         if any(r <= -1 for r in self.ratio):
@@ -325,7 +333,9 @@ class DraftFit:
 
     def fixed_s(self, reqs, block_size, ops: Ops):
         """The part of :meth:`seconds` before its context term: bias_s + launch_s*g + lin(R*g)
-        (block) or launch_s + lin(R) (chain)."""
+        (block) or launch_s + lin(R) (chain), R at its request tier with ``request_tiers``."""
+        if self.request_tiers:
+            reqs = ops.pow2(reqs)
         units = reqs * block_size if self.kind == "block" else reqs
         lin = roof(self.weights_s, self.flop_s_per_token, units, self.sharpness, ops.power) \
             + self.mem_s_per_token * units
