@@ -68,9 +68,11 @@ def roofline_ms(spec, weights_read: int, reqs: int, context: int, copy_gbps: flo
 
 
 def make_decoder(name: str, model: str, context: int, max_reqs: int, kv_tokens: int, device: str,
-                 cuda_graphs: bool = True):
+                 cuda_graphs: bool = True, layers: int = 0):
     """The benchmark's decoder of one method (random bf16 weights, synthetic acceptance; DSpark
-    scheduling from the shipped profile's SPS table), its KV cache filled with random values."""
+    scheduling from the shipped profile's SPS table), its KV cache filled with random values;
+    ``layers`` > 0: a slice of the model's first layers (``ModelSpec.sliced``, as the profiler's
+    ``--layers``)."""
     sys.path.insert(0, str(HERE))
     from bench_decoder import DECODERS, profile_table
 
@@ -86,7 +88,8 @@ def make_decoder(name: str, model: str, context: int, max_reqs: int, kv_tokens: 
         from dspark_sim.kernels.sps_tensors import SpsTensors
         sps0 = SpsTensors.from_json_dict({"sample_batch_tokens": [1], "sample_steps_per_sec": [1.0],
                                           "max_batch_tokens": 1 << 20})
-    dec = Decoder(get_model(model), conf, sps=sps0, acceptance={"drafter": "mtp" if name == "mtp3" else "dspark"})
+    spec = get_model(model).sliced(layers) if layers else get_model(model)
+    dec = Decoder(spec, conf, sps=sps0, acceptance={"drafter": "mtp" if name == "mtp3" else "dspark"})
     dec.randomize_cache()
     if conf.method == "dspark":
         dec.set_sps(profile_table(model, dec, context, conf)[0])

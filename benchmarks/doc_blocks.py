@@ -80,6 +80,14 @@ def _held_out() -> str:
     return f"Made by `python benchmarks/fit_profiles.py`.\n\n{held_out_table(measured_profiles(REPO / 'profiles'))}"
 
 
+def _engine_roofline() -> str:
+    """The engines' MoE roofline: its terms and its errors on the runs it was fitted on and on the
+    runs held out (whole scenarios and whole GPUs), from docs/external.json."""
+    from external import engine_roofline_block
+
+    return engine_roofline_block(json.loads((REPO / "docs" / "external.json").read_text()))
+
+
 def _gpu_specs() -> str:
     from fit_profiles import gpu_spec_block
 
@@ -126,6 +134,7 @@ BLOCKS = {
     ("docs/profiles.md", "held-out"): _held_out,
     ("docs/profiles.md", "gpu-specs"): _gpu_specs,
     ("docs/profiles.md", "sustained"): _sustained,
+    ("docs/profiles.md", "engine-roofline"): _engine_roofline,
 }
 
 

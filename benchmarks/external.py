@@ -35,48 +35,16 @@ import numpy as np
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-CASES = ROOT / "benchmarks" / "external_cases.yaml"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from external_replay import (CASES, METRICS, case_scenario, load_cases, measured_keys,  # noqa: E402,F401
+                             metric_key)
+
 TERMS = ROOT / "dspark_sim" / "engine_terms.json"
 DOC, DOC_JSON = ROOT / "docs" / "external.md", ROOT / "docs" / "external.json"
 DEFAULTS_DOC = ROOT / "docs" / "engine_defaults.md"
 DIAG_DOC, DIAG_JSON = ROOT / "docs" / "external_diagnose.md", ROOT / "docs" / "external_diagnose.json"
-METRICS = {"ttft": "median_ttft_ms", "tpot": "median_tpot_ms", "throughput": "output_throughput"}
 TARGETS = {"tpot": (0.10, 0.20), "throughput": (0.10, 0.20), "ttft": (0.20, 0.35)}  # median, p90 of |error|
 SEEDS = (0, 1, 2)
-SHAREGPT_SIGMA = 1.0
-SHAREGPT_MAX_TOKENS = 1024
-PACED_REQUESTS = 300  # a run at a request rate is replayed for its first 300 requests (its steady state);
-# a burst (all at once) with every request the run sent: its ramp and drain depend on how many
-
-def load_cases(path: Path = CASES) -> tuple[dict, list[dict]]:
-    data = yaml.safe_load(path.read_text())
-    return data["sources"], data["cases"]
-
-
-def case_scenario(case: dict, seed: int = 0):
-    """The scenario that replays ``case`` (its engine's defaults, the approximations in the YAML)."""
-    from dspark_sim.scenario import Scenario
-
-    n = case["requests"] if case["rate"] == "inf" else min(case["requests"], PACED_REQUESTS)
-    mean_in = case.get("mean_input_tokens") or case["total_input_tokens"] / case["requests"]
-    mean_out = case.get("mean_output_tokens") or case["total_output_tokens"] / case["requests"]
-    if case["lengths"] == "sharegpt":
-        def dist(mean):
-            return {"dist": "lognormal", "mean": float(mean), "sigma": SHAREGPT_SIGMA, "min_tokens": 4,
-                    "max_tokens": SHAREGPT_MAX_TOKENS}
-    else:
-        def dist(mean):
-            return {"dist": "constant", "mean": float(round(mean))}
-    rate = case["rate"]
-    deployment = {"tp": case["tp"]}
-    if "gpu_memory_fraction" in case:
-        deployment["gpu_memory_fraction"] = case["gpu_memory_fraction"]
-    engine = {"name": case["engine"], **case.get("engine_options", {})}
-    raw = {"name": case["id"], "model": case["model"], "gpu": case["gpu"], "engine": engine,
-           "deployment": deployment, "seed": seed,
-           "workload": {"synthetic": {"num_requests": n, "rate_per_s": 1e9 if rate == "inf" else float(rate),
-                                      "prompt_tokens": dist(mean_in), "output_tokens": dist(mean_out)}}}
-    return Scenario.from_dict(raw, file=CASES)
 
 
 def calibrate(cases: list[dict]) -> dict:
@@ -86,7 +54,7 @@ def calibrate(cases: list[dict]) -> dict:
 
     out = {}
     for engine in ENGINES[1:]:
-        chosen = [c for c in cases if c["engine"] == engine and c["role"] == "calibrate"]
+        chosen = [c for c in cases if c["engine"] == engine and c["role"] == "calibrate" and not fits_gpu_work(c)]
         if not chosen:
             continue
         print(f"calibrating {engine} on {', '.join(c['id'] for c in chosen)}", file=sys.stderr)
@@ -102,7 +70,44 @@ def calibrate(cases: list[dict]) -> dict:
             f"fitted by benchmarks/external.py calibrate on {', '.join(c['id'] for c in chosen)} "
             f"(benchmarks/external_cases.yaml)")})
         out[engine] = {"terms": terms.to_json_dict(), "fitted_from": [c["id"] for c in chosen]}
-    return {"generated_by": "python benchmarks/external.py calibrate", "engines": out}
+    doc = {"generated_by": "python benchmarks/external.py calibrate", "engines": out}
+    work = calibrate_gpu_work(cases, out)
+    if work is not None:
+        doc["gpu_work"] = work.to_json_dict()
+    return doc
+
+
+def fits_gpu_work(case: dict) -> bool:
+    """Whether ``case``'s source calibrates the engines' MoE roofline (``fits: gpu_work``)."""
+    return load_cases()[0][case["source"]].get("fits") == "gpu_work"
+
+
+def calibrate_gpu_work(cases: list[dict], engines: dict):
+    """The engines' MoE roofline fitted on the 'calibrate' cases whose source calibrates it, each
+    replayed under its engine's host terms just fitted (``engines``); None without such cases."""
+    from dspark_sim.engines import EngineTerms, GpuWork
+    from dspark_sim.profiling.engine_fit import with_terms
+    from dspark_sim.profiling.gpu_work_fit import KINDS, fit_gpu_work
+
+    chosen = [c for c in cases if c["role"] == "calibrate" and fits_gpu_work(c)]
+    if not chosen:
+        return None
+    print(f"fitting the engines' MoE roofline on {len(chosen)} cases", file=sys.stderr)
+    scenarios = []
+    for c in chosen:
+        scenario = case_scenario(c)
+        terms = engines.get(c["engine"], {}).get("terms")
+        scenarios.append(with_terms(scenario, EngineTerms.from_json_dict(terms) if terms else EngineTerms()))
+    start = GpuWork(tuple((k, 1e-4) for k in KINDS), tuple((k, 1e-3) for k in KINDS), 0.8)
+    calls = [0]
+
+    def progress(_work) -> None:
+        calls[0] += 1
+        print(f"\r  replayed the cases {calls[0]} times", end="", file=sys.stderr, flush=True)
+
+    work = fit_gpu_work(scenarios, [c["measured"] for c in chosen], start, progress)
+    print(file=sys.stderr)
+    return work
 
 
 def check_case(case: dict, seeds=SEEDS) -> dict:
@@ -123,10 +128,12 @@ def check_case(case: dict, seeds=SEEDS) -> dict:
            "cost": gpu_work_label(scenario_cost(scenario, warn=False).source, case["tp"]),
            "rejected": max(p["num_rejected"] for p in preds), "gap": case.get("gap", ""),
            "measured": {}, "predicted": {}, "error": {}, "seed_spread": {}}
-    for name, key in METRICS.items():
+    for name in METRICS:
+        key = metric_key(case, name)
         values = np.array([p[key] for p in preds], dtype=float)
         row["predicted"][name] = float(np.median(values))
         row["seed_spread"][name] = float(np.ptp(values) / np.median(values)) if np.median(values) else None
+        row.setdefault("stat", {})[name] = key.split("_")[0] if name != "throughput" else "total"
         measured = case["measured"].get(key)
         if measured is not None:
             row["measured"][name] = measured
@@ -166,18 +173,28 @@ def check(cases: list[dict], seeds=SEEDS, jobs: int = 1) -> list[dict]:
     return over_cases(check_case, cases, seeds, jobs)
 
 
-def summary(rows: list[dict], role: str | None) -> dict:
-    """Median, p90 and max |error| per metric over the cases of ``role`` (None: all)."""
+def summary(rows: list[dict], role: str | None, source_fits: str | None = None) -> dict:
+    """Median, p90 and max |error| and the mean signed error per metric over the cases of ``role``
+    (None: all); ``source_fits``: only the cases of sources that calibrate it (``gpu_work``)."""
     out = {}
+    sources = load_cases()[0]
     for name in METRICS:
-        errs = np.array([abs(r["error"][name]) for r in rows if name in r["error"] and role in (None, r["role"])])
-        if errs.size:
+        signed = np.array([r["error"][name] for r in rows if name in r["error"] and role in (None, r["role"])
+                           and (source_fits is None or sources[r["source"]].get("fits") == source_fits)])
+        if signed.size:
+            errs = np.abs(signed)
             med, p90 = float(np.median(errs)), float(np.percentile(errs, 90))
             want = TARGETS[name]
             out[name] = {"cases": int(errs.size), "median": med, "p90": p90, "max": float(errs.max()),
+                         "signed_mean": float(signed.mean()),
                          "target_median": want[0], "target_p90": want[1],
                          "met": bool(med <= want[0] and p90 <= want[1])}
     return out
+
+
+SUMMARY_GROUPS = (("calibrate", "calibrate", None), ("check", "check", None),
+                  ("calibrate, large MoE", "calibrate", "gpu_work"), ("check, large MoE", "check", "gpu_work"),
+                  ("all", None, None))
 
 
 def _pct(v) -> str:
@@ -193,7 +210,7 @@ def _num(v) -> str:
 def write_doc(rows: list[dict], sources: dict, terms: dict, command: str, seeds=SEEDS) -> None:
     from dspark_sim.cost.jsonio import write_json_atomic
 
-    summaries = {"check": summary(rows, "check"), "all": summary(rows, None)}
+    summaries = {label: summary(rows, role, fits) for label, role, fits in SUMMARY_GROUPS}
     write_json_atomic(DOC_JSON, {"generated_by": command, "cases": rows, "summary": summaries, "terms": terms,
                                  "seeds": list(seeds)})
     lines = ["# External check: published engine measurements replayed",
@@ -207,13 +224,14 @@ def write_doc(rows: list[dict], sources: dict, terms: dict, command: str, seeds=
              "the replay overlaps host and GPU and, for vLLM 0.6, how many steps a schedule runs (a case's",
              "`engine_options` set what the measured release did where the modelled release differs).", "",
              "## Summary", "",
-             "| cases | metric | n | median abs err | p90 abs err | max abs err | target (median / p90) | met |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| cases | metric | n | median abs err | p90 abs err | max abs err | mean signed err | target (median / "
+             "p90) | met |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for role, s in summaries.items():
         for name, v in s.items():
             lines.append(f"| {role} | {name} | {v['cases']} | {v['median'] * 100:.1f} % | {v['p90'] * 100:.1f} % | "
-                         f"{v['max'] * 100:.1f} % | {v['target_median'] * 100:.0f} % / {v['target_p90'] * 100:.0f} % | "
-                         f"{'yes' if v['met'] else 'no'} |")
+                         f"{v['max'] * 100:.1f} % | {v['signed_mean'] * 100:+.1f} % | {v['target_median'] * 100:.0f} % / "
+                         f"{v['target_p90'] * 100:.0f} % | {'yes' if v['met'] else 'no'} |")
     lines += ["", "## Every case", "",
               "| case | role | engine (modelled) | model / GPU / tp | GPU work from | TTFT ms meas / pred / err | "
               "TPOT ms meas / pred / err | out tok/s meas / pred / err | seed spread TTFT / TPOT / tok/s | rejected |",
@@ -245,15 +263,50 @@ def write_doc(rows: list[dict], sources: dict, terms: dict, command: str, seeds=
         lines.append(f"| {name} | {t['step_host_s'] * 1e3:.3f} | {t['step_host_s_per_req'] * 1e6:.2f} | "
                      f"{t['frontend_s'] * 1e3:.1f} | {t.get('stream_s', 0.0) * 1e6:.1f} | "
                      f"{', '.join(entry['fitted_from'])} |")
-    lines += ["", "Engines without a row run with no host terms (none of their cases is a calibration case).",
-              "", "## Sources and approximations", ""]
+    lines += ["", "Engines without a row run with no host terms (none of their cases is a calibration case).", ""]
+    lines += gpu_work_lines(terms.get("gpu_work"))
+    lines += ["## Sources and approximations", ""]
     for key, src in sources.items():
-        lines += [f"### {key}", "", f"- {src['url']} ({src['repo']} `{src['path']}` at {src['commit'][:12]})",
+        where = f"at {src['commit'][:12]}" if src.get("commit") else f"of {src['date']}"
+        lines += [f"### {key}", "", f"- {src['url']} ({src['repo']} `{src['path']}` {where})",
                   f"- setup: {src['setup']}", f"- approximations: {src['approximations']}", ""]
     text = "\n".join(lines) + "\n"
     tmp = DOC.with_suffix(".md.tmp")
     tmp.write_text(text)
     tmp.replace(DOC)
+
+
+def gpu_work_lines(work: dict | None) -> list[str]:
+    """The engines' MoE roofline as fitted (``gpu_work`` of engine_terms.json), for the page."""
+    if not work:
+        return []
+    floors = ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in sorted(work["layer_s"].items()))
+    first = ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in sorted(work["first_token_s"].items()))
+    return ["## The engines' MoE roofline", "",
+            "GPU work of the MoE models the engines run on kernels the project has not profiled (no profile, or "
+            "DeepSeek-V4-Flash's, scaled from layer slices of the project's own decoder): the roofline with a floor "
+            "a layer of every forward and a latency of a request's first token beyond its steps (shared by requests "
+            "taken in together, not queued), both by attention kind, "
+            "and the expert GEMMs' share of HBM bandwidth, fitted by `python benchmarks/external.py calibrate` "
+            f"on the {len(work['fitted_from'])} 'calibrate' cases of the sources marked `fits: gpu_work` "
+            "(`dspark_sim/profiling/gpu_work_fit.py`); the 'check' cases of those sources were never fitted on.", "",
+            "| layer floor by attention kind | first token's latency by attention kind | expert GEMMs' bandwidth share |",
+            "|---|---|---|",
+            f"| {floors} | {first} | {work['moe_bw_eff']:.2f} |", ""]
+
+
+def engine_roofline_block(data: dict) -> str:
+    """docs/profiles.md's block on the engines' MoE roofline, from docs/external.json: its terms,
+    and its errors on the runs fitted on and on those held out by whole levels."""
+    lines = [f"Made by `{data['generated_by']}` (docs/external.json).", ""]
+    lines += gpu_work_lines(data["terms"].get("gpu_work"))
+    lines += ["| runs | metric | n | median abs err | p90 abs err | max abs err | mean signed err |",
+              "|---|---|---|---|---|---|---|"]
+    for label in ("calibrate, large MoE", "check, large MoE"):
+        for name, v in data["summary"].get(label, {}).items():
+            lines.append(f"| {label.split(',')[0]} | {name} | {v['cases']} | {v['median'] * 100:.1f} % | "
+                         f"{v['p90'] * 100:.1f} % | {v['max'] * 100:.1f} % | {v['signed_mean'] * 100:+.1f} % |")
+    return "\n".join(lines)
 
 
 # the replays of ``diagnose``: the shipped terms, then one kind of host term left out at a time
@@ -305,7 +358,8 @@ def diagnose_case(case: dict, seeds=SEEDS) -> dict:
     warnings.simplefilter("ignore", UserWarning)
     started = time.perf_counter()
     row = {"id": case["id"], "role": case["role"], "measured": {}, "variants": {}, "split": None}
-    for name, key in METRICS.items():
+    keys = {name: metric_key(case, name) for name in METRICS}
+    for name, key in keys.items():
         if case["measured"].get(key) is not None:
             row["measured"][name] = case["measured"][key]
     for variant in VARIANTS:
@@ -314,7 +368,7 @@ def diagnose_case(case: dict, seeds=SEEDS) -> dict:
             scenario = case_scenario(case, seed)
             result = simulate(with_terms(scenario, variant_terms(scenario.engine.terms, variant)))
             s = summarize(result)
-            preds.append({name: s[key] for name, key in METRICS.items()})
+            preds.append({name: s[key] for name, key in keys.items()})
             if variant == "shipped" and seed == seeds[0]:
                 row["split"] = time_split(result)
         predicted = {name: float(np.median([p[name] for p in preds])) for name in METRICS}
@@ -441,9 +495,9 @@ def main(argv=None) -> int:
         rows = check(cases, seeds, args.jobs)
         command = "python benchmarks/external.py" + (f" --seeds {args.seeds}" if args.seeds != len(SEEDS) else "")
         write_doc(rows, sources, terms, command, seeds)
-        for role, s in (("check", summary(rows, "check")), ("all", summary(rows, None))):
+        for role, s in ((label, summary(rows, r, fits)) for label, r, fits in SUMMARY_GROUPS):
             for name, v in s.items():
-                print(f"{role:5s} {name:10s} n={v['cases']:2d} median {v['median'] * 100:5.1f} % "
+                print(f"{role:20s} {name:10s} n={v['cases']:2d} median {v['median'] * 100:5.1f} % "
                       f"p90 {v['p90'] * 100:5.1f} % max {v['max'] * 100:5.1f} %  target "
                       f"{'met' if v['met'] else 'NOT met'}")
         print(f"wrote {DOC.relative_to(ROOT)}, {DOC_JSON.relative_to(ROOT)}")

@@ -35,7 +35,9 @@ HERE = Path(__file__).resolve().parent
 JSON = HERE.parent / "profiles" / "h200" / "forward_breakdown.json"
 CASES = (("none", 1), ("none", 64), ("dspark", 1))
 # kernel name -> kind; first match wins (cuBLAS products have vendor names: nvjet, xmma, gemv, cutlass)
-KINDS = (("attention", r"_attn_kernel|_combine_kernel"),
+KINDS = (("moe", r"moe|_align|grouped|expert|_route|topk_softmax"),
+         ("v4 attention", r"compress|indexer|_sparse|_window|_sink|_hc_|mhc"),
+         ("attention", r"_attn_kernel|_combine_kernel"),
          ("norm/rope/act", r"_add_rms|_norm_rope|_silu_mul|rms|rope"),
          ("products", r"gemm|gemv|nvjet|xmma|cutlass|splitk|Kernel2|matmul"),
          ("dspark/sampling", r"_row_stats|_walk_window|_residual|_finalize|_ranked|_budget|_top_k|_keys_kernel|"
@@ -141,19 +143,20 @@ def run(args) -> dict:
     dev = torch.device("cuda")
     start = time.perf_counter()
     log = lambda m: print(f"[{time.perf_counter() - start:6.1f}s] {m}", flush=True)  # noqa: E731
-    out = {"provenance": {**provenance(), "model": args.model, "weights": "random bf16",
+    out = {"provenance": {**provenance(), "model": args.model, "slice_layers": args.layers, "weights": "random bf16",
                           "acceptance": "synthetic (math, simulator preset)", "context_tokens": args.context,
                           "sm_clocks_before": sm_clocks()},
            "copy": copy_bandwidth(dev, False), "cases": []}
     log(f"copy {out['copy']['gbps']:.0f} GB/s")
     kv = 64 * (args.context + 8 * (4 * args.steps + 80) + 64)
-    for name in dict.fromkeys(n for n, _ in CASES):
-        dec = make_decoder(name, args.model, args.context, 64, kv, "cuda")
+    cases = tuple((m, int(r)) for m, r in (c.split(":") for c in args.cases.split(","))) if args.cases else CASES
+    for name in dict.fromkeys(n for n, _ in cases):
+        dec = make_decoder(name, args.model, args.context, 64, kv, "cuda", layers=args.layers)
         if name == "none":
             out["weights"] = weight_bytes(dec)
             out["linear_chain"] = [linear_chain(dec, t, out["copy"]["gbps"]) for t in (1, 64)]
             log(json.dumps(out["linear_chain"]))
-        for method, reqs in CASES:
+        for method, reqs in cases:
             if method != name or time.perf_counter() - start > args.max_seconds:
                 continue
             case = {"method": method, "reqs": reqs}
@@ -259,6 +262,9 @@ def main(argv=None) -> int:
     p.add_argument("--out", help="with --run: where to write the JSON")
     p.add_argument("--doc", help="write the table into this markdown file's forward_breakdown block")
     p.add_argument("--model", default="qwen3-8b")
+    p.add_argument("--cases", help="with --run: METHOD:R,... (default: none:1,none:64,dspark:1)")
+    p.add_argument("--layers", type=int, default=0, help="with --run: a slice of the model's first layers "
+                   "(MoE and DeepSeek-V4 slices, as dspark-profile --layers)")
     p.add_argument("--context", type=int, default=1024)
     p.add_argument("--steps", type=int, default=24)
     p.add_argument("--max-seconds", type=float, default=200.0)

@@ -11,7 +11,9 @@ round differently (the best two of 151,936 random logits often lie a few bf16 st
 served token may be another logit within rounding of the best. How far is measured, not assumed: the same positions are computed two more ways with the same kernels, the
 prompt in chunks of ``max_batched_tokens`` and then one token a forward (as the server steps a
 request alone), and, for a request served among others, packed in one forward with the run's
-other requests and the long prompt's first chunk (as a first prefill step holds them). The noise
+other requests and the long prompt's first chunk (as a first prefill step holds them), and all
+of the run's requests stepped together as the run's batching steps them (decode rows beside the
+long prompt's chunks, or after them). The noise
 at a position is the largest difference among the top logits between these and the reference;
 a served token that is not the reference's best passes (a near tie) when the reference's margin
 is at most :data:`FACTOR` times the noise there. Every departure is recorded with its margin and
@@ -115,18 +117,32 @@ def packed_logits(dec, seqs: list, fill: list[int]) -> list:
     return score_steps(dec, tokens, packed([len(t) for t in tokens]), at)[:len(seqs)]
 
 
-def check_run(dec, seqs: list, refs: dict) -> list[dict]:
+def interleaved_logits(dec, seqs: list, batching: str) -> list:
+    """fp32 logits ``[O, V]`` of each of ``seqs`` at its checked positions, the sequences stepped
+    together as ``batching`` serves them (:func:`~dspark_sim.kernels.decoder.scoring.interleaved`:
+    decode rows beside prompt chunks, or after them, ``max_batched_tokens`` a forward)."""
+    from dspark_sim.kernels.decoder.scoring import interleaved, score_steps
+
+    tokens = [s.tokens[:s.prompt_len] + s.outputs[:-1] for s in seqs]
+    plan = interleaved([len(t) for t in tokens], [s.prompt_len for s in seqs], dec.conf.max_batched_tokens,
+                       prefill_first=batching == "prefill_first")
+    return score_steps(dec, tokens, plan, [range(s.prompt_len - 1, len(t)) for s, t in zip(seqs, tokens)])
+
+
+def check_run(dec, seqs: list, refs: dict, batching: str = "mixed") -> list[dict]:
     """One record a request of a served run (the long prompt last): its outputs judged against
     the whole-sequence reference within the noise of the chunked computation and, for requests
-    served among others, of the packed one. ``refs``: ``(whole, chunked)`` kept by sequence."""
+    served among others, of the packed one and of all of them stepped together as the run's
+    ``batching`` steps them. ``refs``: ``(whole, chunked)`` kept by sequence."""
     packs = packed_logits(dec, seqs[:-1], seqs[-1].tokens[:seqs[-1].prompt_len]) if len(seqs) > 1 else []
+    together = interleaved_logits(dec, seqs, batching) if len(seqs) > 1 else []
     records = []
     for i, s in enumerate(seqs):
         key = (tuple(s.tokens[:s.prompt_len]), tuple(s.outputs))
         if key not in refs:
             refs[key] = reference_logits(dec, s.tokens[:s.prompt_len], s.outputs)
         ref, chunk = refs[key]
-        verdict = judge(ref, [chunk] + packs[i:i + 1], s.outputs)
+        verdict = judge(ref, [chunk] + packs[i:i + 1] + together[i:i + 1], s.outputs)
         records.append({"request": s.id, "prompt_tokens": s.prompt_len, "output_tokens": len(s.outputs),
                         "complete": len(s.outputs) == s.max_tokens, **verdict})
     return records
@@ -172,7 +188,7 @@ def long_prompt_cases(tiny: bool = False, seconds: float = 120.0, lengths: tuple
                 rows.append({"case": case, "ok": False, "error": dead})
                 continue
             wall = time.perf_counter() - started
-            records = check_run(dec, seqs, refs)
+            records = check_run(dec, seqs, refs, batching)
             ok = all(r["complete"] and all(d["near_tie"] for d in r["divergences"]) for r in records)
             rows.append({"case": case, "ok": ok, "model": dec.spec.name, "dtype": conf.dtype,
                          "max_batched_tokens": conf.max_batched_tokens, "prompt_tokens": n, "output_tokens": OUTPUT,

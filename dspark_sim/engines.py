@@ -43,133 +43,15 @@ from pathlib import Path
 import numpy as np
 
 from dspark_sim.config import Section, build, check_choice, check_real, require
+from dspark_sim.engine_releases import DEFAULT_SOURCES, OVERLAP, VERSIONS, Release, release_of
 from dspark_sim.errors import InputError
 from dspark_sim.userfiles import existing_file, read_json
 
 ENGINES = ("decoder", "sglang", "vllm", "trtllm")
-# The release each engine's defaults were read from (the first is the default version).
-VERSIONS = {"decoder": ("project",), "sglang": ("0.5.23",), "vllm": ("0.33.0",), "trtllm": ("1.2.0rc1",)}
 TERMS_FILE = "engine_terms.json"  # shipped host terms, next to this module
 CALIBRATION_FORMAT = "dspark-engine-calibration"
 MIB = 1 << 20
 GIB = 1 << 30
-
-# Whether each engine overlaps host and GPU by default (DEFAULT_SOURCES' "host overlap" rows;
-# the decoder: kernels/decoder/engine.py serve(overlap=True), validated by its runs in
-# docs/validation_ttft.md). On for SGLang, vLLM and TensorRT-LLM's PyTorch backend, as their
-# released sources cited there resolve it: an overlapped step lasts the longer of its GPU and
-# host work (cost/engine.py), so one set of host terms serves a release with overlap and one
-# without (benchmarks/external.py calibrate fits both kinds of run together).
-OVERLAP = {"decoder": True, "sglang": True, "vllm": True, "trtllm": True}
-# Where each default comes from: engine -> [(setting, value rule, file:line of the release)].
-DEFAULT_SOURCES = {
-    "sglang": [
-        ("chunked_prefill_tokens", "2048 / 4096 / 4096 / 8192 / 8192 / 16384 for GPU memory < 20 / 35 / 60 / 90 / "
-         "160 / above GiB", "sglang 0.5.23 sglang/srt/arg_groups/memory_hook.py:88-172"),
-        ("CUDA-graph batch limit", "256 (tp < 4) or 512 (tp >= 4) between 60 and 160 GiB; 512 above; 32/160 below "
-         "60 GiB", "sglang 0.5.23 sglang/srt/arg_groups/memory_hook.py:118-172"),
-        ("gpu_memory_fraction", "(mem - reserved) / mem, reserved = max(512 + 1.5 x max(chunk, 2048) + tp/8 x 1024 "
-         "+ 2 x graph limit, 10240) MiB above 60 GiB", "sglang 0.5.23 sglang/srt/arg_groups/memory_hook.py:306-326, "
-         "357-368"),
-        ("max_batched_tokens", "16384 (max_prefill_tokens)", "sglang 0.5.23 sglang/srt/arg_groups/fields/schedule.py:71-81"),
-        ("max_running_requests", "min(max(min(KV tokens / context x 512, 4096), 2048), KV tokens // 2); a given "
-         "cap is still bounded by KV tokens // 2", "sglang 0.5.23 sglang/srt/mem_cache/kv_cache_configurator.py:"
-         "3119-3132"),
-        ("batching", "prefill_first (enable_mixed_chunk = False)",
-         "sglang 0.5.23 sglang/srt/arg_groups/fields/schedule.py:208-211"),
-        ("host overlap", "overlap scheduler on (disable_overlap_schedule = False): a step lasts the longer of its "
-         "GPU and host work", "sglang 0.5.23 sglang/srt/arg_groups/fields/schedule.py:193-199"),
-        ("scheduler's output work (step_host_s_per_req)", "every step the scheduler process streams each running "
-         "request's output to the detokenizer: host time a running request adds to a step, hidden behind the GPU "
-         "with the overlap scheduler", "sglang 0.5.23 sglang/srt/managers/scheduler_components/"
-         "batch_result_processor.py:1099 (decode), output_streamer.py:135-198 (a loop over the batch's requests)"),
-        ("front end: intake and streaming (frontend_s, stream_s)", "one process, the HTTP server's tokenizer "
-         "manager, tokenizes every request and takes every step's output of every streaming request back from the "
-         "detokenizer (its own process), one message a request a step",
-         "sglang 0.5.23 sglang/srt/managers/tokenizer_manager.py:895 (generate_request), 1096 "
-         "(_tokenize_one_request), 2465-2478 (handle_loop), 2495-2780 (a loop over the output's requests); "
-         "sglang/srt/managers/detokenizer_manager.py:104, 184"),
-        ("front end: what the client sees", "a step's tokens reach the client when the same event loop has handled "
-         "them, first come first served with the intake of requests: handle_loop takes one step's output at a time "
-         "and wakes each request's stream (batch_notify_size 16 at a time), whose coroutine then writes the "
-         "message; a request's intake runs on that loop from generate_request to _send_one_request",
-         "sglang 0.5.23 sglang/srt/managers/tokenizer_manager.py:2465-2478 (handle_loop), 2779-2797 "
-         "(out_list.append, event.set, asyncio.sleep(0) every batch_notify_size), 1946-1980 "
-         "(_stream_one_response: wait for the event, drain out_list), 941-952 (intake: tokenize, send, then wait); "
-         "sglang/srt/arg_groups/fields/serving.py:262-269 (stream_interval 1, batch_notify_size 16)"),
-        ("KV reserved at admission", "a new request: prompt + min(max_new_tokens, 4096); each running request: "
-         "new_token_ratio x its remaining min(max_new_tokens, 4096), the ratio 0.7 falling to 0.7 x 0.14 over 600 "
-         "decode steps, back to 0.7 after a retraction", "sglang 0.5.23 sglang/srt/managers/schedule_policy.py:"
-         "89-91, 785-794, 1118-1124; sglang/srt/managers/scheduler_components/new_token_ratio_tracker.py:20-38; "
-         "sglang/srt/environ.py:646-650"),
-    ],
-    "vllm": [
-        ("max_batched_tokens", "8192 (>= 70 GiB, not A100), 16384 (>= 160 GiB), else 2048 (OpenAI server)",
-         "vllm 0.33.0 vllm/engine/arg_utils.py:2973-3006"),
-        ("max_running_requests", "1024 (>= 70 GiB, not A100), else 256 (max_num_seqs)",
-         "vllm 0.33.0 vllm/engine/arg_utils.py:2973-3006"),
-        ("chunked_prefill_tokens", "the step budget (enable_chunked_prefill = True, decode first)",
-         "vllm 0.33.0 vllm/config/scheduler.py:134"),
-        ("gpu_memory_fraction", "0.92 (gpu_memory_utilization)", "vllm 0.33.0 vllm/config/cache.py:215"),
-        ("kv_block_tokens", "16", "vllm 0.33.0 vllm/config/cache.py:185"),
-        ("CUDA-graph batch limit", "min(2 x max_num_seqs, 512; 1024 on Blackwell) tokens",
-         "vllm 0.33.0 vllm/config/vllm.py:2460-2470"),
-        ("host overlap", "asynchronous scheduling on by default: a step lasts the longer of its GPU and host work",
-         "vllm 0.33.0 vllm/config/vllm.py:1685-1719"),
-        ("front end: intake and streaming (frontend_s, stream_s)", "one process, the API server, renders the chat "
-         "template and tokenizes every request, and its output handler detokenizes every step's output of every "
-         "request and queues it for the request's stream, one SSE message a request a step (the engine core is "
-         "a process of its own)", "vllm 0.33.0 vllm/v1/engine/async_llm.py:856-916 (output_handler: "
-         "process_outputs in chunks of VLLM_V1_OUTPUT_PROC_CHUNK_SIZE, asyncio.sleep(0) between); "
-         "vllm/v1/engine/output_processor.py:728-863 (detokenizer.update, queue.put a request); "
-         "vllm/entrypoints/openai/chat_completion/serving.py:472-506 (a message a result)"),
-        ("front end: what the client sees", "a step's tokens reach the client when the API server's event loop has "
-         "handled them, first come first served with the intake of requests: the output handler processes one "
-         "step's output (in chunks of 128 requests, yielding between them) and puts each request's result on its "
-         "queue; the request's generate() coroutine takes it and the chat stream generator writes the message",
-         "vllm 0.33.0 vllm/v1/engine/async_llm.py:856-916 (output_handler), 726, 789-800 (generate: q.get_nowait() "
-         "or await q.get()); vllm/envs.py:1476-1477 (VLLM_V1_OUTPUT_PROC_CHUNK_SIZE 128); "
-         "vllm/entrypoints/openai/chat_completion/serving.py:472, 575 (async for res in result_generator), "
-         "264-285 (render_chat_request: the intake on the same loop)"),
-        ("multi-step scheduling (multi_step)", "off (1); vLLM 0.6's --num-scheduler-steps k schedules once for k "
-         "decode steps, preparing its requests once and handling their output while the GPU runs on: a decode "
-         "step carries the host terms' bias and 1/k of their time per request",
-         "vLLM 0.6 vllm/engine/arg_utils.py --num-scheduler-steps ('Maximum number of forward steps per scheduler "
-         "call'); gone from 0.33.0"),
-        ("KV reserved at admission", "none: a request is admitted when its prompt fits; decode preempts the newest "
-         "request when the pool runs out", "vllm 0.33.0 vllm/v1/core/sched/scheduler.py:911-945 (running), 1435 "
-         "(waiting: allocate_slots for the prompt tokens only)"),
-    ],
-    "trtllm": [
-        ("gpu_memory_fraction", "0.9 of the memory left after the weights (kv_cache free_gpu_memory_fraction)",
-         "TensorRT-LLM tensorrt_llm/commands/serve.py get_llm_args (free_gpu_memory_fraction=0.9)"),
-        ("max_batched_tokens, max_running_requests", "BuildConfig defaults max_num_tokens 8192, max_batch_size 2048",
-         "TensorRT-LLM tensorrt_llm/commands/serve.py get_llm_args (BuildConfig.model_fields defaults); the "
-         "BuildConfig values themselves were not re-read from 1.2.0rc1"),
-        ("chunked_prefill_tokens", "the step budget: trtllm-serve leaves chunked prefill off, so a prompt is "
-         "taken whole when it fits (approximated by chunks of the step budget)",
-         "TensorRT-LLM tensorrt_llm/commands/serve.py get_llm_args (enable_chunked_prefill=False)"),
-        ("kv_block_tokens", "32 (tokens_per_block)", "TensorRT-LLM KvCacheConfig tokens_per_block"),
-        ("host overlap", "overlap scheduler on (disable_overlap_scheduler = False) in the PyTorch backend, "
-         "trtllm-serve's default backend: a step lasts the longer of its GPU and host work",
-         "TensorRT-LLM tensorrt_llm/llmapi/llm_args.py TorchLlmArgs.disable_overlap_scheduler (default False; "
-         "source at fcd3f3168280) and tensorrt_llm/commands/serve.py serve --backend (default pytorch; source at "
-         "00209af149e7); the same in every stored version from 1.0.0rc4 on, the 1.2.0rc1 tag itself not read"),
-        ("front end: what the client sees", "trtllm-serve's OpenAI server renders and tokenizes every request and "
-         "streams every result on its own event loop: a chat stream generator takes each step's result of its "
-         "request (async for res in promise) and post-processes it into messages in the server process (no "
-         "post-processing workers by default), first come first served with the intake of requests",
-         "TensorRT-LLM tensorrt_llm/serve/openai_server.py OpenAIServer.openai_chat, chat_stream_generator "
-         "(post_processor(res, args) unless postproc_worker_enabled; source at 00057725d9a6, no line numbers); "
-         "tensorrt_llm/llmapi/llm_args.py num_postprocess_workers (default 0, in every stored version read); the "
-         "1.2.0rc1 tag itself not read"),
-        ("KV reserved at admission", "every request's prompt + max_tokens (capacity scheduler GUARANTEED_NO_EVICT: "
-         "nothing is preempted)", "TensorRT-LLM tensorrt_llm/llmapi/llm_args.py "
-         "SchedulerConfig.capacity_scheduler_policy (default GUARANTEED_NO_EVICT; source at fcd3f3168280, the "
-         "same in every stored version from 1.0.0rc4 on, the 1.2.0rc1 tag itself not read)"),
-    ],
-}
-
 
 @dataclass(frozen=True, slots=True)
 class EngineTerms:
@@ -212,6 +94,33 @@ class EngineTerms:
 
 
 @dataclass(frozen=True, slots=True)
+class GpuWork:
+    """The engines' MoE roofline (:func:`~dspark_sim.cost.roofline.engine_roofline_params`): the
+    GPU work of an MoE model the engines run on kernels the project has no profile of.
+
+    layer_s: (attention kind, seconds) pairs, the least time a layer of a forward takes (its
+    kernels' floors at a small batch) for layers of each kind (``gqa``, ``mla``, ``v4``);
+    first_token_s: (kind, seconds) pairs, the latency a request's first token takes beyond the
+    steps that compute it, the same for requests taken in together; moe_bw_eff: the share of HBM bandwidth the expert GEMMs reach; fitted_from: the
+    published runs it was fitted on.
+    """
+
+    layer_s: tuple[tuple[str, float], ...] = ()
+    first_token_s: tuple[tuple[str, float], ...] = ()
+    moe_bw_eff: float | None = None
+    fitted_from: tuple[str, ...] = ()
+
+    def to_json_dict(self) -> dict:
+        return {"layer_s": dict(self.layer_s), "first_token_s": dict(self.first_token_s),
+                "moe_bw_eff": self.moe_bw_eff, "fitted_from": list(self.fitted_from)}
+
+    @classmethod
+    def from_json_dict(cls, raw: dict) -> GpuWork:
+        return cls(tuple(sorted(raw.get("layer_s", {}).items())), tuple(sorted(raw.get("first_token_s", {}).items())),
+                   raw.get("moe_bw_eff"), tuple(raw.get("fitted_from", ())))
+
+
+@dataclass(frozen=True, slots=True)
 class KvReserve:
     """KV an engine sets aside at admission for output tokens its requests have yet to decode.
 
@@ -250,6 +159,10 @@ class KvReserve:
 # steps, back to 0.7 after a retraction. TensorRT-LLM (GUARANTEED_NO_EVICT): every request's
 # full output. DEFAULT_SOURCES' "KV reserved at admission" rows cite both.
 KV_RESERVE = {"sglang": KvReserve(1.0, 0.7, 0.7 * 0.14, 600, 4096), "trtllm": KvReserve(1.0, 1.0, 1.0)}
+# SGLang 0.5.23 with DP attention: schedule_conservativeness x 0.3, which scales the running
+# requests' new-token ratio (sglang/srt/arg_groups/parallel_hook.py:314-319,
+# managers/scheduler_components/new_token_ratio_tracker.py:20-31).
+SGLANG_DP_CONSERVATIVENESS = 0.3
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,12 +175,13 @@ class Engine:
     terms: EngineTerms = field(default_factory=EngineTerms)
     overlap: bool | None = None  # None: the engine's default (OVERLAP)
     multi_step: int = 1  # decode steps run per schedule (vLLM 0.6's --num-scheduler-steps)
+    gpu_work: GpuWork | None = None  # the engines' MoE roofline (None: none fitted; shipped_gpu_work)
 
     def __post_init__(self) -> None:
         check_choice(self.name, "name", ENGINES)
-        if self.version is not None:
-            require(isinstance(self.version, str) and self.version in VERSIONS[self.name], "version",
-                    self.version, f"{self.name} defaults are read from {', '.join(VERSIONS[self.name])}")
+        require(self.version is None or isinstance(self.version, str), "version", self.version,
+                "expected a release number")
+        release_of(self.name, self.version, key="version")  # a release number (any; the nearest modelled stands in)
         require(isinstance(self.terms, EngineTerms), "terms", self.terms, "expected EngineTerms")
         require(self.overlap is None or isinstance(self.overlap, bool), "overlap", self.overlap,
                 "expected true or false")
@@ -283,19 +197,39 @@ class Engine:
         return self.name == "decoder"
 
     @property
+    def release(self) -> Release:
+        """The release named and the modelled one standing in for it (:func:`release_of`)."""
+        return release_of(self.name, self.version, key="version")
+
+    @property
     def overlapped(self) -> bool:
-        """Whether step n+1 is planned while step n runs (the scenario's ``overlap``, else the engine's)."""
-        return OVERLAP[self.name] if self.overlap is None else self.overlap
+        """Whether step n+1 is planned while step n runs: the scenario's ``overlap``, else what the
+        named release did by default (``RELEASE_TERMS``), else the engine's (``OVERLAP``)."""
+        if self.overlap is not None:
+            return self.overlap
+        return self.release.term("overlap", OVERLAP[self.name])
 
     @property
     def kv_reserve(self) -> KvReserve | None:
         """The KV the engine reserves at admission for output still to decode (None: none)."""
         return KV_RESERVE.get(self.name)
 
+    def kv_reserve_for(self, dp_attention: bool) -> KvReserve | None:
+        """:attr:`kv_reserve` as deployed: SGLang under DP attention scales its new-token ratios by
+        0.3 (``schedule_conservativeness``; DEFAULT_SOURCES' "KV reserved at admission")."""
+        reserve = self.kv_reserve
+        if reserve is None or not (dp_attention and self.name == "sglang"):
+            return reserve
+        k = SGLANG_DP_CONSERVATIVENESS
+        return KvReserve(reserve.new_ratio, reserve.running_init * k, reserve.running_min * k, reserve.decay_steps,
+                         reserve.clip_tokens)
+
     @property
     def label(self) -> str:
-        """``name version`` as outputs name the engine."""
-        return f"{self.name} {self.version or VERSIONS[self.name][0]}"
+        """``name version`` as outputs name the engine (and the modelled release standing in for
+        a release not modelled)."""
+        r = self.release
+        return f"{self.name} {r.version}" + (f" (defaults of {r.modelled})" if r.substituted else "")
 
     @classmethod
     def from_dict(cls, raw, *, file=None, key: str = "engine", base: Path | None = None) -> Engine:
@@ -310,6 +244,8 @@ class Engine:
             version = str(version)
         given = {"name": name, "version": version, "overlap": overlap, "multi_step": multi_step}
         engine = build(cls, given, file, key)
+        if not engine.is_decoder:
+            given["gpu_work"] = shipped_gpu_work()
         if calibration is None:
             return build(cls, {**given, "terms": shipped_terms(engine.name)}, file, key)
         if engine.is_decoder:
@@ -323,13 +259,19 @@ class Engine:
         return build(cls, {**given, "calibration": path, "terms": terms}, file, key)
 
     # -- defaults -----------------------------------------------------------------
-    def deployment_defaults(self, gpu, tp: int, model=None) -> dict:
-        """Deployment keys the engine sets when the scenario does not (cited in DEFAULT_SOURCES)."""
+    def deployment_defaults(self, gpu, tp: int, model=None, speculating: bool = False) -> dict:
+        """Deployment keys the engine sets when the scenario does not (cited in DEFAULT_SOURCES);
+        ``speculating``: the scenario runs speculative decoding."""
         mem = gpu.memory_bytes
         if self.name == "sglang":
             chunk = _sglang_chunk(mem)
             graph = self.graph_max_batch(gpu, tp) or 0
-            return {"chunked_prefill_tokens": chunk, "max_batched_tokens": 16384, "max_running_requests": 4096,
+            running = 4096  # bounded by the KV pool (running_cap)
+            if model is not None and model.v4 is not None:
+                running = 256  # DeepSeek-V4's own default, set before speculative decoding's
+            elif speculating:
+                running = 48
+            return {"chunked_prefill_tokens": chunk, "max_batched_tokens": 16384, "max_running_requests": running,
                     "batching": "prefill_first", "gpu_memory_fraction": _sglang_fraction(mem, chunk, tp, graph)}
         if self.name == "vllm":
             big = mem >= 70 * GIB and gpu.name != "a100"
@@ -344,17 +286,28 @@ class Engine:
             return out
         return {}
 
-    def graph_max_batch(self, gpu, tp: int, max_running: int | None = None) -> int | None:
-        """Tokens of the largest decode step a CUDA graph covers (None: no limit modelled)."""
+    def graph_max_batch(self, gpu, tp: int, max_running: int | None = None, dp_ranks: int = 1) -> int | None:
+        """Tokens of the largest decode step a CUDA graph covers (None: no limit modelled). Under
+        DP attention each of ``dp_ranks`` ranks captures its own graphs for its own batch: the
+        replica's limit is theirs together (the ranks' batches are dealt evenly)."""
         mem = gpu.memory_bytes
         if self.name == "sglang":
             if mem < 60 * GIB:
-                return 32 if tp < 4 else 160
-            return 256 if tp < 4 and mem < 160 * GIB else 512
+                return (32 if tp < 4 else 160) * dp_ranks
+            return (256 if tp < 4 and mem < 160 * GIB else 512) * dp_ranks
         if self.name == "vllm":
             seqs = max_running or self.deployment_defaults(gpu, tp)["max_running_requests"]
-            return min(2 * seqs, 1024 if gpu.fp4 else 512)
+            return min(2 * seqs, 1024 if gpu.fp4 else 512) * dp_ranks
         return None
+
+    def front_end_layout(self, dp_ranks: int = 1) -> tuple[bool, int]:
+        """(shared, processes): whether the API server takes requests in on the loop that streams
+        the output, and how many API server processes a replica runs (vLLM: one per data-parallel
+        rank; DEFAULT_SOURCES' "front end" rows). Every engine's intake shares its loop: vLLM's
+        renderer tokenizes on a worker thread, but renders the chat template and sets the request
+        up on the loop, and its published runs replay closer with the intake shared (the external
+        check, docs/external.md)."""
+        return True, dp_ranks if self.name == "vllm" else 1
 
     def running_cap(self, kv_tokens: int, max_context: int) -> int | None:
         """The running-request cap the engine derives from its KV pool (None: none)."""
@@ -383,14 +336,22 @@ def shipped_terms(name: str) -> EngineTerms:
     """The host terms shipped for engine ``name`` (none for the decoder or an engine not fitted yet)."""
     if name == "decoder":
         return EngineTerms()  # its host time is measured into its profile
-    path = resources.files("dspark_sim").joinpath(TERMS_FILE)
-    if not path.is_file():
-        return EngineTerms(source=f"{name}: no fitted host terms shipped")
-    data = json.loads(path.read_text())
-    entry = data.get("engines", {}).get(name)
+    entry = _shipped().get("engines", {}).get(name)
     if entry is None:
         return EngineTerms(source=f"{name}: no fitted host terms shipped")
     return EngineTerms.from_json_dict(entry["terms"], file=TERMS_FILE, key=f"engines.{name}.terms")
+
+
+def _shipped() -> dict:
+    path = resources.files("dspark_sim").joinpath(TERMS_FILE)
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def shipped_gpu_work() -> GpuWork | None:
+    """The engines' MoE roofline shipped with the host terms (``gpu_work`` in engine_terms.json);
+    None when none is fitted."""
+    raw = _shipped().get("gpu_work")
+    return GpuWork.from_json_dict(raw) if raw else None
 
 
 def load_calibration(path: str | Path, *, engine: str | None = None) -> EngineTerms:
@@ -410,6 +371,7 @@ def load_calibration(path: str | Path, *, engine: str | None = None) -> EngineTe
     return terms
 
 
-__all__ = ["CALIBRATION_FORMAT", "DEFAULT_SOURCES", "ENGINES", "Engine", "EngineTerms", "KV_RESERVE", "KvReserve",
+__all__ = ["CALIBRATION_FORMAT", "DEFAULT_SOURCES", "ENGINES", "Engine", "EngineTerms", "GpuWork", "KV_RESERVE",
+           "KvReserve",
            "OVERLAP", "VERSIONS",
-           "load_calibration", "shipped_terms"]
+           "load_calibration", "shipped_gpu_work", "shipped_terms"]

@@ -109,7 +109,7 @@ def _datasets(scenario: Scenario) -> tuple[str | None, str | None, str]:
 def error_sources(scenario: Scenario, cost=None) -> ErrorSources | None:
     """The measured error sources of ``scenario``'s answers; None for a roofline cost model."""
     if cost is None:
-        from dspark_sim.cost.profile import scenario_cost
+        from dspark_sim.cost.scenario import scenario_cost
 
         cost = scenario_cost(scenario, warn=False)
     profile = _profile_error(cost)

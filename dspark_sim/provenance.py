@@ -21,8 +21,11 @@ from __future__ import annotations
 from dspark_sim.speculation.config import Speculation
 
 MEASURED = "measured"
-BUILTIN_ORIGIN = {"mtp": "DeepSeek-V3's published MTP acceptance", "deepseek-v4-flash": "the DeepSeek-V4-Flash "
-                  "engine report"}
+BUILTIN_ORIGIN = {"mtp": "DeepSeek-V3's published MTP acceptance",
+                  "deepseek-v4-flash": "the DeepSeek-V4-Flash engine report (chat; math and code scaled by "
+                  "V4-Pro's verify windows in the LMSYS DeepSeek-V4 DSpark blog)",
+                  "deepseek-v4-pro": "the LMSYS DeepSeek-V4 DSpark blog (accept length about 5, taken as gsm8k's; "
+                  "chat and code derived from its verify windows and the paper's code / math ratio)"}
 
 
 def acceptance_block(spec: Speculation, model: str) -> dict:
@@ -108,11 +111,15 @@ def provenance(cost, spec: Speculation, model: str) -> dict:
 def scenario_provenance(scenario, cost=None) -> dict:
     """:func:`provenance` of ``scenario`` (its cost model built when not given)."""
     if cost is None:
-        from dspark_sim.cost.profile import scenario_cost
+        from dspark_sim.cost.scenario import scenario_cost
 
         cost = scenario_cost(scenario, warn=False)
     block = provenance(cost, scenario.speculation, scenario.model)
     block["cost_model"]["engine"] = scenario.engine.label
+    note = scenario.engine.release.note
+    if note:  # a release not modelled: the nearest modelled release's defaults stand in
+        block["cost_model"]["engine_release"] = note
+        block["caveats"].append(note)
     if scenario.cost_scale != 1.0:
         block["cost_model"]["time_scale"] = scenario.cost_scale
         block["caveats"].append(f"every profiled step time x {scenario.cost_scale:g} (cost_scale)")

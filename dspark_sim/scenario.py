@@ -46,6 +46,7 @@ class Workload:
     domain_mix: tuple[tuple[str, float], ...] = (("chat", 1.0),)
     synthetic: SyntheticConfig | None = None
     hash_block_tokens: int = 512  # prompt tokens one prefix hash id covers (Mooncake's hash_ids: 512)
+    max_concurrency: int | None = None  # a client keeping at most this many requests in flight (engine/client.py)
 
     def __post_init__(self) -> None:
         require((self.trace is None) != (self.synthetic is None), "", None if self.trace is None else str(self.trace),
@@ -56,6 +57,7 @@ class Workload:
         check_int(self.max_requests, "max_requests", 1, MAX_REQUESTS, optional=True)
         check_real(self.until_s, "until_s", 0, MAX_ARRIVAL_S, optional=True)
         check_int(self.hash_block_tokens, "hash_block_tokens", 1, 1 << 20)
+        check_int(self.max_concurrency, "max_concurrency", 1, MAX_RUNNING_REQUESTS, optional=True)
         require(self.synthetic is None or isinstance(self.synthetic, SyntheticConfig), "synthetic", self.synthetic,
                 "expected a mapping")
         require(isinstance(self.domain_mix, tuple) and len(self.domain_mix) > 0
@@ -90,7 +92,7 @@ class Workload:
         base = base if base is not None else Path.cwd()
         trace, synthetic = s.raw("trace"), s.raw("synthetic")
         kwargs = {name: s.raw(name) for name in ("format", "time_scale", "max_requests", "until_s",
-                                                 "hash_block_tokens")}
+                                                 "hash_block_tokens", "max_concurrency")}
         kwargs = {k: v for k, v in kwargs.items() if v is not None}
         kwargs["domain_mix"] = _domain_mix(s.raw("domain", "chat"), file, s.path("domain"))
         s.done()
@@ -257,23 +259,26 @@ class Scenario:
             if not isinstance(value, str):
                 raise InputError(file, key, value, "expected a string")
         engine = Engine.from_dict(top.raw("engine"), file=file, base=base)
+        speculation = Speculation.from_dict(top.raw("speculation"), file=file, base=base)
         kwargs = dict(name=name, workload=workload, model=model.lower(), gpu=gpu.lower(), engine=engine,
-                      deployment=_deployment(top.raw("deployment"), engine, gpu, model, file, base),
-                      speculation=Speculation.from_dict(top.raw("speculation"), file=file, base=base),
+                      deployment=_deployment(top.raw("deployment"), engine, gpu, model, file, base,
+                                             speculation.method != "none"),
+                      speculation=speculation,
                       slo=Slo.from_dict(top.raw("slo"), file=file), seed=top.raw("seed", 0),
                       exact=top.raw("exact", False), file=file, cost_scale=top.raw("cost_scale", 1.0))
         top.done()
         return build(cls, kwargs, file, None)
 
 
-def _deployment(raw, engine: Engine, gpu: str, model: str, file, base) -> Deployment:
-    """The ``deployment:`` mapping with the engine's defaults for the keys it leaves out."""
+def _deployment(raw, engine: Engine, gpu: str, model: str, file, base, speculating: bool = False) -> Deployment:
+    """The ``deployment:`` mapping with the engine's defaults for the keys it leaves out (some
+    depend on whether the scenario speculates)."""
     if engine.is_decoder:
         return Deployment.from_dict(raw, file=file, base=base)
     tp = raw.get("tp", 1) if isinstance(raw, dict) else 1
     tp = tp if isinstance(tp, int) and not isinstance(tp, bool) and tp >= 1 else 1
     defaults = engine.deployment_defaults(get_gpu(gpu, file=file, key="gpu"), tp,
-                                          get_model(model, file=file, key="model"))
+                                          get_model(model, file=file, key="model"), speculating)
     return Deployment.from_dict(raw, file=file, defaults=defaults, base=base)
 
 

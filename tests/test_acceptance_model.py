@@ -15,6 +15,7 @@ from functools import lru_cache
 import numpy as np
 import pytest
 
+from dspark_sim.names import DOMAINS
 from dspark_sim.acceptance import (DATASETS, DOMAINS, AcceptanceConfig, AcceptanceModel, get_preset,
                                    metrics, paper)
 from dspark_sim.acceptance.preset import MAX_POSITIONS
@@ -96,11 +97,30 @@ def test_other_drafters_head_is_overconfident_raw_and_calibrated_by_sts(drafter,
 
 
 def test_deepseek_v4_flash_per_position_figures():
+    """Chat traffic replays the engine report's per-position figures (its production traffic)."""
     model = AcceptanceModel(AcceptanceConfig(drafter="dspark"), "deepseek-v4-flash")
-    log = serve_full_blocks(model, np.arange(3000) % 3, OUTPUT_TOKENS, GAMMA, np.random.default_rng(1))
+    chat = DOMAINS.index("chat")
+    log = serve_full_blocks(model, np.full(3000, chat), OUTPUT_TOKENS, GAMMA, np.random.default_rng(1))
     by_position = (log.accepted[:, None] > np.arange(GAMMA)).mean(axis=0)
     np.testing.assert_allclose(by_position, paper.V4_FLASH_ACCEPT, atol=0.012)
     assert log.accept_len() == pytest.approx(2.91, rel=0.03)
+
+
+@pytest.mark.parametrize("target", ["deepseek-v4-flash", "deepseek-v4-pro"])
+def test_deepseek_v4_accepts_by_domain_as_derived_from_the_published_figures(target):
+    """Each domain replays its derived accepted length (paper.v4_accept_lens: V4-Pro's accept
+    length about 5 on gsm8k and its verify windows by dataset); math above code above chat."""
+    model = AcceptanceModel(AcceptanceConfig(drafter="dspark"), target)
+    lens = {}
+    for domain in DOMAINS:
+        log = serve_full_blocks(model, np.full(3000, DOMAINS.index(domain)), OUTPUT_TOKENS, GAMMA,
+                                np.random.default_rng(2))
+        lens[domain] = log.accept_len()
+        assert lens[domain] == pytest.approx(paper.v4_accept_lens()[(target, domain)], rel=0.03)
+    assert lens["math"] > lens["code"] > lens["chat"]
+    from dspark_sim.acceptance.preset import builtin
+
+    assert builtin().resolve_target("dspark", target) == target  # V4-Pro no longer borrows Flash's
 
 
 def test_deepseek_v3_mtp_second_token_acceptance():

@@ -142,7 +142,9 @@ def test_weight_formats():
     assert flash.weight_bytes_as(bf16) == pytest.approx(flash.weight_bytes(2), rel=1e-12)
     assert flash.weight_bytes_as(fp8) < flash.weight_bytes_as(bf16)
     assert served_format("fp4-experts", get_gpu("b300").fp4) is fp4
-    assert served_format("fp4-experts", get_gpu("h200").fp4) is fp8  # Hopper serves the FP8 copy
+    w4a16 = FORMATS["fp4-experts-w4a16"]  # Hopper runs the FP4 experts with W4A16 kernels (Marlin)
+    assert served_format("fp4-experts", get_gpu("h200").fp4) is w4a16
+    assert w4a16.expert_bytes == fp4.expert_bytes and w4a16.compute == "bf16"
     assert served_format("bf16", False) is bf16
 
 

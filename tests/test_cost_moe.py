@@ -104,8 +104,8 @@ def test_roofline_moe_reads_the_touched_experts():
     base = cost.weight_read_bytes(0)
     assert cost.weight_read_bytes(1) - base == pytest.approx(48 * 8 * expert)
     assert cost.weight_read_bytes(10 ** 6) - base == pytest.approx(48 * 128 * expert)
-    fp8 = RooflineCost(get_model("deepseek-v4-flash"), g)
-    assert fp8.format.name == "fp8"  # Hopper serves the FP8 conversion
+    hopper = RooflineCost(get_model("deepseek-v4-flash"), g)
+    assert hopper.format.name == "fp4-experts-w4a16"  # Hopper runs the FP4 experts with W4A16 kernels
     assert RooflineCost(get_model("deepseek-v4-flash"), get_gpu("b300")).format.name == "fp4-experts"
 
 

@@ -85,7 +85,7 @@ def test_a_bursts_tokens_wait_behind_the_intake_of_the_requests_before_them(tmp_
     the first step ended, so the first tokens reach the client after it; with no streaming
     cost, tokens still wait for the intake in service."""
     base = Scenario.from_dict(synthetic_scenario(num_requests=40, rate_per_s=1e9, prompt=64, output=40,
-                                                 engine="vllm"))
+                                                 engine="sglang"))  # SGLang takes requests in on its streaming loop
     intake = replay(with_terms(base, EngineTerms(frontend_s=0.01)))
     streamed = replay(with_terms(base, EngineTerms(frontend_s=0.01, stream_s=2e-4)))
     assert intake["median_ttft_ms"] >= 40 * 10 - 1e-3  # every first token after all 40 intakes
@@ -95,3 +95,23 @@ def test_a_bursts_tokens_wait_behind_the_intake_of_the_requests_before_them(tmp_
     summary, _ = run_scenario(with_terms(base, EngineTerms(frontend_s=0.01)), tmp_path, plots=False,
                               show_progress=False)
     assert math.isfinite(summary["mean_tok_per_s_per_user"])  # tokens delivered at once have no rate
+
+
+def test_an_intake_off_the_streaming_loop_runs_beside_it():
+    """vLLM tokenizes on its renderer's thread: requests are taken in one after another on their
+    own server, and a step's messages stream without waiting for the intake of later requests."""
+    fe = FrontEnd(intake_s=0.01, stream_s=0.001, shared=False)
+    assert [fe.take_in(0.0) for _ in range(3)] == pytest.approx([0.01, 0.02, 0.03])
+    fe.streamed(0.005, 40)
+    assert fe.take_in(0.006) == pytest.approx(0.04)  # behind the other intakes, not the streaming
+    fe.settle()
+    assert fe.delivered(0, 0.005) == pytest.approx(0.005 + 0.040)  # the streaming from the step's end
+    pooled = FrontEnd(intake_s=0.01, stream_s=0.001, processes=4, shared=False)  # one API server per DP rank
+    assert (pooled.intake_s, pooled.stream_s) == pytest.approx((0.0025, 0.00025))
+
+
+def test_vllm_runs_an_api_server_per_data_parallel_rank():
+    from dspark_sim.engines import Engine
+
+    assert Engine("vllm").front_end_layout(8) == (True, 8)
+    assert Engine("sglang").front_end_layout(8) == (True, 1)

@@ -11,6 +11,7 @@ from dspark_sim.cost import scenario_cost
 from dspark_sim.cost.base import StepWork
 from dspark_sim.engine.simulator import build_context
 from dspark_sim.engines import Engine, EngineTerms
+from dspark_sim.provenance import scenario_provenance
 from dspark_sim.errors import InputError
 from dspark_sim.metrics.collector import Collector
 from dspark_sim.run import run_scenario
@@ -51,7 +52,7 @@ def test_vllm_defaults_depend_on_the_gpu():
 
 @pytest.mark.parametrize("engine, key, why", [
     ({"name": "tgi"}, "engine.name", "expected one of"),
-    ({"name": "vllm", "version": "0.6.0"}, "engine.version", "read from"),
+    ({"name": "vllm", "version": "latest"}, "engine.version", "release number"),
     ({"name": "vllm", "speed": 2}, "engine.speed", "unknown key"),
     ({"name": "decoder", "calibration": "x.json"}, "engine.calibration", "decoder"),
     ({"name": "sglang", "overlap": "yes"}, "engine.overlap", "true or false"),
@@ -63,6 +64,21 @@ def test_bad_engine_names_the_key(write_scenario, engine, key, why):
     with pytest.raises(InputError) as err:
         load_scenario(path)
     assert err.value.key == key and why in str(err.value)
+
+
+def test_any_release_runs_on_the_nearest_modelled_ones_defaults_and_says_so():
+    old = _scenario(engine={"name": "vllm", "version": "0.11.0"})
+    modelled = _scenario(engine={"name": "vllm"})
+    assert old.engine.label == "vllm 0.11.0 (defaults of 0.33.0)"
+    assert old.deployment == modelled.deployment  # the modelled release's defaults apply
+    assert not old.engine.overlapped and modelled.engine.overlapped  # as 0.11 did (asynchronous scheduling later)
+    prov = scenario_provenance(old)
+    assert "0.33.0, the nearest modelled release" in prov["cost_model"]["engine_release"]
+    assert any("0.11.0 is not modelled" in c for c in prov["caveats"])
+    assert "engine_release" not in scenario_provenance(modelled)["cost_model"]
+    assert _scenario(engine={"name": "sglang", "version": "0.3.0"}).engine.overlapped is False
+    assert _scenario(engine={"name": "sglang", "version": "0.5.16"}).engine.overlapped is True
+    assert _scenario(engine={"name": "vllm", "version": "0.11.0", "overlap": True}).engine.overlapped
 
 
 def test_overlap_is_the_engines_unless_the_scenario_says():
@@ -179,3 +195,30 @@ def test_a_burst_queues_at_the_front_end(tmp_path):
     rows = list(csv.DictReader((tmp_path / "r" / "requests.csv").open()))
     waits = sorted(float(r["first_scheduled_s"]) - float(r["arrival_s"]) for r in rows)
     assert waits == pytest.approx([0.05, 0.10, 0.15], abs=1e-9)
+
+
+def test_sglang_caps_running_requests_as_it_does_when_speculating():
+    dep = {"replicas": 1, "tp": 1}
+    assert _scenario(engine="sglang", deployment=dep).deployment.max_running_requests == 4096
+    for method in ("dspark", "static"):
+        spec = _scenario(engine="sglang", deployment=dep, speculation={"method": method}).deployment
+        assert spec.max_running_requests == 48  # SGLang resets it to 48 for speculative decoding
+    given = _scenario(engine="sglang", deployment={**dep, "max_running_requests": 200},
+                      speculation={"method": "dspark"})
+    assert given.deployment.max_running_requests == 200
+    v4 = {"model": "deepseek-v4-flash", "gpu": "b300", "deployment": {"replicas": 1, "tp": 8}}
+    assert _scenario(engine="sglang", **v4).deployment.max_running_requests == 256  # V4's own, set first
+    assert _scenario(engine="sglang", speculation={"method": "dspark"}, **v4).deployment.max_running_requests == 256
+    assert _scenario(engine="vllm", deployment=dep, speculation={"method": "dspark"}).deployment \
+        .max_running_requests == 1024
+
+
+def test_release_numbers_order_as_releases_do():
+    from dspark_sim.engine_releases import release_of, version_key
+
+    keys = [version_key(v) for v in ("0.5.6", "0.5.6.post1", "0.5.15", "0.5.23rc1", "0.5.23", "v0.6.0", "1.2.0rc1")]
+    assert keys == sorted(keys) and None not in keys
+    assert version_key("latest") is None
+    assert release_of("vllm", "0.12.0").term("overlap", True) is True  # asynchronous scheduling by default
+    assert release_of("vllm", "0.11.2").terms == (("overlap", False),)
+    assert release_of("trtllm", "1.0.0").modelled == "1.2.0rc1" and not release_of("trtllm", "1.0.0").terms

@@ -9,18 +9,20 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import external  # noqa: E402
+import external_replay  # noqa: E402
 
 
 def test_cases_cite_sources_and_leave_qwen3_8b_out():
     sources, cases = external.load_cases()
     assert len({c["id"] for c in cases}) == len(cases)
     for key, src in sources.items():
-        assert src["url"].startswith("https://") and src["repo"] and src["path"] and len(src["commit"]) == 40
+        assert src["url"].startswith("https://") and src["repo"] and src["path"]
+        assert len(src["commit"] or "") == 40 or src.get("date")  # a repository file at a commit, or a dated post
         assert src["setup"] and src["approximations"]
     for case in cases:
         assert case["source"] in sources and case["role"] in ("calibrate", "check")
         assert case["model"] != "qwen3-8b"
-        assert set(case["measured"]) <= set(external.METRICS.values()) and case["measured"]
+        assert set(case["measured"]) <= external.measured_keys() and case["measured"]
 
 
 @pytest.mark.parametrize("case", external.load_cases()[1], ids=lambda c: c["id"])
@@ -28,9 +30,11 @@ def test_every_case_builds_its_scenario(case):
     scenario = external.case_scenario(case)
     assert scenario.engine.name == case["engine"] and scenario.deployment.tp == case["tp"]
     syn = scenario.workload.synthetic
-    # a burst is replayed with every request the run sent (its ramp and drain depend on the count)
-    cap = case["requests"] if case["rate"] == "inf" else external.PACED_REQUESTS
+    # a burst or a client at a concurrency limit is replayed with every request the run sent (its ramp
+    # and drain depend on the count)
+    cap = case["requests"] if case["rate"] == "inf" or "max_concurrency" in case else external_replay.PACED_REQUESTS
     assert syn.num_requests == min(case["requests"], cap)
+    assert scenario.workload.max_concurrency == case.get("max_concurrency")
     if "gpu_memory_fraction" in case:
         assert scenario.deployment.gpu_memory_fraction == case["gpu_memory_fraction"]
 

@@ -43,7 +43,7 @@ def test_projected_14b_dspark_run_says_so_and_prices_the_missing_term():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         block = scenario_provenance(_scenario(model="qwen3-14b", gpu="b300", speculation=DSPARK))
-        from dspark_sim.cost.profile import scenario_cost
+        from dspark_sim.cost.scenario import scenario_cost
         cost = scenario_cost(_scenario(model="qwen3-14b", gpu="b300", speculation=DSPARK))
     terms = block["cost_model"]["terms"]
     assert terms["target"]["kind"] == "projected" and terms["draft_block"]["kind"] == "projected"

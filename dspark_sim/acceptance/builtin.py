@@ -23,7 +23,8 @@ CHECK_REQUESTS, CHECK_TOKENS = 2000, 256
 
 
 def jobs() -> list[dict]:
-    """One job per preset: Table 1 cells, their domain means, DeepSeek MTP and V4-Flash."""
+    """One job per preset: Table 1 cells, their domain means, DeepSeek MTP, and DeepSeek-V4's DSpark by
+    domain for Flash and Pro (paper.v4_accept_lens)."""
     out = []
     for (target, drafter), values in paper.TABLE1.items():
         by_domain: dict[str, list[float]] = {}
@@ -37,8 +38,11 @@ def jobs() -> list[dict]:
     for domain in DOMAINS:
         out.append(dict(drafter="mtp", target="deepseek-v3", domain=domain, dataset=None,
                         curve=paper.mtp_accept()))
-        out.append(dict(drafter="dspark", target="deepseek-v4-flash", domain=domain, dataset=None,
-                        curve=paper.V4_FLASH_ACCEPT))
+    for (target, domain), length in paper.v4_accept_lens().items():
+        # V4-Flash chat: the engine report's own curve; the rest scaled from its shape
+        curve = paper.V4_FLASH_ACCEPT if (target, domain) == ("deepseek-v4-flash", "chat") else \
+            tuple(float(a) for a in fit.curve_for_accept_len(paper.v4_shape(), length))
+        out.append(dict(drafter="dspark", target=target, domain=domain, dataset=None, curve=curve))
     return out
 
 
@@ -46,8 +50,10 @@ def run_job(job: dict, seed: int) -> tuple[dict, dict]:
     """Fit one preset and check it by replay; returns (preset JSON, report)."""
     crn = fit.draw_crn(seed, NUM_REQUESTS, STEPS, paper.FIT_POSITIONS)
     if "curve" in job:
-        # One published curve for all domains: the same preset in every domain slot.
-        curve, spread = np.asarray(job["curve"]), fit.DOMAIN_SPREADS["chat"]
+        # a published (or derived) curve: DeepSeek-V3's MTP the same in every domain slot, at chat's
+        # spread; DeepSeek-V4's DSpark a curve by domain, at its domain's spread
+        by_domain = job["target"].startswith("deepseek-v4") and job["domain"] != "chat"
+        curve, spread = np.asarray(job["curve"]), fit.DOMAIN_SPREADS[job["domain"] if by_domain else "chat"]
     else:
         shape = paper.fig2_shape(job["drafter"], job["domain"])
         curve, spread = fit.curve_for_accept_len(shape, job["accept_len"]), None

@@ -56,6 +56,51 @@ RAW_ECE_TARGET = 0.055
 # DeepSeek-V4-Flash DSpark, engine report: unconditional acceptance by position.
 V4_FLASH_ACCEPT = (0.739, 0.478, 0.261, 0.174, 0.130, 0.087, 0.043)
 
+# DeepSeek-V4-Pro DSpark, the LMSYS DeepSeek-V4 DSpark blog (2026-07-06; SGLang, V4-Pro TP8 on
+# B300, batch 1): accept length about 5; DSpark's verify windows of 5.24 / 3.78 / 2.91 tokens on
+# gsm8k / arena-hard / poetry traffic (DSPARK.md section 6).
+V4_PRO_ACCEPT_LEN = 5.0
+V4_PRO_WINDOWS = {"gsm8k": 5.24, "arena-hard": 3.78, "poetry": 2.91}
+# ASSUMPTIONS deriving V4 accept lengths by domain (no V4 figure is published by domain):
+# - the blog's accept length is gsm8k's (the traffic its batch-1 run and first window name);
+# - a domain's accept length is in proportion to its verify window (the scheduler sizes the
+#   window to the acceptance it expects): arena-hard stands for chat;
+# - code relates to math as in the paper's DSpark presets (Table 1, code / math domain means,
+#   averaged over the three Qwen3 targets): V4_CODE_OVER_MATH;
+# - the V4-Flash engine report's 2.91 is production traffic, taken as chat; Flash's math and code
+#   follow from it by V4-Pro's window ratios.
+
+
+def _domain_mean(target: str, domain: str) -> float:
+    cells = [v for d, v in zip(DATASETS, TABLE1[(target, "dspark")]) if DATASETS[d] == domain]
+    return float(np.mean(cells))
+
+
+V4_CODE_OVER_MATH = float(np.mean([_domain_mean(t, "code") / _domain_mean(t, "math")
+                                   for t in ("qwen3-4b", "qwen3-8b", "qwen3-14b")]))
+
+
+def v4_accept_lens() -> dict[tuple[str, str], float]:
+    """Accepted length per round (bonus included) of DeepSeek-V4's DSpark by (target, domain),
+    derived from the published V4 figures by the ASSUMPTIONS above."""
+    chat_over_math = V4_PRO_WINDOWS["arena-hard"] / V4_PRO_WINDOWS["gsm8k"]
+    flash_chat = 1.0 + float(np.sum(V4_FLASH_ACCEPT))
+    out = {}
+    for target, math_len in (("deepseek-v4-flash", flash_chat / chat_over_math), ("deepseek-v4-pro", V4_PRO_ACCEPT_LEN)):
+        out[(target, "math")] = math_len
+        out[(target, "code")] = math_len * V4_CODE_OVER_MATH
+        out[(target, "chat")] = math_len * chat_over_math
+    return out
+
+
+def v4_shape() -> np.ndarray:
+    """Logits of the V4-Flash engine report's conditional acceptance by position: the shape of
+    every V4 DSpark preset."""
+    a = np.asarray(V4_FLASH_ACCEPT, dtype=np.float64)
+    cond = np.concatenate([[a[0]], a[1:] / a[:-1]])
+    return np.log(cond / (1.0 - cond))
+
+
 # DeepSeek-V3 MTP: second-token acceptance 85-90 % (we take 0.875). ASSUMPTION:
 # a chained MTP module reused k times loses a factor 0.85 of conditional
 # acceptance per extra link (0.875, 0.744, 0.632, ...), giving accepted length

@@ -55,6 +55,9 @@ FORMATS: dict[str, WeightFormat] = {f.name: f for f in (
     WeightFormat("bf16", 2.0, 2.0),
     WeightFormat("fp8", FP8_BLOCK_BYTES, FP8_BLOCK_BYTES, compute="fp8"),
     WeightFormat("fp4-experts", MXFP4_BYTES, FP8_BLOCK_BYTES, compute="fp8", needs_fp4=True),
+    # the FP4 experts on a GPU without FP4 tensor cores, as the engines run them there: Marlin's
+    # W4A16 kernels read the MXFP4 weights and multiply in bf16
+    WeightFormat("fp4-experts-w4a16", MXFP4_BYTES, FP8_BLOCK_BYTES, compute="bf16"),
 )}
 
 
@@ -67,11 +70,13 @@ def get_format(name: str, *, file=None, key: str = "weight_format") -> WeightFor
 
 
 def served_format(checkpoint: str, fp4_gpu: bool) -> WeightFormat:
-    """The format an engine serves a checkpoint in on a GPU: FP4 experts need FP4 tensor cores
-    (Blackwell); elsewhere engines serve the FP8 conversion (SGLang ships
-    ``sgl-project/DeepSeek-V4-Flash-FP8`` and ``-Pro-FP8`` for Hopper)."""
+    """The format an engine serves a checkpoint in on a GPU: FP4 experts run on FP4 tensor cores
+    (Blackwell); on Hopper the engines run the same FP4 checkpoint with Marlin's W4A16 MoE kernels
+    (the SGLang DeepSeek-V4 cookbook's Hopper cells, the only path on H100), which read the FP4
+    weights and multiply in bf16 (``fp4-experts-w4a16``). SGLang's FP8 conversion
+    (``sgl-project/DeepSeek-V4-Flash-FP8``) is the other Hopper option, not the default."""
     fmt = get_format(checkpoint)
-    return FORMATS["fp8"] if fmt.needs_fp4 and not fp4_gpu else fmt
+    return FORMATS["fp4-experts-w4a16"] if fmt.needs_fp4 and not fp4_gpu else fmt
 
 
 __all__ = ["WeightFormat", "FORMATS", "get_format", "served_format", "FP8_BLOCK_BYTES", "MXFP4_BYTES"]

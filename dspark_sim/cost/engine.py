@@ -17,10 +17,15 @@ asynchronous scheduling, TensorRT-LLM's overlap scheduler) plans step n+1 and pr
 n-1's output while step n runs, so a step lasts as long as the longer of the two: its host
 time shows only where it exceeds the GPU's (``engine_s`` = max(0, host - GPU)). Without
 overlap the host time adds to the GPU's.
+
+Under DP attention (``dp_ranks`` > 1) every rank runs its own scheduler over the requests dealt
+to it, in parallel with the others: a step's host time per request is the busiest rank's
+(``ceil(R / ranks)`` requests), its bias each rank's own.
 """
 from __future__ import annotations
 
 from dspark_sim.cost.base import CostModel, StepWork
+from dspark_sim.cost.parallel import busiest_rank
 from dspark_sim.engines import EngineTerms
 
 
@@ -28,9 +33,9 @@ class EngineCost:
     """:class:`CostModel` of ``gpu`` plus an engine's host terms (see the module docstring)."""
 
     def __init__(self, gpu: CostModel, terms: EngineTerms, *, label: str, graph_max_tokens: int | None = None,
-                 overlap: bool = False, multi_step: int = 1):
+                 overlap: bool = False, multi_step: int = 1, dp_ranks: int = 1):
         self.gpu, self.terms, self.graph_max_tokens, self.label = gpu, terms, graph_max_tokens, label
-        self.overlap, self.multi_step = overlap, multi_step
+        self.overlap, self.multi_step, self.dp_ranks = overlap, multi_step, dp_ranks
         self.name = f"{gpu.name}+{label.replace(' ', '-')}"
         self.source = f"{gpu.source}; engine {label}: {terms.source}"
 
@@ -56,7 +61,7 @@ class EngineCost:
         t = self.terms
         engine = eager = 0.0
         if work.verify_tokens or work.prefill_tokens:
-            per_req = t.step_host_s_per_req * (work.decode_reqs + work.prefill_reqs)
+            per_req = t.step_host_s_per_req * busiest_rank(work.decode_reqs + work.prefill_reqs, self.dp_ranks)
             if not work.prefill_reqs:  # a decode step's share of its schedule's work per request
                 per_req /= self.multi_step
             engine = t.step_host_s + per_req
@@ -75,7 +80,8 @@ class EngineCost:
 
         parts = self.gpu.breakdown_array(works)
         t = self.terms
-        batch = np.asarray(works.decode_reqs, dtype=float) + np.asarray(works.prefill_reqs, dtype=float)
+        batch = np.asarray(works.decode_reqs) + np.asarray(works.prefill_reqs)
+        batch = np.asarray(busiest_rank(batch, self.dp_ranks), dtype=float)
         size = len(works)
         has = np.broadcast_to(np.asarray(works.batch_tokens) > 0, (size,))
         per_req = t.step_host_s_per_req * np.broadcast_to(batch, (size,))

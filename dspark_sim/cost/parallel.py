@@ -12,10 +12,17 @@ parallel). Weight and KV bytes per GPU follow:
   DeepSeek-V4's single KV head: one copy per GPU); DP attention keeps one;
 * TP attention splits the attention weights ``tp`` ways, DP attention copies them;
 * experts, dense MLPs and the vocabulary-parallel LM head split ``tp`` ways either way.
+
+Under DP attention each rank runs its own scheduler over the requests dealt to it (round
+robin), its attention over its own batch, and the MoE layers over every rank's tokens; a step
+waits for the busiest rank (:func:`rank_share`), and the host's work per request is the busiest
+rank's (:func:`busiest_rank`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
 
 from dspark_sim.catalog import FORMATS, GpuSpec, ModelSpec, WeightFormat
 from dspark_sim.errors import InputError
@@ -39,6 +46,12 @@ class Parallel:
     def attn_tp(self) -> int:
         """GPUs one request's attention is split over."""
         return 1 if self.dp_attention else self.tp
+
+    @property
+    def dp_ranks(self) -> int:
+        """Attention data-parallel ranks: each runs its own scheduler over its own requests
+        (``tp`` under DP attention, else 1)."""
+        return self.tp if self.dp_attention else 1
 
     def kv_copies(self, model: ModelSpec) -> int:
         """GPUs holding a copy of each KV byte (1 under DP attention)."""
@@ -77,6 +90,30 @@ class Parallel:
         if model.is_moe and model.moe_intermediate_size % (self.tp // self.ep):
             fail("tp", self.tp, f"{model.name}'s expert width {model.moe_intermediate_size} does not split "
                  f"{self.tp // self.ep} ways (tp / ep)")
+
+
+def busiest_rank(reqs, ranks: int):
+    """Requests on the busiest of ``ranks`` attention-DP ranks when ``reqs`` are dealt round robin
+    (SGLang's DP controller, ``load_balance_method`` round_robin, and vLLM's DP load balancer
+    spread requests evenly): ``ceil(reqs / ranks)``; a number or an array of them."""
+    if ranks <= 1:
+        return reqs
+    if isinstance(reqs, np.ndarray):
+        return -(-reqs // ranks)
+    return -(-int(reqs) // ranks)
+
+
+def rank_share(reqs, ranks: int):
+    """The busiest rank's work over the replica's work spread evenly over its ranks: ``ceil(R /
+    ranks) x ranks / R`` (1 for one rank or no request). A step waits for its busiest rank, so
+    data-parallel attention priced at ``1 / ranks`` of the replica's is this much slower: ``ranks``
+    for one request (one GPU does all its attention), near 1 for many."""
+    if ranks <= 1:
+        return 1.0
+    if isinstance(reqs, np.ndarray):
+        r = np.maximum(reqs, 1)
+        return busiest_rank(r, ranks) * ranks / r
+    return busiest_rank(reqs, ranks) * ranks / reqs if reqs > 0 else 1.0
 
 
 def shard_factors(model: ModelSpec, par: Parallel, served: WeightFormat, kv_dtype_bytes: float = 2.0,
@@ -124,4 +161,4 @@ def _parts(model: ModelSpec, experts: float | None):
     return expert_all + routed, linear, head, other
 
 
-__all__ = ["Parallel", "shard_factors", "tp_block", "tp_note"]
+__all__ = ["Parallel", "busiest_rank", "rank_share", "shard_factors", "tp_block", "tp_note"]

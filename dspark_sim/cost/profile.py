@@ -19,12 +19,12 @@ from dspark_sim.cost.base import CostModel, DraftWork, StepWork, StepWorks, per_
 from dspark_sim.cost.comm import CommParams, provenance_term as comm_provenance
 from dspark_sim.cost.comm_curves import measured_comm
 from dspark_sim.cost.moe import Routing
-from dspark_sim.cost.parallel import Parallel, shard_factors, tp_block, tp_note
+from dspark_sim.cost.parallel import Parallel, busiest_rank, rank_share, shard_factors, tp_block, tp_note
 from dspark_sim.cost.projection import curves_for, project_profile, time_scaled
 from dspark_sim.cost.profile_format import (DRAFT_KINDS, FORMAT_VERSION, DraftFit, GpuRef, HeldOut,
                                             Profile, Projection, TargetFit, check_grids,
                                             load_profile, profile_from_json_dict)
-from dspark_sim.cost.roofline import RooflineCost, RooflineParams
+from dspark_sim.cost.roofline import RooflineCost, RooflineParams, engine_cost_model
 from dspark_sim.cost.substitute import fill_host_terms
 from dspark_sim.cost.shapes import EXACT, SCALAR
 from dspark_sim.cost.terms import STEP_KINDS, DecodeShape
@@ -56,7 +56,7 @@ class ProfileCost:
     def __init__(self, profile: Profile, *, tp: int | None = None, comm_s: tuple[float, float] = (0.0, 0.0),
                  fallback: CostModel | None = None, warn: bool = True, factors: dict | None = None,
                  note: str = "", substitutes: dict[str, str] | None = None, decoder_host: bool = True,
-                 comm=None):
+                 comm=None, dp_ranks: int = 1):
         tp = profile.tp if tp is None else tp
         if tp < 1:
             raise ValueError(f"tp must be >= 1, got {tp}")
@@ -70,6 +70,7 @@ class ProfileCost:
             self._drafts = {k: _sharded(d, f, ("kv_s_per_token",)) for k, d in profile.draft.items()}
         self._comm0, self._comm1 = comm_s
         self._comm = comm
+        self.dp_ranks = dp_ranks  # attention-DP ranks: a step waits for the busiest one's attention and host
         # the decoder's host time (fixed under tp and projection); another engine brings its own
         self._host = profile.host if decoder_host else {}
         self._schedule = profile.schedule if decoder_host else None
@@ -128,9 +129,10 @@ class ProfileCost:
         total = 0.0
         tokens = work.verify_tokens + work.prefill_tokens
         if tokens:
+            ctx, longest = self._rank_context(work)
             over, linear, per_req, attn = self._target.parts(
-                work.decode_reqs, work.verify_tokens, work.prefill_tokens, work.decode_context_tokens,
-                work.prefill_attn_tokens2, work.prefill_reqs, SCALAR, work.decode_max_context)
+                work.decode_reqs, work.verify_tokens, work.prefill_tokens, ctx,
+                work.prefill_attn_tokens2, work.prefill_reqs, SCALAR, longest)
             total = over + linear + per_req + attn + self._comm_s(tokens)
         if work.draft is not None:
             total += self.draft_s(work.draft)
@@ -148,14 +150,15 @@ class ProfileCost:
             return 0.0
         fit = self._host.get(work.draft.kind if work.draft is not None and work.draft.block_size
                              else "none")
-        return fit.seconds(work.decode_reqs) if fit is not None else 0.0
+        return fit.seconds(busiest_rank(work.decode_reqs, self.dp_ranks)) if fit is not None else 0.0
 
     def sched_s(self, work: StepWork) -> float:
         """The serving loop's host time before a step (retire, admit, schedule): 0 for an
         empty step or without a measured term."""
         if self._schedule is None or not (work.verify_tokens or work.prefill_tokens):
             return 0.0
-        return self._schedule.seconds(work.running_reqs or work.decode_reqs + work.prefill_reqs)
+        return self._schedule.seconds(busiest_rank(work.running_reqs or work.decode_reqs + work.prefill_reqs,
+                                                   self.dp_ranks))
 
     def breakdown(self, work: StepWork) -> dict[str, float]:
         """Step seconds split into overhead, linear, per-request, attention, comms, draft, host
@@ -163,15 +166,24 @@ class ProfileCost:
         tokens = work.verify_tokens + work.prefill_tokens
         parts = dict.fromkeys(("overhead_s", "linear_s", "per_req_s", "attn_s", "comm_s"), 0.0)
         if tokens:
+            ctx, longest = self._rank_context(work)
             values = self._target.parts(work.decode_reqs, work.verify_tokens, work.prefill_tokens,
-                                        work.decode_context_tokens, work.prefill_attn_tokens2,
-                                        work.prefill_reqs, SCALAR, work.decode_max_context)
+                                        ctx, work.prefill_attn_tokens2, work.prefill_reqs, SCALAR, longest)
             parts.update(zip(("overhead_s", "linear_s", "per_req_s", "attn_s"), values))
             parts["comm_s"] = self._comm_s(tokens)
         parts["draft_s"] = self.draft_s(work.draft) if work.draft is not None else 0.0
         parts["host_s"] = self.host_s(work)
         parts["sched_s"] = self.sched_s(work)
         return parts
+
+    def _rank_context(self, work: StepWork) -> tuple:
+        """The decode context and longest context the attention prices: the step's own, or under
+        DP attention scaled to the busiest rank's share (:func:`~.parallel.rank_share`; the
+        profile's KV terms are already split evenly over the ranks)."""
+        if self.dp_ranks == 1:
+            return work.decode_context_tokens, work.decode_max_context
+        g = rank_share(work.decode_reqs, self.dp_ranks)
+        return work.decode_context_tokens * g, work.decode_max_context * g
 
     def draft_s(self, draft: DraftWork) -> float:
         """Seconds the drafter spends in one step."""
@@ -211,6 +223,9 @@ class ProfileCost:
         if isinstance(has, np.ndarray) and has.all():
             has = True  # every step has work
         dec, ctx, longest = works.decode_reqs, works.decode_context_tokens, works.decode_max_context
+        if self.dp_ranks > 1:  # the busiest rank's share, as the scalar path takes it (_rank_context)
+            g = rank_share(dec, self.dp_ranks) if isinstance(dec, np.ndarray) else rank_share(int(dec), self.dp_ranks)
+            ctx, longest = ctx * g, longest * g
         given = longest > 0
         if not (given.all() if isinstance(given, np.ndarray) else given):
             # the scalar path takes the mean context where the longest is not given (0)
@@ -306,32 +321,6 @@ def _sharded(fit, f: dict, kv_terms: tuple[str, ...]):
     return replace(out, **changes)
 
 
-def scenario_cost(scenario, *, warn: bool = True) -> CostModel:
-    """:func:`get_cost_model` for one replica of ``scenario``'s deployment, under its engine: the
-    decoder's own host time comes with its profile (warned about, ``warn``, when a host term its
-    method uses is a substitute, :mod:`.substitute`); another engine's host terms replace it
-    (:class:`~dspark_sim.cost.engine.EngineCost`)."""
-    dep, engine = scenario.deployment, scenario.engine
-    gpu = get_cost_model(scenario.gpu, scenario.model, file=scenario.file, warn=warn,
-                         parallel=dep.parallel, kv_dtype_bytes=dep.kv_dtype_bytes,
-                         routing=Routing(dep.routing_skew), time_scale=scenario.cost_scale,
-                         decoder_host=engine.is_decoder, comm_curves=dep.comm_curves)
-    if engine.is_decoder:
-        if warn and isinstance(gpu, ProfileCost):
-            spec = scenario.speculation
-            kind = spec.draft_kind if spec.method != "none" else None
-            for name in (f"host_{kind or 'none'}", "sched"):
-                if name in gpu.substitutes:
-                    warnings.warn(f"profile {gpu.profile.gpu}/{gpu.profile.model} has no measured {name} term: "
-                                  f"{gpu.substitutes[name]}", UserWarning, stacklevel=2)
-        return gpu
-    from dspark_sim.cost.engine import EngineCost
-
-    limit = engine.graph_max_batch(get_gpu(scenario.gpu), dep.tp, dep.max_running_requests)
-    return EngineCost(gpu, engine.terms, label=engine.label, graph_max_tokens=limit, overlap=engine.overlapped,
-                      multi_step=engine.multi_step)
-
-
 def _canonical(name: str, lookup) -> str:
     try:
         return lookup(name).name
@@ -349,7 +338,8 @@ def shipped_profile_path(gpu: str, model: str) -> Path | None:
 def get_cost_model(gpu: str, model: str, tp: int = 1, *, file=None, warn: bool = True,
                    profile: str | Path | None = None, parallel: Parallel | None = None,
                    kv_dtype_bytes: float = 2.0, routing: Routing = Routing(), time_scale: float = 1.0,
-                   decoder_host: bool = True, comm_curves: str | Path | None = None) -> CostModel:
+                   decoder_host: bool = True, comm_curves: str | Path | None = None,
+                   gpu_work=None) -> CostModel:
     """The cost model for ``model`` on one replica of ``tp`` GPUs of kind ``gpu``.
 
     The shipped ``profiles/<gpu>/<model>.json`` (or the ``profile`` file named,
@@ -364,6 +354,10 @@ def get_cost_model(gpu: str, model: str, tp: int = 1, *, file=None, warn: bool =
     the decoder's measured host time (another engine's host terms take its place).
     ``comm_curves`` (a ``dspark-profile comm`` file) prices the communication from measured
     collectives, over the profile's own curves and in place of the link model.
+    ``gpu_work`` (an :class:`~dspark_sim.engines.GpuWork`): the step runs a serving engine's
+    kernels: an MoE model without a profile measured whole (none, or one scaled from layer slices
+    of the decoder's kernels) is priced by this engines' MoE roofline
+    (:func:`~.roofline.engine_cost_model`).
     """
     par = parallel or Parallel(tp)
     spec, gpu_spec = get_model(model, file=file), get_gpu(gpu, file=file)
@@ -372,6 +366,11 @@ def get_cost_model(gpu: str, model: str, tp: int = 1, *, file=None, warn: bool =
     roofline = RooflineCost(spec, gpu_spec, params=params, parallel=par, routing=routing,
                             measured=measured_comm(spec, par, extra))
     path = Path(profile) if profile is not None else shipped_profile_path(gpu, model)
+    if gpu_work is not None:
+        engines = engine_cost_model(spec, gpu_spec, par, path, gpu_work, routing=routing,
+                                    kv_dtype_bytes=kv_dtype_bytes, measured=measured_comm(spec, par, extra))
+        if engines is not None:
+            return engines
     if path is None:
         if warn:
             warnings.warn(f"no measured profile for {gpu}/{model}: using the roofline with assumed "
@@ -409,9 +408,9 @@ def profile_cost(profile: Profile, spec, gpu_spec: GpuSpec, par: Parallel, roofl
         note += f"; {roofline.source.split('; ', 1)[1]}"
     return ProfileCost(profile, tp=par.tp, comm_s=roofline.comm_terms if par.tp > 1 else (0.0, 0.0),
                        fallback=roofline, warn=warn, factors=factors, note=note, substitutes=substitutes,
-                       decoder_host=decoder_host, comm=comm)
+                       decoder_host=decoder_host, comm=comm, dp_ranks=par.dp_ranks)
 
 
 __all__ = ["ProfileCost", "Profile", "TargetFit", "DraftFit", "HeldOut", "GpuRef", "Projection",
            "FORMAT_VERSION", "load_profile", "profile_from_json_dict", "check_grids",
-           "project_profile", "get_cost_model", "profile_cost", "scenario_cost", "shipped_profile_path"]
+           "project_profile", "get_cost_model", "profile_cost", "shipped_profile_path"]

@@ -24,7 +24,7 @@ import numpy as np
 from dspark_sim.cost.base import DraftWork, StepWork, StepWorks, breakdown_steps, each, per_step, pick
 from dspark_sim.cost.comm import CommParams, comm_terms, describe, provenance_term
 from dspark_sim.cost.moe import Routing, expected_experts, expert_flops, imbalance
-from dspark_sim.cost.parallel import Parallel
+from dspark_sim.cost.parallel import Parallel, rank_share
 
 # DSpark's drafter for Qwen3 targets is a 5-layer backbone at the target's width, for
 # DeepSeek-V4 three MoE layers (DSPARK.md section 1; ModelSpec.dspark_layers); chain
@@ -43,6 +43,14 @@ class RooflineParams:
     (the Markov loop and chain drafters pay it per position).
     allreduce_latency_s: latency of one tensor-parallel all-reduce.
     dtype_bytes: bytes of one KV-cache element (2: bf16, 1: fp8).
+    layer_s: the least time one layer of a forward takes whatever its work (its kernels' launch
+    and execution floors in a CUDA graph, a small batch's latency): added a layer a forward,
+    the target's and each drafter forward's. first_token_s: the latency a request's first token
+    takes beyond the steps that compute it, the same for requests taken in together (it is no
+    step's time: the simulator delays each request's intake by it, engine/simulator.py).
+    moe_bw_eff: the share of bandwidth the expert GEMMs reach reading their weights (None:
+    ``bw_eff``). The three are 0 / None in the plain roofline; the engines' MoE roofline fits
+    them (:func:`engine_roofline_params`).
     """
 
     bw_eff: float = 0.80
@@ -52,12 +60,18 @@ class RooflineParams:
     kernel_launch_s: float = 8e-6
     allreduce_latency_s: float = 12e-6
     dtype_bytes: float = 2.0
+    layer_s: float = 0.0
+    first_token_s: float = 0.0
+    moe_bw_eff: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("bw_eff", "flops_eff", "attn_flops_eff"):
+        for name in ("bw_eff", "flops_eff", "attn_flops_eff") + (("moe_bw_eff",) if self.moe_bw_eff else ()):
             value = getattr(self, name)
             if not 0.0 < value <= 1.0:
                 raise ValueError(f"RooflineParams.{name}={value} must lie in (0, 1]")
+        for name, most in (("layer_s", 0.1), ("first_token_s", 10.0)):
+            if not 0.0 <= getattr(self, name) < most:
+                raise ValueError(f"RooflineParams.{name}={getattr(self, name)} must lie in [0, {most:g}) s")
 
 
 class RooflineCost:
@@ -66,14 +80,15 @@ class RooflineCost:
 
     def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int = 1, params: RooflineParams | None = None,
                  *, parallel: Parallel | None = None, routing: Routing = Routing(),
-                 comm: CommParams | None = None, measured=None):
+                 comm: CommParams | None = None, measured=None, label: str | None = None):
         par = parallel or Parallel(tp)
         self.model, self.gpu, self.tp, self.parallel, self.routing = model, gpu, par.tp, par, routing
+        self.label = label
         self.params = p = params or RooflineParams()
         self.comm_params = comm = comm or CommParams(allreduce_latency_s=p.allreduce_latency_s)
         self.format = fmt = served_format(model.weight_format, gpu.fp4)
         self.name = f"roofline:{gpu.name}/{model.name}/tp{par.tp}" + _suffix(par)
-        self.source = f"roofline with assumed efficiencies (no measured profile), {fmt.name} weights" \
+        self.source = (label or "roofline with assumed efficiencies (no measured profile)") + f", {fmt.name} weights" \
             + (f"; communication: {describe(comm)}" if par.tp > 1 and measured is None else "") \
             + (f"; {measured.source}" if measured is not None else "")
         self._measured = measured  # measured collectives (comm_curves.MeasuredComm) in place of the link model
@@ -92,11 +107,17 @@ class RooflineCost:
         self._head_bytes = model.vocab_size * model.hidden_size * fmt.embed_bytes / par.tp
         self._head_flops_tok = 2.0 * model.vocab_size * model.hidden_size
         self._layer = _DraftLayers(self)
+        # the engines' MoE roofline (engine_roofline_params): layer floors, the expert GEMMs' bandwidth
+        self._overhead_s = p.step_overhead_s + model.num_layers * p.layer_s
+        self.first_token_s = p.first_token_s
+        self._moe_bw = gpu.hbm_bytes_per_s * p.moe_bw_eff if p.moe_bw_eff and model.is_moe else None
+        self._dense_read = self.weight_read_bytes(0) if self._moe_bw is not None else 0.0
 
     # -- public -------------------------------------------------------------
     def provenance(self) -> dict:
         """The ``cost_model`` block of a run's provenance: every term a roofline estimate."""
-        how = {"kind": "roofline", "detail": "spec-sheet roofline with assumed efficiencies, not measured"}
+        how = {"kind": "roofline", "detail": self.label or "spec-sheet roofline with assumed efficiencies, "
+               "not measured"}
         terms = {name: how for name in ("target", "draft_block", "draft_chain", "host_none", "host_block",
                                         "host_chain", "sched")}
         if self.tp > 1:
@@ -113,11 +134,12 @@ class RooflineCost:
     def breakdown(self, work: StepWork) -> dict[str, float]:
         """Step seconds split into overhead, linear, attention, comms and draft."""
         tokens = work.verify_tokens + work.prefill_tokens
-        return {"overhead_s": self.params.step_overhead_s if tokens else 0.0,
-                "linear_s": self._linear_s(tokens) if tokens else 0.0,
-                "attn_s": self._attn_s(work),
-                "comm_s": self._comm_s(tokens) if tokens else 0.0,
-                "draft_s": self.draft_s(work.draft) if work.draft else 0.0}
+        parts = {"overhead_s": self._overhead_s if tokens else 0.0,
+                 "linear_s": self._linear_s(tokens) if tokens else 0.0,
+                 "attn_s": self._attn_s(work),
+                 "comm_s": self._comm_s(tokens) if tokens else 0.0,
+                 "draft_s": self.draft_s(work.draft) if work.draft else 0.0}
+        return parts
 
     def _comm_s(self, tokens: float) -> float:
         return self._measured.seconds(tokens) if self._measured is not None else self._comm0 + self._comm1 * tokens
@@ -135,7 +157,7 @@ class RooflineCost:
         dec = works.decode_reqs
         decode_s = pick(dec > 0, self._decode_attn_s(np.maximum(dec, 1), works.verify_tokens,
                                                      works.decode_context_tokens, np.maximum), 0.0)
-        parts = {"overhead_s": pick(has, self.params.step_overhead_s),
+        parts = {"overhead_s": pick(has, self._overhead_s),
                  "linear_s": pick(has, each(self._linear_s, tokens)),
                  "attn_s": decode_s + self._prefill_attn(works) / self._attn_flops,
                  "comm_s": pick(has, each(self._comm_s, tokens)),
@@ -175,7 +197,11 @@ class RooflineCost:
 
     def _linear_s(self, tokens: int) -> float:
         flops = tokens * (self._other_flops_tok + self._expert_flops_tok * self._imbalance)
-        return max(self.weight_read_bytes(tokens) / self._bw, flops / self._flops)
+        read = self.weight_read_bytes(tokens)
+        if self._moe_bw is None:
+            return max(read / self._bw, flops / self._flops)
+        routed = read - self._dense_read  # the routed experts' weights, at the expert GEMMs' share
+        return max(self._dense_read / self._bw + routed / self._moe_bw, flops / self._flops)
 
     def _attn_s(self, work: StepWork) -> float:
         m, kv_b = self.model, self.params.dtype_bytes
@@ -186,18 +212,21 @@ class RooflineCost:
                 mean = ctx / reqs
                 kv_bytes = m.v4.decode_bytes(reqs, work.verify_tokens, mean, kv_b)
                 flops = work.verify_tokens * m.v4.attn_flops_per_query(mean)
-                decode_s = max(kv_bytes * self._kv_share / self._bw, flops / self._attn_flops)
+                decode_s = max(kv_bytes * self._kv_share / self._bw, flops / self._attn_flops) \
+                    * rank_share(reqs, self.parallel.dp_ranks)  # DP attention: the busiest rank
             else:
                 decode_s = self._decode_attn_s(reqs, work.verify_tokens, ctx)
         return decode_s + self._prefill_attn(work) / self._attn_flops
 
     def _decode_attn_s(self, reqs, verify, ctx, mx=max):
         """The decode attention's seconds (all but DeepSeek-V4): numbers, or arrays with ``mx``
-        ``np.maximum``, by the same operations."""
+        ``np.maximum``, by the same operations; under DP attention the step waits for the busiest
+        rank's requests."""
         m = self.model
         kv_bytes = ctx * m.kv_bytes_per_token(self.params.dtype_bytes)
         flops = ctx * verify / reqs * m.attn_flops_per_token_per_ctx()
-        return mx(kv_bytes * self._kv_share / self._bw, flops / self._attn_flops)
+        return mx(kv_bytes * self._kv_share / self._bw, flops / self._attn_flops) \
+            * rank_share(reqs, self.parallel.dp_ranks)
 
     def _prefill_attn(self, work):
         """The prefill chunks' attention FLOPs (numbers or arrays)."""
@@ -226,13 +255,50 @@ class RooflineCost:
         markov_bytes = positions * m.vocab_size * 4.0 * 2
         markov_s = mx(markov_bytes / self._bw, markov_flops / self._flops)
         launches_s = d.block_size * 2 * self.params.kernel_launch_s
-        return backbone_s + markov_s + launches_s
+        return backbone_s + markov_s + launches_s + m.dspark_layers * self.params.layer_s
 
     def _chain_draft_s(self, d: DraftWork, mx=max) -> float:
         moe = self.model.mtp_layers > 0  # the model's own MTP module is one of its MoE layers
         per_token_s = self._forward_s(self._layer.bytes(d.num_reqs, moe), CHAIN_DRAFTER_LAYERS, d.num_reqs,
                                       self._layer.kv_bytes(d), self._layer.flops(moe), mx)
-        return d.block_size * (per_token_s + 4 * self.params.kernel_launch_s)
+        return d.block_size * (per_token_s + 4 * self.params.kernel_launch_s + self.params.layer_s)
+
+
+def attention_kind(model: ModelSpec) -> str:
+    """The family a model's layers belong to for their kernels' floors: ``v4`` (DeepSeek-V4's
+    compressed attention), ``mla`` (DeepSeek-V3's latent attention) or ``gqa``."""
+    return "v4" if model.v4 is not None else "mla" if model.is_mla else "gqa"
+
+
+def engine_roofline_params(model: ModelSpec, fitted, dtype_bytes: float = 2.0) -> RooflineParams | None:
+    """The engines' MoE roofline for ``model`` from ``fitted`` (an :class:`~dspark_sim.engines.GpuWork`:
+    ``layer_s`` and ``first_token_s`` by :func:`attention_kind`, ``moe_bw_eff``); None when the fit
+    has no floor for the model's kind."""
+    layer = dict(fitted.layer_s).get(attention_kind(model))
+    if layer is None:
+        return None
+    return RooflineParams(dtype_bytes=dtype_bytes, layer_s=layer,
+                          first_token_s=dict(fitted.first_token_s).get(attention_kind(model), 0.0),
+                          moe_bw_eff=fitted.moe_bw_eff)
+
+
+def engine_cost_model(spec: ModelSpec, gpu_spec: GpuSpec, par: Parallel, path, fitted,
+                      **kwargs) -> RooflineCost | None:
+    """The engines' MoE roofline (:func:`~.roofline.engine_roofline_params`, fitted by
+    ``benchmarks/external.py calibrate``) for an MoE model whose shipped profile, if any, was
+    scaled from layer slices of the decoder's kernels (not what an engine runs); None otherwise."""
+    from dspark_sim.cost.profile_format import load_profile
+
+    if not spec.is_moe or fitted is None:
+        return None
+    if path is not None and not load_profile(path).provenance.get("scaled_from_slices"):
+        return None  # measured whole: the profile prices it
+    params = engine_roofline_params(spec, fitted, kwargs.pop("kv_dtype_bytes", 2.0))
+    if params is None:
+        return None
+    label = (f"the engines' MoE roofline (layer floors and expert bandwidth fitted on {len(fitted.fitted_from)} "
+             "published SGLang runs by benchmarks/external.py calibrate; no profile of the engines' kernels)")
+    return RooflineCost(spec, gpu_spec, params=params, parallel=par, label=label, **kwargs)
 
 
 class _DraftLayers:

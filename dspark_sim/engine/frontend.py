@@ -10,9 +10,12 @@ intake of the requests that came before they were ready, and behind the steps be
 to reach the client.
 
 The model: one server per replica (a deployment's front ends pooled: service times divided by
-its replicas) serving, first come first served, a request's intake (``intake_s``, from its
-arrival) and each step's streamed messages (``stream_s`` each, from the step's end); at equal
-times a step's messages go first, then steps by replica. A request reaches the scheduler when
+its replicas, and by the front-end processes each replica runs, ``processes``) serving, first
+come first served, a request's intake (``intake_s``, from its arrival) and each step's streamed
+messages (``stream_s`` each, from the step's end); at equal times a step's messages go first,
+then steps by replica. An engine that takes requests in off its streaming loop (``shared``
+False: vLLM tokenizes on its renderer's worker thread) runs the intake on a server of its own,
+first come first served among requests, beside the streaming rather than queued with it. A request reaches the scheduler when
 its intake ends (:meth:`FrontEnd.take_in`); a step's tokens reach the client when its messages
 are done (:meth:`FrontEnd.delivered`), never before the step ends.
 
@@ -37,10 +40,13 @@ from dspark_sim.metrics.collector import Growing
 class FrontEnd:
     """The front-end server a replica's requests and tokens pass (see the module docstring)."""
 
-    def __init__(self, intake_s: float, stream_s: float, replicas: int = 1):
-        self.intake_s = intake_s / replicas
-        self.stream_s = stream_s / replicas
+    def __init__(self, intake_s: float, stream_s: float, replicas: int = 1, *, processes: int = 1,
+                 shared: bool = True):
+        self.intake_s = intake_s / (replicas * processes)
+        self.stream_s = stream_s / (replicas * processes)
+        self.shared = shared
         self.free_s = 0.0  # when the work worked out so far ends
+        self.intake_free_s = 0.0  # when the intake server is free (not shared)
         self.settled_s = -math.inf  # every step ending by then has its delivery
         self._pending: list[tuple[np.ndarray, np.ndarray, int]] = []  # (step ends, messages, replica)
         self._next_end_s = math.inf  # the earliest step end pending
@@ -62,6 +68,9 @@ class FrontEnd:
         """When a request that reached the front end at ``arrival_s`` (requests come in arrival
         order) reaches the scheduler: after the steps that ended by then have streamed."""
         self.settle(arrival_s)
+        if not self.shared:  # its own server, beside the streaming
+            self.intake_free_s = max(arrival_s, self.intake_free_s) + self.intake_s
+            return self.intake_free_s
         self.free_s = max(arrival_s, self.free_s) + self.intake_s
         return self.free_s
 
@@ -69,7 +78,7 @@ class FrontEnd:
         """Work out the deliveries of the steps that end by ``until_s`` (no request arrives
         before it that has not been taken in)."""
         self.settled_s = max(self.settled_s, until_s)
-        if until_s < self._next_end_s:  # no step ends by then
+        if until_s < self._next_end_s or not self._pending:  # no step ends by then
             return
         pending, self._pending = self._pending, []
         parts = []

@@ -15,6 +15,7 @@ from dspark_sim.catalog import get_gpu, get_model
 from dspark_sim.config import located
 from dspark_sim.cost import scenario_cost
 from dspark_sim.engine.admission import Admission
+from dspark_sim.engine.client import ClosedLoop
 from dspark_sim.engine.frontend import FrontEnd
 from dspark_sim.engine.kv import kv_capacity_tokens, kv_request_tokens
 from dspark_sim.engine.prefix import PrefixCache
@@ -52,6 +53,7 @@ class SimContext:
     kv_reserve: object = None  # KV the engine reserves at admission for output to come (engines.KvReserve)
     multi_step: int = 1  # decode steps run per schedule (engines.Engine.multi_step)
     next_arrival_s: float = math.inf  # when the next request arrives (the stretches stop there)
+    intake_latency_s: float = 0.0  # a latency every request's intake takes, shared rather than queued
 
     def make_policy(self):
         spec = self.scenario.speculation
@@ -105,19 +107,23 @@ def build_context(scenario: Scenario, collector: Collector) -> SimContext:
                      prefix_block_tokens=block if dep.prefix_cache and
                      scenario.workload.hash_block_tokens % block == 0 else 0,
                      max_running=min(dep.max_running_requests, cap) if cap is not None else 0,
-                     frontend=front_end(engine.terms, dep.replicas),
-                     overlap=engine.overlapped, kv_reserve=engine.kv_reserve,
+                     frontend=front_end(engine, dep),
+                     overlap=engine.overlapped, kv_reserve=engine.kv_reserve_for(dep.dp_attention),
                      multi_step=engine.multi_step,
                      admission=Admission.of(model.max_context, kv, per_request, spec))
     if spec.method == "dspark":
         ctx.sps = scheduler_sps(scenario, cost)
+    # the engines' MoE roofline: the first token's latency beyond its steps (cost/roofline.py)
+    ctx.intake_latency_s = getattr(cost, "first_token_s", 0.0)
     return ctx
 
 
-def front_end(terms, replicas: int) -> FrontEnd | None:
+def front_end(engine, dep) -> FrontEnd | None:
     """The engine's front-end process, or None where its host terms give it no time (the
     decoder: its tokens reach the client when their step ends)."""
-    frontend = FrontEnd(terms.frontend_s, terms.stream_s, replicas)
+    shared, processes = engine.front_end_layout(dep.parallel.dp_ranks)
+    frontend = FrontEnd(engine.terms.frontend_s, engine.terms.stream_s, dep.replicas, processes=processes,
+                        shared=shared)
     return frontend if frontend.active else None
 
 
@@ -166,7 +172,12 @@ def simulate(scenario: Scenario, out_dir: Path | None = None, progress=None, *,
         router = make_router(scenario.deployment.router, replicas)
         chunks = scenario.workload.requests(scenario.seed)
         counter = {"arrived": 0}
-        env.process(_arrivals(env, chunks, ctx, router, np.random.default_rng(seeds[0]), counter, progress))
+        client = None
+        if scenario.workload.max_concurrency is not None:  # a client with at most this many requests in flight
+            client = ClosedLoop(env, scenario.workload.max_concurrency)
+            collector.on_done = client.done
+        env.process(_arrivals(env, chunks, ctx, router, np.random.default_rng(seeds[0]), counter, progress,
+                              client))
         with located(scenario.file, None):  # the workload's own errors name the scenario file
             env.run()
     finally:
@@ -243,8 +254,11 @@ def prefix_counters(ctx: SimContext, replicas) -> dict:
     return out
 
 
-def _arrivals(env: simpy.Environment, chunks: Iterator, ctx: SimContext, router, rng, counter, progress):
-    """Release requests at their arrival times, each with a domain and a difficulty."""
+def _arrivals(env: simpy.Environment, chunks: Iterator, ctx: SimContext, router, rng, counter, progress,
+              client: ClosedLoop | None = None):
+    """Release requests at their arrival times, each with a domain and a difficulty; a ``client``
+    with as many requests in flight as it keeps holds the next back until one is done
+    (:mod:`dspark_sim.engine.client`)."""
     names, weights = zip(*ctx.scenario.workload.domain_mix)
     domain_ids = np.array([DOMAINS.index(n) for n in names], dtype=np.int8)
     cum = np.cumsum(weights)
@@ -266,12 +280,18 @@ def _arrivals(env: simpy.Environment, chunks: Iterator, ctx: SimContext, router,
         ctx.saw_prefixes = ctx.saw_prefixes or any(hash_ids)
         for i in range(n):
             enter = arrival[i]
+            if client is not None:
+                while client.full:  # any step's end may free a slot: no stretch of steps passes now
+                    ctx.next_arrival_s = env.now
+                    yield client.freed()
+                enter = arrival[i] = client.sent(enter)
             if frontend is not None:
                 ctx.next_arrival_s = enter  # it reaches the front end
                 if enter > env.now:
                     yield env.timeout(enter - env.now)
                 enter = frontend.take_in(enter)  # first come first served from its arrival
                 ctx.collector.front_end_settled(arrival[i])
+            enter += ctx.intake_latency_s  # every request's alike, none waiting for another's
             ctx.next_arrival_s = enter  # when it reaches the replica
             delay = enter - env.now
             if delay > 0:

@@ -134,6 +134,7 @@ class Collector:
         self.order = InOrder(replicas, clock) if replicas > 1 else None
         self.replicas, self.clock = replicas, clock
         self.front_end = None  # the engine's front end, delivering tokens to the client (None: at step end)
+        self.on_done: Callable[[int], None] | None = None  # told how many requests finished or were rejected
 
     @property
     def requests(self) -> Growing:
@@ -175,6 +176,8 @@ class Collector:
         the record (in time order with the other replicas' rows)."""
         self.rejected += 1
         self.rejected_by[reason] = self.rejected_by.get(reason, 0) + 1
+        if self.on_done is not None:
+            self.on_done(1)
         if self.record is not None:
             self._at(request["arrival_s"], replica, self._reject, request, reason)
 
@@ -277,6 +280,8 @@ class Collector:
     def on_finish(self, rows: dict[str, np.ndarray], now: float | np.ndarray, replica: int = 0) -> None:
         """Requests (columns of :class:`~dspark_sim.engine.batch.Table`) that finished at ``now``
         (one time, or each request's, in the order of their times)."""
+        if self.on_done is not None:
+            self.on_done(int(rows["rid"].size))
         if self.order is None or not isinstance(now, np.ndarray):
             self._at(now if self.order is None else float(now), replica, self._finish, rows, now, replica)
             return

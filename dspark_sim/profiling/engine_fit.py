@@ -38,7 +38,7 @@ FITTED_TERMS = ("step_host_s", "step_host_s_per_req", "stream_s", "frontend_s")
 TERM_UNIT_S = {"step_host_s": 1e-3, "step_host_s_per_req": 1e-5, "stream_s": 1e-5, "frontend_s": 1e-3}
 MAX_TERM_S = {"step_host_s": MAX_HOST_S, "step_host_s_per_req": MAX_HOST_S, "stream_s": MAX_HOST_S,
               "frontend_s": 10.0}
-FITTED_METRICS = ("median_ttft_ms", "median_tpot_ms", "output_throughput")
+FITTED_METRICS = ("median_ttft_ms", "median_tpot_ms", "mean_ttft_ms", "mean_tpot_ms", "output_throughput")
 MAX_FIT_STEPS = 25  # trust-region steps, at most (each replays the runs, and len(terms) more for the Jacobian)
 # the terms whose start is also tried at these multiples of their unit (see _best_start)
 START_TERMS, START_UNITS = ("step_host_s_per_req", "stream_s", "frontend_s"), (10, 30)
@@ -95,6 +95,8 @@ def replay(scenario: Scenario) -> dict:
     dec = result.collector.steps["decode_reqs"].astype(float)
     return {"token_batch": float((dec * dec).sum() / dec.sum()) if dec.sum() else 0.0,  # an output token's batch
             "median_ttft_ms": s["median_ttft_ms"], "median_tpot_ms": s["median_tpot_ms"],
+            "mean_ttft_ms": s["mean_ttft_ms"], "mean_tpot_ms": s["mean_tpot_ms"],
+            "mean_accept_length": s["mean_accept_length"],
             "output_throughput": s["output_throughput"], "num_rejected": s["rejected"],
             "mean_decode_batch_size": s["mean_decode_batch_size"]}
 

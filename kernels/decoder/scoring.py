@@ -5,8 +5,9 @@ requests' work, then one token a step over the paged cache. A check that compare
 tokens with one eager forward of the whole sequence (:func:`whole`) meets bf16 rounding: the
 two computations add in other orders, and two logits within that rounding can swap places.
 To say how far valid computations of the same logits disagree, the same positions can also be
-computed as a server steps a request alone (:func:`chunked`) or in one forward with other
-sequences (:func:`packed`): the same kernels, other shapes and reduction orders.
+computed as a server steps a request alone (:func:`chunked`), in one forward with other
+sequences (:func:`packed`), or stepped together with them as mixed batching does
+(:func:`interleaved`): the same kernels, other shapes and reduction orders.
 """
 from __future__ import annotations
 
@@ -29,6 +30,31 @@ def chunked(n: int, prompt: int, chunk: int) -> list[list[Span]]:
     ``chunk``, then the rest one token a forward (decode steps)."""
     chunks = [[(0, a, min(a + chunk, prompt))] for a in range(0, prompt, chunk)]
     return chunks + [[(0, p, p + 1)] for p in range(prompt, n)]
+
+
+def interleaved(lengths: list[int], prompts: list[int], budget: int, prefill_first: bool = False) -> list[list[Span]]:
+    """Every sequence as a server steps them together: each forward holds one token of every
+    sequence past its prompt (a decode row) and prompt chunks in order, filling ``budget``
+    tokens in all (mixed batching); ``prefill_first``: a forward with prompt chunks to run holds
+    only those, the decode rows waiting. A sequence's first generated token follows its last
+    prompt chunk."""
+    done, steps = [0] * len(lengths), []
+    while any(d < n for d, n in zip(done, lengths)):
+        waiting = any(d < p for d, p in zip(done, prompts))
+        step = [] if prefill_first and waiting else \
+            [(i, d, d + 1) for i, (d, n, p) in enumerate(zip(done, lengths, prompts)) if p <= d < n]
+        room = budget - len(step)
+        for i, (d, p) in enumerate(zip(done, prompts)):
+            if d < p and room > 0:
+                take = min(p - d, room)
+                step.append((i, d, d + take))
+                room -= take
+        if not step:
+            raise ValueError("a budget of no tokens schedules nothing")
+        for i, a, b in step:
+            done[i] = b
+        steps.append(step)
+    return steps
 
 
 def packed(lengths: list[int]) -> list[list[Span]]:

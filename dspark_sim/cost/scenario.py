@@ -1,0 +1,39 @@
+"""The cost model of one replica of a scenario: the GPU's work (profile or roofline) under its engine."""
+from __future__ import annotations
+
+import warnings
+
+from dspark_sim.catalog import get_gpu
+from dspark_sim.cost.base import CostModel
+from dspark_sim.cost.engine import EngineCost
+from dspark_sim.cost.moe import Routing
+from dspark_sim.cost.profile import ProfileCost, get_cost_model
+
+
+def scenario_cost(scenario, *, warn: bool = True) -> CostModel:
+    """:func:`~dspark_sim.cost.profile.get_cost_model` for one replica of ``scenario``'s deployment,
+    under its engine: the decoder's own host time comes with its profile (warned about, ``warn``,
+    when a host term its method uses is a substitute, :mod:`.substitute`); another engine's host
+    terms replace it (:class:`~dspark_sim.cost.engine.EngineCost`)."""
+    dep, engine = scenario.deployment, scenario.engine
+    gpu = get_cost_model(scenario.gpu, scenario.model, file=scenario.file, warn=warn,
+                         parallel=dep.parallel, kv_dtype_bytes=dep.kv_dtype_bytes,
+                         routing=Routing(dep.routing_skew), time_scale=scenario.cost_scale,
+                         decoder_host=engine.is_decoder, comm_curves=dep.comm_curves,
+                         gpu_work=engine.gpu_work)
+    if engine.is_decoder:
+        if warn and isinstance(gpu, ProfileCost):
+            spec = scenario.speculation
+            kind = spec.draft_kind if spec.method != "none" else None
+            for name in (f"host_{kind or 'none'}", "sched"):
+                if name in gpu.substitutes:
+                    warnings.warn(f"profile {gpu.profile.gpu}/{gpu.profile.model} has no measured {name} term: "
+                                  f"{gpu.substitutes[name]}", UserWarning, stacklevel=2)
+        return gpu
+    par = dep.parallel
+    limit = engine.graph_max_batch(get_gpu(scenario.gpu), dep.tp, dep.max_running_requests, par.dp_ranks)
+    return EngineCost(gpu, engine.terms, label=engine.label, graph_max_tokens=limit, overlap=engine.overlapped,
+                      multi_step=engine.multi_step, dp_ranks=par.dp_ranks)
+
+
+__all__ = ["scenario_cost"]

@@ -1,0 +1,122 @@
+"""Fit the engines' MoE roofline (:class:`~dspark_sim.engines.GpuWork`) on published engine runs.
+
+The roofline prices an MoE step by what it reads and computes; an engine's step of a few
+requests takes longer, bound by its kernels' floors (a layer's dozen kernels each take a few
+microseconds however little they do), and a request's first token comes later than its
+prefill's work: a latency its neighbours share rather than queue behind (a run of 16 requests at
+once sees about the TTFT a lone request does). Three kinds of term carry that, each fitted on the
+runs it shows in:
+
+* ``layer_s`` by attention kind (``gqa``, ``mla``, ``v4``): the least time a layer of a forward
+  takes, fitted on the TPOT of the runs of that kind at a concurrency of at most ``SMALL``;
+* ``first_token_s`` by attention kind: the first token's latency beyond its steps, fitted on the
+  TTFT of the runs of that kind at a concurrency of at most ``SMALL`` (where it is most of it);
+* ``moe_bw_eff``: the share of HBM bandwidth the expert GEMMs reach, fitted on the TPOT of the
+  runs without speculation above ``SMALL`` and up to ``LARGE`` (beyond it a run's batch is the
+  engine's cap and its queue sets its TTFT; with speculation the accept length, not published
+  for DeepSeek-V4's MTP, confounds the step's time: those runs are checked, not fitted on).
+
+Each term in turn (coordinate descent, ``ROUNDS`` rounds) minimises the squared log errors of
+its runs, every candidate replayed in full by the simulator (bounded Brent search on the
+term); deterministic. The runs are the caller's (``benchmarks/external.py calibrate`` passes its
+'calibrate' cases); nothing here reads a check case.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+
+from dspark_sim.catalog import get_model
+from dspark_sim.cost.roofline import attention_kind
+from dspark_sim.engines import GpuWork
+from dspark_sim.profiling.engine_fit import replay
+from dspark_sim.scenario import Scenario
+
+SMALL = 16  # concurrency at which a run's steps are few requests' (floors, not bandwidth)
+LARGE = 256  # above it a run's steps are as wide as the engine's cap and its queue sets TTFT: not fitted
+ROUNDS = 2
+KINDS = ("gqa", "mla", "v4")
+BOUNDS = {"layer_s": (0.0, 400e-6), "first_token_s": (0.0, 1.0), "moe_bw_eff": (0.15, 1.0)}
+XATOL = {"layer_s": 1e-6, "first_token_s": 2e-3, "moe_bw_eff": 0.01}
+
+
+def with_gpu_work(scenario: Scenario, work: GpuWork) -> Scenario:
+    """``scenario`` under the same engine with another engines' MoE roofline."""
+    return replace(scenario, engine=replace(scenario.engine, gpu_work=work))
+
+
+def _set(work: GpuWork, term: str, value: float) -> GpuWork:
+    name, _, kind = term.partition(":")
+    if kind:  # a term by attention kind
+        by_kind = dict(getattr(work, name))
+        by_kind[kind] = value
+        return replace(work, **{name: tuple(sorted(by_kind.items()))})
+    return replace(work, **{term: value})
+
+
+def _get(work: GpuWork, term: str) -> float:
+    name, _, kind = term.partition(":")
+    if kind:
+        return dict(getattr(work, name)).get(kind, 0.0)
+    return getattr(work, term) or 1.0
+
+
+def groups(scenarios: list[Scenario], measured: list[dict]) -> dict[str, list[tuple[int, str]]]:
+    """Which run's which metric each term is fitted on (see the module docstring)."""
+    out: dict[str, list[tuple[int, str]]] = {}
+    for i, (scenario, m) in enumerate(zip(scenarios, measured)):
+        concurrency = scenario.workload.max_concurrency or math.inf
+        small = concurrency <= SMALL
+        if concurrency > LARGE:
+            continue
+        kind = attention_kind(get_model(scenario.model))
+        tpot = next((k for k in ("median_tpot_ms", "mean_tpot_ms") if m.get(k)), None)
+        ttft = next((k for k in ("median_ttft_ms", "mean_ttft_ms") if m.get(k)), None)
+        if small:
+            out.setdefault(f"layer_s:{kind}", []).extend([(i, tpot)] if tpot else [])
+            out.setdefault(f"first_token_s:{kind}", []).extend([(i, ttft)] if ttft else [])
+        elif scenario.speculation.method == "none" and tpot:  # no acceptance to confound the step's time
+            out.setdefault("moe_bw_eff", []).append((i, tpot))
+    return {term: pairs for term, pairs in out.items() if pairs}
+
+
+def fit_gpu_work(scenarios: list[Scenario], measured: list[dict], start: GpuWork, progress=None) -> GpuWork:
+    """``start`` with each term fitted on its runs (see the module docstring); ``fitted_from``
+    names the scenarios."""
+    from scipy.optimize import minimize_scalar
+
+    work = replace(start, fitted_from=tuple(s.name for s in scenarios))
+    plan = groups(scenarios, measured)
+
+    def cost(candidate: GpuWork, pairs) -> float:
+        total, sims = 0.0, {}
+        for i, key in pairs:
+            if i not in sims:
+                sims[i] = replay(with_gpu_work(scenarios[i], candidate))
+            total += math.log(max(sims[i][key], 1e-12) / measured[i][key]) ** 2
+        if progress is not None:
+            progress(candidate)
+        return total
+
+    for _ in range(ROUNDS):
+        for term, pairs in plan.items():
+            lo, hi = BOUNDS[term.split(":")[0]]
+            fit = minimize_scalar(lambda v: cost(_set(work, term, float(v)), pairs), bounds=(lo, hi),
+                                  method="bounded", options={"xatol": XATOL[term.split(":")[0]], "maxiter": 25})
+            best = float(fit.x) if fit.fun <= cost(work, pairs) else _get(work, term)
+            work = _set(work, term, best)
+    return work
+
+
+def errors(scenarios: list[Scenario], measured: list[dict], work: GpuWork) -> list[dict]:
+    """Each run's log error of each metric it measured, replayed with ``work``."""
+    out = []
+    for scenario, m in zip(scenarios, measured):
+        sim = replay(with_gpu_work(scenario, work))
+        out.append({k: float(np.log(max(sim[k], 1e-12) / v)) for k, v in m.items() if k in sim and v})
+    return out
+
+
+__all__ = ["BOUNDS", "KINDS", "LARGE", "SMALL", "errors", "fit_gpu_work", "groups", "with_gpu_work"]
