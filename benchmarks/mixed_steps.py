@@ -34,6 +34,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 from outputs import code_commit, write_result
 
 HERE = Path(__file__).resolve().parent
@@ -51,8 +52,6 @@ TINY = dict(reqs=(0, 3), chunks=(8,), cached=(0, 16), mean=20, max_context=48)
 def contexts(reqs: int, mean: int = CONTEXT_MEAN, hi: int = CONTEXT_MAX) -> list[int]:
     """The decode requests' contexts: ``Stepper.verify_spread``'s draw for ``reqs`` requests
     of one verify token each (no speculation)."""
-    import numpy as np
-
     rng = np.random.default_rng(reqs * 1000 + reqs)
     draw = rng.lognormal(np.log(mean) - CONTEXT_SIGMA ** 2 / 2, CONTEXT_SIGMA, reqs)
     return [int(x) for x in np.clip(np.round(draw), min(CONTEXT_MIN, hi), hi)]
@@ -183,8 +182,6 @@ def header(args) -> dict:
 
 
 def run(args) -> dict:
-    import numpy as np
-
     from dspark_sim.kernels.profiler.provenance import sm_clocks
 
     out = {"provenance": header(args), "points": [], "failed": []}
@@ -275,6 +272,39 @@ def table(data: dict) -> list[str]:
     return lines
 
 
+def block_text(probe: Path, profile: Path) -> str:
+    """docs/profiles.md's block: the probe's mixed steps priced by the shipped profile without
+    and with its mixed-step term, and the term's error with each level held out whole."""
+    from dataclasses import replace
+
+    from dspark_sim.cost.profile import load_profile
+    from dspark_sim.profiling.mixed import held_out_levels, interactions
+
+    data, fit = json.loads(probe.read_text()), load_profile(profile).target
+    p, k = data["provenance"], fit.mixed_s_per_row_tile
+    rows = interactions(replace(fit, mixed_s_per_row_tile=0.0), data["points"])
+    head = (f"Measured {p['date']} on {p['gpu']} ({p['gpu_uuid']}; driver {p['driver']}, torch {p['torch']}, triton "
+            f"{p['triton']}; tree {p.get('tree') or p.get('decoder_commit')}); {p['model']}, {p['weights']} weights, "
+            f"no speculation; decode contexts {p['contexts']}; device time with the host's launch hidden, median of "
+            f"{p['reps']}. Made by `python benchmarks/mixed_steps.py --run` (the command in its docstring); the "
+            f"term fitted on these points only by `python benchmarks/fit_profiles.py` "
+            f"(`mixed_s_per_row_tile` = {k * 1e9:.1f} ns per decode row and query tile of {fit.prefill_tile:g} tokens).")
+    lines = ["| R | chunk | cached | measured ms | interaction ms | priced without | with the term |",
+             "|---|---|---|---|---|---|---|"]
+    for i in np.argsort(rows["reqs"] * 1e9 + rows["chunk"] * 1e4 + rows["cached"], kind="stable"):
+        step, base = rows["step_s"][i], rows["base_s"][i]
+        lines.append(f"| {rows['reqs'][i]:.0f} | {rows['chunk'][i]:.0f} | {rows['cached'][i]:.0f} | {step * 1e3:.2f} | "
+                     f"{rows['excess'][i] * 1e3:+.2f} | {base / step - 1:+.1%} | "
+                     f"{(base + k * rows['tiles'][i]) / step - 1:+.1%} |")
+    held = ["| held out (whole levels) | median | p90 | max | mean signed | without the term: median / mean signed |",
+            "|---|---|---|---|---|---|"]
+    for axis, e in held_out_levels(rows).items():
+        w, o = e["with"], e["without"]
+        held.append(f"| every level of {'R' if axis == 'reqs' else 'the chunk'} | {w['median']:.1%} | {w['p90']:.1%} | "
+                    f"{w['max']:.1%} | {w['mean_signed']:+.1%} | {o['median']:.1%} / {o['mean_signed']:+.1%} |")
+    return "\n".join([head, "", *lines, "", *held])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--run", action="store_true", help="time the steps (GPU; --tiny: CPU dry run)")
@@ -288,7 +318,11 @@ def main() -> int:
     args = ap.parse_args()
     if args.run:
         run(args)
-    print("\n".join(table(json.loads(Path(args.json or args.out).read_text()))))
+    path = Path(args.json or args.out)
+    if not path.is_file():
+        print(f"mixed_steps: {path}: no such result (make one with --run)", file=sys.stderr)
+        return 2
+    print("\n".join(table(json.loads(path.read_text()))))
     return 0
 
 
