@@ -83,7 +83,7 @@ def _held_out() -> str:
 def _engine_roofline() -> str:
     """The engines' MoE roofline: its terms and its errors on the runs it was fitted on and on the
     runs held out (whole scenarios and whole GPUs), from docs/external.json."""
-    from external import engine_roofline_block
+    from dspark_sim.validation.published_page import engine_roofline_block
 
     return engine_roofline_block(json.loads((REPO / "docs" / "external.json").read_text()))
 
@@ -94,12 +94,21 @@ def _gpu_specs() -> str:
     return gpu_spec_block()
 
 
-def _tune(tag: str):
+def _tune(tag: str, pending: str | None = None):
+    """``tag``'s block from its committed figures; ``pending``: the block's text until they exist."""
     def make() -> str:
         from bench_tune import block_text, json_path
 
-        return block_text(json.loads(json_path(tag).read_text()))
+        path = json_path(tag)
+        if pending is not None and not path.is_file():
+            return pending
+        return block_text(json.loads(path.read_text()))
     return make
+
+
+PRUNING_COMMAND = ("python benchmarks/bench_tune.py --scenario benchmarks/scenarios/chat_hour_h200.yaml --gpu h200 "
+                   "--slo scenario --baselines '' --slices 5,15 --trials 200 --repeats 3 --workers 2 "
+                   "--storage runs/bench-tune-pruning --markdown docs/tuning.md bench-pruning")
 
 
 def _acceptance(name: str):
@@ -120,6 +129,9 @@ def _capacity_example() -> str:
 BLOCKS = {
     ("docs/tuning.md", "bench-default"): _tune("bench-default"),
     ("docs/tuning.md", "bench-chat"): _tune("bench-chat"),
+    ("docs/tuning.md", "bench-pruning"): _tune("bench-pruning", f"Not measured yet: `{PRUNING_COMMAND}` writes "
+                                              "this block (six studies of 200 trials on the whole chat hour; a "
+                                              "study that stops resumes from `--storage`)."),
     ("docs/capacity.md", "example"): _capacity_example,
     ("docs/acceptance.md", "fig2"): _acceptance("fig2"),
     ("docs/acceptance.md", "limits"): _acceptance("limits"),
@@ -178,6 +190,13 @@ def _sim_breakdown(name: str):
     return make
 
 
+def _reliability() -> str:
+    """docs/bench/reliability_sweep.md from the committed sweep."""
+    from reliability_sweep import markdown
+
+    return markdown(json.loads((REPO / "docs" / "bench" / "reliability_sweep.json").read_text()))
+
+
 def _frontier() -> str:
     """docs/dspark_frontier.md from the committed sweep."""
     from dspark_frontier import JSON, markdown
@@ -214,7 +233,7 @@ LATER = {"docs/validation_sweeps.md": (H200 / "validation" / "sweep_errors.json"
 
 # whole generated files -> their text from committed data
 FILES = {**{doc: make for doc, (data, make) in LATER.items() if data.is_file()},"docs/validation.md": _validation, "docs/validation_ttft.md": _validation_ttft,
-         "docs/dspark_frontier.md": _frontier, "docs/moe.md": _moe,
+         "docs/dspark_frontier.md": _frontier, "docs/moe.md": _moe, "docs/bench/reliability_sweep.md": _reliability,
          **{f"docs/bench/{name}.md": _sim_breakdown(name) for name in ("sim_breakdown", "sim_breakdown_million")},
          **{f"docs/bench/{name}.md": _bench_page(name) for name in ("sim", "sim_speedup", "sim_million", "sim_tune")}}
 

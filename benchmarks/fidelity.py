@@ -46,7 +46,7 @@ def lockstep_data() -> tuple[dict, dict] | None:
 
 def ttft(args=None) -> None:
     """The TTFT decomposition of the cases in the committed ``errors.json``, from their runs."""
-    from dspark_sim.engines import Engine
+    from dspark_sim.engines.model import Engine
     from dspark_sim.validation.ttft import markdown, write_parts
 
     cases = [row["case"] for row in json.loads((VALIDATION / "errors.json").read_text())["cases"]]

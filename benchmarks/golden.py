@@ -149,7 +149,7 @@ def main(argv=None) -> int:
     p.add_argument("--exact", action="store_true", help="simulate step by step (no skip-ahead)")
     args = p.parse_args(argv)
     if args.exact:
-        from dspark_sim.engine.simulator import EXACT_ENV
+        from dspark_sim.serving.simulator import EXACT_ENV
 
         os.environ[EXACT_ENV] = "1"  # this process and the workers it starts
     failed = False

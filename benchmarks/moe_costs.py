@@ -26,7 +26,7 @@ from dspark_sim.catalog import get_gpu, get_model, served_format
 from dspark_sim.cost import StepWork, get_cost_model
 from dspark_sim.cost.moe import Routing, expected_experts
 from dspark_sim.cost.parallel import Parallel
-from dspark_sim.engine.kv import kv_capacity_tokens, kv_request_tokens
+from dspark_sim.serving.kv import kv_capacity_tokens, kv_request_tokens
 from dspark_sim.scenario import Deployment, load_scenario
 
 REPO = Path(__file__).resolve().parents[1]

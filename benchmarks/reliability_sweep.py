@@ -3,6 +3,8 @@
     python benchmarks/reliability_sweep.py                 # every case, 2 at a time
     python benchmarks/reliability_sweep.py --only placement --jobs 1
     python benchmarks/reliability_sweep.py --bin OTHER/.venv/bin --json sweep.json
+    python benchmarks/reliability_sweep.py --json docs/bench/reliability_sweep.json   # the page's data
+    python benchmarks/reliability_sweep.py --page docs/bench/reliability_sweep.json   # its page
 
 Every case of ``benchmarks/reliability_cases.py`` runs ``dspark-sim`` or ``dspark-tune`` (those
 in ``--bin``, default: beside this Python) in its own working directory ``W``, beside a directory
@@ -34,7 +36,8 @@ import reliability_cases as rc
 REPO = Path(__file__).resolve().parents[1]
 MEMORY_BYTES = 4 << 30
 KINDS = {0: "success", 1: "placement", 2: "parsing", 3: "validate", 4: "accepted", 5: "traceback", 6: "exports",
-         7: "stopping", 8: "leftovers", 9: "mooncake", 10: "report"}
+         7: "stopping", 8: "leftovers", 9: "mooncake", 10: "report", 11: "numbers", 12: "yaml", 13: "unknown keys",
+         14: "traces", 15: "names", 16: "paths", 17: "signals", 18: "studies", 19: "odd --out"}
 
 
 def fill(text: str, w: Path, o: Path) -> str:
@@ -95,6 +98,9 @@ def lay_out(case: rc.Case, w: Path, o: Path, cache: Path) -> None:
             edited = content.edit((cache / content.fixture).read_text())
             path.unlink(missing_ok=True)
             path.write_bytes(edited if isinstance(edited, bytes) else edited.encode())
+        elif isinstance(content, rc.Sparse):
+            path.write_text(content.head)
+            os.truncate(path, content.size)
         elif isinstance(content, bytes):
             path.write_bytes(content)
         else:
@@ -113,34 +119,45 @@ def run_case(case: rc.Case, bin_dir: Path, cache: Path) -> dict:
         w, o = root / "W", root / "O"
         lay_out(case, w, o, cache)
         before = snapshot(root)
-        argv = [fill(a, w, o) for a in case.argv]
-        got, err, stop_s = _execute(case, [str(bin_dir / argv[0]), *argv[1:]], w)
+        got, err, stop_s = _execute(case, lambda argv: _start(bin_dir, [fill(a, w, o) for a in argv], w))
         problems = _judge(case, got, err, stop_s, before, snapshot(root), w, o)
     command = " ".join(a if a else "''" for a in case.argv)
     return {"case": case.name, "kind": KINDS[case.kind], "command": command, "expected": case.expect, "got": got,
             "ok": not problems, "why": "; ".join(problems), "stderr_tail": err[-300:] if problems else ""}
 
 
-def _execute(case: rc.Case, argv: list[str], cwd: Path) -> tuple[int | str, str, float | None]:
-    proc = subprocess.Popen([sys.executable, "-c", LIMITED, *argv], cwd=cwd, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True)
+def _start(bin_dir: Path, argv: list[str], cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", LIMITED, str(bin_dir / argv[0]), *argv[1:]], cwd=cwd,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace",
+                            start_new_session=True)
+
+
+def _execute(case: rc.Case, start) -> tuple[int | str, str, float | None]:
+    """Exit code and stderr of the case's command (of ``then`` where it has one; of both where it has
+    ``beside``: one code when they agree), and how long it took to end after ``stop``'s signal."""
+    procs = [start(case.argv)] + ([start(case.beside)] if case.beside else [])
     stop_s = None
     try:
         if case.stop is not None:
             sig, after_s = case.stop
             try:
-                proc.wait(timeout=after_s)
+                procs[0].wait(timeout=after_s)
             except subprocess.TimeoutExpired:
                 sent = time.monotonic()
-                proc.send_signal(sig)
-                proc.wait(timeout=case.timeout_s)
+                procs[0].send_signal(sig)
+                procs[0].wait(timeout=case.timeout_s)
                 stop_s = time.monotonic() - sent
-        _, err = proc.communicate(timeout=case.timeout_s)
+        errs = [p.communicate(timeout=case.timeout_s)[1] for p in procs]
+        if case.then is not None:
+            procs = [start(case.then)]
+            errs = [procs[0].communicate(timeout=case.timeout_s)[1]]
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        _, err = proc.communicate()
-        return "timeout", err, stop_s
-    return proc.returncode, err, stop_s
+        running = [p for p in procs if p.poll() is None]
+        for p in running:
+            os.killpg(p.pid, signal.SIGKILL)
+        return "timeout", "".join(p.communicate()[1] for p in running), stop_s
+    codes = sorted({p.returncode for p in procs})
+    return codes[0] if len(codes) == 1 else "/".join(map(str, codes)), "".join(errs), stop_s
 
 
 def _judge(case, got, err, stop_s, before, after, w: Path, o: Path) -> list[str]:
@@ -194,15 +211,58 @@ def totals(rows: list[dict]) -> str:
             + ", ".join(f"{kind} {a}/{n}" for kind, (a, n) in by_kind.items()))
 
 
+def markdown(data: dict) -> str:
+    """docs/bench/reliability_sweep.md from the sweep's JSON: provenance, counts by class and
+    command, and every case that did not hold."""
+    rows = data["rows"]
+    commands = sorted({" ".join(r["command"].split()[:2]) if r["command"].startswith("dspark-sim")
+                       else "dspark-tune" + (" export" if " export " in r["command"] else "") for r in rows})
+    by = {}
+    for r in rows:
+        command = next(c for c in reversed(commands) if r["command"].startswith(c))
+        cell = by.setdefault(r["kind"], {}).setdefault(command, [0, 0])
+        cell[0] += r["ok"]
+        cell[1] += 1
+    lines = [f"Made by `{data['command']}` at commit {data['commit']} on {data['machine']}, {data['date']}, "
+             f"{data['wall_s']:.0f} s wall, 1-minute load average {data['load_start']:.1f} at the start and "
+             f"{data['load_end']:.1f} at the end (the machine ran other work). The rows are in "
+             "`reliability_sweep.json`; this page is made from it (`python benchmarks/doc_blocks.py write`). "
+             "A cell is cases held / cases; what each class tries: `benchmarks/reliability_cases*.py`.", "",
+             f"**{totals(rows)}**", "", "| class | " + " | ".join(commands) + " | all |",
+             "|---|" + "---:|" * (len(commands) + 1)]
+    for kind, cells in by.items():
+        held, n = sum(c[0] for c in cells.values()), sum(c[1] for c in cells.values())
+        lines.append(f"| {kind} | " + " | ".join(f"{cells[c][0]}/{cells[c][1]}" if c in cells else ""
+                                               for c in commands) + f" | {held}/{n} |")
+    failed = [r for r in rows if not r["ok"]]
+    lines += ["", "Cases that did not hold: " + ("none." if not failed else
+                                                 "; ".join(f"{r['case']} ({r['why']})" for r in failed))]
+    return "\n".join(lines) + "\n"
+
+
+def provenance(argv: list[str], started: float, load_start: float) -> dict:
+    from outputs import code_commit, machine
+
+    return {"command": "python benchmarks/reliability_sweep.py " + " ".join(argv), "commit": code_commit(),
+            "machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "wall_s": time.monotonic() - started, "load_start": load_start, "load_end": os.getloadavg()[0]}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--bin", type=Path, default=Path(sys.executable).parent,
                    help="folder holding dspark-sim and dspark-tune (default: beside this Python)")
-    p.add_argument("--only", help="cases whose name or class contains this")
+    p.add_argument("--only", help="cases whose name contains, or whose class is, one of these (a comma list)")
     p.add_argument("--jobs", type=int, default=2, help="cases run at once (default 2)")
-    p.add_argument("--json", type=Path, help="also write the rows as JSON here")
+    p.add_argument("--json", type=Path, help="also write the rows, with command, commit, machine and load, here")
+    p.add_argument("--page", type=Path, help="only print the markdown page of this JSON")
     args = p.parse_args(argv)
-    cases = [c for c in rc.all_cases() if not args.only or args.only in c.name or args.only == KINDS[c.kind]]
+    if args.page:
+        print(markdown(json.loads(args.page.read_text())), end="")
+        return 0
+    load_start = os.getloadavg()[0]
+    only = args.only.split(",") if args.only else []
+    cases = [c for c in rc.all_cases() if not only or any(k in c.name or k == KINDS[c.kind] for k in only)]
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="dspark-sweep-fixtures-") as cache:
         fixtures(args.bin, Path(cache))
@@ -211,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows))
     print(totals(rows) + f" ({time.monotonic() - started:.0f} s, --bin {args.bin})")
     if args.json:
-        args.json.write_text(json.dumps({"bin": str(args.bin), "rows": rows}, indent=1) + "\n")
+        made = provenance(sys.argv[1:] if argv is None else argv, started, load_start)
+        args.json.write_text(json.dumps({**made, "bin": str(args.bin), "rows": rows}, indent=1) + "\n")
     return 0 if all(r["ok"] for r in rows) else 1
 
 

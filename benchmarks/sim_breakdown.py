@@ -34,32 +34,32 @@ from outputs import code_commit, write_result
 REST = "simpy and the rest"
 # phase -> the functions whose time (less nested phases') is the phase's: "module:Class.attr"
 PHASES = {
-    "arrival and admission": ("dspark_sim.engine.simulator:_arrivals", "dspark_sim.engine.replica:Replica.submit",
-                              "dspark_sim.engine.replica:Replica._admit_planned",
-                              "dspark_sim.engine.replica:Replica._admit"),
-    "step-by-step steps (prefill)": ("dspark_sim.engine.replica:Replica._plan",
-                                     "dspark_sim.engine.replica:Replica._finish",
-                                     "dspark_sim.engine.replica:Replica._stream"),
-    "stretch planning": ("dspark_sim.engine.replica:Replica._stretch",),
-    "segment bookkeeping": ("dspark_sim.engine.stretch:Segments.add", "dspark_sim.engine.stretch:Segments.decode",
-                            "dspark_sim.engine.stretch:Segments.budget", "dspark_sim.engine.stretch:Segments.matrices",
-                            "dspark_sim.engine.stretch:Segments.keep", "dspark_sim.engine.stretch:_Draw.keep"),
-    "acceptance draws, policy planning": ("dspark_sim.engine.stretch:_Draw.__init__",),
+    "arrival and admission": ("dspark_sim.serving.simulator:_arrivals", "dspark_sim.serving.replica:Replica.submit",
+                              "dspark_sim.serving.replica:Replica._admit_planned",
+                              "dspark_sim.serving.replica:Replica._admit"),
+    "step-by-step steps (prefill)": ("dspark_sim.serving.replica:Replica._plan",
+                                     "dspark_sim.serving.replica:Replica._finish",
+                                     "dspark_sim.serving.replica:Replica._stream"),
+    "stretch planning": ("dspark_sim.serving.replica:Replica._stretch",),
+    "segment bookkeeping": ("dspark_sim.serving.stretch:Segments.add", "dspark_sim.serving.stretch:Segments.decode",
+                            "dspark_sim.serving.stretch:Segments.budget", "dspark_sim.serving.stretch:Segments.matrices",
+                            "dspark_sim.serving.stretch:Segments.keep", "dspark_sim.serving.stretch:_Draw.keep"),
+    "acceptance draws, policy planning": ("dspark_sim.serving.stretch:_Draw.__init__",),
     "pricing (cost model)": ("dspark_sim.cost.profile:ProfileCost.breakdown_array",),
-    "applying stretches": ("dspark_sim.engine.replica:Replica._apply_stretch",
-                           "dspark_sim.engine.replica:Replica._retire"),
+    "applying stretches": ("dspark_sim.serving.replica:Replica._apply_stretch",
+                           "dspark_sim.serving.replica:Replica._retire"),
     "per-request records": tuple(f"dspark_sim.metrics.collector:Collector.{m}" for m in
                                  ("advance", "on_reject", "on_gaps", "on_stretch", "on_step", "on_finish")),
     "steps.csv, requests.csv writing": tuple(f"dspark_sim.metrics.record:RecordWriter.{m}" for m in
                                              ("request", "requests", "step", "steps", "_flush", "close")),
-    "step loop (replica)": ("dspark_sim.engine.replica:Replica._loop",),
-    "setup and summary": ("dspark_sim.engine.simulator:build_context", "dspark_sim.engine.simulator:check_run",
+    "step loop (replica)": ("dspark_sim.serving.replica:Replica._loop",),
+    "setup and summary": ("dspark_sim.serving.simulator:build_context", "dspark_sim.serving.simulator:check_run",
                           "dspark_sim.metrics.summary:summarize", "dspark_sim.run:write_provenance"),
 }
 NAMES = list(PHASES) + [REST]
 # events counted by calls: stretches, step-by-step steps, segment draws
-EVENTS = {"stretches": "dspark_sim.engine.replica:Replica._apply_stretch",
-          "steps": "dspark_sim.engine.replica:Replica._plan", "draws": "dspark_sim.engine.stretch:_Draw.__init__"}
+EVENTS = {"stretches": "dspark_sim.serving.replica:Replica._apply_stretch",
+          "steps": "dspark_sim.serving.replica:Replica._plan", "draws": "dspark_sim.serving.stretch:_Draw.__init__"}
 DEFAULT_CASES = ("chat-none", "chat-dspark", "code-none", "code-dspark")
 
 

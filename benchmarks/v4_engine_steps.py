@@ -10,7 +10,7 @@ Two tables, from the simulator's cost models and closed-loop runs (no GPU needed
    model (V4-Flash's H200 profile, scaled from layer slices of the project's kernels), beside
    the per-token time of SGLang's published low-latency cells (MTP 3 steps: their TPOT, which
    is the step over the accept length, so a ratio of steps, not a step).
-2. DSpark (block 7, SGLang's default gamma) against no speculation at each concurrency, closed
+2. DSpark (block 7, SGLang's default block size) against no speculation at each concurrency, closed
    loop (a client at that concurrency, random 8,192 / 1,024 prompts as the cookbook runs them,
    chat traffic): output tokens a second and the speed-up, with DSpark's mean accept length.
 """
@@ -73,7 +73,7 @@ def step_rows() -> list[dict]:
 
 def speedup_rows(model: str = "deepseek-v4-flash", gpu: str = "b200", tp: int = 8) -> list[dict]:
     from dspark_sim.metrics.summary import summarize
-    from dspark_sim.engine.simulator import simulate
+    from dspark_sim.serving.simulator import simulate
 
     rows = []
     for c in CONCURRENCY:

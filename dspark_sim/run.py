@@ -16,7 +16,7 @@ def run_scenario(scenario: Scenario, out: Path | None, *, plots: bool = True, sh
 
     Returns ``(summary, result)``. With ``out=None`` nothing is written.
     """
-    from dspark_sim.engine.simulator import simulate
+    from dspark_sim.serving.simulator import simulate
     from dspark_sim.metrics.summary import summarize
 
     started = time.perf_counter()

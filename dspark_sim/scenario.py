@@ -15,7 +15,7 @@ from dspark_sim.catalog import get_gpu, get_model
 from dspark_sim.config import (Section, build, check_bool, check_choice, check_int, check_real, is_real, load_yaml,
                                located, require)
 from dspark_sim.cost.parallel import Parallel
-from dspark_sim.engines import Engine
+from dspark_sim.engines.model import Engine
 from dspark_sim.errors import InputError
 from dspark_sim.limits import (MAX_ARRIVAL_S, MAX_KV_BLOCK_TOKENS, MAX_REPLICAS, MAX_REQUESTS, MAX_RUNNING_REQUESTS,
                                MAX_SEED, MAX_TIME_SCALE, MIN_TIME_SCALE)
@@ -46,7 +46,7 @@ class Workload:
     domain_mix: tuple[tuple[str, float], ...] = (("chat", 1.0),)
     synthetic: SyntheticConfig | None = None
     hash_block_tokens: int = 512  # prompt tokens one prefix hash id covers (Mooncake's hash_ids: 512)
-    max_concurrency: int | None = None  # a client keeping at most this many requests in flight (engine/client.py)
+    max_concurrency: int | None = None  # a client keeping at most this many requests in flight (serving/client.py)
 
     def __post_init__(self) -> None:
         require((self.trace is None) != (self.synthetic is None), "", None if self.trace is None else str(self.trace),

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The serving engines' released packages, for the export tests (tests/test_tuner_engines.py, tests/test_engine_files.py); README command 2 runs it.
+# The serving engines' released packages, for the export tests (tests/test_engines_configs.py, tests/test_engines_files.py); README command 2 runs it.
 # Each wheel is fetched with pip (--no-deps: their dependency trees pull CUDA builds) and
 # unpacked into .engines/<engine>/ without its compiled kernels and C/CUDA headers, which a
 # CPU never loads (vLLM's are 700 MB of its 780); the modules their config code imports

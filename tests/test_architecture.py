@@ -152,7 +152,7 @@ def _strongly_connected(edges: dict[str, set]) -> list[list[str]]:
 def test_fitting_is_not_on_the_simulation_path():
     """The cost package never imports the profile fit (scipy), whatever a scenario holds."""
     for name, path in MODULES.items():
-        if name.startswith(("dspark_sim.cost", "dspark_sim.engine", "dspark_sim.workload", "dspark_sim.metrics")):
+        if name.startswith(("dspark_sim.cost", "dspark_sim.serving", "dspark_sim.workload", "dspark_sim.metrics")):
             for base, names, node, _ in _imports(path):
                 assert not base.startswith("dspark_sim.profiling") and base != "scipy" \
                     and not base.startswith("scipy."), f"{name}:{node.lineno} imports {base}"
@@ -172,11 +172,11 @@ def test_serving_the_fidelity_cases_loads_no_simulator(tmp_path):
     code = ("import sys\n"
             "from pathlib import Path\n"
             "import dspark_sim.validation.serve as serve\n"
-            "import dspark_sim.engine.admission  # the serving loop's refusals\n"
+            "import dspark_sim.serving.admission  # the serving loop's refusals\n"
             "from dspark_sim.kernels.decoder.launch import load_launch\n"
             f"load_launch(Path({str(case)!r}), synthetic=True, device='cpu', dtype='float32',\n"
             "            max_model_len=serve.max_model_len(['long-mid']), kv_tokens=1024)\n"
-            "print(sorted(m for m in ('simpy', 'dspark_sim.engine.simulator') if m in sys.modules))")
+            "print(sorted(m for m in ('simpy', 'dspark_sim.serving.simulator') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "[]"

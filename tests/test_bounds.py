@@ -472,7 +472,7 @@ def test_every_listed_json_key_is_still_there(tmp_path, capsys):
     (lambda r: setattr(r, "num_arrived", r.num_arrived + 1), "requests arrived"),
 ])
 def test_a_broken_invariant_is_an_internal_error_not_a_number(write_scenario, tamper, what):
-    from dspark_sim.engine.simulator import simulate
+    from dspark_sim.serving.simulator import simulate
     from dspark_sim.errors import InternalError
     from dspark_sim.metrics.invariants import check_run
     from dspark_sim.scenario import load_scenario

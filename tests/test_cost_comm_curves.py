@@ -123,7 +123,7 @@ def test_projection_scales_the_curves_by_the_nvlink_ratio(tmp_path):
 
 def test_a_scenario_names_curves_and_the_simulator_prices_with_them(tmp_path):
     from dspark_sim.cost.scenario import scenario_cost
-    from dspark_sim.engine.simulator import simulate
+    from dspark_sim.serving.simulator import simulate
     from dspark_sim.scenario import load_scenario
 
     synthetic().save(tmp_path / "comm_tp2.json")

@@ -14,10 +14,10 @@ from test_cost_vectorised import assert_same, random_works
 from dspark_sim.catalog import get_gpu, get_model
 from dspark_sim.cost import RooflineCost, StepWork, get_cost_model
 from dspark_sim.cost.base import StepWorks
-from dspark_sim.cost.engine import EngineCost
+from dspark_sim.engines.step_cost import EngineCost
 from dspark_sim.cost.parallel import Parallel, busiest_rank, rank_share
-from dspark_sim.engine.simulator import build_context
-from dspark_sim.engines import KV_RESERVE, Engine, EngineTerms
+from dspark_sim.serving.simulator import build_context
+from dspark_sim.engines.model import KV_RESERVE, Engine, EngineTerms
 from dspark_sim.metrics.collector import Collector
 from dspark_sim.scenario import Scenario
 

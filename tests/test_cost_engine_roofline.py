@@ -12,7 +12,7 @@ from dspark_sim.cost import RooflineCost, RooflineParams, StepWork, scenario_cos
 from dspark_sim.cost.parallel import Parallel
 from dspark_sim.cost.profile import ProfileCost, get_cost_model
 from dspark_sim.cost.roofline import attention_kind, engine_roofline_params
-from dspark_sim.engines import GpuWork
+from dspark_sim.engines.model import GpuWork
 from dspark_sim.scenario import Scenario
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -60,7 +60,7 @@ def test_the_decoder_and_whole_profiles_keep_their_measured_costs():
 def test_the_first_tokens_latency_is_shared_not_queued():
     """Each request's intake is delayed by its kind's first-token latency, alike for requests taken
     in together: sixteen at once see about the lone request's TTFT, not sixteen of them."""
-    from dspark_sim.profiling.engine_fit import replay
+    from dspark_sim.engines.fit import replay
 
     def ttft(n, work):
         raw = synthetic_scenario(num_requests=n, rate_per_s=1e9, prompt=200, output=8, model="deepseek-v3",

@@ -15,7 +15,7 @@ from dspark_sim.cost.comm import CommParams, comm_terms, remote_destinations
 from dspark_sim.cost.moe import Routing, expected_experts, imbalance
 from dspark_sim.cost.parallel import Parallel, shard_factors
 from dspark_sim.cost.roofline import RooflineCost
-from dspark_sim.engine.kv import kv_capacity_tokens, kv_request_tokens
+from dspark_sim.serving.kv import kv_capacity_tokens, kv_request_tokens
 from dspark_sim.errors import InputError
 from dspark_sim.scenario import Deployment, load_scenario
 
@@ -186,7 +186,7 @@ def test_the_scenario_checks_its_layout_wherever_it_is_built(write_scenario):
 
 
 def test_requests_beyond_the_context_are_rejected(write_scenario):
-    from dspark_sim.engine.simulator import AllRejected, simulate
+    from dspark_sim.serving.simulator import AllRejected, simulate
 
     data = synthetic_scenario(num_requests=6, prompt=41000, output=20)  # Qwen3-8B: 40960 positions
     with pytest.raises(AllRejected) as err:  # nothing can run: one error for the whole run

@@ -1,7 +1,7 @@
 """The decoder's capacity search and its page: bisection on the rate, several processes' runs."""
 import pytest
 
-from dspark_sim.validation.capacity_check import _row, merge_runs
+from dspark_sim.validation.capacity_check import capacity_row, merge_runs
 from dspark_sim.validation.capacity_serve import MAX_PROBES, search
 
 
@@ -41,7 +41,7 @@ def test_merged_runs_keep_each_searchs_process_and_the_later_one_wins():
 @pytest.mark.parametrize("sim, interval, within, covered", [
     (10.4, (9.8, 11.0), True, True), (10.45, (10.5, 11.5), True, False), (12.0, (9.0, 13.0), False, True)])
 def test_a_capacity_row_is_within_and_covered_only_by_its_own_measure(sim, interval, within, covered):
-    row = _row("chat", "dspark", {"rate_rps": 10.0, "provenance": {}},
+    row = capacity_row("chat", "dspark", {"rate_rps": 10.0, "provenance": {}},
                {"rate_rps": sim, "interval_rps": interval})
     assert (row["within"], row["covered"]) == (within, covered)
     assert row["rel_error"] == pytest.approx(sim / 10.0 - 1)

@@ -9,8 +9,8 @@ from dspark_sim.catalog import get_gpu
 from dspark_sim.cli import main
 from dspark_sim.cost import scenario_cost
 from dspark_sim.cost.base import StepWork
-from dspark_sim.engine.simulator import build_context
-from dspark_sim.engines import Engine, EngineTerms
+from dspark_sim.serving.simulator import build_context
+from dspark_sim.engines.model import Engine, EngineTerms
 from dspark_sim.provenance import scenario_provenance
 from dspark_sim.errors import InputError
 from dspark_sim.metrics.collector import Collector
@@ -82,7 +82,7 @@ def test_any_release_runs_on_the_nearest_modelled_ones_defaults_and_says_so():
 
 
 def test_overlap_is_the_engines_unless_the_scenario_says():
-    from dspark_sim.engines import OVERLAP
+    from dspark_sim.engines.model import OVERLAP
 
     for name in OVERLAP:
         assert _scenario(engine=name).engine.overlapped == OVERLAP[name]
@@ -214,7 +214,7 @@ def test_sglang_caps_running_requests_as_it_does_when_speculating():
 
 
 def test_release_numbers_order_as_releases_do():
-    from dspark_sim.engine_releases import release_of, version_key
+    from dspark_sim.engines.releases import release_of, version_key
 
     keys = [version_key(v) for v in ("0.5.6", "0.5.6.post1", "0.5.15", "0.5.23rc1", "0.5.23", "v0.6.0", "1.2.0rc1")]
     assert keys == sorted(keys) and None not in keys

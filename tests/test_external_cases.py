@@ -1,19 +1,12 @@
 """The external check's data: every case cites its source, none is a Qwen3-8B measurement, every
 case builds a scenario, and the summary counts every case it is given."""
-import sys
-from pathlib import Path
-
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-import external  # noqa: E402
-import external_replay  # noqa: E402
+from dspark_sim.validation import published, published_check, published_page
 
 
 def test_cases_cite_sources_and_leave_qwen3_8b_out():
-    sources, cases = external.load_cases()
+    sources, cases = published.load_cases()
     assert len({c["id"] for c in cases}) == len(cases)
     for key, src in sources.items():
         assert src["url"].startswith("https://") and src["repo"] and src["path"]
@@ -22,17 +15,17 @@ def test_cases_cite_sources_and_leave_qwen3_8b_out():
     for case in cases:
         assert case["source"] in sources and case["role"] in ("calibrate", "check")
         assert case["model"] != "qwen3-8b"
-        assert set(case["measured"]) <= external.measured_keys() and case["measured"]
+        assert set(case["measured"]) <= published.measured_keys() and case["measured"]
 
 
-@pytest.mark.parametrize("case", external.load_cases()[1], ids=lambda c: c["id"])
+@pytest.mark.parametrize("case", published.load_cases()[1], ids=lambda c: c["id"])
 def test_every_case_builds_its_scenario(case):
-    scenario = external.case_scenario(case)
+    scenario = published.case_scenario(case)
     assert scenario.engine.name == case["engine"] and scenario.deployment.tp == case["tp"]
     syn = scenario.workload.synthetic
     # a burst or a client at a concurrency limit is replayed with every request the run sent (its ramp
     # and drain depend on the count)
-    cap = case["requests"] if case["rate"] == "inf" or "max_concurrency" in case else external_replay.PACED_REQUESTS
+    cap = case["requests"] if case["rate"] == "inf" or "max_concurrency" in case else published.PACED_REQUESTS
     assert syn.num_requests == min(case["requests"], cap)
     assert scenario.workload.max_concurrency == case.get("max_concurrency")
     if "gpu_memory_fraction" in case:
@@ -41,7 +34,7 @@ def test_every_case_builds_its_scenario(case):
 
 def test_summary_counts_each_metric_and_judges_the_target():
     rows = [{"role": "check", "error": {"tpot": e, "ttft": 2 * e}} for e in (0.05, -0.08, 0.3)]
-    s = external.summary(rows, "check")
+    s = published_check.summary(rows, "check")
     assert s["tpot"]["cases"] == 3 and s["tpot"]["median"] == pytest.approx(0.08)
     assert s["tpot"]["max"] == pytest.approx(0.3) and not s["tpot"]["met"]
     assert "throughput" not in s
@@ -51,40 +44,40 @@ def test_every_case_explains_its_gap_in_words():
     """A case's ``gap`` is printed beside the generated errors: words only, the figures come from the table."""
     import re
 
-    for case in external.load_cases()[1]:
+    for case in published.load_cases()[1]:
         assert case.get("gap"), case["id"]
         assert not re.search(r"\d\s*(%|ms\b|us\b|s\b|tok/s)", case["gap"]), (case["id"], case["gap"])
 
 
 def test_variants_leave_out_only_the_terms_they_name():
-    from dspark_sim.engines import EngineTerms
+    from dspark_sim.engines.model import EngineTerms
 
     t = EngineTerms(step_host_s=1e-3, step_host_s_per_req=2e-4, frontend_s=0.01, eager_step_s=5e-3, stream_s=1e-4,
                     source="fitted")
-    assert external.variant_terms(t, "shipped") == t
-    no_step = external.variant_terms(t, "no step host time")
+    assert published_check.variant_terms(t, "shipped") == t
+    no_step = published_check.variant_terms(t, "no step host time")
     assert (no_step.step_host_s, no_step.step_host_s_per_req, no_step.eager_step_s) == (0, 0, 0)
     assert (no_step.frontend_s, no_step.stream_s) == (t.frontend_s, t.stream_s)
-    no_front = external.variant_terms(t, "no front end")
+    no_front = published_check.variant_terms(t, "no front end")
     assert (no_front.frontend_s, no_front.stream_s) == (0, 0) and no_front.step_host_s == t.step_host_s
-    bare = external.variant_terms(t, "no host terms")
+    bare = published_check.variant_terms(t, "no host terms")
     assert all(getattr(bare, k) == 0 for k in ("step_host_s", "step_host_s_per_req", "frontend_s", "stream_s"))
     with pytest.raises(ValueError):
-        external.variant_terms(t, "no GPU")
+        published_check.variant_terms(t, "no GPU")
 
 
 def test_diagnose_replays_every_variant_and_splits_the_time(tmp_path, monkeypatch):
     """A small slice of a calibration case: its host terms slow it, so leaving them out speeds
     it up; the page names every variant and the prefill share lies in [0, 1]."""
-    case = next(c for c in external.load_cases()[1] if c["id"] == "vllm060-sglang-8b-a100-rps4")
+    case = next(c for c in published.load_cases()[1] if c["id"] == "vllm060-sglang-8b-a100-rps4")
     case = {**case, "requests": 40}
-    row = external.diagnose_case(case, seeds=(0,))
-    assert set(row["variants"]) == set(external.VARIANTS)
-    tpot = {v: row["variants"][v]["predicted"]["tpot"] for v in external.VARIANTS}
+    row = published_check.diagnose_case(case, seeds=(0,))
+    assert set(row["variants"]) == set(published_check.VARIANTS)
+    tpot = {v: row["variants"][v]["predicted"]["tpot"] for v in published_check.VARIANTS}
     assert tpot["no step host time"] < tpot["shipped"] and tpot["no host terms"] < tpot["shipped"]
     assert 0.0 <= row["split"]["prefill_step_share"] <= 1.0 and 0.0 < row["split"]["busy_share"] <= 1.0
-    monkeypatch.setattr(external, "DIAG_DOC", tmp_path / "d.md")
-    monkeypatch.setattr(external, "DIAG_JSON", tmp_path / "d.json")
-    external.write_diagnose_doc([row], "test", seeds=(0,))
+    monkeypatch.setattr(published_page, "DIAG_DOC", tmp_path / "d.md")
+    monkeypatch.setattr(published_page, "DIAG_JSON", tmp_path / "d.json")
+    published_page.write_diagnose_doc([row], "test", seeds=(0,))
     text = (tmp_path / "d.md").read_text()
-    assert all(v in text for v in external.VARIANTS) and case["id"] in text
+    assert all(v in text for v in published_check.VARIANTS) and case["id"] in text

@@ -513,9 +513,9 @@ def test_extreme_traces_run_physically_or_fail_in_one_line(rows, time_scale, tp)
 # -- crashes the fuzzer once found, kept as regression cases --
 FOUND_CRASHES = [
     (("", "seed"), None),  # "<input>: seed: must be ..." (no file); with a trace workload the run is unseeded
-    (("deployment", "replicas"), None),  # TypeError in engine/simulator.py
-    (("deployment", "router"), None),  # KeyError in engine/router.py
-    (("deployment", "gpu_memory_fraction"), None),  # TypeError in engine/kv.py
+    (("deployment", "replicas"), None),  # TypeError in serving/simulator.py
+    (("deployment", "router"), None),  # KeyError in serving/router.py
+    (("deployment", "gpu_memory_fraction"), None),  # TypeError in serving/kv.py
     (("speculation", "method"), None),  # ValueError in spec/policy.py
     (("deployment", "replicas"), 10**30),  # OverflowError in numpy SeedSequence.spawn
     (("deployment", "max_batched_tokens"), 10**30),  # OverflowError in cost/sps.py

@@ -19,7 +19,7 @@ def _trace(n=160, rate=400.0, seed=3):
 def test_without_speculation_every_step_agrees_at_saturation(batching, tmp_path):
     """Twelve places for requests arriving four times as fast as they leave: the queue grows
     and every freed place is taken. The decoder's overlapped loop frees a finished request's
-    place a step after the step that finishes it: the simulator must too (engine/inflight.py)."""
+    place a step after the step that finishes it: the simulator must too (serving/inflight.py)."""
     arrival, prompt, output = _trace()
     case = lockstep_case(tmp_path, arrival, prompt, output, "none", batching, max_running_requests=12)
     assert case["first_difference"] is None

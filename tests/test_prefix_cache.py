@@ -4,7 +4,7 @@ leaves, and the KV it counts (shared blocks once)."""
 import numpy as np
 import pytest
 
-from dspark_sim.engine.prefix import PrefixCache
+from dspark_sim.serving.prefix import PrefixCache
 
 
 def _cache(block=16, hash_block=64):

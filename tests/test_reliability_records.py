@@ -101,7 +101,7 @@ def test_accepted_drafts_never_exceed_the_tokens_emitted(tmp_path, write_scenari
     """Short outputs and long blocks: a request's last step accepts drafts past its output. Only the
     emitted ones count, so accepted + one per decode row is the tokens decode steps emitted; an
     overlapping engine's steps also decode rows of requests that finished in flight, which emit
-    nothing (engine/inflight.py), so there the rows are more."""
+    nothing (serving/inflight.py), so there the rows are more."""
     path = write_scenario(synthetic_scenario(num_requests=60, rate_per_s=20.0, prompt=200, output=6,
                                              speculation=spec, engine={"overlap": overlap}))
     out = tmp_path / "out"

@@ -53,6 +53,16 @@ def test_a_read_only_study_is_one_line(capsys, tmp_path):
     assert not (tmp_path / "o2").exists()
 
 
+def test_a_bad_trace_row_is_refused_before_any_trial(capsys, tmp_path):
+    (tmp_path / "m.jsonl").write_text('{"timestamp": 0, "input_length": 50, "output_length": 5}\n{not json\n')
+    tiny_scenario(tmp_path, workload={"trace": "m.jsonl", "format": "mooncake", "domain": "code"})
+    before = listing(tmp_path)
+    args = ["--scenario", str(tmp_path / "tiny.yaml"), "--space", str(tmp_path / "space.yaml"), "--trials", "2",
+            "--baselines", "", "--storage", f"sqlite:///{tmp_path / 's.db'}", "--out", str(tmp_path / "o"), "--quiet"]
+    assert "m.jsonl: line 2: not valid JSON" in one_line(capsys, tune_main(args))
+    assert listing(tmp_path) == before
+
+
 def test_export_from_a_missing_database_creates_none(capsys, tmp_path):
     before = listing(tmp_path)
     code = tune_main(["export", "--study", "s", "--format", "vllm", "--storage", f"sqlite:///{tmp_path / 'new.db'}",
@@ -151,3 +161,33 @@ def test_sigterm_to_capacity_jobs_stops_its_workers(tmp_path, write_scenario):
     assert code == 143, err
     assert err.strip().splitlines() == ["terminated; nothing written"], err  # no worker's traceback
     assert not (tmp_path / "o").exists()
+
+
+def test_processes_opening_a_fresh_sqlite_file_at_once_all_open_it(tmp_path):
+    """SQLite's counterpart of the PostgreSQL race: the loser's CREATE finds the table made
+    (an OperationalError there), and every process must still open the storage."""
+    opener = ("import sys, time\nfrom dspark_sim.tuner.storage import open_storage\n"
+              "time.sleep(max(0.0, float(sys.argv[2]) - time.time()))\nopen_storage(sys.argv[1])\n")
+    for round_ in range(3):
+        url = f"sqlite:///{tmp_path / f'fresh{round_}.db'}"
+        start = time.time() + 4.0  # every process imported and waiting: they open together
+        procs = [subprocess.Popen([sys.executable, "-c", opener, url, str(start)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True) for _ in range(6)]
+        logs = [p.communicate(timeout=120)[0] for p in procs]
+        assert [p.returncode for p in procs] == [0] * len(procs), logs
+
+
+def test_ctrl_c_in_a_trial_is_one_line_without_optunas_traceback(tmp_path):
+    """One worker runs trials in the dspark-tune process itself: Ctrl-C lands inside a trial,
+    which Optuna reports with its traceback unless the tuner holds that report back."""
+    tiny_scenario(tmp_path)
+    args = ["--scenario", "tiny.yaml", "--space", "space.yaml", "--trials", "500", "--baselines", "",
+            "--storage", f"sqlite:///{tmp_path / 's.db'}", "--study", "t", "--out", "o", "--quiet"]
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "dspark-tune"), *args], cwd=tmp_path,
+                            stderr=subprocess.PIPE, text=True)
+    time.sleep(8.0)
+    proc.send_signal(signal.SIGINT)
+    err = proc.communicate(timeout=60)[1]
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith("warning:")]
+    assert proc.returncode == 130 and "Traceback" not in err and len(lines) == 1, err
+    assert lines[0].startswith("interrupted") and not (tmp_path / "o").exists()

@@ -29,8 +29,8 @@ def test_phases_cover_a_tiny_run(tmp_path, name):
 
 def test_the_functions_are_put_back(tmp_path):
     """A profiled run leaves the simulator's functions as they were."""
-    from dspark_sim.engine.replica import Replica
-    from dspark_sim.engine.stretch import Segments
+    from dspark_sim.serving.replica import Replica
+    from dspark_sim.serving.stretch import Segments
 
     before = (Replica.__dict__["_plan"], Segments.__dict__["decode"])
     sim_breakdown.profile(sliced(CASES["chat-none"], 20), tmp_path)
@@ -39,4 +39,4 @@ def test_the_functions_are_put_back(tmp_path):
 
 def test_a_renamed_function_fails_loudly():
     with pytest.raises((AttributeError, KeyError)):
-        sim_breakdown._resolve("dspark_sim.engine.replica:Replica._no_such_phase")
+        sim_breakdown._resolve("dspark_sim.serving.replica:Replica._no_such_phase")

@@ -15,8 +15,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from dspark_sim.engine.simulator import EXACT_ENV
-from dspark_sim.engine.stretch import delay_to
+from dspark_sim.serving.simulator import EXACT_ENV
+from dspark_sim.serving.stretch import delay_to
 from dspark_sim.metrics.collector import InOrder
 from dspark_sim.run import run_scenario
 from dspark_sim.scenario import Scenario
@@ -153,7 +153,7 @@ def test_skip_ahead_is_step_by_step_over_many_seeds(method, tmp_path):
 
 def test_the_stretches_skip_most_steps(monkeypatch, tmp_path):
     # not a timing test: skip-ahead must actually advance steps in stretches, not one at a time
-    from dspark_sim.engine import replica
+    from dspark_sim.serving import replica
 
     taken = []
     plan = replica.plan_stretch
@@ -175,29 +175,36 @@ def test_the_stretches_skip_most_steps(monkeypatch, tmp_path):
     assert not taken
 
 
+@pytest.mark.parametrize("overlap", [False, True])
 @pytest.mark.parametrize("method", ["production", "algorithm1", "static"])
-def test_drafting_stretches_run_through_finishes(method, monkeypatch, tmp_path):
-    # with nobody waiting a stretch with drafts draws a segment after each finish (an engine that
-    # reads each step before planning the next; one that overlaps decodes the finished requests
-    # once more in the next step, and its stretches end at a finish); drawn here with no regard
-    # for the next arrival, it is cut back into an earlier segment: the policy's state and the
-    # random stream go back there, and the numbers stay step-by-step mode's
-    from dspark_sim.engine import stretch
+def test_drafting_stretches_run_through_finishes(method, overlap, monkeypatch, tmp_path):
+    # with nobody waiting a stretch with drafts draws a segment after each finish; an engine that
+    # overlaps its steps decodes the unsure finishes once more in the next step, a segment of one
+    # step with their ghost rows; drawn here with no regard for the next arrival, a stretch is cut
+    # back into an earlier segment: the policy's state and the random stream go back there, and
+    # the numbers stay step-by-step mode's
+    from dspark_sim.serving import stretch
 
     draw = stretch.steps_to_draw
     monkeypatch.setattr(stretch, "steps_to_draw", lambda left, to_arrival_s, step_s, *rest:
                         draw(left, math.inf, 0.0, *rest))
-    cuts = []
-    keep = stretch.Segments.keep
+    cuts, ghost_steps = [], []
+    keep, add = stretch.Segments.keep, stretch.Segments.add
 
     def spy(self, taken):
         cuts.append((len(self.draws), taken < self.starts[-1] if taken else True))
         keep(self, taken)
 
+    def spy_add(self, draw, taken, live, new, cum, left, ghosts=None):
+        ghost_steps.append(ghosts is not None and len(self.draws) > 0)  # after a finish in the stretch
+        add(self, draw, taken, live, new, cum, left, ghosts)
+
     monkeypatch.setattr(stretch.Segments, "keep", spy)
-    assert_identical(scenario(method, seed=7, requests=40, overlap=False), tmp_path)
+    monkeypatch.setattr(stretch.Segments, "add", spy_add)
+    assert_identical(scenario(method, seed=7, requests=40, overlap=overlap), tmp_path)
     assert any(segments > 2 for segments, _ in cuts)
     assert any(segments > 1 and earlier for segments, earlier in cuts)
+    assert any(ghost_steps) == overlap
 
 
 # -- the pieces a stretch is made of ---------------------------------------------------------------
@@ -231,7 +238,7 @@ def test_held_records_come_out_in_time_order():
 
 @pytest.mark.parametrize("engine", ["sglang", "vllm"])
 def test_skip_ahead_is_step_by_step_under_an_engine(engine, tmp_path):
-    from dspark_sim.engines import EngineTerms
+    from dspark_sim.engines.model import EngineTerms
 
     sc = scenario("none", load="heavy")
     sc = replace(sc, engine=replace(Scenario.from_dict({**_raw_engine(engine)}).engine,
@@ -255,7 +262,7 @@ def test_skip_ahead_is_step_by_step_with_a_streaming_front_end(method, replicas,
     """An engine's front end takes requests in between streaming the steps' output, and the
     client sees each step's tokens when it has streamed them: the steps a stretch runs register
     their messages when they end, and their tokens reach the client when they would step by step."""
-    from dspark_sim.engines import Engine, EngineTerms
+    from dspark_sim.engines.model import Engine, EngineTerms
 
     sc = scenario(method, seed=31 + FRONT_END_CONFIGS.index((method, replicas, load, overlap)), load=load,
                   replicas=replicas, router="least_outstanding")

@@ -8,11 +8,11 @@ import yaml
 from conftest import EXAMPLES
 
 from dspark_sim.scenario import load_scenario
-from dspark_sim.tuner import engines
+from dspark_sim.engines import configs
 
 
 def export(s, fmt, tmp_path):
-    name = getattr(engines, fmt)(s, tmp_path, ["test"], tmp_path)
+    name = getattr(configs, fmt)(s, tmp_path, ["test"], tmp_path)
     return yaml.safe_load((tmp_path / name).read_text()), (tmp_path / name).read_text()
 
 

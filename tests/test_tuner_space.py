@@ -8,7 +8,7 @@ from test_tuner_fixtures import tiny_scenario
 
 from dspark_sim.errors import InputError
 from dspark_sim.tuner.scenarios import configure, load_base, to_scenario
-from dspark_sim.tuner import honour
+from dspark_sim.engines import knobs
 from dspark_sim.tuner.space import METHODS, Choice, Range, load_space, suggest, tier_ladder
 
 
@@ -90,11 +90,11 @@ def test_tier_ladders():
     assert tier_ladder("step64", 200) == [1, 2, 4, 8, 64, 128, 192]
 
 
-@pytest.mark.parametrize("engine", honour.ENGINES)
+@pytest.mark.parametrize("engine", knobs.ENGINES)
 def test_engine_holds_what_it_has_no_field_for(engine):
     """Tuning for an engine samples only knobs it honours; the rest sit at its behaviour."""
-    space = load_space(None).restricted(honour.held(engine, "eagle3"), max_block=5)
-    tuned = {knob for (section, knob), fields in honour.FIELDS.items() if fields[engine]}
+    space = load_space(None).restricted(knobs.held(engine, "eagle3"), max_block=5)
+    tuned = {knob for (section, knob), fields in knobs.FIELDS.items() if fields[engine]}
     for params, config in _sample("dspark", 30, space):
         assert set(params) <= tuned
         spec, dep = config["speculation"], config["deployment"]
@@ -110,6 +110,6 @@ def test_engine_holds_what_it_has_no_field_for(engine):
 
 
 def test_honour_table_has_a_row_per_knob_and_a_column_per_engine():
-    rows = honour.table()
-    assert len(rows) == 2 + len(honour.FIELDS)
-    assert all(row.count("|") == 2 + len(honour.ENGINES) for row in rows)
+    rows = knobs.table()
+    assert len(rows) == 2 + len(knobs.FIELDS)
+    assert all(row.count("|") == 2 + len(knobs.ENGINES) for row in rows)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import time
 import warnings
 from pathlib import Path
 
@@ -81,11 +80,10 @@ def test_time_scale_max_requests_and_chunking(tmp_path):
     np.testing.assert_array_equal(head.prompt_tokens, full.prompt_tokens[:3])
 
 
-def test_shipped_azure_trace_is_fast_and_sane():
-    start = time.perf_counter()
+def test_shipped_azure_trace_reads_whole_and_sane():
+    """Every request of the shipped trace, in order, the same in any chunking (how long it takes
+    is bench_sim.py's, not a test's)."""
     c = read_all(SHIPPED)
-    elapsed_s = time.perf_counter() - start
-    assert elapsed_s < 0.5
     assert len(c) == count_requests(SHIPPED) == 8819
     assert c.arrival_s[0] == 0.0 and np.all(np.diff(c.arrival_s) >= 0)
     assert c.arrival_s[-1] == pytest.approx(3435.948056, abs=1e-9)  # 19:14:19.5275060 - 18:17:03.9799600

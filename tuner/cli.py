@@ -19,7 +19,7 @@ from pathlib import Path
 
 from dspark_sim.errors import ArgumentParser, InputError, run_reporting_errors
 from dspark_sim.limits import MAX_LATENCY_MS, MAX_SEED, MAX_TOK_PER_S_USER
-from dspark_sim.tuner.honour import ENGINES
+from dspark_sim.engines.knobs import ENGINES
 
 DEFAULT_SCENARIO = Path("examples") / "tune_default.yaml"
 SLO_FLAGS = {"tpot_ms": "--slo-tpot-ms", "tok_per_s_user": "--slo-tok-per-s-user", "ttft_ms": "--slo-ttft-ms"}
@@ -131,7 +131,7 @@ def new_settings(args):
     from dspark_sim.slo import Slo
     from dspark_sim.tuner import pruning
     from dspark_sim.tuner.objective import Target
-    from dspark_sim.tuner.engines import check_space
+    from dspark_sim.engines.configs import check_space
     from dspark_sim.tuner.scenarios import load_base, to_scenario
     from dspark_sim.tuner.space import load_space
     from dspark_sim.tuner.tune import BASELINES, Settings
@@ -152,7 +152,8 @@ def new_settings(args):
     seed = base.get("seed", 0) if args.seed is None else args.seed
     n_seeds = args.seeds or 2
     slices = pruning.parse_slices(args.slices)
-    if slices:
+    if slices or (base.get("workload") or {}).get("trace") is not None:
+        # the trace read whole once: a bad row is refused here in one line, not in every trial
         pruning.check_slices(slices, target.objective, pruning.span_s(base, seed))
     settings = Settings(base, target, load_space(args.space), trials=args.trials or 200,
                         baseline_trials=(args.trials or 200) if args.baseline_trials is None else args.baseline_trials,

@@ -20,9 +20,9 @@ STS_FILE = "sts.json"
 
 
 def scheduler_table(scenario: Scenario):
-    """The SPS table the simulator's DSpark scheduler derives for ``scenario`` (engine/simulator.py)."""
+    """The SPS table the simulator's DSpark scheduler derives for ``scenario`` (serving/simulator.py)."""
     from dspark_sim.cost import scenario_cost
-    from dspark_sim.engine.simulator import scheduler_table as engine_table
+    from dspark_sim.serving.simulator import scheduler_table as engine_table
 
     cost = scenario_cost(scenario, warn=False)
     return engine_table(scenario, cost)

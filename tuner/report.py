@@ -10,7 +10,8 @@ from optuna.trial import TrialState
 
 from dspark_sim.catalog.drafters import PLACEHOLDER
 from dspark_sim.provenance import basis, provenance_line
-from dspark_sim.tuner import honour, pruning, repeats
+from dspark_sim.engines import knobs as engine_knobs
+from dspark_sim.tuner import pruning, repeats
 from dspark_sim.tuner.objective import THROUGHPUT, USER_SPEED, feasible, pareto_front
 from dspark_sim.tuner.runner import Job
 
@@ -280,9 +281,9 @@ def write(out: Path, jobs: list[Job], winners: dict[str, dict], info: dict) -> s
                if imp else ["(not enough complete trials)"]), "",
              *_provenance_table(shown, info.get("provenance", {})),
              "## Engines", "",
-             f"Tuned for **{honour.NAMES[info['engine']]}**: a knob it has no field for is held at its "
+             f"Tuned for **{engine_knobs.NAMES[info['engine']]}**: a knob it has no field for is held at its "
              "behaviour, not searched. Which tuned knob each engine honours:", "",
-             *honour.table(), "",
+             *engine_knobs.table(), "",
              *_drafter_lines(info["drafter"]), "",
              "## Files", "",
              "- `dspark.yaml`: the winner as a scenario: `dspark-sim run dspark.yaml` replays it",

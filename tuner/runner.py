@@ -106,9 +106,24 @@ def warn_once(message, category, filename, lineno, file=None, line=None) -> None
         print(f"warning: {message}", file=sys.stderr)
 
 
+_STOPPED_TRIALS: set[str] = set()
+
+
+def _not_a_stop(record) -> bool:
+    """False for Optuna's report of the trial a stop (Ctrl-C, SIGTERM) cut short, its traceback and
+    its value: the command's own ``interrupted``/``terminated`` line says it."""
+    message = record.getMessage()
+    if isinstance(record.exc_info[1] if record.exc_info else None, (KeyboardInterrupt, Terminated)):
+        _STOPPED_TRIALS.add(message.split(" failed", 1)[0])
+        return False
+    return message.split(" failed", 1)[0] not in _STOPPED_TRIALS
+
+
 def quiet() -> None:
     """Warnings once each, on one line; no Optuna INFO lines or experimental-feature notices."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    for handler in optuna.logging.get_logger("optuna").handlers:  # its modules' records reach these
+        handler.addFilter(_not_a_stop)
     warnings.showwarning = warn_once
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 

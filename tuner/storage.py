@@ -125,23 +125,30 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
                     grace_period=GRACE_S,
                     heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=2))
             break
-        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError) as err:
+        except sqlalchemy.exc.SQLAlchemyError as err:
             # processes opening a fresh database at once race to create Optuna's tables: the
-            # loser's CREATE breaks a unique constraint or finds the table made. Once the winner
-            # has committed, the tables are there and opening again finds them.
-            if isinstance(err, sqlalchemy.exc.ProgrammingError) and "already exists" not in str(err.orig):
+            # loser's CREATE breaks a unique constraint or finds the table made (PostgreSQL's
+            # ProgrammingError, SQLite's OperationalError). Once the winner has committed, the
+            # tables are there and opening again finds them.
+            if not _lost_schema_race(err):
                 raise InputError(None, "--storage", _shown(url),
-                                 f"cannot open: {str(err.orig).splitlines()[0]}") from None
+                                 f"cannot open: {str(getattr(err, 'orig', None) or err).splitlines()[0]}") from None
             if attempt == SCHEMA_ATTEMPTS - 1:
                 raise InputError(None, "--storage", _shown(url), "cannot open: the schema kept changing under it "
                                  "(other processes creating it)") from None
             time.sleep(0.2 * (attempt + 1))
-        except (sqlalchemy.exc.SQLAlchemyError, ImportError) as err:
-            reason = getattr(err, "orig", None) or err
-            raise InputError(None, "--storage", _shown(url), f"cannot open: {str(reason).splitlines()[0]}") from None
+        except ImportError as err:
+            raise InputError(None, "--storage", _shown(url), f"cannot open: {str(err).splitlines()[0]}") from None
     if sqlite:
         _write_ahead_log(storage.engine)
     return storage
+
+
+def _lost_schema_race(err: Exception) -> bool:
+    if isinstance(err, sqlalchemy.exc.IntegrityError):
+        return True
+    return (isinstance(err, (sqlalchemy.exc.ProgrammingError, sqlalchemy.exc.OperationalError))
+            and "already exists" in str(err.orig))
 
 
 def _shown(url: str) -> str:

@@ -19,7 +19,8 @@ from dspark_sim.catalog import get_model
 from dspark_sim.catalog.drafters import chain_baseline_drafter
 from dspark_sim.metrics.record import write_provenance
 from dspark_sim.provenance import basis, provenance_line, scenario_provenance
-from dspark_sim.tuner import engines, exports, honour, repeats, report, storage
+from dspark_sim.engines import configs, knobs
+from dspark_sim.tuner import exports, repeats, report, storage
 from dspark_sim.tuner.confirm import confirm, winner_interval
 from dspark_sim.tuner.objective import Target, feasible
 from dspark_sim.tuner.runner import Job, run
@@ -48,10 +49,10 @@ class Settings:
     slices: tuple[float, ...] = ()  # minutes of the trace trials are first scored on (pruning.py; () none)
 
     def engine_space(self) -> SearchSpace:
-        """The space searched: knobs ``engine`` does not honour held at its behaviour (honour.py),
+        """The space searched: knobs ``engine`` does not honour held at its behaviour (engines/knobs.py),
         block sizes capped at the DSpark drafter's trained block."""
         model = get_model(self.base["model"]).name
-        held = honour.held(self.engine, chain_baseline_drafter(model))
+        held = knobs.held(self.engine, chain_baseline_drafter(model))
         return self.space.restricted(held, dspark_drafter(self.base).trained_block)
 
     def jobs(self, url: str, name: str) -> list[Job]:
@@ -152,7 +153,7 @@ def tune(settings: Settings, url: str, name: str, out: Path, *, workers: int = 1
     with atomic_dir(out) as tmp:
         if "dspark" in picks:
             best = picks["dspark"][1]
-            _, info["notes"] = write_exports(settings.base, best, best["study"], tmp, engines.FORMATS,
+            _, info["notes"] = write_exports(settings.base, best, best["study"], tmp, configs.FORMATS,
                                              out, settings.target.describe(), settings.engine)
         write_provenance(tmp, info["provenance"])
         report.write(tmp, jobs, winners, info)
@@ -195,15 +196,15 @@ def write_exports(base: dict, record: dict, study: str, out: Path, formats,
         if fmt == "dspark":
             files.append(exports.write_dspark_yaml(base, record["config"], out, lines))
             continue
-        why = engines.not_expressible(scenario, fmt)
+        why = configs.not_expressible(scenario, fmt)
         if why is not None:
-            notes.append(f"{fmt}: not expressible in {honour.NAMES[fmt]}: {why}")
+            notes.append(f"{fmt}: not expressible in {knobs.NAMES[fmt]}: {why}")
             continue
         other = [] if fmt == engine else [
-            f"tuned for {honour.NAMES[engine]}: knobs {honour.NAMES[fmt]} honours and {honour.NAMES[engine]} "
-            f"does not were held at {honour.NAMES[engine]}'s behaviour (report.md, docs/tuning.md); "
+            f"tuned for {knobs.NAMES[engine]}: knobs {knobs.NAMES[fmt]} honours and {knobs.NAMES[engine]} "
+            f"does not were held at {knobs.NAMES[engine]}'s behaviour (report.md, docs/tuning.md); "
             f"tune with --engine {fmt} for this engine"]
-        files.append(engines.WRITERS[fmt](scenario, out, lines + other, Path(final or out)))
+        files.append(configs.WRITERS[fmt](scenario, out, lines + other, Path(final or out)))
     return files, notes
 
 

@@ -191,7 +191,7 @@ def layout_note(scenario: Scenario, *, gpu: str | None = None, tp: int | None = 
     cache; None when it can. Asked before the probe scenario exists, which would refuse a split
     that does not fit."""
     from dspark_sim.catalog import get_gpu, get_model
-    from dspark_sim.engine.kv import kv_capacity_tokens
+    from dspark_sim.serving.kv import kv_capacity_tokens
 
     model, gpu_spec = get_model(scenario.model), get_gpu(gpu or scenario.gpu)
     dep = _with_tp(scenario.deployment, tp or scenario.deployment.tp)

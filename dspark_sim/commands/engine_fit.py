@@ -1,5 +1,5 @@
 """`dspark-sim engine-fit`: an engine's host terms from files its own tools wrote
-(:mod:`dspark_sim.profiling.engine_fit`)."""
+(:mod:`dspark_sim.engines.fit`)."""
 from __future__ import annotations
 
 import sys
@@ -10,7 +10,7 @@ from dspark_sim.scenario import load_scenario
 
 def run(args) -> int:
     from dspark_sim.cost.jsonio import write_json_atomic
-    from dspark_sim.profiling.engine_fit import calibrate
+    from dspark_sim.engines.fit import calibrate
 
     scenario = load_scenario(args.scenario)
 

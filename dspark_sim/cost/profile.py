@@ -28,7 +28,7 @@ from dspark_sim.cost.roofline import RooflineCost, RooflineParams, engine_cost_m
 from dspark_sim.cost.substitute import fill_host_terms
 from dspark_sim.cost.shapes import EXACT, SCALAR
 from dspark_sim.cost.terms import STEP_KINDS, DecodeShape
-from dspark_sim.engines import Engine
+from dspark_sim.engines.model import Engine
 from dspark_sim.errors import InputError
 
 PROFILES_PACKAGE = "dspark_sim.profiles"

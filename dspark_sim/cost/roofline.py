@@ -47,7 +47,7 @@ class RooflineParams:
     and execution floors in a CUDA graph, a small batch's latency): added a layer a forward,
     the target's and each drafter forward's. first_token_s: the latency a request's first token
     takes beyond the steps that compute it, the same for requests taken in together (it is no
-    step's time: the simulator delays each request's intake by it, engine/simulator.py).
+    step's time: the simulator delays each request's intake by it, serving/simulator.py).
     moe_bw_eff: the share of bandwidth the expert GEMMs reach reading their weights (None:
     ``bw_eff``). The three are 0 / None in the plain roofline; the engines' MoE roofline fits
     them (:func:`engine_roofline_params`).

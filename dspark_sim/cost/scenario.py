@@ -5,7 +5,7 @@ import warnings
 
 from dspark_sim.catalog import get_gpu
 from dspark_sim.cost.base import CostModel
-from dspark_sim.cost.engine import EngineCost
+from dspark_sim.engines.step_cost import EngineCost
 from dspark_sim.cost.moe import Routing
 from dspark_sim.cost.profile import ProfileCost, get_cost_model
 
@@ -14,7 +14,7 @@ def scenario_cost(scenario, *, warn: bool = True) -> CostModel:
     """:func:`~dspark_sim.cost.profile.get_cost_model` for one replica of ``scenario``'s deployment,
     under its engine: the decoder's own host time comes with its profile (warned about, ``warn``,
     when a host term its method uses is a substitute, :mod:`.substitute`); another engine's host
-    terms replace it (:class:`~dspark_sim.cost.engine.EngineCost`)."""
+    terms replace it (:class:`~dspark_sim.engines.step_cost.EngineCost`)."""
     dep, engine = scenario.deployment, scenario.engine
     gpu = get_cost_model(scenario.gpu, scenario.model, file=scenario.file, warn=warn,
                          parallel=dep.parallel, kv_dtype_bytes=dep.kv_dtype_bytes,

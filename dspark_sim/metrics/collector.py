@@ -129,7 +129,7 @@ class Collector:
                               "draft_s": "d", "sched_s": "d", "kv_tokens": "q"})
         self.gaps = Growing({"gap_s": np.float64, "count": np.int64})
         self.rejected = 0
-        self.rejected_by: dict[str, int] = {}  # reason (engine/admission.py) -> requests
+        self.rejected_by: dict[str, int] = {}  # reason (serving/admission.py) -> requests
         self.record = RecordWriter(out_dir) if out_dir is not None else None
         self.order = InOrder(replicas, clock) if replicas > 1 else None
         self.replicas, self.clock = replicas, clock
@@ -144,7 +144,7 @@ class Collector:
 
     def through_front_end(self, front_end) -> None:
         """Give token times as the client sees them, delivered by ``front_end``
-        (:class:`~dspark_sim.engine.frontend.FrontEnd`): the record waits, in :class:`InOrder`,
+        (:class:`~dspark_sim.serving.frontend.FrontEnd`): the record waits, in :class:`InOrder`,
         until the front end has worked out the deliveries up to its time
         (:meth:`front_end_settled`, and at :meth:`close`). Call before any event."""
         self.front_end = front_end
@@ -214,7 +214,7 @@ class Collector:
             self.gaps.extend(gap_s=ordered[starts], count=np.diff(np.append(starts, ordered.size)))
 
     def on_stretch(self, replica: int, st, last_s: np.ndarray) -> None:
-        """The K decode steps of a :class:`~dspark_sim.engine.stretch.Stretch`, as K steps would
+        """The K decode steps of a :class:`~dspark_sim.serving.stretch.Stretch`, as K steps would
         record them: ``last_s`` the ends of the steps that emitted the requests' tokens before
         it (read now); after its first step, every decoding request's gap is a step."""
         # the first step's gaps: now, or (behind a front end) once its deliveries are worked out
@@ -239,12 +239,14 @@ class Collector:
             self.gaps.extend(gap_s=ends[1:] - ends[:-1], count=st.decode_reqs[later])
         k = slice(lo, hi)
         first, runs = self.steps.n, st.decode_reqs[k]
-        self.steps.extend(st.times_s[k], st.step_s[k], runs, runs, st.verify_tokens[k], np.zeros(hi - lo, np.int64),
+        rows = runs if st.ghost_rows is None else runs + st.ghost_rows[k]  # an overlapping engine's ghosts too
+        self.steps.extend(st.times_s[k], st.step_s[k], runs, rows, st.verify_tokens[k], np.zeros(hi - lo, np.int64),
                           st.budget[k], st.emitted[k], st.draft_s[k], st.sched_s[k], st.kv_tokens[k])
         if self.record is not None:  # a stretch prefills nothing and evicts nothing (stretch.py stops before)
             runs = runs.tolist()
             self.record.steps(step=range(first, first + hi - lo), start_s=st.times_s[k].tolist(),
-                              step_s=st.step_s[k].tolist(), running_reqs=runs, decode_reqs=runs, prefill_tokens=0,
+                              step_s=st.step_s[k].tolist(), running_reqs=runs,
+                              decode_reqs=runs if st.ghost_rows is None else rows.tolist(), prefill_tokens=0,
                               verify_tokens=st.verify_tokens[k].tolist(),
                               budget_k=one_value(st.budget[k], st.budget[k].tolist()),
                               accepted_tokens=st.emitted[k].tolist(),
@@ -278,7 +280,7 @@ class Collector:
                              evicted_blocks=step["evicted_blocks"], kv_tokens=step["kv_needed"])
 
     def on_finish(self, rows: dict[str, np.ndarray], now: float | np.ndarray, replica: int = 0) -> None:
-        """Requests (columns of :class:`~dspark_sim.engine.batch.Table`) that finished at ``now``
+        """Requests (columns of :class:`~dspark_sim.serving.batch.Table`) that finished at ``now``
         (one time, or each request's, in the order of their times)."""
         if self.on_done is not None:
             self.on_done(int(rows["rid"].size))

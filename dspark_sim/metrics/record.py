@@ -27,7 +27,7 @@ REQUEST_FORMATS = {
     "accepted_tokens": "{}",  # drafts the request had accepted and emitted (at most output_tokens - 1)
     "verified_drafts": "{}",
     "cached_tokens": "{}",  # prompt tokens its first prefill read from the prefix cache
-    # "completed", or "rejected" on arrival with the reason (engine/admission.py); a rejected
+    # "completed", or "rejected" on arrival with the reason (serving/admission.py); a rejected
     # request's times and latencies are nan
     "status": "{}", "reject_reason": "{}",
 }

@@ -30,8 +30,8 @@ import numpy as np
 
 from dspark_sim.catalog import get_model
 from dspark_sim.cost.roofline import attention_kind
-from dspark_sim.engines import GpuWork
-from dspark_sim.profiling.engine_fit import replay
+from dspark_sim.engines.model import GpuWork
+from dspark_sim.engines.fit import replay
 from dspark_sim.scenario import Scenario
 
 SMALL = 16  # concurrency at which a run's steps are few requests' (floors, not bandwidth)

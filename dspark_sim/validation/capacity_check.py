@@ -154,7 +154,7 @@ def write_page(real: list[Path], cases_dir: Path, data_path: Path, page_path: Pa
     for trace, methods in measured.items():
         for method in CASE_METHODS:
             if method in methods:
-                rows.append(_row(trace, method, methods[method], sims[trace]["sim"][method]))
+                rows.append(capacity_row(trace, method, methods[method], sims[trace]["sim"][method]))
     data = {"made_by": "python benchmarks/decoder_capacity.py page --real " + " ".join(str(r) for r in real),
             "simulator_commit": commit, "traces": sims, "rows": rows,
             "real": [part for run in runs for part in run.get("parts", [_part(run)])]}
@@ -163,7 +163,7 @@ def write_page(real: list[Path], cases_dir: Path, data_path: Path, page_path: Pa
     return data
 
 
-def _row(trace: str, method: str, real: dict, sim: dict) -> dict:
+def capacity_row(trace: str, method: str, real: dict, sim: dict) -> dict:
     rate, fail, interval = real["rate_rps"], real.get("failed_rate_rps"), sim["interval_rps"]
     err = (sim["rate_rps"] - rate) / rate if rate else None
     return {"trace": trace, "method": method, "real_rps": rate, "real_failed_rps": fail,

@@ -159,7 +159,7 @@ def make_cases(cases_dir: Path, azure_trace: Path, *, model: str = MODEL, tp: in
     # simulator imported here only: the GPU side serves the cases without it)
     from dspark_sim.catalog import get_gpu
     from dspark_sim.cost import get_cost_model
-    from dspark_sim.engine.simulator import scheduler_table
+    from dspark_sim.serving.simulator import scheduler_table
     from dspark_sim.scenario import Scenario
 
     # the probe reads no rows; any written trace names it

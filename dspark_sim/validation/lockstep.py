@@ -113,9 +113,9 @@ def null_forwards(decoder) -> None:
 
     def draft(rows, temp, rp):
         anchors = decoder.rows.gather(rows)[0]
-        gamma = decoder.drafter.gamma
-        return (anchors[:, None].repeat(1, gamma + 1), torch.full((rp, gamma, vocab), 1.0 / vocab),
-                torch.zeros(rp, gamma))
+        block = decoder.drafter.block_size
+        return (anchors[:, None].repeat(1, block + 1), torch.full((rp, block, vocab), 1.0 / vocab),
+                torch.zeros(rp, block))
 
     decoder._draft = draft
     decoder._verify = lambda win, vlen, rows, tp, rp: torch.zeros(tp, vocab)
@@ -166,7 +166,7 @@ def lockstep_case(out, arrival, prompt, output, method: str, batching: str, **de
 
     import yaml
 
-    from dspark_sim.engine.simulator import build_context
+    from dspark_sim.serving.simulator import build_context
     from dspark_sim.kernels.decoder.engine import write_csvs
     from dspark_sim.metrics.collector import Collector
     from dspark_sim.metrics.record import read_columns
@@ -223,7 +223,7 @@ def tiny_at(scenario, kv_tokens: int):
     from dspark_sim.kernels.decoder.tiny import tiny_decoder
 
     conf = decoder_config(scenario)
-    over = {}
+    over = {"block_size": conf.block_size} if conf.block_size else {}  # none: the scenario's own
     if scenario.speculation.sps_table is not None:
         from dspark_sim.cost.sps import load_sps_table
         from dspark_sim.kernels.sps_tensors import sps_tensors
@@ -231,9 +231,8 @@ def tiny_at(scenario, kv_tokens: int):
         over["sps"] = sps_tensors(load_sps_table(scenario.speculation.sps_table))
     decoder = tiny_decoder(conf.method, max_running_requests=conf.max_running_requests,
                            max_batched_tokens=conf.max_batched_tokens, batching=conf.batching, kv_tokens=kv_tokens,
-                           max_model_len=10240, kv_block_tokens=conf.kv_block_tokens, block_size=conf.block_size,
-                           scheduler=conf.scheduler, lag_steps=conf.lag_steps, synthetic=conf.method != "none",
-                           agreeable=False, **over)
+                           max_model_len=10240, kv_block_tokens=conf.kv_block_tokens, scheduler=conf.scheduler,
+                           lag_steps=conf.lag_steps, synthetic=conf.method != "none", agreeable=False, **over)
     null_forwards(decoder)
     kind = scenario.speculation.draft_kind if conf.method != "none" else None
     return decoder, kind, conf.block_size if kind else 0

@@ -1,5 +1,5 @@
 """docs/validation.md's account of what the simulator put into its steps at saturation, before
-and after the in-flight step (engine/inflight.py), from ``benchmarks/lockstep.py``'s data."""
+and after the in-flight step (serving/inflight.py), from ``benchmarks/lockstep.py``'s data."""
 from __future__ import annotations
 
 import numpy as np
@@ -33,7 +33,7 @@ def mechanism_lines(before: dict, after: dict) -> list[str]:
              "- under `mixed` batching a decoding request takes its whole window (drafts + 1) from the token "
              "budget, its verify length being decided on the GPU later; the simulator took the verify tokens "
              "the scheduler chose, leaving DSpark more room for prompt chunks.", "",
-             "The fix (`dspark_sim/engine/inflight.py`) makes the simulator's overlapping engines do all three; "
+             "The fix (`dspark_sim/serving/inflight.py`) makes the simulator's overlapping engines do all three; "
              "engines that read each step before planning the next hold nothing.", ""]
     lines += _excerpt(before) + [""] + _table(before, after)
     return lines

@@ -20,6 +20,8 @@ from dspark_sim.workload.chunk import RequestChunk, rechunk
 from dspark_sim.workload.lengths import LengthDist, Sampler, bad
 from dspark_sim.workload.sessions import SessionsConfig, session_blocks
 
+# "gamma": the Gamma distribution of the gaps between arrivals, not the paper's gamma (the
+# drafter's block size, which the project calls block_size)
 ARRIVALS = ("poisson", "gamma", "constant")
 BLOCK_ROWS = 65536
 

@@ -45,11 +45,11 @@ class Scheduler:
         self.waiting.append(seq)
 
     def refusal(self, seq) -> tuple[str, str] | None:
-        """Why ``seq`` is refused on arrival, as the engines refuse it (:mod:`dspark_sim.engine.admission`):
+        """Why ``seq`` is refused on arrival, as the engines refuse it (:mod:`dspark_sim.serving.admission`):
         ``(reason, the line saying so)``, or None when it can be served. A request longer than
         ``max_model_len`` (prompt + output), or than the KV cache holds for it alone with its
         steps' slack (:attr:`~.config.DecoderConfig.max_positions`), would never finish."""
-        from dspark_sim.engine.admission import CONTEXT, Admission
+        from dspark_sim.serving.admission import CONTEXT, Admission
 
         conf, pages = self.conf, self.decoder.pages
         slack = conf.max_positions - conf.max_model_len

@@ -1,7 +1,7 @@
 """The exports fed to the serving engines' own released code.
 
 SGLang 0.5.23 and vLLM 0.33.0 are installed by ``tests/engines.sh`` into ``.engines/`` (set
-``DSPARK_ENGINES`` to use another place); ``dspark_sim.tuner.enginecheck`` runs their
+``DSPARK_ENGINES`` to use another place); ``dspark_sim.engines.check`` runs their
 parsers, loaders, SGLang's DSpark start-up rules and its planner's budget function on the
 files (its docstring says exactly what is exercised): the tuner's Qwen3-8B exports of DSpark
 and every baseline, and DeepSeek-V4-Flash on 8 B300s (examples/v4_flash_b300.yaml: expert
@@ -26,7 +26,7 @@ from test_tuner_fixtures import run_tiny, sqlite_url
 from dspark_sim.catalog.drafters import PLACEHOLDER
 from dspark_sim.cost.sps import load_sps_table
 from dspark_sim.speculation.dspark import VerifyLimits, candidates, production_budget, theta
-from dspark_sim.tuner import engines, enginecheck
+from dspark_sim.engines import check, configs
 from dspark_sim.tuner.cli import main as tune_main
 from dspark_sim.tuner.scenarios import load_base
 from dspark_sim.tuner.tune import write_exports
@@ -69,7 +69,7 @@ def test_sglang_parses_every_export_and_plans_the_tuned_budget(exported):
     _need_engines()
     dirs, drafter = exported
     names = [m for m in dirs if (dirs[m] / "sglang.yaml").exists()]
-    answers = dict(zip(names, enginecheck.run("sglang", [dirs[m] for m in names], ROOT)))
+    answers = dict(zip(names, check.run("sglang", [dirs[m] for m in names], ROOT)))
     assert set(names) == {"dspark", "none", "static", "dflash"}  # schedule, threshold: no SGLang field
     ours = answers["dspark"]
     flags = _flags(dirs["dspark"], "sglang.yaml")
@@ -114,7 +114,7 @@ def test_vllm_reads_every_export(exported):
     _need_engines()
     dirs, drafter = exported
     names = [m for m in dirs if (dirs[m] / "vllm.yaml").exists()]
-    answers = dict(zip(names, enginecheck.run("vllm", [dirs[m] for m in names], ROOT)))
+    answers = dict(zip(names, check.run("vllm", [dirs[m] for m in names], ROOT)))
     assert set(names) == {"dspark", "none", "static", "dflash", "schedule"}
     spec = answers["dspark"]["speculative_config"]
     assert spec["method"] == "dspark" and spec["model"] == str(drafter.resolve())
@@ -134,14 +134,14 @@ def test_vllm_check_rejects_what_vllm_rejects(tmp_path):
                 {"model": "Qwen/Qwen3-8B", "long-prefill-chunk": 512}):
         (tmp_path / "vllm.yaml").write_text(yaml.safe_dump(bad))
         with pytest.raises(RuntimeError):
-            enginecheck.run("vllm", [tmp_path], ROOT)
+            check.run("vllm", [tmp_path], ROOT)
 
 
 def test_sglang_check_rejects_what_sglang_rejects(tmp_path):
     _need_engines()
     (tmp_path / "sglang.yaml").write_text(yaml.safe_dump({"model-path": "Qwen/Qwen3-8B", "cuda-graph-max-bs": 8}))
     with pytest.raises(RuntimeError, match="cuda-graph-max-bs"):  # ambiguous in 0.5.23: -decode or -prefill
-        enginecheck.run("sglang", [tmp_path], ROOT)
+        check.run("sglang", [tmp_path], ROOT)
 
 
 def test_threshold_baseline_is_marked_not_expressible(exported):
@@ -213,14 +213,14 @@ def v4_exported(tmp_path_factory):
     base = load_base(EXAMPLES / "v4_flash_b300.yaml")
     record = {"trial": 0, "method": "dspark", "config": {"deployment": {}, "speculation": base["speculation"]},
               "mean": {}, "seeds": [0], "feasible": True}
-    files, notes = write_exports(base, record, "v4", out, engines.FORMATS, out)
+    files, notes = write_exports(base, record, "v4", out, configs.FORMATS, out)
     assert not notes and {"sglang.yaml", "vllm.yaml", "trtllm.yaml", "sps_table.json"} <= set(files)
     return out
 
 
 def test_v4_flash_export_passes_sglang_parser_startup_rules_and_planner(v4_exported):
     _need_engines()
-    [answer] = enginecheck.run("sglang", [v4_exported], ROOT)
+    [answer] = check.run("sglang", [v4_exported], ROOT)
     flags = _flags(v4_exported, "sglang.yaml")
     assert answer["speculative_algorithm"] == "DSPARK" and answer["speculative_dspark_block_size"] == 5
     assert answer["max_running_requests"] == 512
@@ -249,12 +249,12 @@ def test_the_engines_own_checks_refuse_a_broken_v4_layout(v4_exported, tmp_path,
     _need_engines()
     edited = _edited(v4_exported, f"{engine}.yaml", old, new, tmp_path)
     with pytest.raises(RuntimeError, match=refusal):
-        enginecheck.run(engine, [edited], ROOT)
+        check.run(engine, [edited], ROOT)
 
 
 def test_v4_flash_export_passes_vllm_fields_and_values(v4_exported):
     _need_engines()
-    [answer] = enginecheck.run("vllm", [v4_exported], ROOT)
+    [answer] = check.run("vllm", [v4_exported], ROOT)
     flags = answer["flags"]
     assert (flags["tensor_parallel_size"], flags["data_parallel_size"], flags["enable_expert_parallel"]) == \
         ("1", "8", True)
@@ -277,7 +277,7 @@ def _export_trial(base: dict, speculation: dict, out: Path) -> Path:
     """One trial of ``base`` with ``speculation`` exported in every format into ``out``."""
     record = {"trial": 0, "method": speculation["method"], "config": {"deployment": {}, "speculation": speculation},
               "mean": {}, "seeds": [0], "feasible": True}
-    write_exports(base, record, "moe", out, engines.FORMATS, out)
+    write_exports(base, record, "moe", out, configs.FORMATS, out)
     return out
 
 
@@ -287,11 +287,11 @@ def test_qwen3_moe_exports_name_its_eagle3_drafter_and_mark_the_missing_dspark_o
     with pytest.warns(UserWarning, match="no published dspark drafter for qwen3-30b-a3b"):
         dspark = _export_trial(base, {"method": "dspark", "block_size": 5}, tmp_path / "dspark")
     static = _export_trial(base, {"method": "static", "drafter": "eagle3", "block_size": 3}, tmp_path / "static")
-    ours, eagle = enginecheck.run("sglang", [dspark, static], ROOT)
+    ours, eagle = check.run("sglang", [dspark, static], ROOT)
     assert ours["speculative_draft_model_path"] == PLACEHOLDER  # the engine refuses it at load
     assert (eagle["speculative_algorithm"], eagle["speculative_draft_model_path"]) == \
         ("EAGLE3", "Tengyunw/qwen3_30b_moe_eagle3")
-    _, spec = enginecheck.run("vllm", [dspark, static], ROOT)
+    _, spec = check.run("vllm", [dspark, static], ROOT)
     assert (spec["speculative_config"]["method"], spec["speculative_config"]["model"]) == \
         ("eagle3", "Tengyunw/qwen3_30b_moe_eagle3")
     _follows_llm_args(_flags(static, "trtllm.yaml"))
@@ -303,10 +303,10 @@ def test_v4_flash_mtp_baseline_drafts_with_the_targets_own_layer(tmp_path):
     _need_engines()
     base = load_base(EXAMPLES / "v4_flash_b300.yaml")
     out = _export_trial(base, {"method": "static", "drafter": "mtp", "block_size": 1}, tmp_path)
-    [sgl] = enginecheck.run("sglang", [out], ROOT)
+    [sgl] = check.run("sglang", [out], ROOT)
     assert (sgl["speculative_algorithm"], sgl["speculative_draft_model_path"]) == ("NEXTN", None)
     assert _flags(out, "sglang.yaml")["model-path"] == "deepseek-ai/DeepSeek-V4-Flash"
-    [vll] = enginecheck.run("vllm", [out], ROOT)
+    [vll] = check.run("vllm", [out], ROOT)
     assert vll["speculative_config"] == {"method": "mtp", "num_speculative_tokens": 1}
     trt = _flags(out, "trtllm.yaml")["speculative_config"]
     _follows_llm_args(_flags(out, "trtllm.yaml"))

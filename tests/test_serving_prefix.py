@@ -12,7 +12,7 @@ from conftest import synthetic_scenario
 
 from dspark_sim.cost import get_cost_model
 from dspark_sim.cost.base import StepWork
-from dspark_sim.engine.replica import Replica
+from dspark_sim.serving.replica import Replica
 from dspark_sim.run import run_scenario
 from dspark_sim.scenario import load_scenario
 

@@ -1,7 +1,7 @@
 """Feed exported configs to the serving engines' own released code, on a CPU.
 
-    python -m dspark_sim.tuner.enginecheck sglang DIR [DIR ...] --engines ROOT
-    python -m dspark_sim.tuner.enginecheck vllm DIR [DIR ...] --engines ROOT
+    python -m dspark_sim.engines.check sglang DIR [DIR ...] --engines ROOT
+    python -m dspark_sim.engines.check vllm DIR [DIR ...] --engines ROOT
 
 ``ROOT/sglang`` and ``ROOT/vllm`` hold the released wheels' Python code, unpacked
 without dependencies or compiled kernels by ``tests/engines.sh``; the modules their
@@ -49,6 +49,8 @@ import sys
 import types
 from pathlib import Path
 
+from dspark_sim.engines.knobs import FIELDS, attribute
+
 SGLANG_PKG = "sglang"
 _PLANNER = "sglang.srt.speculative.dspark_components.dspark_planner"
 _REAL = ("sglang.srt.speculative.dspark_components.dspark_sps",
@@ -61,7 +63,7 @@ def run(engine: str, outs: list[Path], root: Path, timeout_s: float = 600) -> li
 
     Raises ``RuntimeError`` with the engine's error when its code rejects a config."""
     path = os.pathsep.join(p for p in (str(Path(root) / engine), os.environ.get("PYTHONPATH")) if p)
-    proc = subprocess.run([sys.executable, "-m", "dspark_sim.tuner.enginecheck", engine, *map(str, outs)],
+    proc = subprocess.run([sys.executable, "-m", "dspark_sim.engines.check", engine, *map(str, outs)],
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": path}, timeout=timeout_s)
     if proc.returncode != 0:
         raise RuntimeError(f"{engine} rejected {[str(o) for o in outs]}: {proc.stderr.strip()[-3000:]}")
@@ -145,14 +147,10 @@ def check_sglang(out: Path) -> dict:
     from sglang.srt.server_args import prepare_server_args
 
     args = prepare_server_args(["--config", str(out / "sglang.yaml")])
-    result = {"speculative_algorithm": args.speculative_algorithm,
-              "speculative_draft_model_path": args.speculative_draft_model_path,
-              "speculative_dspark_block_size": args.speculative_dspark_block_size,
-              "speculative_num_draft_tokens": args.speculative_num_draft_tokens,
-              "max_running_requests": args.max_running_requests,
-              "chunked_prefill_size": args.chunked_prefill_size,
-              "enable_mixed_chunk": args.enable_mixed_chunk,
-              "cuda_graph_max_bs_decode": args.cuda_graph_max_bs_decode}
+    tuned = [attribute("sglang", section, knob) for (section, knob), fields in FIELDS.items()
+             if fields["sglang"] and not fields["sglang"].startswith("env ")]
+    result = {key: getattr(args, key) for key in ("speculative_algorithm", "speculative_draft_model_path", *tuned,
+                                                  "speculative_num_draft_tokens", "cuda_graph_max_bs_decode")}
     if args.speculative_algorithm != "DSPARK":
         return result
     planner = _import_planner()
@@ -300,7 +298,7 @@ CHECKS = {"sglang": check_sglang, "vllm": check_vllm}
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m dspark_sim.tuner.enginecheck", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m dspark_sim.engines.check", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("engine", choices=sorted(CHECKS))
     p.add_argument("outs", nargs="+", help="directories holding exported files")

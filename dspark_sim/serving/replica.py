@@ -7,7 +7,7 @@ without ``--enable-mixed-chunk``: a step with prompt work pending prefills only,
 requests wait), preempt the newest requests (recompute) when the KV cache would overflow,
 cost the step, advance time, then draw acceptance and emit tokens. A request no engine would
 serve (longer than the context, or than the cache holds for it alone) is rejected on
-arrival (:mod:`dspark_sim.engine.admission`), so every admitted request fits alone and
+arrival (:mod:`dspark_sim.serving.admission`), so every admitted request fits alone and
 the KV cache in use never exceeds its capacity. With a prefix cache (:mod:`.prefix`) a
 request prefills only what its prompt does not share with cached blocks, and cached blocks
 no request reads fill free KV until a step needs it.
@@ -20,7 +20,7 @@ was made; what the step in flight finishes holds its place and KV through that p
 unsure finishes are decoded once more (:mod:`.inflight`). When the step in flight leaves
 nothing to run after it, the engine plans anew once it lands, as after an idle wait. Token
 times stay the ends of their steps (when the engine reads them); an engine's front end
-(:mod:`dspark_sim.engine.frontend`) delivers them to the client later, and the record gives
+(:mod:`dspark_sim.serving.frontend`) delivers them to the client later, and the record gives
 the client's times.
 
 An engine that reserves KV at admission for output still to come (TensorRT-LLM's whole output,
@@ -37,9 +37,9 @@ import numpy as np
 import simpy
 
 from dspark_sim.cost.base import DraftWork, StepWork
-from dspark_sim.engine.batch import Table
-from dspark_sim.engine.inflight import DecodeRows, decode_rows, in_flight
-from dspark_sim.engine.stretch import Stretch, delay_to, plan_stretch
+from dspark_sim.serving.batch import Table
+from dspark_sim.serving.inflight import in_flight, planned_rows
+from dspark_sim.serving.stretch import Stretch, delay_to, plan_stretch
 from dspark_sim.errors import InternalError, raise_if_stopped
 
 
@@ -85,7 +85,7 @@ class Replica:
 
     def submit(self, request: dict) -> None:
         """Queue a new request (a row for :class:`Table`) and wake the loop if idle; a request
-        the engine would refuse (:class:`~dspark_sim.engine.admission.Admission`) is rejected.
+        the engine would refuse (:class:`~dspark_sim.serving.admission.Admission`) is rejected.
         The request's prefix ``hash_ids`` go to the prefix cache (when on), not into the row."""
         hash_ids = request.pop("hash_ids", None)
         reason = self.admission.refusal(request["prompt_tokens"], request["output_tokens"])
@@ -207,15 +207,14 @@ class Replica:
         if not n or (c["prefilled"][:n] < c["prefill_len"][:n]).any():
             return None
         # a request came after this step's plan, or waits while the step in flight holds places:
-        # the next plan may take it; the step in flight's unsure finishes join the next step
-        if self.held_back or self.inflight.ghosts is not None or (
-                self.overlap and self.waiting and self.waiting[0].get("ready_s", -math.inf) > self.plan_s):
+        # the next plan may take it (the step in flight's unsure finishes: the stretch's first step)
+        if self.held_back or self.overlap and self.waiting and self.waiting[0].get("ready_s", -math.inf) > self.plan_s:
             return None
-        if self.waiting and self.multi_step > 1:
-            return None  # a waiting request joins at the end of this schedule's steps
-        if self.waiting and self.reserve is not None and self.reserve.decay_per_step \
-                and self.reserve_ratio > self.reserve.running_min:
-            return None  # the reservation shrinks step by step: a waiting request may fit after any
+        # a waiting request joins at the end of this schedule's steps, or may fit after any step while
+        # the reservation shrinks step by step
+        if self.waiting and (self.multi_step > 1 or self.reserve is not None and self.reserve.decay_per_step
+                             and self.reserve_ratio > self.reserve.running_min):
+            return None
         tokens, steps = self._decoded
         return plan_stretch(self, self.ctx.next_arrival_s, tokens / steps if steps else 1.0)
 
@@ -237,15 +236,13 @@ class Replica:
         if not step["tokens"]:
             return None
         self.kv_peak = max(self.kv_peak, step["kv_needed"])
-        step["evicted_blocks"] = 0
-        if self.prefix is not None:  # make room for the step's tokens among the cached blocks
-            over = step["kv_needed"] + self.prefix.idle_tokens - self.kv_capacity
-            step["evicted_blocks"] = self.prefix.evict(over) if over > 0 else 0
+        # make room for the step's tokens among the cached blocks
+        over = step["kv_needed"] + self.prefix.idle_tokens - self.kv_capacity if self.prefix is not None else 0
+        step["evicted_blocks"] = self.prefix.evict(over) if over > 0 else 0
         return step
 
     def _kv_adjust(self) -> int:
-        """KV tokens the running requests hold beyond their summed lengths (negative when they
-        share cached blocks: those are counted once)."""
+        """KV tokens the running requests hold beyond their lengths' sum (< 0: shared blocks count once)."""
         return self.prefix.kv_adjust if self.prefix is not None else 0
 
     def _schedule(self, ghosts=None) -> dict:
@@ -266,16 +263,9 @@ class Replica:
             dec = slice(0, num_dec) if pre[0] == num_dec else decoding.nonzero()[0]
             if self.prefill_first:
                 dec, num_dec = slice(0, 0), 0  # decoding requests wait while prompts are prefilled
-        ahead, self._ahead = self._ahead, None
-        if num_dec and not ghosts and ahead is not None and self.policy.block_size_for(num_dec) \
-                and ahead.fits(c["rid"][:n][dec]):  # drawn with the stretch before
-            p_true, verify_len, budget = ahead.take(self)
-            d = DecodeRows(num_dec, self.policy.block_size_for(num_dec), int(verify_len.sum()), p_true, verify_len,
-                           budget, kv[dec])
-        else:
-            ahead = None
-            d = decode_rows(self, {k: c[k][:n] for k in ("difficulty", "domain")}, dec, kv[dec],
-                            ghosts if num_dec else None)
+        d, ahead = planned_rows(self, {k: c[k][:n] for k in ("rid", "difficulty", "domain")}, dec, num_dec, kv[dec],
+                                ghosts, self._ahead)
+        self._ahead = None
         prefill_tokens, chunk, attn2, prefill_reqs = 0, None, 0.0, 0
         if pre is not None:
             rem = left[pre]
@@ -292,9 +282,8 @@ class Replica:
                         int(d.kv_tokens.max()) if num_dec else 0, n)
         parts = ctx.cost.breakdown(work)
         return {"dec": dec, "pre": pre, "num_dec": num_dec, "chunk": chunk, "verify_len": d.verify_len,
-                "p_true": d.p_true, "ahead": ahead if d.drafts else None, "budget": d.budget,
-                "tokens": d.verify_tokens + prefill_tokens,
-                "prefill_tokens": prefill_tokens,
+                "p_true": d.p_true, "ahead": ahead, "budget": d.budget,
+                "tokens": d.verify_tokens + prefill_tokens, "prefill_tokens": prefill_tokens,
                 "kv_needed": int(kv.sum()) + n * self.kv_per_request + d.verify_tokens + prefill_tokens
                 + self._kv_adjust() + (int(ghosts.kv_tokens.sum()) if ghosts and num_dec else 0),
                 "step_s": sum(parts.values()), "draft_s": parts.get("draft_s", 0.0),

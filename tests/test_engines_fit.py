@@ -3,11 +3,11 @@ batch grows with the host time is fitted, not extrapolated from one replay."""
 import pytest
 from conftest import synthetic_scenario
 
-from dspark_sim.engines import EngineTerms
-from dspark_sim.profiling.engine_fit import FITTED_METRICS, fit_replay_terms, replay, with_terms
+from dspark_sim.engines.model import EngineTerms
+from dspark_sim.engines.fit import FITTED_METRICS, fit_replay_terms, replay, with_terms
 from dspark_sim.scenario import Scenario
 
-# front-end times of the size the shipped fits have (engine_terms.json: 8 to 20 ms a request)
+# front-end times of the size the shipped fits have (engines/terms.json: 8 to 20 ms a request)
 TRUTH = EngineTerms(step_host_s=0.002, step_host_s_per_req=60e-6, frontend_s=0.010, stream_s=150e-6)
 
 

@@ -14,7 +14,7 @@ same for every engine; what the engine adds is described here:
 * **overlap**: whether the engine plans and launches step n+1 while step n runs (SGLang's
   overlap scheduler, vLLM's asynchronous scheduling, the decoder's ``serve``): a request
   that reaches the scheduler while a step is in flight joins the step planned after it
-  (:mod:`dspark_sim.engine.replica`); ``OVERLAP`` holds each engine's default, its source in
+  (:mod:`dspark_sim.serving.replica`); ``OVERLAP`` holds each engine's default, its source in
   ``DEFAULT_SOURCES`` (``host overlap``); a scenario may set ``engine: {overlap: ...}``;
 * **admission**: the KV an engine reserves for output still to come when it admits a request
   (:class:`KvReserve`, ``KV_RESERVE``: TensorRT-LLM's GUARANTEED_NO_EVICT, SGLang's new-token
@@ -23,13 +23,13 @@ same for every engine; what the engine adds is described here:
   the step works on; hidden behind the GPU's work up to its length when the engine overlaps),
   the front end's time per request (HTTP, chat template, tokenizer) and per streamed message
   (one process does both, first come first served, and delivers the tokens the client sees:
-  :mod:`dspark_sim.engine.frontend`), and the launch floor of an eager
+  :mod:`dspark_sim.serving.frontend`), and the launch floor of an eager
   decode step. They are host time: they do not move when a profile is projected to another GPU.
 
 ``decoder`` is the project's own decoder: its host time is measured into the profile
 (``host``, ``schedule``), so it adds nothing here and its defaults are the scenario's.
 The shipped host terms of the other engines are fitted by ``benchmarks/external.py
-calibrate`` (``engine_terms.json``, which names the measurements they rest on); a
+calibrate`` (``terms.json`` beside this module, which names the measurements they rest on); a
 scenario may name its own fit (``calibration:``, written by ``dspark-sim engine-fit``).
 """
 from __future__ import annotations
@@ -43,12 +43,12 @@ from pathlib import Path
 import numpy as np
 
 from dspark_sim.config import Section, build, check_choice, check_real, require
-from dspark_sim.engine_releases import DEFAULT_SOURCES, OVERLAP, VERSIONS, Release, release_of
+from dspark_sim.engines.releases import DEFAULT_SOURCES, OVERLAP, VERSIONS, Release, release_of
 from dspark_sim.errors import InputError
 from dspark_sim.userfiles import existing_file, read_json
 
 ENGINES = ("decoder", "sglang", "vllm", "trtllm")
-TERMS_FILE = "engine_terms.json"  # shipped host terms, next to this module
+TERMS_FILE = "terms.json"  # shipped host terms, next to this module
 CALIBRATION_FORMAT = "dspark-engine-calibration"
 MIB = 1 << 20
 GIB = 1 << 30
@@ -60,14 +60,14 @@ class EngineTerms:
     step_host_s + step_host_s_per_req x R: host time of a step that works on R requests
     (decoding, or prefilling a chunk): scheduling, and per request the output the step hands on
     (sampling results, stop checks, streaming). Without overlap it adds to the GPU's work; an
-    overlapping engine hides it behind the GPU's up to its length (cost/engine.py).
+    overlapping engine hides it behind the GPU's up to its length (engines/step_cost.py).
     frontend_s: the front end's service time of one request (HTTP, chat template, tokenizer,
     dispatch); one front-end process a replica serves requests one at a time, so a burst
     queues there before the scheduler sees it. eager_step_s: a decode step above the
     CUDA-graph limit lasts at least this long (the host launching every kernel). stream_s: the
     same front-end process's time to stream one output message (a request's tokens of one step:
     detokenize, build the response chunk, send it), which delays the intake of the requests
-    behind it (:mod:`dspark_sim.engine.frontend`). A term missing from a file is 0.
+    behind it (:mod:`dspark_sim.serving.frontend`). A term missing from a file is 0.
     """
 
     step_host_s: float = 0.0
@@ -343,12 +343,12 @@ def shipped_terms(name: str) -> EngineTerms:
 
 
 def _shipped() -> dict:
-    path = resources.files("dspark_sim").joinpath(TERMS_FILE)
+    path = resources.files("dspark_sim.engines").joinpath(TERMS_FILE)
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def shipped_gpu_work() -> GpuWork | None:
-    """The engines' MoE roofline shipped with the host terms (``gpu_work`` in engine_terms.json);
+    """The engines' MoE roofline shipped with the host terms (``gpu_work`` in terms.json);
     None when none is fitted."""
     raw = _shipped().get("gpu_work")
     return GpuWork.from_json_dict(raw) if raw else None

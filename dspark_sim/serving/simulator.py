@@ -14,13 +14,13 @@ import simpy
 from dspark_sim.catalog import get_gpu, get_model
 from dspark_sim.config import located
 from dspark_sim.cost import scenario_cost
-from dspark_sim.engine.admission import Admission
-from dspark_sim.engine.client import ClosedLoop
-from dspark_sim.engine.frontend import FrontEnd
-from dspark_sim.engine.kv import kv_capacity_tokens, kv_request_tokens
-from dspark_sim.engine.prefix import PrefixCache
-from dspark_sim.engine.replica import Replica
-from dspark_sim.engine.router import make_router
+from dspark_sim.serving.admission import Admission
+from dspark_sim.serving.client import ClosedLoop
+from dspark_sim.serving.frontend import FrontEnd
+from dspark_sim.serving.kv import kv_capacity_tokens, kv_request_tokens
+from dspark_sim.serving.prefix import PrefixCache
+from dspark_sim.serving.replica import Replica
+from dspark_sim.serving.router import make_router
 from dspark_sim.errors import InputError, raise_if_stopped
 from dspark_sim.limits import MAX_RUN_TOKENS
 from dspark_sim.metrics.collector import Collector
@@ -48,7 +48,7 @@ class SimContext:
     max_running: int = 0  # running-request cap of the engine (0: the deployment's)
     frontend: FrontEnd | None = None  # the engine's front-end process (intake and streaming), if it has one
     admission: Admission | None = None  # which requests a replica serves; the others are rejected
-    skip_ahead: bool = True  # advance steady decode steps in stretches (engine/stretch.py)
+    skip_ahead: bool = True  # advance steady decode steps in stretches (serving/stretch.py)
     overlap: bool = False  # step n+1 planned while step n runs (engines.Engine.overlapped)
     kv_reserve: object = None  # KV the engine reserves at admission for output to come (engines.KvReserve)
     multi_step: int = 1  # decode steps run per schedule (engines.Engine.multi_step)
@@ -152,7 +152,7 @@ def simulate(scenario: Scenario, out_dir: Path | None = None, progress=None, *,
              exact: bool | None = None) -> RunResult:
     """Run the scenario to completion; per-request/step CSVs go to ``out_dir`` if given.
 
-    Steady decode steps advance in stretches (:mod:`dspark_sim.engine.stretch`) unless
+    Steady decode steps advance in stretches (:mod:`dspark_sim.serving.stretch`) unless
     ``exact`` asks for one simulation event per engine step (default: the scenario's
     ``exact``, or the environment variable ``DSPARK_SIM_EXACT=1``, which reaches every
     simulation of a command and its worker processes); both give the same numbers.
@@ -244,7 +244,7 @@ def prefix_counters(ctx: SimContext, replicas) -> dict:
     """The replicas' prefix-cache counters summed (all zero with the cache off), and its block."""
     from dataclasses import fields
 
-    from dspark_sim.engine.prefix import Counters
+    from dspark_sim.serving.prefix import Counters
 
     caches = [r.prefix.counters for r in replicas if r.prefix is not None]
     out = {f.name: sum(getattr(c, f.name) for c in caches) for f in fields(Counters)}
@@ -258,12 +258,12 @@ def _arrivals(env: simpy.Environment, chunks: Iterator, ctx: SimContext, router,
               client: ClosedLoop | None = None):
     """Release requests at their arrival times, each with a domain and a difficulty; a ``client``
     with as many requests in flight as it keeps holds the next back until one is done
-    (:mod:`dspark_sim.engine.client`)."""
+    (:mod:`dspark_sim.serving.client`)."""
     names, weights = zip(*ctx.scenario.workload.domain_mix)
     domain_ids = np.array([DOMAINS.index(n) for n in names], dtype=np.int8)
     cum = np.cumsum(weights)
     # the front end (HTTP, template, tokenizer; streaming) takes in one request at a time, in
-    # arrival order: a burst queues there before the scheduler sees it (engine/frontend.py)
+    # arrival order: a burst queues there before the scheduler sees it (serving/frontend.py)
     frontend = ctx.frontend
     rid = 0
     for chunk in chunks:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dspark_sim.cost.base import CostModel, StepWork
 from dspark_sim.cost.parallel import busiest_rank
-from dspark_sim.engines import EngineTerms
+from dspark_sim.engines.model import EngineTerms
 
 
 class EngineCost:

@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 
 from dspark_sim.cost.base import DraftWork, StepWork
-from dspark_sim.engines import CALIBRATION_FORMAT, EngineTerms
+from dspark_sim.engines.files import BenchRun, StepRows, read_engine_file
+from dspark_sim.engines.model import CALIBRATION_FORMAT, EngineTerms
 from dspark_sim.errors import InputError
-from dspark_sim.profiling.engine_files import BenchRun, StepRows, read_engine_file
 from dspark_sim.scenario import Scenario, Workload
 from dspark_sim.workload import SyntheticConfig
 from dspark_sim.workload.synthetic import LengthDist
@@ -87,7 +87,7 @@ def replay_scenario(base: Scenario, run: BenchRun, folder: Path, *, seed: int = 
 
 def replay(scenario: Scenario) -> dict:
     """Median TTFT and TPOT (ms) and output tokens a second of one simulated run."""
-    from dspark_sim.engine.simulator import simulate
+    from dspark_sim.serving.simulator import simulate
     from dspark_sim.metrics.summary import summarize
 
     result = simulate(scenario)

@@ -1,4 +1,4 @@
-"""What the step in flight holds while an overlapping engine plans the next (engine/inflight.py),
+"""What the step in flight holds while an overlapping engine plans the next (serving/inflight.py),
 hand-checked on the steps a run records: a finished request's place is free one step later than
 without overlap, an unsure finish is decoded once more, and a decoding request takes its whole
 window from the batch's token budget."""

@@ -24,7 +24,7 @@ VERSION_RE = re.compile(r"v?(\d+(?:\.\d+)*)(?:[.-]?(a|b|rc|dev|post)\.?(\d*))?(?
 # the decoder: kernels/decoder/engine.py serve(overlap=True), validated by its runs in
 # docs/validation_ttft.md). On for SGLang, vLLM and TensorRT-LLM's PyTorch backend, as their
 # released sources cited there resolve it: an overlapped step lasts the longer of its GPU and
-# host work (cost/engine.py), so one set of host terms serves a release with overlap and one
+# host work (engines/step_cost.py), so one set of host terms serves a release with overlap and one
 # without (benchmarks/external.py calibrate fits both kinds of run together).
 OVERLAP = {"decoder": True, "sglang": True, "vllm": True, "trtllm": True}
 # Where each default comes from: engine -> [(setting, value rule, file:line of the release)].
@@ -49,7 +49,7 @@ DEFAULT_SOURCES = {
          "deepseek_v4_hook.py:138-146; pipeline.py:225, 306 (model defaults before speculative decoding's)"),
         ("speculative chain (EAGLE / MTP)", "3 steps, top-k 1, 4 draft tokens for DeepSeek V2/V3 and models not "
          "listed (block_size 3 here); Llama 5 steps, top-k 4, 8 draft tokens: a tree, verified here as a chain "
-         "of block_size (trees are not modelled); DSpark gamma 7, one step, top-k 1", "sglang 0.5.23 sglang/srt/"
+         "of block_size (trees are not modelled); DSpark block_size 7, one step, top-k 1", "sglang 0.5.23 sglang/srt/"
          "arg_groups/speculative_hook.py:1430-1461 (_auto_choose_speculative_params); sglang/srt/speculative/"
          "dspark_components/dspark_config.py:21 (DEFAULT_DSPARK_GAMMA)"),
         ("batching", "prefill_first (enable_mixed_chunk = False)",

@@ -12,8 +12,9 @@ at or after the next arrival, that the KV cache cannot hold or that would evict 
 blocks; the random stream is set back to where the steps taken leave it. With nobody
 waiting a finish changes nothing but the batch size, and the stretch runs on past it:
 without drafts (nothing random) in the same arrays, with drafts in a new segment drawn for
-the requests left, from where the stream stands after the finish, as the next step draws.
-The numbers are those of step-by-step mode, bit for bit.
+the requests left, from where the stream stands after the finish, as the next step draws
+(an overlapping engine's next step, with its ghost rows, :mod:`.inflight`, is a segment of its
+own). The numbers are those of step-by-step mode, bit for bit.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dspark_sim.cost.base import StepWorks
+from dspark_sim.serving.inflight import Ghosts
 
 MAX_STEPS = 512  # steps drawn at once, at most
 MAX_DRAWS = 1 << 17  # request-positions drawn at once, at most (K * R * max(block_size, 1))
@@ -51,6 +53,7 @@ class Stretch:
     verified: np.ndarray | None = None  # int64 [R]: drafts verified in the stretch
     next_step: Ahead | None = None  # the step after it, drawn with it (None: not drawn)
     left_last: np.ndarray | None = None  # int64 [R]: output tokens left when its last step was planned
+    ghost_rows: np.ndarray | None = None  # int64 [K]: ghost rows decoded beside the requests (None: none)
 
     @property
     def steps(self) -> int:
@@ -81,6 +84,8 @@ def plan_stretch(rep, stop_s: float, tokens_per_step: float) -> Stretch | None:
     block_size = rep.policy.block_size_for(n)
     if block_size:
         return _drafting(rep, n, block_size, left, kv0, generated, stop_s, tokens_per_step)
+    if rep.inflight.ghosts is not None:  # ghost rows without drafts: the step-by-step path takes them
+        return None
     # Without drafts nothing is random: a request emits a token a step. Without speculation at
     # all, a finish only shrinks the batch, unless it frees room for a waiting request.
     # A finishing request that references prefix-cache blocks changes the KV they hold: stop there.
@@ -115,35 +120,40 @@ def _drafting(rep, n: int, block_size: int, left, kv0, generated, stop_s: float,
     """A stretch of steps with drafts. Each segment of it is drawn for the requests still
     running and ends at the first finish; with nobody waiting (and no prefix-cache references
     to release) a finish only shrinks the batch, and the next segment is drawn for the rest
-    from where the random stream stands after it, as the next step would draw it. Otherwise,
-    or where the drafter's block size would change, the stretch ends at the first finish, as it
-    does for an engine that overlaps its steps: the step after a finish decodes the finished
-    requests once more (engine/inflight.py), which the next segment's draw would not."""
-    through = not rep.waiting and (rep.prefix is None or not rep.prefix.chains) and not rep.inflight.overlapped
+    from where the random stream stands after it, as the next step would draw it. An engine
+    that overlaps its steps decodes the unsure finishes once more in the step after them
+    (serving/inflight.py): that step is a segment of one step, with the ghost rows beside the
+    requests left (the first segment, where the step in flight left ghosts). Otherwise, or
+    where the drafter's block size would change, the stretch ends at the first finish."""
+    through = not rep.waiting and (rep.prefix is None or not rep.prefix.chains)
+    ghosts = rep.inflight.ghosts
     steps = steps_to_draw(int(left.min()), stop_s - rep.clock_s, rep.decode_step_s, tokens_per_step, n,
                            block_size)
-    if steps < 2:
-        return None
+    if steps < 2 or ghosts is not None and rep.policy.block_size_for(n + len(ghosts)) != block_size:
+        return None  # (the ghost rows' step drafts as many as its rows get: step by step takes it)
     c = rep.running.cols
     difficulty, domain = c["difficulty"][:n], c["domain"][:n]
     segments = Segments(rep, n)
     live = np.arange(n)
     left_live = left.copy()
     while True:
-        draw = _Draw(rep, steps, live.size, block_size, difficulty[live], domain[live])
+        draw = _Draw(rep, 1 if ghosts else steps, live.size, block_size, difficulty[live], domain[live], ghosts)
         new = draw.accepted + 1
         cum = np.cumsum(new, axis=0)  # tokens each request emitted after step k
         done = (cum >= left_live).any(axis=1)
         first = int(done.argmax())
-        taken = first + 1 if done[first] else steps
-        segments.add(draw, taken, live, new, cum, left_live)
-        if not done[first] or not through:
-            break
+        taken = first + 1 if done[first] else draw.steps
+        segments.add(draw, taken, live, new, cum, left_live, ghosts)
+        if not done[first] and not ghosts or done[first] and not through:
+            break  # drawn to its end, or a finish a waiting request may follow
+        finished = cum[taken - 1] >= left_live
+        ghosts = _unsure(rep, live, finished, left_live - (cum[taken - 2] if taken > 1 else 0), kv0 + left,
+                         difficulty, domain)
         left_live = left_live - cum[taken - 1]
-        running = left_live > 0
-        live, left_live = live[running], left_live[running]
+        live, left_live = live[~finished], left_live[~finished]
         total = segments.steps
-        if not live.size or total >= MAX_STEPS or rep.policy.block_size_for(live.size) != block_size:
+        if not live.size or total >= MAX_STEPS or rep.policy.block_size_for(live.size) != block_size or (
+                ghosts is not None and rep.policy.block_size_for(live.size + len(ghosts)) != block_size):
             break
         steps = steps_to_draw(int(left_live.min()), stop_s - rep.clock_s - total * rep.decode_step_s,
                                rep.decode_step_s, tokens_per_step, live.size, block_size)
@@ -156,15 +166,18 @@ def _drafting(rep, n: int, block_size: int, left, kv0, generated, stop_s: float,
     kv = kv0 + (cum - new)
     if several:  # a request holds no KV of the step once it has left (every running one verifies)
         kv *= verify_len > 0
-    decode = segments.decode
+    decode, load = segments.decode, segments.ghost_load()
     verify = verify_len.sum(axis=1)
+    if load is not None:
+        verify += load.verify
     st = _finish(rep, total, total, decode, kv, verify, segments.budget, block_size, stop_s,
-                 segments.runs if several else None)
+                 segments.runs if several else None, load)
     if st is None:
         segments.keep(0)
         return None
     times, taken, step_s, parts, kv_tokens, context, max_context = st
     segments.keep(taken)
+    rep.inflight.take_ghosts()  # the step in flight's ghost rows, where it left any: its first step's
     ahead = segments.ahead(taken, rep.running.cols["rid"][:n])
     capped = np.minimum(cum[:taken], left)  # a finishing request emits up to its output
     emitted = np.diff(capped.sum(axis=1), prepend=0)
@@ -173,7 +186,28 @@ def _drafting(rep, n: int, block_size: int, left, kv0, generated, stop_s: float,
     decode = decode[:taken] if several else np.full(taken, decode)
     return Stretch(times, step_s, parts["draft_s"], parts["sched_s"], decode, verify[:taken],
                    segments.budget[:taken], emitted, context, max_context, kv_tokens, generated + capped[-1], run,
-                   capped[-1] - run, verify_len[:taken].sum(axis=0) - run, ahead, left_last)  # drafts accepted and emitted
+                   capped[-1] - run, verify_len[:taken].sum(axis=0) - run, ahead, left_last,  # drafts accepted and emitted
+                   None if load is None else load.rows[:taken])
+
+
+def _unsure(rep, live, finished, left_before, kv_end, difficulty, domain) -> Ghosts | None:
+    """The ghost rows of the step after one that ``finished`` requests ``live[finished]`` (an
+    overlapping engine's: those that had two or more tokens left when it was planned), or None."""
+    if not rep.inflight.overlapped:
+        return None
+    rows = live[finished & (left_before >= 2)]
+    return Ghosts(kv_end[rows], difficulty[rows], domain[rows]) if rows.size else None
+
+
+@dataclass(frozen=True, slots=True)
+class GhostLoad:
+    """The ghost rows beside a stretch's requests, by step, int64 [K] each: how many, their
+    verify tokens, their KV tokens and the most KV tokens one holds (0 where a step has none)."""
+
+    rows: np.ndarray
+    verify: np.ndarray
+    kv: np.ndarray
+    kv_max: np.ndarray
 
 
 class Segments:
@@ -186,10 +220,13 @@ class Segments:
         self.steps = 0  # steps the segments take, all together
         self.runs = np.full(n, MAX_STEPS + 1)  # the steps after which each request finishes
         self.parts: list[tuple] = []
+        self.ghosts: list[tuple[int, Ghosts, int]] = []  # (step, its ghost rows, their verify tokens)
 
-    def add(self, draw, taken: int, live, new, cum, left) -> None:
-        """Keep the first ``taken`` steps of ``draw`` (the policy keeps their state for the next)."""
+    def add(self, draw, taken: int, live, new, cum, left, ghosts: Ghosts | None = None) -> None:
+        """Keep the first ``taken`` steps of ``draw`` (with its one step's ``ghosts``, if any)."""
         self.states.append(self.rep.policy.checkpoint())
+        if ghosts:
+            self.ghosts.append((self.steps, ghosts, int(draw.ghost_verify[0])))
         draw.keep(taken)
         self.draws.append((draw, taken))
         self.starts.append(self.steps)
@@ -209,6 +246,16 @@ class Segments:
     @property
     def budget(self) -> np.ndarray:
         return self.parts[0][3] if len(self.parts) == 1 else np.concatenate([p[3] for p in self.parts])
+
+    def ghost_load(self) -> GhostLoad | None:
+        """What the ghost rows add to each step (None: no step has any)."""
+        if not self.ghosts:
+            return None
+        load = GhostLoad(*(np.zeros(self.steps, dtype=np.int64) for _ in range(4)))
+        for k, ghosts, verify in self.ghosts:
+            load.rows[k], load.verify[k] = len(ghosts), verify
+            load.kv[k], load.kv_max[k] = ghosts.kv_tokens.sum(), ghosts.kv_tokens.max()
+        return load
 
     def matrices(self):
         """(tokens emitted, drafts accepted, verify lengths), int64 [steps, R] each, 0 where a
@@ -247,13 +294,17 @@ class Segments:
 
 
 def _finish(rep, steps: int, taken: int, decode: np.ndarray | int, kv, verify, budget, block_size: int,
-            stop_s: float, finishes: np.ndarray | None = None):
+            stop_s: float, finishes: np.ndarray | None = None, ghosts: GhostLoad | None = None):
     """Cut ``taken`` steps short where the KV cache runs out (or, with a prefix cache, where a
     step would evict cached blocks: step by step takes that one), price them, and cut them again
     at the next arrival: (times, taken, step_s, parts, kv_tokens, context, max_context), or None
     where not one step is left. ``finishes``: the step after which each request finishes, where
-    requests finish inside the stretch (they leave when it starts)."""
-    context = kv.sum(axis=1)
+    requests finish inside the stretch (they leave when it starts); ``ghosts``: the ghost rows
+    decoded beside them (``verify`` counts their tokens)."""
+    context, max_context, rows = kv.sum(axis=1), kv.max(axis=1), decode
+    if ghosts is not None:
+        context, rows = context + ghosts.kv, decode + ghosts.rows
+        np.maximum(max_context, ghosts.kv_max, out=max_context)
     kv_needed = context + verify + decode * rep.kv_per_request + rep._kv_adjust()  # as a step plans it (replica.py)
     # a step the cache cannot hold preempts (or, for a lone request, is an internal error):
     # the step-by-step path takes it (replica._plan)
@@ -266,9 +317,10 @@ def _finish(rep, steps: int, taken: int, decode: np.ndarray | int, kv, verify, b
             return None
     k = slice(0, taken)
     dec = decode if isinstance(decode, int) else decode[k]  # one number: every step decodes as many
-    works = StepWorks(dec, dec if verify is decode else verify[k], context[k], draft_kind=rep.policy.draft_kind,
-                      draft_reqs=dec if block_size else 0, draft_block_size=block_size,
-                      draft_context_tokens=context[k], decode_max_context=kv[k].max(axis=1), running_reqs=dec)
+    rows = dec if rows is decode else rows[k]
+    works = StepWorks(rows, dec if verify is decode else verify[k], context[k], draft_kind=rep.policy.draft_kind,
+                      draft_reqs=rows if block_size else 0, draft_block_size=block_size,
+                      draft_context_tokens=context[k], decode_max_context=max_context[k], running_reqs=dec)
     parts = rep.ctx.cost.breakdown_array(works)
     step_s = sum(parts.values())
     times = np.cumsum(np.concatenate(([rep.clock_s], step_s)))  # sequential sums, as step by step
@@ -287,16 +339,23 @@ def _finish(rep, steps: int, taken: int, decode: np.ndarray | int, kv, verify, b
 
 
 class _Draw:
-    """The random part of K steps: verify lengths, budgets and accepted drafts."""
+    """The random part of K steps: verify lengths, budgets and accepted drafts. With ``ghosts``
+    (one step), the ghost rows' confidences are drawn and planned after the requests', as the
+    step's decode rows (serving/inflight.py), and accept nothing."""
 
-    def __init__(self, rep, steps: int, n: int, block_size: int, difficulty, domain):
+    def __init__(self, rep, steps: int, n: int, block_size: int, difficulty, domain, ghosts: Ghosts | None = None):
         self.rep, self.steps = rep, steps
         acc = rep.ctx.acceptance
-        self.noise = noise = acc.step_words(n, block_size)
+        rows = n + (len(ghosts) if ghosts else 0)
+        if rows > n:
+            difficulty, domain = np.concatenate((difficulty, ghosts.difficulty)), np.concatenate((domain, ghosts.domain))
+        self.noise = noise = acc.step_words(rows, block_size)
         self.per_step = noise + n * block_size
         words = rep.rng.bit_generator.random_raw(steps * self.per_step).reshape(steps, self.per_step)
-        self.p_true, conf = acc.steps(difficulty, domain, block_size, words[:, :noise])
-        self.verify_len, self.budget = rep.policy.plan_many(conf, steps, n)
+        p_true, conf = acc.steps(difficulty, domain, block_size, words[:, :noise])
+        verify_len, self.budget = rep.policy.plan_many(conf, steps, rows)
+        self.p_true, self.verify_len = (p_true[:, :n], verify_len[:, :n]) if rows > n else (p_true, verify_len)
+        self.ghost_verify = verify_len[:, n:].sum(axis=1) if rows > n else None
         self.planned = rep.policy.planned()
         self.accepted = acc.accept_words(self.p_true, self.verify_len - 1, words[:, noise:])
 

@@ -1,6 +1,6 @@
-"""The external check's cases as scenarios: how a published run is replayed (benchmarks/external.py).
+"""The published runs' cases as scenarios: how a published run is replayed (validation/published_check.py).
 
-A case in ``benchmarks/external_cases.yaml`` names its engine and release, model, GPU and split
+A case in ``profiles/external/cases.yaml`` names its engine and release, model, GPU and split
 (``tp``, and ``deployment`` keys such as ``ep``, ``dp_attention``, ``max_running_requests``),
 its speculation (``speculation``, a scenario section), its client (``rate`` a second or ``inf``;
 ``max_concurrency`` for a client keeping that many requests in flight) and its lengths:
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-CASES = ROOT / "benchmarks" / "external_cases.yaml"
+ROOT = Path(__file__).resolve().parents[2]
+CASES = ROOT / "profiles" / "external" / "cases.yaml"
 METRICS = ("ttft", "tpot", "throughput")
 STATS = ("median", "mean")
 SHAREGPT_SIGMA = 1.0

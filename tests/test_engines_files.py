@@ -16,10 +16,10 @@ from conftest import synthetic_scenario
 from dspark_sim.cli import main
 from dspark_sim.cost import scenario_cost
 from dspark_sim.cost.base import StepWork
-from dspark_sim.engines import EngineTerms, load_calibration
+from dspark_sim.engines.model import EngineTerms, load_calibration
 from dspark_sim.errors import InputError
-from dspark_sim.profiling.engine_files import BenchRun, StepRows, read_engine_file
-from dspark_sim.profiling.engine_fit import fit_step_terms, replay_scenario, step_residuals
+from dspark_sim.engines.files import BenchRun, StepRows, read_engine_file
+from dspark_sim.engines.fit import fit_step_terms, replay_scenario, step_residuals
 from dspark_sim.scenario import Scenario, load_scenario
 
 # the engines' released packages, unpacked by tests/engines.sh (DSPARK_ENGINES names another folder)
@@ -208,7 +208,7 @@ def test_calibrated_terms_from_steps_reproduce_the_host_time(tmp_path, write_sce
 def test_timed_steps_of_an_overlapped_engine_give_its_whole_host_time(tmp_path, write_scenario):
     """Overlapped steps last max(GPU work, host time): the steps that took longer than their GPU
     work give the host terms back (0.8 ms + 300 us a request); the others hide theirs."""
-    from dspark_sim.profiling.engine_fit import calibrate
+    from dspark_sim.engines.fit import calibrate
 
     scenario = load_scenario(write_scenario(synthetic_scenario(engine="vllm")))
     assert scenario.engine.overlapped
@@ -266,7 +266,7 @@ def test_engine_fit_on_a_bench_result_replays_it(tmp_path, write_scenario, capsy
     result = {**_vllm_result(True), "completed": 1, "num_prompts": 1, "input_lens": [300], "output_lens": [40],
               "ttfts": [0.11], "itls": [[0.0094] * 39], "start_times": [100.0], "generated_texts": [""],
               "errors": [""]}  # one request: nothing queues at the front end
-    from dspark_sim.profiling.engine_fit import replay, with_terms
+    from dspark_sim.engines.fit import replay, with_terms
 
     sim = replay(with_terms(replay_scenario(base, read_engine_file(_write(tmp_path, result))[0], tmp_path),
                             EngineTerms(frontend_s=0.040)))

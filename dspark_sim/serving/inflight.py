@@ -119,3 +119,15 @@ def decode_rows(rep, cols: dict, dec, kv_tokens: np.ndarray, ghosts: Ghosts | No
     p_true, conf = rep.ctx.acceptance.step(difficulty, domain, drafts, rep.rng)
     verify_len, budget = rep.policy.plan(conf, count)
     return DecodeRows(count, drafts, int(verify_len.sum()), p_true[:num_dec], verify_len[:num_dec], budget, kv_tokens)
+
+
+def planned_rows(rep, cols: dict, dec, num_dec: int, kv_tokens: np.ndarray, ghosts: Ghosts | None, ahead):
+    """``(the decode rows of replica rep's step, the drawn step it took or None)``: ``ahead``, the
+    step drawn with the stretch before (:class:`~dspark_sim.serving.stretch.Ahead`), where the same
+    requests decode in it and no ghost row joins them; else :func:`decode_rows` draws them now.
+    ``cols``: the running requests' ``rid``, ``difficulty`` and ``domain``."""
+    drafts = rep.policy.block_size_for(num_dec) if num_dec else 0
+    if drafts and not ghosts and ahead is not None and ahead.fits(cols["rid"][dec]):
+        p_true, verify_len, budget = ahead.take(rep)
+        return DecodeRows(num_dec, drafts, int(verify_len.sum()), p_true, verify_len, budget, kv_tokens), ahead
+    return decode_rows(rep, cols, dec, kv_tokens, ghosts if num_dec else None), None

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from conftest import synthetic_scenario
 
-from dspark_sim.engine.simulator import simulate
-from dspark_sim.engines import KV_RESERVE, EngineTerms, KvReserve
+from dspark_sim.serving.simulator import simulate
+from dspark_sim.engines.model import KV_RESERVE, EngineTerms, KvReserve
 from dspark_sim.metrics.summary import summarize
-from dspark_sim.profiling.engine_fit import with_terms
+from dspark_sim.engines.fit import with_terms
 from dspark_sim.scenario import Scenario
 
 

@@ -1,4 +1,12 @@
-"""Which tuned knob each serving engine honours, and what it holds the others at.
+"""The one table from a scenario knob to the serving engine field that carries it.
+
+``FIELDS`` is read by the config export (:mod:`dspark_sim.engines.configs` writes every tuned
+knob under the field named here), by the check against the engines' released code
+(:mod:`dspark_sim.engines.check` reads the same fields back from what the engine parsed) and
+by the tuner's space (a knob an engine has no field for is held). A field is the key in the
+engine's config file: SGLang's server flag without its ``--`` (``sglang.yaml`` is a mapping of
+flags), vLLM's ``vllm serve`` flag with ``.`` into its ``speculative-config``, TensorRT-LLM's LLM
+API option with ``.`` into its ``speculative_config``; ``env NAME`` is an environment variable.
 
 A config is only worth tuning if the engine runs it: a knob the target engine
 has no field for is not searched when tuning for that engine; it is held at the
@@ -24,13 +32,13 @@ NAMES = {"sglang": "SGLang 0.5.23", "vllm": "vLLM 0.33.0", "trtllm": "TensorRT-L
 
 # (section, knob) -> {engine: the engine field that carries it, or None (held)}
 FIELDS: dict[tuple[str, str], dict[str, str | None]] = {
-    ("deployment", "max_running_requests"): {"sglang": "--max-running-requests", "vllm": "max-num-seqs",
+    ("deployment", "max_running_requests"): {"sglang": "max-running-requests", "vllm": "max-num-seqs",
                                              "trtllm": "max_batch_size"},
-    ("deployment", "chunked_prefill_tokens"): {"sglang": "--chunked-prefill-size", "vllm": None, "trtllm": None},
+    ("deployment", "chunked_prefill_tokens"): {"sglang": "chunked-prefill-size", "vllm": None, "trtllm": None},
     ("deployment", "max_batched_tokens"): {"sglang": None, "vllm": "max-num-batched-tokens",
                                            "trtllm": "max_num_tokens"},
-    ("deployment", "batching"): {"sglang": "--enable-mixed-chunk", "vllm": None, "trtllm": None},
-    ("dspark", "block_size"): {"sglang": "--speculative-dspark-block-size",
+    ("deployment", "batching"): {"sglang": "enable-mixed-chunk", "vllm": None, "trtllm": None},
+    ("dspark", "block_size"): {"sglang": "speculative-dspark-block-size",
                                "vllm": "speculative-config.num_speculative_tokens",
                                "trtllm": "speculative_config.max_draft_len"},
     ("dspark", "scheduler"): {"sglang": None, "vllm": None, "trtllm": None},
@@ -64,6 +72,26 @@ _WHY = {"scheduler": "production", "min_verify_len": "1", "max_verify_len": "blo
         "chunked_prefill_tokens": "the step budget", "max_batched_tokens": "the scenario's"}
 
 
+def field(engine: str, section: str, knob: str) -> str:
+    """The config key of ``engine`` that carries ``section.knob`` (the last part of a dotted
+    field: the key inside its nested mapping); a knob the engine holds has none."""
+    name = FIELDS[(section, knob)][engine]
+    if name is None:
+        raise KeyError(f"{engine} has no field for {section}.{knob}")
+    return name.rpartition(".")[2].removeprefix("env ")
+
+
+def attribute(engine: str, section: str, knob: str) -> str:
+    """The attribute the engine's parsed arguments hold ``section.knob`` in (flags' hyphens as
+    underscores)."""
+    return field(engine, section, knob).replace("-", "_")
+
+
+def shown(engine: str, name: str) -> str:
+    """A field as a user writes it: SGLang's as its command-line flag."""
+    return f"--{name}" if engine == "sglang" and not name.startswith("env ") else name
+
+
 def held(engine: str, chain_drafter: str) -> dict[str, dict]:
     """Knob values ``engine`` pins when tuning for it (every study's sections), as
     :meth:`dspark_sim.tuner.space.SearchSpace.restricted` takes them."""
@@ -82,9 +110,9 @@ def table() -> list[str]:
     for (section, knob), fields in FIELDS.items():
         cells = []
         for engine in ENGINES:
-            field = fields[engine]
-            if field is not None:
-                cells.append(f"`{field}`")
+            name = fields[engine]
+            if name is not None:
+                cells.append(f"`{shown(engine, name)}`")
                 continue
             value = _HELD[engine].get(section, {}).get(knob)
             cells.append("held at " + ("verify all (block_size+1)" if value == FULL_WINDOW and knob == "min_verify_len"

@@ -1,7 +1,7 @@
 """Serving-engine configs of a chosen trial: SGLang, vLLM and TensorRT-LLM.
 
 Every key is a field of the engine's released code (docs/tuning.md cites each
-file and version; tests/test_tuner_engines.py feeds the files to that code):
+file and version; tests/test_engines_configs.py feeds the files to that code):
 
 * SGLang 0.5.23 ``python -m sglang.launch_server --config sglang.yaml``: a flat
   mapping of hyphenated server flags (``srt/utils/server_args_config_parser.py``),
@@ -24,6 +24,7 @@ import yaml
 
 from dspark_sim.catalog import get_model
 from dspark_sim.catalog.drafters import PLACEHOLDER, has_mtp, published_drafter
+from dspark_sim.engines.knobs import field
 from dspark_sim.errors import InputError
 from dspark_sim.metrics.outdir import atomic_write_text
 from dspark_sim.scenario import Scenario
@@ -190,10 +191,10 @@ def sglang(s: Scenario, out: Path, header: list[str], final: Path) -> str:
     spec, dep = s.speculation, s.deployment
     path, drafter_note = _model_path(s)
     flags = {"model-path": path, "tp-size": dep.tp, **_layout(s, "sglang"),
-             "max-running-requests": dep.max_running_requests,
-             "chunked-prefill-size": dep.chunked_prefill_tokens or dep.max_batched_tokens,
+             field("sglang", "deployment", "max_running_requests"): dep.max_running_requests,
+             field("sglang", "deployment", "chunked_prefill_tokens"): dep.chunked_prefill_tokens or dep.max_batched_tokens,
              "max-prefill-tokens": dep.max_batched_tokens,
-             "enable-mixed-chunk": dep.batching == "mixed",
+             field("sglang", "deployment", "batching"): dep.batching == "mixed",
              # per-request verify trimming needs the batch inside a captured decode graph
              "cuda-graph-max-bs-decode": dep.max_running_requests}
     prefix, prefix_note = _prefix_cache(s, "sglang")
@@ -205,11 +206,11 @@ def sglang(s: Scenario, out: Path, header: list[str], final: Path) -> str:
         if checkpoint is not None:
             flags["speculative-draft-model-path"] = checkpoint
     if spec.method == "dspark":
-        flags.update({"speculative-dspark-block-size": spec.block_size,
+        flags.update({field("sglang", "dspark", "block_size"): spec.block_size,
                       "speculative-dspark-sps-table-path": str((final / SPS_FILE).resolve()),
                       "speculative-dspark-confidence-sts-path": str((final / STS_FILE).resolve())})
         env = ["SGLANG_RAGGED_VERIFY_MODE=compact",
-               f"SGLANG_DSPARK_CONFIDENCE_RELAY_LAG_STEPS={max(spec.lag_steps, 1)}"]
+               f"{field('sglang', 'dspark', 'lag_steps')}={max(spec.lag_steps, 1)}"]
     elif spec.method == "static":
         if spec.draft_kind == "chain":
             flags.update({"speculative-num-steps": spec.block_size, "speculative-eagle-topk": 1})
@@ -225,7 +226,8 @@ def vllm(s: Scenario, out: Path, header: list[str], final: Path) -> str:
     requests, tokens = _vllm_rank_caps(s)
     path, drafter_note = _model_path(s)
     args = {"model": path, "tensor-parallel-size": dep.tp, **_layout(s, "vllm"),
-            "max-num-seqs": requests, "max-num-batched-tokens": tokens,
+            field("vllm", "deployment", "max_running_requests"): requests,
+            field("vllm", "deployment", "max_batched_tokens"): tokens,
             # capture sizes count tokens: R requests with full verify windows stay in a graph
             "max-cudagraph-capture-size": requests * spec.window}
     prefix, prefix_note = _prefix_cache(s, "vllm")
@@ -235,7 +237,7 @@ def vllm(s: Scenario, out: Path, header: list[str], final: Path) -> str:
         checkpoint = drafter_checkpoint(s)
         if checkpoint is not None:
             cfg["model"] = checkpoint
-        cfg["num_speculative_tokens"] = spec.block_size
+        cfg[field("vllm", "dspark", "block_size")] = spec.block_size
         if spec.method == "dspark":
             cfg["enable_adaptive_verification"] = True
         if spec.method == "schedule":
@@ -254,13 +256,14 @@ def vllm(s: Scenario, out: Path, header: list[str], final: Path) -> str:
 def trtllm(s: Scenario, out: Path, header: list[str], final: Path) -> str:
     """``trtllm.yaml``: LLM API options with a ``speculative_config`` block."""
     spec, dep = s.speculation, s.deployment
-    args = {"tensor_parallel_size": dep.tp, **_layout(s, "trtllm"), "max_batch_size": dep.max_running_requests,
-            "max_num_tokens": dep.max_batched_tokens, "enable_chunked_prefill": True,
+    args = {"tensor_parallel_size": dep.tp, **_layout(s, "trtllm"),
+            field("trtllm", "deployment", "max_running_requests"): dep.max_running_requests,
+            field("trtllm", "deployment", "max_batched_tokens"): dep.max_batched_tokens, "enable_chunked_prefill": True,
             "cuda_graph_config": {"max_batch_size": dep.max_running_requests, "enable_padding": True}}
     prefix, prefix_note = _prefix_cache(s, "trtllm")
     args["kv_cache_config"] = {**args.get("kv_cache_config", {}), **prefix["kv_cache_config"]}
     if spec.method != "none":
-        cfg = {"decoding_type": _TRT_TYPE[spec.drafter], "max_draft_len": spec.block_size}
+        cfg = {"decoding_type": _TRT_TYPE[spec.drafter], field("trtllm", "dspark", "block_size"): spec.block_size}
         checkpoint = drafter_checkpoint(s)
         if checkpoint is not None:
             cfg["speculative_model"] = checkpoint

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from conftest import synthetic_scenario
 
-from dspark_sim.engine.frontend import FrontEnd
-from dspark_sim.engines import EngineTerms
-from dspark_sim.profiling.engine_fit import replay, with_terms
+from dspark_sim.serving.frontend import FrontEnd
+from dspark_sim.engines.model import EngineTerms
+from dspark_sim.engines.fit import replay, with_terms
 from dspark_sim.run import run_scenario
 from dspark_sim.scenario import Scenario
 
@@ -111,7 +111,7 @@ def test_an_intake_off_the_streaming_loop_runs_beside_it():
 
 
 def test_vllm_runs_an_api_server_per_data_parallel_rank():
-    from dspark_sim.engines import Engine
+    from dspark_sim.engines.model import Engine
 
     assert Engine("vllm").front_end_layout(8) == (True, 8)
     assert Engine("sglang").front_end_layout(8) == (True, 1)

@@ -1,0 +1,44 @@
+"""The console commands' entry points (``pyproject.toml``'s scripts).
+
+A stop signal is handled from this module's first lines, before a command's modules are
+imported: SIGINT or SIGTERM while Python is still importing them ends in one line and exit code
+130 or 143, as a stop during the command does (:func:`dspark_sim.errors.run_reporting_errors`,
+which takes the signals over once the command starts); nothing has been written by then.
+"""
+import signal
+import sys
+
+
+def _stopped_early(signum, frame):
+    word = "interrupted" if signum == signal.SIGINT else "terminated"
+    signal.signal(signum, signal.SIG_IGN)
+    sys.stderr.write(f"{word} while starting; nothing written\n")
+    sys.exit(128 + signum)
+
+
+for _sig in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(_sig, _stopped_early)
+
+
+def dspark_sim() -> int:
+    from dspark_sim.cli import main
+
+    return main()
+
+
+def dspark_tune() -> int:
+    from dspark_sim.tuner.cli import main
+
+    return main()
+
+
+def dspark_decode() -> int:
+    from dspark_sim.kernels.decoder.cli import main
+
+    return main()
+
+
+def dspark_profile() -> int:
+    from dspark_sim.profiling.cli import main
+
+    return main()
