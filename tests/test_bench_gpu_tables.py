@@ -1,5 +1,5 @@
-"""The GPU benchmarks' tables from result files (dspark_sim/reports): the decoder's speed targets
-and the kernels beside SGLang's (the runs themselves need a GPU); the script prints and writes them."""
+"""The GPU benchmarks' tables from result files (dspark_sim/reports): the decoder's speed targets,
+the kernels beside SGLang's and the mixed-step probe (the runs themselves need a GPU)."""
 import json
 import subprocess
 import sys
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dspark_sim.reports import decoder_targets, kernels_vs_sglang
+from dspark_sim.reports import decoder_targets, kernels_vs_sglang, mixed_steps
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -72,3 +72,24 @@ def test_sglang_runs_merge_by_section_and_tabulate(tmp_path):
     assert "| 7 | 8 | single | 5 | 8.0 | 4.0 | 2.00 | 5.0 |" in text
     assert "| 8 | 20.0 | 10.0 | 2.00 | 0 | 90.0 | 30.0 | 3.00 | 1.25 / 1.50 |" in text
     assert "schedule: measured d2" in kernels_vs_sglang.header(merged)
+
+
+def test_mixed_steps_draw_the_profilers_contexts_and_price_a_step_over_its_parts():
+    from dspark_sim.kernels.profiler.steps import Stepper
+
+    class Recorder(Stepper):  # the lengths verify_spread hands the decoder, without one
+        def __init__(self):
+            self.seen = []
+
+        def verify_lengths(self, lengths, tokens):
+            self.seen.append(lengths)  # the draw, then every request at its mean
+            return 1.0
+    rec = Recorder()
+    rec.verify_spread(64, 64, mixed_steps.CONTEXT_MEAN, mixed_steps.CONTEXT_SIGMA)
+    assert mixed_steps.contexts(64) == rec.seen[0]
+    point = lambda r, c, k, g: {"reqs": r, "chunk": c, "cached": k, "context_max": 0, "gpu_s": g,  # noqa: E731
+                                "forward_s": g, "wall_s": g, "hidden": 1.0}
+    data = {"points": [point(64, 0, 0, 0.010), point(0, 2048, 0, 0.050), point(64, 2048, 0, 0.0632)],
+            "failed": [{"reqs": 256, "chunk": 8192, "cached": 0, "error": "skipped: budget"}]}
+    rows = mixed_steps.table(data)
+    assert "| +3.200 | +50.0 |" in rows[-2] and "failed: skipped: budget" in rows[-1]

@@ -165,6 +165,10 @@ def _convert(value: object, kind: str, key: str):
         if not isinstance(value, str):
             fail(key, value, "must be a string")
         return value
+    if kind == "bool":
+        if not isinstance(value, bool):
+            fail(key, value, "must be true or false")
+        return value
     if kind == "dict":
         if not isinstance(value, dict):
             fail(key, value, "must be a JSON object")

@@ -28,7 +28,7 @@ TARGET_BOUNDS = {"bias_s": "fixed", "req_s": "memory", "weights_s": "memory",
                  "flop_s_per_token": "compute", "logits_s_per_token": "compute",
                  "kv_s_per_token": "memory", "kv_req_s_per_token": "memory",
                  "attn_s_per_pair": "compute", "prefill_host_s": "fixed", "r_delta_s": "memory",
-                 "prefill_kv_s_per_token": "memory"}
+                 "prefill_kv_s_per_token": "memory", "mixed_s_per_row_tile": "compute"}
 DRAFT_BOUNDS = {"bias_s": "fixed", "launch_s": "fixed", "weights_s": "memory",
                 "flop_s_per_token": "compute", "mem_s_per_token": "memory",
                 "kv_s_per_token": "memory"}
@@ -73,6 +73,7 @@ class TargetFit:
                         kv_req_s_per_token*C/splits(R)*(1 + lat_width_ratio(W)), kv_sharpness)
                    * (1 + kv_ratio(R, W))
         pre_attn = smax(attn_s_per_pair*A2, prefill_kv_s_per_token*A2/P/splits(Q), prefill_sharpness)
+                   + mixed_s_per_row_tile*R*ceil(P/(Q*prefill_tile))    (decode rows beside chunks)
         step = gpu                                        (graph: no prefill)
              = smax(prefill_host_s, gpu, host_sharpness)  (eager: prefill chunks)
 
@@ -89,7 +90,11 @@ class TargetFit:
     but one request's keys are streamed by a few programs only, a latency
     floor set by the longest request (C), whose keys ``splits(R)`` programs per KV head
     share (flash-decoding: min(max_splits, pow2(split_target / pow2(R))), the measured
-    decoder's plan; none when split_target is 0); both depend on the query tile. m_ratio, r_delta,
+    decoder's plan; none when split_target is 0); both depend on the query tile. A step that
+    carries decode rows beside prompt chunks plans its attention for the longest query: each
+    decode row gets the chunk's query tiles (mostly empty) and no key splits, which
+    ``mixed_s_per_row_tile`` prices per row and tile (fitted on mixed steps measured apart,
+    :mod:`dspark_sim.profiling.mixed`; 0 where none were). m_ratio, r_delta,
     the width ratios and the kv_ratio table interpolate their knots, clamped.
     """
 
@@ -125,6 +130,7 @@ class TargetFit:
     prefill_tile: float = 0.0
     prefill_graph_tokens: float = 0.0
     prefill_graph_min: float = 1.0
+    mixed_s_per_row_tile: float = 0.0
 
     def __post_init__(self) -> None:
         check_terms(self, [n for n in TARGET_BOUNDS if n != "r_delta_s"],
@@ -174,7 +180,8 @@ class TargetFit:
         eager = prefill_reqs > 0
         over, linear, per_req = self.fixed_parts(reqs, verify_tokens, prefill_tokens, eager, ops)
         attn = self.prefill_attn(prefill_tokens, pairs, prefill_reqs, ops) \
-            + self.decode_attn(reqs, verify_tokens, ctx, ops, max_ctx)
+            + self.decode_attn(reqs, verify_tokens, ctx, ops, max_ctx) \
+            + self.mixed_attn(reqs, prefill_tokens, prefill_reqs, ops)
         if self.prefill_host_s and eager is not False:  # False: a float step on the graph path
             gpu = over + linear + per_req + attn
             over = over + eager * (smax(self.prefill_host_s, gpu, self.host_sharpness, ops.power) - gpu)
@@ -214,6 +221,19 @@ class TargetFit:
             short = prefill_tokens <= self.prefill_tile * reqs  # one query tile a request: keys split
             floor = floor / (1.0 + short * (self.splits(reqs, ops) - 1.0))
         return smax(compute, floor, self.prefill_sharpness, ops.power)
+
+    def mixed_attn(self, reqs, prefill_tokens, prefill_reqs, ops: Ops):
+        """Seconds the decode rows of a step with prompt chunks spend in its attention beyond a
+        decode step's: ``mixed_s_per_row_tile`` per row and query tile of the (mean) chunk."""
+        if not self.mixed_s_per_row_tile:
+            return 0.0
+        tile = self.prefill_tile or 1.0
+        if isinstance(reqs, np.ndarray) or isinstance(prefill_reqs, np.ndarray):
+            tiles = np.ceil(prefill_tokens / (np.maximum(prefill_reqs, 1) * tile))
+            return self.mixed_s_per_row_tile * reqs * tiles * (prefill_reqs > 0)
+        if prefill_reqs <= 0 or reqs <= 0:
+            return 0.0
+        return self.mixed_s_per_row_tile * reqs * math.ceil(prefill_tokens / (prefill_reqs * tile))
 
     def padded_tokens(self, verify_tokens, prefill_tokens, eager, ops: Ops, prompt_graphs: bool = True):
         """Tokens the linear layers run over: a graph step (no prefill) its token tier
@@ -290,9 +310,14 @@ class TargetFit:
 class DraftFit:
     """Fitted drafter step over R requests and block size g (summed context S).
 
-    block: bias_s + launch_s*g + lin(R*g) + kv_s_per_token*S
-    chain: bias_s + g*(launch_s + lin(R) + kv_s_per_token*S)
+    block: bias_s + launch_s*g + lin(R'*g) + kv_s_per_token*S
+    chain: bias_s + g*(launch_s + lin(R') + kv_s_per_token*S)
     lin(u) = (roof(weights_s, flop_s_per_token, u, sharpness) + mem_s_per_token*u)*(1 + ratio(u))
+
+    R' = R, or with ``request_tiers`` the request tier the drafter's CUDA graph runs over
+    (the next power of two of R: the measured decoder pads its request table to it,
+    kernels/decoder/graphs.py ``request_tier``). The padding rows hold no context (S is the
+    requests' own).
     """
 
     kind: str
@@ -305,10 +330,13 @@ class DraftFit:
     kv_s_per_token: float
     knots: tuple[float, ...] = ()
     ratio: tuple[float, ...] = ()
+    request_tiers: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in DRAFT_KINDS:
             fail("kind", self.kind, f"must be one of {DRAFT_KINDS}")
+        if not isinstance(self.request_tiers, bool):
+            fail("request_tiers", self.request_tiers, "must be true or false")
         check_terms(self, DRAFT_BOUNDS)
         check_knots("knots", self.knots, "ratio", self.ratio)
         if any(r <= -1 for r in self.ratio):
@@ -325,7 +353,9 @@ class DraftFit:
 
     def fixed_s(self, reqs, block_size, ops: Ops):
         """The part of :meth:`seconds` before its context term: bias_s + launch_s*g + lin(R*g)
-        (block) or launch_s + lin(R) (chain)."""
+        (block) or launch_s + lin(R) (chain), R at its request tier with ``request_tiers``."""
+        if self.request_tiers:
+            reqs = ops.pow2(reqs)
         units = reqs * block_size if self.kind == "block" else reqs
         lin = roof(self.weights_s, self.flop_s_per_token, units, self.sharpness, ops.power) \
             + self.mem_s_per_token * units

@@ -62,6 +62,10 @@ DECODER_QUERY_ROWS = 64.0
 # It runs a step with prompt tokens of at most 512 tokens in all as a CUDA graph over the next
 # power of two of them, at least 16 (kernels/decoder/step.py, PREFILL_GRAPH_TOKENS); a raw file
 # may state its own as provenance.prefill_graph_tokens / prefill_graph_min (0: eager).
+# Its drafter's CUDA graph runs over the request tier, the next power of two of the requests
+# (kernels/decoder/graphs.py, request_tier): a raw file may say otherwise as
+# provenance.draft_request_tiers (false: the drafter runs over the requests themselves).
+DECODER_REQUEST_TIERS = True
 DECODER_PREFILL_GRAPH = {"prefill_graph_tokens": 512.0, "prefill_graph_min": 16.0}
 HOST_S_PER_LAYER = 12 * 30e-6
 NO_HOST = {"prefill_host_s": 0.0, "prefill_kv_s_per_token": 0.0}
@@ -145,6 +149,14 @@ def _pad_of(provenance: dict) -> dict:
     except InputError as err:
         raise with_file(err, None, "provenance") from None
     return out
+
+
+def _request_tiers_of(provenance: dict) -> bool:
+    """Whether the measured engine's drafter runs over the request tier (DECODER_REQUEST_TIERS)."""
+    value = provenance.get("draft_request_tiers", DECODER_REQUEST_TIERS)
+    if not isinstance(value, bool):
+        raise InputError(None, "provenance.draft_request_tiers", value, "must be true or false")
+    return value
 
 
 def _splits_of(provenance: dict, model: ModelSpec) -> dict:
@@ -314,6 +326,7 @@ def fit_profile(raw: dict, model: ModelSpec, gpu: GpuSpec, *, folds: int = 10, s
         grids = check_grids(canonical_rows(raw))
         model, tp = measured_model(provenance, model)
         pad = pad_and_splits(provenance, model)
+        tiers = _request_tiers_of(provenance)
     except InputError as err:
         raise with_file(err, file) from None
     rows_t = target_rows(grids)
@@ -323,7 +336,7 @@ def fit_profile(raw: dict, model: ModelSpec, gpu: GpuSpec, *, folds: int = 10, s
     drafts, sections = {}, [rows_t.section]
     for kind in sorted({r["kind"] for r in grids["draft"]}):
         rows = draft_rows([r for r in grids["draft"] if r["kind"] == kind])
-        drafts[kind] = fit_draft(rows, kind, model, gpu)
+        drafts[kind] = replace(fit_draft(rows, kind, model, gpu), request_tiers=tiers)
         errors[kind] = held_out(rows, lambda r, k=kind: fit_draft(r, k, model, gpu),
                                  lambda f, r: DraftModel(f).predict(r), folds, seed)
         sections.append(rows.section)

@@ -26,6 +26,7 @@ from dspark_sim.errors import InputError
 from dspark_sim.profiling.fit import fit_profile
 from dspark_sim.profiling.levels import METHOD as LEVELS_METHOD
 from dspark_sim.profiling.levels import level_errors
+from dspark_sim.profiling.mixed import with_mixed_steps
 from dspark_sim.profiling.slices import slice_model, whole_from_slices
 from dspark_sim.profiling.synthetic import synthetic_raw
 
@@ -75,6 +76,8 @@ def fit_raws(raws: list[tuple[str, dict, Path | None]], measured, out_dir: Path,
             log(f"warning: {file} was measured on {seen!r}, filed under {measured.name}")
         profile = moe_notes(fit_profile(raw, model, measured, folds=folds, file=file), raw, model, measured)
         profile = with_level_errors(profile, raw, model, measured)
+        if raw_dir is not None and (raw_dir / f"mixed_{model.name}.json").is_file():
+            profile = with_mixed_steps(profile, raw_dir / f"mixed_{model.name}.json")
         if raw_dir is not None:
             profile = with_tp_errors(replace(profile, comm=comm), raw_dir, log)
         written = write_profile(profile, out_dir)
@@ -109,7 +112,8 @@ def comm_sets(raw_dir: Path, gpu: str) -> dict:
 def with_level_errors(profile: Profile, raw: dict, model, gpu) -> Profile:
     """``profile`` with the leave-one-level-out errors of every term (:mod:`.levels`) beside the
     k-fold ones (replacing any earlier level errors)."""
-    kept = {k: v for k, v in profile.held_out.items() if "@" not in k and k != "verify_levels"}
+    kept = {k: v for k, v in profile.held_out.items()
+            if ("@" not in k or k.startswith("mixed@")) and k != "verify_levels"}
     method = profile.held_out_method.split("; ")[0]
     return replace(profile, held_out={**kept, **level_errors(raw, model, gpu)},
                    held_out_method=f"{method}; {LEVELS_METHOD}")
@@ -132,6 +136,30 @@ def add_level_errors(raws: list[tuple[str, dict, Path | None]], measured, out_di
         log(f"{model.name}: " + ", ".join(f"{k} median {100 * v.median_rel_err:.1f} % p90 "
                                           f"{100 * v.p90_rel_err:.1f} %" for k, v in held.items()))
         done.append(profile)
+    return done
+
+
+def add_mixed_steps(out_dir: Path, measured, raw_dir: Path, models=None, log=print) -> list[Profile]:
+    """Refit the mixed-step term (:mod:`.mixed`) of each profile under ``out_dir`` measured on
+    ``measured`` whose probe ``mixed_<model>.json`` lies in ``raw_dir`` (only ``models`` if given),
+    every other fitted number kept; save it and its projections. Returns the profiles."""
+    done = []
+    for probe in sorted(raw_dir.glob("mixed_*.json")):
+        name = probe.stem.removeprefix("mixed_")
+        if models and name not in models:
+            continue
+        path = out_dir / measured.name / f"{name}.json"
+        profile = with_mixed_steps(load_profile(path), probe)
+        write_profile(profile, out_dir)
+        for other in SHIPPED_GPUS:
+            if other != measured.name:
+                write_profile(project_profile(profile, get_gpu(other)), out_dir)
+        held = profile.held_out
+        log(f"{name}: mixed_s_per_row_tile {profile.target.mixed_s_per_row_tile:.3e} s; held out by R median "
+            f"{100 * held['mixed@reqs'].median_rel_err:.1f} %, by chunk {100 * held['mixed@chunk'].median_rel_err:.1f} %")
+        done.append(profile)
+    if not done:
+        log(f"no mixed-step probes (mixed_<model>.json) under {raw_dir}")
     return done
 
 

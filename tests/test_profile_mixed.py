@@ -1,0 +1,79 @@
+"""The mixed-step term: decode rows beside a prompt chunk, fitted on probe points only."""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from dspark_sim.cost import ProfileCost, StepWork
+from dspark_sim.cost.profile import shipped_profile_path
+from dspark_sim.cost.profile_format import load_profile
+from dspark_sim.errors import InputError
+from dspark_sim.profiling import mixed
+
+PROFILE = load_profile(shipped_profile_path("h200", "qwen3-8b"))
+
+
+def _probe(path, per_row_tile: float) -> None:
+    """Probe points priced by the shipped fit with ``per_row_tile`` (its own term zeroed)."""
+    truth = replace(PROFILE.target, mixed_s_per_row_tile=per_row_tile)
+    points = []
+    for reqs in (0, 16, 64, 256):
+        ctx = (0, 0) if not reqs else (reqs * 900, 6000)
+        for chunk, cached in [(0, 0), (512, 0), (2048, 4096), (8192, 0)]:
+            if reqs or chunk:
+                gpu = float(mixed.model_gpu_s(truth, [reqs], [chunk], [cached], [ctx[0]], [ctx[1]])[0])
+                points.append({"reqs": reqs, "chunk": chunk, "cached": cached, "context_sum": ctx[0],
+                               "context_max": ctx[1], "gpu_s": gpu})
+    path.write_text(json.dumps({"points": points}))
+
+
+def test_the_term_is_recovered_from_mixed_steps_and_held_out_levels_are_exact(tmp_path):
+    _probe(tmp_path / "p.json", 1.5e-7)
+    fit, report = mixed.with_mixed_term(PROFILE.target, tmp_path / "p.json")
+    assert fit.mixed_s_per_row_tile == pytest.approx(1.5e-7, rel=1e-6)
+    for axis in ("reqs", "chunk"):
+        assert report["held_out"][axis]["with"]["max"] < 1e-6
+        assert report["held_out"][axis]["without"]["mean_signed"] < -0.005  # the term is missed without it
+    assert {p["reqs"] for p in report["points"]} == {16, 64, 256}  # mixed steps only
+
+
+def test_no_interaction_fits_no_term(tmp_path):
+    _probe(tmp_path / "p.json", 0.0)
+    fit, _ = mixed.with_mixed_term(PROFILE.target, tmp_path / "p.json")
+    assert fit.mixed_s_per_row_tile == pytest.approx(0.0, abs=1e-15)
+
+
+def test_the_term_prices_only_steps_with_decode_rows_and_a_chunk():
+    cost = ProfileCost(PROFILE)
+    with_term = ProfileCost(replace(PROFILE, target=replace(PROFILE.target, mixed_s_per_row_tile=1e-7)))
+    decode = StepWork(decode_reqs=64, verify_tokens=64, decode_context_tokens=64_000)
+    prompt = StepWork(prefill_tokens=2048, prefill_reqs=1, prefill_attn_tokens2=2048 * 1024)
+    both = StepWork(64, 64, 64_000, 2048, 1, 2048 * 1024)
+    assert with_term.step_s(decode) == cost.step_s(decode) and with_term.step_s(prompt) == cost.step_s(prompt)
+    tiles = 64 * 2048 / PROFILE.target.prefill_tile
+    assert with_term.breakdown(both)["attn_s"] - cost.breakdown(both)["attn_s"] == pytest.approx(1e-7 * tiles)
+
+
+def test_a_probe_without_its_points_is_refused(tmp_path):
+    (tmp_path / "p.json").write_text(json.dumps({"points": [{"reqs": -1}]}))
+    with pytest.raises(InputError, match="points"):
+        mixed.with_mixed_term(PROFILE.target, tmp_path / "p.json")
+
+
+def test_mixed_only_refits_the_term_of_a_profile_from_its_probe_and_keeps_the_rest(tmp_path):
+    from dspark_sim.profiling.cli import fit, fit_parser
+
+    (tmp_path / "out" / "h200").mkdir(parents=True)
+    (tmp_path / "raw").mkdir()
+    PROFILE.save(tmp_path / "out" / "h200" / "qwen3-8b.json")
+    _probe(tmp_path / "raw" / "mixed_qwen3-8b.json", 1e-7)
+    assert fit(fit_parser().parse_args(["--mixed-only", "--out-dir", str(tmp_path / "out"),
+                                        "--raw-dir", str(tmp_path / "raw")])) == 0
+    got = load_profile(tmp_path / "out" / "h200" / "qwen3-8b.json")
+    assert got.target.mixed_s_per_row_tile == pytest.approx(1e-7, rel=1e-6)
+    assert replace(got.target, mixed_s_per_row_tile=0.0) == replace(PROFILE.target, mixed_s_per_row_tile=0.0)
+    assert {"mixed@reqs", "mixed@chunk"} <= set(got.held_out)
+    projected = load_profile(tmp_path / "out" / "h100" / "qwen3-8b.json")
+    assert 0 < projected.target.mixed_s_per_row_tile  # scaled as a compute term
