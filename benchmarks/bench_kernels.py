@@ -25,11 +25,11 @@ import time
 from pathlib import Path
 
 import torch
-from kernel_bench_doc import fmt
 
 from dspark_sim.kernels import accept, accept_greedy, schedule_verify, schedule_verify_ref
 from dspark_sim.kernels.baseline import accept_greedy_torch, accept_torch, schedule_verify_torch
 from dspark_sim.kernels.cases import accept_case, schedule_case
+from dspark_sim.reports.kernel_bench import fmt
 
 autotune = importlib.import_module("dspark_sim.kernels.autotune")
 tuning = importlib.import_module("dspark_sim.kernels.tuning")

@@ -20,7 +20,7 @@ stops searching at its target (``--timeout``) and counts the trials done by then
 pruned. The load average is printed before and after every case.
 
 ``--markdown docs/bench/NAME.md`` writes the rows, with the command, machine, commit and date,
-to ``docs/bench/NAME.json`` and the page from that file (:func:`markdown`);
+to ``docs/bench/NAME.json`` and the page from that file (:func:`dspark_sim.reports.sim_speed.markdown`);
 ``benchmarks/doc_blocks.py`` re-derives the page from the committed JSON. Where a case's
 time goes, phase by phase against its target's per-request budget: ``benchmarks/sim_breakdown.py``.
 """
@@ -36,68 +36,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 from outputs import code_commit, write_result
 
+from dspark_sim.reports.sim_speed import header_lines, markdown, row_line
+from dspark_sim.speed.cases import (CASES, DSPARK, GROUPS, TUNE_SLICES, TUNE_TRIALS, Case, chat_hour, cpu_name, sliced,
+                                    verdict)
+
 REPO = Path(__file__).resolve().parents[1]
-CODE_TRACE = REPO / "examples" / "traces" / "azure_llm_2023_code.csv"
-CHAT_HOUR = REPO / "benchmarks" / "scenarios" / "chat_hour_h200.yaml"
-DSPARK = {"method": "dspark", "block_size": 7, "scheduler": "production"}
-TUNE_TRIALS = 200
-TUNE_SLICES = "5,15"  # the tuner case's pruning: minutes of the chat hour a trial is first scored on
-
-
-def chat_hour(speculation: dict) -> dict:
-    """The committed chat hour (19,000 requests, ~4 million output tokens) with ``speculation``."""
-    data = yaml.safe_load(CHAT_HOUR.read_text())
-    return data | {"speculation": speculation}
-
-
-def code_trace(speculation: dict) -> dict:
-    """The shipped Azure 2023 code trace (8,819 requests) on one H200."""
-    return {"name": "azure-code", "model": "qwen3-8b", "gpu": "h200",
-            "workload": {"trace": str(CODE_TRACE), "domain": "code"},
-            "deployment": {"max_running_requests": 256, "max_batched_tokens": 8192},
-            "speculation": speculation, "slo": {"ttft_ms": 2000, "tpot_ms": 50}, "seed": 0}
-
-
-def synthetic(n: int, speculation: dict) -> dict:
-    """``n`` synthetic requests at 30 a second (a saturated replica), mixed domains."""
-    return {"name": f"synthetic-{n}", "model": "qwen3-8b", "gpu": "h200",
-            "workload": {"synthetic": {"num_requests": n, "rate_per_s": 30.0, "arrival": "poisson",
-                                       "prompt_tokens": {"dist": "lognormal", "mean": 1000, "sigma": 1.0},
-                                       "output_tokens": {"dist": "lognormal", "mean": 250, "sigma": 0.8}},
-                         "domain": {"math": 0.4, "code": 0.4, "chat": 0.2}},
-            "deployment": {"replicas": 1, "max_running_requests": 256, "max_batched_tokens": 8192},
-            "speculation": speculation, "slo": {"ttft_ms": 2000, "tpot_ms": 50}, "seed": 0}
-
-
-@dataclass(frozen=True)
-class Case:
-    """One timed run and its targets (seconds on one core, peak MiB)."""
-
-    name: str
-    label: str
-    scenario: dict | None  # None: the tuner case
-    target_s: float
-    target_mib: float | None = None
-
-
-CASES = {c.name: c for c in (
-    Case("chat-none", "chat hour (19k req), none", chat_hour({"method": "none"}), 4.0),
-    Case("chat-dspark", "chat hour (19k req), dspark production", chat_hour(DSPARK), 6.0),
-    Case("code-none", "code trace (8,819 req), none", code_trace({"method": "none"}), 2.0),
-    Case("code-dspark", "code trace (8,819 req), dspark production", code_trace(DSPARK), 2.0),
-    Case("100k-none", "synthetic 100k req, none", synthetic(100_000, {"method": "none"}), 10.0),
-    Case("100k-dspark", "synthetic 100k req, dspark production", synthetic(100_000, DSPARK), 10.0),
-    Case("1m-dspark", "synthetic 1M req, dspark production", synthetic(1_000_000, DSPARK), 60.0, 1024.0),
-    Case("tune-chat", "dspark-tune, 200 trials, chat hour, 2 workers", None, 900.0),
-)}
-GROUPS = {"default": ["chat-none", "chat-dspark", "code-none", "code-dspark", "100k-none", "100k-dspark"],
-          "million": ["1m-dspark"], "tune": ["tune-chat"]}
 
 
 def child(path: str, exact: bool) -> None:
@@ -122,17 +70,6 @@ def child(path: str, exact: bool) -> None:
     print(json.dumps({"wall_s": wall, "cpu_s": cpu, "completed": summary["completed"],
                       "output_tokens": summary["total_output_tokens"], "steps": summary["num_steps"],
                       "peak_mib": peak_mib}))
-
-
-def sliced(case: Case, requests: int) -> Case | None:
-    """``case`` cut to its first ``requests`` requests (None where it is not synthetic)."""
-    synthetic = (case.scenario or {}).get("workload", {}).get("synthetic")
-    if synthetic is None:
-        return None
-    workload = case.scenario["workload"] | {"synthetic": synthetic | {"num_requests": requests}}
-    what, method = case.label.rsplit(", ", 1)
-    return Case(case.name, f"{what.split(' (')[0].removesuffix(' 100k req')}, first {requests:,} req, {method}",
-                case.scenario | {"workload": workload}, math.inf)
 
 
 def run_case(case: Case, tmp: Path, env: dict, exact: bool) -> dict:
@@ -186,29 +123,6 @@ def load() -> float:
     return os.getloadavg()[0]
 
 
-def verdict(case: Case, r: dict) -> str:
-    if math.isinf(case.target_s):
-        return "slice"
-    memory_ok = case.target_mib is None or r["peak_mib"] <= case.target_mib
-    ok = r["wall_s"] <= case.target_s and memory_ok
-    if case.scenario is None:  # the tuner: every trial within the target (it stops searching there)
-        return "pass" if r["completed"] >= TUNE_TRIALS and r["wall_s"] <= case.target_s * 1.02 else "FAIL"
-    if ok:
-        return "pass"
-    # on a loaded machine the CPU seconds say what one free core would take
-    return "FAIL (cpu s within)" if r["cpu_s"] <= case.target_s and memory_ok else "FAIL"
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.machine()
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cases", nargs="+", default=["default"],
@@ -233,7 +147,7 @@ def main() -> None:
     cases = [CASES[n] if args.requests is None else sliced(CASES[n], args.requests) for n in names]
     if None in cases:
         p.error(f"--requests slices synthetic cases only, not {names[cases.index(None)]!r}")
-    meta = {"cpu": _cpu_name(), "cores": os.cpu_count(), "python": platform.python_version(),
+    meta = {"cpu": cpu_name(), "cores": os.cpu_count(), "python": platform.python_version(),
             "mode": "step-by-step (--exact)" if args.exact else "skip-ahead", "repeat": args.repeat,
             "against": args.against, "requests": args.requests}
     lines = header_lines(meta)
@@ -283,56 +197,6 @@ def main() -> None:
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
 
-
-def header_lines(meta: dict) -> list[str]:
-    """The machine line and the column heads of the table."""
-    other = "exact" if meta["against"] == "exact" else "REV"
-    return [f"machine: {meta['cpu']}, {meta['cores']} cores, python {meta['python']}; "
-            f"one core per simulation (the tuner: two workers); {meta['mode']}; fastest of {meta['repeat']}",
-            f"{'case':<46}{'target':>9}{'wall s':>9}{'cpu s':>8}{'steps':>9}{'out tok/s':>11}{'MiB':>7}"
-            + (f"{other + ' wall':>13}{other + ' cpu':>12}{'speed-up':>9}" if meta["against"] else "")
-            + f"{'load':>11}  result"]
-
-
-def row_line(r: dict) -> str:
-    """One case's row of the table."""
-    target = "-" if r["target_s"] is None else f"{r['target_s']:g}s" + (
-        f"/{r['target_mib']:g}M" if r.get("target_mib") else "")
-    cpu = "-" if r["cpu_s"] is None else f"{r['cpu_s']:.2f}"  # not recorded in converted older runs
-    load_after = "" if r["load_after"] is None else f"{r['load_after']:.1f}"
-    line = (f"{r['label']:<46}{target:>9}{r['wall_s']:>9.2f}{cpu:>8}"
-            f"{r['steps'] if r['steps'] is not None else str(r['completed']) + ' tr':>9}"
-            f"{r['out_tok_per_s']:>11,.0f}{r['peak_mib'] or 0:>7.0f}")
-    if "speedup_cpu" in r:
-        line += f"{r['rev_wall_s']:>13.2f}{r['rev_cpu_s']:>12.2f}{r['speedup_cpu']:>8.1f}x"
-    return line + f"{r['load_before']:>5.1f}-{load_after:<5}  {r['result']}"
-
-
-def markdown(data: dict) -> str:
-    """A ``docs/bench`` page from its JSON: command, commit, date, what the figures mean, the table."""
-    against = "" if not data["against"] else (
-        " The speed-up is step-by-step mode's CPU seconds over skip-ahead's, both run interleaved in the "
-        "same conditions (the two give the same run: steps, requests and tokens are checked equal)."
-        if data["against"] == "exact" else f" The speed-up is the CPU seconds of revision {data['against']} over "
-        "this code's, both run interleaved in the same conditions.")
-    if data["requests"] is not None:
-        against += (f" Each case is cut to its first {data['requests']:,} requests: a slice, timed for the "
-                    "speed-up; the targets are for whole cases.")
-    made = f"Made by `{data['command']}` at commit {data['commit']} on {data['date']}"
-    source = f" The figures are in `{data['file']}`; this page is made from it (`python benchmarks/doc_blocks.py write`)."
-    if data.get("converted"):
-        source += f" {data['converted']}"
-    pruned = [r for r in data["rows"] if "pruned" in r]  # runs of the pruned tuner case
-    tuner = (f"two workers, DSpark alone, pruned on the hour's first {TUNE_SLICES.replace(',', ' and ')} minutes, and "
-             f"every one of its {TUNE_TRIALS} trials done, complete or pruned" if pruned
-             else f"two workers, and every one of its {TUNE_TRIALS} trials done")
-    tuner += "".join(f"). The tuner: {r['completed']} trials done, {r['complete']} complete and {r['pruned']} "
-                     "pruned" for r in pruned)
-    return (f"{made}. Measured, one run each (fastest of {data['repeat']}). Targets: wall seconds on one core "
-            f"(peak MiB where given; the tuner: {tuner}). `load` "
-            "is the 1-minute load average before and after the case: the machine is shared with other work, and "
-            f"where the load passes its two cores the wall times are longer than on a quiet machine.{against}{source}"
-            "\n\n```\n" + "\n".join(header_lines(data) + [row_line(r) for r in data["rows"]]) + "\n```\n")
 
 if __name__ == "__main__":
     main()

@@ -4,7 +4,7 @@
 
 Runs the command below and commits its ``capacity.json`` with the command, the commit and the
 date beside it; the example block of docs/capacity.md is re-derived from that file by
-``benchmarks/doc_blocks.py`` (:func:`block_text`), so the page cannot drift from its data.
+``benchmarks/doc_blocks.py`` (:func:`dspark_sim.reports.capacity.block_text`), so the page cannot drift from its data.
 The search is deterministic and its file holds no wall-clock times: re-running it on the
 same commit gives the same table.
 """
@@ -19,18 +19,10 @@ from pathlib import Path
 
 from outputs import code_commit, write_result
 
+from dspark_sim.reports.capacity import JSON
+
 REPO = Path(__file__).resolve().parents[1]
-JSON = REPO / "docs" / "bench" / "capacity_example.json"
 ARGS = ["examples/azure_code_h200.yaml", "--price-per-gpu-hour", "h100=2.5,h200=3.5,b200=5.5,b300=7", "--jobs", "2"]
-
-
-def block_text(data: dict) -> str:
-    """The example as docs/capacity.md shows it: the command and what it prints."""
-    from dspark_sim.capacity.report import answer_text
-
-    command = "dspark-sim capacity " + " ".join(data["args"])
-    return (f"Made by `python benchmarks/capacity_example.py` at commit {data['commit']} on {data['date']} "
-            f"(`{JSON.relative_to(REPO)}`):\n\n```\n$ {command}\n{answer_text(data['capacity'])}\n```")
 
 
 def main() -> int:

@@ -27,21 +27,12 @@ import sys
 from pathlib import Path
 
 from dspark_sim.validation.cases import CASE_METHODS, make_cases
+from dspark_sim.validation.committed import SWEEP_DOC, SWEEP_JSON, TTFT_DOC, TTFT_JSON, VALIDATION, lockstep_data
 
 REPO = Path(__file__).resolve().parents[1]
-VALIDATION = REPO / "profiles" / "h200" / "validation"
 CASES_DIR = VALIDATION / "cases"
 SWEEPS_DIR = VALIDATION / "sweeps"
 AZURE = REPO / "examples" / "traces" / "azure_llm_2023_code.csv"
-TTFT_JSON, TTFT_DOC = VALIDATION / "ttft_parts.json", REPO / "docs" / "validation_ttft.md"
-SWEEP_JSON, SWEEP_DOC = VALIDATION / "sweep_errors.json", REPO / "docs" / "validation_sweeps.md"
-LOCKSTEP = (REPO / "docs" / "bench" / "lockstep_before.json", REPO / "docs" / "bench" / "lockstep.json")
-
-
-def lockstep_data() -> tuple[dict, dict] | None:
-    """``benchmarks/lockstep.py``'s data before and after the in-flight step (docs/validation.md's
-    section on it), or None while either is missing."""
-    return tuple(json.loads(p.read_text()) for p in LOCKSTEP) if all(p.is_file() for p in LOCKSTEP) else None
 
 
 def ttft(args=None) -> None:

@@ -20,18 +20,6 @@ from dspark_sim.profiling.cli import fit, fit_parser
 REPO = Path(__file__).resolve().parents[1]
 
 
-def gpu_spec_block(gpus=("h200", "h100", "b200", "b300", "a100")) -> str:
-    """The spec-sheet numbers projections scale by, from the catalog (dense rates), with citations."""
-    from dspark_sim.catalog import get_gpu
-
-    lines = ["Made from `dspark_sim/catalog/gpus.py`.", "", "| GPU | HBM bandwidth | dense bf16 | citation |",
-             "|---|---|---|---|"]
-    for name in gpus:
-        g = get_gpu(name)
-        lines.append(f"| {name} | {g.hbm_bytes_per_s / 1e12:g} TB/s | {g.bf16_flops / 1e12:,.4g} TFLOP/s | {g.source} |")
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gpu", default="h200", help="the GPU the raw files were measured on")

@@ -31,6 +31,8 @@ from pathlib import Path
 
 from outputs import write_block, write_result
 
+from dspark_sim.reports.forward_breakdown import block_text
+
 HERE = Path(__file__).resolve().parent
 JSON = HERE.parent / "profiles" / "h200" / "forward_breakdown.json"
 CASES = (("none", 1), ("none", 64), ("dspark", 1))
@@ -179,80 +181,6 @@ def run(args) -> dict:
     out["provenance"]["sm_clocks_after"] = sm_clocks()
     write_result(args.out, out)
     return out
-
-
-def _read_ms(data: dict) -> float:
-    """The weights a step reads, at the copy bandwidth of the same run: ms."""
-    return data["weights"]["read_per_step"] / data["copy"]["gbps"] / 1e6
-
-
-def table(data: dict) -> str:
-    """Per case: step, kernel time by kind, time no kernel ran; then the products alone."""
-    read_ms = _read_ms(data)
-    kinds = sorted({k for c in data["cases"] for k in c.get("trace", {}).get("kind_ms_per_step", {})})
-    lines = [f"Weight-read time {read_ms:.2f} ms ({data['weights']['read_per_step'] / 1e9:.2f} GB at "
-             f"{data['copy']['gbps']:.0f} GB/s, the copy bandwidth measured in the same run).", "",
-             "| method | R | step ms (served) | " + " | ".join(f"{k} ms" for k in kinds)
-             + " | kernels / step | no kernel running ms |",
-             "|---|---|---|" + "---|" * len(kinds) + "---|---|"]
-    for c in data["cases"]:
-        if "trace" not in c:
-            lines.append(f"| {c['method']} | {c['reqs']} | {c.get('error', '-')} |" + " |" * (len(kinds) + 2))
-            continue
-        t, step = c["trace"], c["served"]["step_ms"]
-        cells = [f"{t['kind_ms_per_step'].get(k, 0.0):.2f}" for k in kinds]
-        lines.append(f"| {c['method']} | {c['reqs']} | {step:.2f} | " + " | ".join(cells)
-                     + f" | {t['kernels_per_step']:.0f} | {max(step - t['busy_ms_per_step'], 0.0):.2f} |")
-    lines += ["", "| linear layers alone (one CUDA graph) | tokens | ms | bytes / copy bandwidth ms | efficiency |",
-              "|---|---|---|---|---|"]
-    for ch in data.get("linear_chain", []):
-        lines.append(f"| {ch['weights']} weights | {ch['tokens']} | {ch['graph_ms']:.2f} | "
-                     f"{ch['read_ms_at_copy_bw']:.2f} | {ch['efficiency']:.2f} |")
-    return "\n".join(lines)
-
-
-def findings(data: dict) -> list[str]:
-    """What the table says about the targets, each figure computed from it."""
-    from dspark_sim.catalog import get_model
-
-    read_ms = _read_ms(data)
-    kv_token = get_model(data["provenance"]["model"]).kv_bytes_per_token()
-    alone = {ch["tokens"]: ch for ch in data.get("linear_chain", [])}
-    out = []
-    for c in data["cases"]:
-        if "trace" not in c or c["method"] != "none":
-            continue
-        t, step = c["trace"], c["served"]["step_ms"]
-        kinds = t["kind_ms_per_step"]
-        products = kinds.get("products", 0.0)
-        small = sum(v for k, v in kinds.items() if k != "products")
-        idle = max(step - t["busy_ms_per_step"], 0.0)
-        kv_ms = c["reqs"] * data["provenance"]["context_tokens"] * kv_token / data["copy"]["gbps"] / 1e6
-        line = (f"- No speculation, R = {c['reqs']}: step {step:.2f} ms = matrix products {products:.2f} ms + "
-                f"the other kernels {small:.2f} ms + no kernel running {idle:.2f} ms; of the other kernels, "
-                f"attention {kinds.get('attention', 0.0):.2f} ms against {kv_ms:.2f} ms to read the KV cache once "
-                f"at the copy bandwidth.")
-        if c["reqs"] in alone:
-            ch = alone[c["reqs"]]
-            line += (f" The products alone, in one graph, take {ch['graph_ms']:.2f} ms: "
-                     f"{ch['graph_ms'] / read_ms:.2f}x the weight-read time ({ch['efficiency']:.0%} of the copy "
-                     f"bandwidth)")
-            line += (", so the 1.10x target is below what these products reach alone on this GPU."
-                     if c["reqs"] == 1 and ch["graph_ms"] / read_ms > 1.10 else ".")
-        out.append(line)
-    return out
-
-
-def block_text(data: dict) -> str:
-    """The doc block: provenance, the table, the findings."""
-    p = data["provenance"]
-    head = (f"Measured {p['date']} on {p['gpu']} (GPU {p.get('gpu_uuid', 'uuid not recorded')}; driver "
-            f"{p['driver']}, CUDA {p['cuda']}, torch {p['torch']}, triton {p['triton']}); {p['model']}, "
-            f"{p['weights']}, {p['context_tokens']} cached tokens per request; SM clocks before/after "
-            f"{p.get('sm_clocks_before')} / {p.get('sm_clocks_after')}. Made by "
-            "`python benchmarks/forward_breakdown.py --run` (table: `python benchmarks/forward_breakdown.py "
-            "--doc docs/decoder.md`).")
-    return "\n".join([head, "", table(data), "", *findings(data)])
 
 
 def main(argv=None) -> int:

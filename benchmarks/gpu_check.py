@@ -4,7 +4,7 @@
 through their graphs), the decoder's prefix cache (greedy outputs with the cache equal those
 without it, under graphs, overlap and both batchings; every page back), the
 schedule_verify tests run natively (R = 4096 included), and (``long``, not run unless asked)
-long prompts up to the model's whole context against target-only greedy (:mod:`gpu_check_long`).
+long prompts up to the model's whole context against target-only greedy (:mod:`dspark_sim.validation.long_prompts`).
 The file holds ``{"provenance": {...}, "rows": [...]}``.
 
     python benchmarks/gpu_check.py [--only attention,decoder,prefix,kernels,long] [--out FILE]
@@ -143,7 +143,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.tiny:
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    from gpu_check_long import long_prompt_cases
+    from dspark_sim.validation.long_prompts import long_prompt_cases
     from dspark_sim.kernels.profiler.provenance import provenance
 
     rows = []

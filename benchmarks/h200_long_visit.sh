@@ -42,7 +42,6 @@ PROFILE_S=${PROFILE_S:-140}
 START_S=40
 STAGES=${*:-check profile fidelity}
 source "$(dirname "$0")/visit_common.sh"
-export PYTHONPATH=$PYTHONPATH:$PWD/benchmarks  # gpu_check.py imports gpu_check_long.py beside it
 RAW=profiles/h200/raw/raw_qwen3-8b.json
 if [ -n "$DRY" ]; then
   export TRITON_INTERPRET=1
@@ -86,7 +85,7 @@ from pathlib import Path
 out = Path(sys.argv[1])
 check = out / "gpu_check_long.json"
 if check.is_file():
-    from gpu_check_long import FACTOR
+    from dspark_sim.validation.long_prompts import FACTOR
     rows = json.loads(check.read_text())["rows"]
 
     def why(r):  # the departures outside the measured noise (or why the run did not serve)

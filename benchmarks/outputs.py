@@ -7,6 +7,8 @@ import platform
 import subprocess
 from pathlib import Path
 
+from dspark_sim.reports.blocks import read_block, write_block  # noqa: F401  (the scripts' import)
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -16,25 +18,6 @@ def write_result(path, data: dict) -> None:
     if path:
         from dspark_sim.cost.jsonio import write_json_atomic
         write_json_atomic(path, data)
-
-
-def write_block(path: Path, tag: str, text: str) -> None:
-    """Replace the block between ``<!-- tag:begin -->`` and ``<!-- tag:end -->`` (or append it)."""
-    begin, end = f"<!-- {tag}:begin -->", f"<!-- {tag}:end -->"
-    doc = path.read_text()
-    block = f"{begin}\n{text}\n{end}"
-    doc = doc[:doc.index(begin)] + block + doc[doc.index(end) + len(end):] if begin in doc \
-        else doc.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(doc)
-
-
-def read_block(path: Path, tag: str) -> str | None:
-    """The text between ``<!-- tag:begin -->`` and ``<!-- tag:end -->`` of ``path`` (None without markers)."""
-    begin, end = f"<!-- {tag}:begin -->", f"<!-- {tag}:end -->"
-    doc = Path(path).read_text()
-    if begin not in doc or end not in doc:
-        return None
-    return doc[doc.index(begin) + len(begin):doc.index(end)].strip("\n")
 
 
 def code_commit(*paths: str) -> str:

@@ -1,5 +1,6 @@
 """The layout's rules: a light simulation path, no private names across modules, no import cycles."""
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -156,6 +157,16 @@ def test_fitting_is_not_on_the_simulation_path():
             for base, names, node, _ in _imports(path):
                 assert not base.startswith("dspark_sim.profiling") and base != "scipy" \
                     and not base.startswith("scipy."), f"{name}:{node.lineno} imports {base}"
+
+
+def test_no_test_imports_a_benchmark_script():
+    """benchmarks/ holds thin scripts over the package: tests import the package (they may run a script)."""
+    scripts = {p.stem for p in (REPO / "benchmarks").glob("*.py")}
+    found = [f"{path.relative_to(REPO)}:{node.lineno} imports {base}" for path in sorted((REPO / "tests").rglob("*.py"))
+             for base, _, node, _ in _imports(path) if base.split(".")[0] in scripts]
+    found += [f"{p.relative_to(REPO)}: {line.strip()}" for p in (REPO / "tests").rglob("*.py")
+              for line in p.read_text().splitlines() if re.search(r"sys\.path\.\w+\(.*benchmarks", line)]
+    assert not found, found
 
 
 def test_modules_stay_short():

@@ -1,5 +1,5 @@
-"""The GPU benchmarks' tables from result files: the decoder's speed targets and the
-kernels beside SGLang's (the runs themselves need a GPU)."""
+"""The GPU benchmarks' tables from result files (dspark_sim/reports): the decoder's speed targets,
+the kernels beside SGLang's and the mixed-step probe (the runs themselves need a GPU)."""
 import json
 import subprocess
 import sys
@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from dspark_sim.reports import decoder_targets, kernels_vs_sglang, mixed_steps
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
 
 
 def _targets(scale: float = 1.0) -> dict:
@@ -22,11 +23,9 @@ def _targets(scale: float = 1.0) -> dict:
 
 
 def test_targets_are_judged_against_the_ceilings_of_the_same_run():
-    import bench_targets
-
     other = _targets(1.02)
     other["rows"][2]["step_ms"] = 5.25  # steps waited for move more between machines
-    got = {c["target"].split(":")[0]: c for c in bench_targets.checks(_targets(), other)}
+    got = {c["target"].split(":")[0]: c for c in decoder_targets.checks(_targets(), other)}
     weight = got["no speculation, R = 1"]
     assert weight["value"] == pytest.approx(4.2 / 4.0) and weight["met"]  # 16 GB at 4 TB/s: 4 ms
     # 64 requests of 1,024 tokens: weights 4 ms (memory-bound) + KV 64 x 1024 x 147,456 B / 4 TB/s
@@ -63,23 +62,19 @@ def _vs(schedule_error: bool) -> dict:
 
 
 def test_sglang_runs_merge_by_section_and_tabulate(tmp_path):
-    import bench_vs_sglang
-
     first, second = tmp_path / "run1.json", tmp_path / "run2.json"
     first.write_text(json.dumps(_vs(schedule_error=True)))
     second.write_text(json.dumps(_vs(schedule_error=False)))
-    merged = bench_vs_sglang.merge([first, second])
+    merged = kernels_vs_sglang.merge([first, second])
     assert merged["section_provenance"]["schedule"]["date"] == "d2"
     assert merged["section_provenance"]["accept"]["date"] == "d1"
-    text = bench_vs_sglang.tables(merged)
+    text = kernels_vs_sglang.tables(merged)
     assert "| 7 | 8 | single | 5 | 8.0 | 4.0 | 2.00 | 5.0 |" in text
     assert "| 8 | 20.0 | 10.0 | 2.00 | 0 | 90.0 | 30.0 | 3.00 | 1.25 / 1.50 |" in text
-    assert "schedule: measured d2" in bench_vs_sglang.header(merged)
+    assert "schedule: measured d2" in kernels_vs_sglang.header(merged)
 
 
 def test_mixed_steps_draw_the_profilers_contexts_and_price_a_step_over_its_parts():
-    import mixed_steps
-
     from dspark_sim.kernels.profiler.steps import Stepper
 
     class Recorder(Stepper):  # the lengths verify_spread hands the decoder, without one

@@ -65,12 +65,8 @@ def test_a_preempted_request_re_prefills_alone_and_keeps_its_outputs():
 
 
 def _check_module():
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    import gpu_check_long
-    return gpu_check_long
+    from dspark_sim.validation import long_prompts
+    return long_prompts
 
 
 def test_the_gpu_checks_long_prompt_section_runs_on_the_cpu():

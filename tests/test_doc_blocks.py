@@ -1,8 +1,11 @@
-"""Every generated table in the docs is what its committed data gives now (benchmarks/doc_blocks.py)."""
+"""Every generated table in the docs is what its committed data gives now (dspark_sim/reports/registry.py,
+run by benchmarks/doc_blocks.py)."""
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+from dspark_sim.reports import frontier, registry
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -15,55 +18,45 @@ def test_doc_blocks_are_not_stale():
 
 def test_a_changed_block_is_caught(tmp_path, monkeypatch):
     """A table edited by hand (or made from other data) is reported stale."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    import doc_blocks
-
     doc = tmp_path / "docs" / "decoder.md"
     doc.parent.mkdir()
-    text = doc_blocks._bench_decoder()
+    text = registry.bench_decoder()
     doc.write_text(f"x\n<!-- bench_decoder:begin -->\n{text}\n<!-- bench_decoder:end -->\n")
-    monkeypatch.setattr(doc_blocks, "REPO", tmp_path)
-    monkeypatch.setattr(doc_blocks, "BLOCKS", {("docs/decoder.md", "bench_decoder"): doc_blocks._bench_decoder})
-    monkeypatch.setattr(doc_blocks, "FILES", {})
-    assert doc_blocks.stale() == []
+    monkeypatch.setattr(registry, "ROOT", tmp_path)
+    monkeypatch.setattr(registry, "BLOCKS", {("docs/decoder.md", "bench_decoder"): registry.bench_decoder})
+    monkeypatch.setattr(registry, "FILES", {})
+    assert registry.stale() == []
     doc.write_text(doc.read_text().replace("| none |", "| none (typed) |", 1))
-    assert doc_blocks.stale() == ["docs/decoder.md:bench_decoder"]
+    assert registry.stale() == ["docs/decoder.md:bench_decoder"]
 
 
 def test_a_timing_page_is_made_from_its_json(tmp_path, monkeypatch):
     """A timing benchmark's page (docs/bench/*.md) is re-derived from the JSON committed beside it:
     a figure changed in the data, or typed into the page, makes it stale."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    import doc_blocks
-
     bench = tmp_path / "docs" / "bench"
     bench.mkdir(parents=True)
     data = (REPO / "docs" / "bench" / "sim.json").read_text()
     (bench / "sim.json").write_text(data)
-    monkeypatch.setattr(doc_blocks, "REPO", tmp_path)
-    monkeypatch.setattr(doc_blocks, "BLOCKS", {})
-    monkeypatch.setattr(doc_blocks, "FILES", {"docs/bench/sim.md": doc_blocks._bench_page("sim")})
-    doc_blocks.write()
-    assert doc_blocks.stale() == []
+    monkeypatch.setattr(registry, "ROOT", tmp_path)
+    monkeypatch.setattr(registry, "BLOCKS", {})
+    monkeypatch.setattr(registry, "FILES", {"docs/bench/sim.md": registry.bench_page("sim")})
+    registry.write()
+    assert registry.stale() == []
     page = (bench / "sim.md").read_text()
     wall = json.loads(data)["rows"][0]["wall_s"]
     assert f"{wall:.2f}" in page
     (bench / "sim.md").write_text(page.replace(f"{wall:.2f}", f"{wall / 2:.2f}", 1))
-    assert doc_blocks.stale() == ["docs/bench/sim.md"]
-    doc_blocks.write()
+    assert registry.stale() == ["docs/bench/sim.md"]
+    registry.write()
     (bench / "sim.json").write_text(data.replace(f'"wall_s": {wall}', f'"wall_s": {wall + 1}', 1))
-    assert doc_blocks.stale() == ["docs/bench/sim.md"]
+    assert registry.stale() == ["docs/bench/sim.md"]
 
 
 def test_the_frontier_page_is_made_from_its_json(tmp_path, monkeypatch):
     """docs/dspark_frontier.md is re-derived from docs/bench/dspark_frontier.json: a throughput changed
     in the data makes the page stale, and the page names the cost model and acceptance it rests on."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    import doc_blocks
-    import dspark_frontier
-
-    data = json.loads(dspark_frontier.JSON.read_text())
-    page = dspark_frontier.markdown(data)
+    data = json.loads(frontier.JSON.read_text())
+    page = frontier.markdown(data)
     assert data["cost_model"]["source"] in page and "substituted" in page
     row = data["domains"]["math"][-1]
     assert f"{row['output_throughput_per_gpu']:.0f}" in page
@@ -72,8 +65,8 @@ def test_the_frontier_page_is_made_from_its_json(tmp_path, monkeypatch):
     row["output_throughput_per_gpu"] *= 1.5
     copy = tmp_path / "docs" / "bench" / "dspark_frontier.json"
     copy.write_text(json.dumps(data))
-    monkeypatch.setattr(dspark_frontier, "JSON", copy)
-    monkeypatch.setattr(doc_blocks, "REPO", tmp_path)
-    monkeypatch.setattr(doc_blocks, "BLOCKS", {})
-    monkeypatch.setattr(doc_blocks, "FILES", {"docs/dspark_frontier.md": doc_blocks._frontier})
-    assert doc_blocks.stale() == ["docs/dspark_frontier.md"]
+    monkeypatch.setattr(frontier, "JSON", copy)
+    monkeypatch.setattr(registry, "ROOT", tmp_path)
+    monkeypatch.setattr(registry, "BLOCKS", {})
+    monkeypatch.setattr(registry, "FILES", {"docs/dspark_frontier.md": registry.frontier})
+    assert registry.stale() == ["docs/dspark_frontier.md"]

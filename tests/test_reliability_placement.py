@@ -20,9 +20,7 @@ from hypothesis import strategies as st
 from dspark_sim.cli import main
 from dspark_sim.errors import InputError
 from dspark_sim.metrics.outdir import MARKER, atomic_dir, check_name, check_out
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from reliability_sweep import snapshot  # noqa: E402  (every path under a folder, with a digest of its content)
+from dspark_sim.validation.reliability import snapshot  # every path under a folder, with a digest of its content
 
 
 def one_error_line(capsys) -> str:

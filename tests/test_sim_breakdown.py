@@ -1,14 +1,10 @@
-"""benchmarks/sim_breakdown.py's phases account for a run's time: they sum to its wall time, the
-functions they name exist, and little is left outside them."""
-import sys
-from pathlib import Path
-
+"""The simulator's phases (dspark_sim/speed/breakdown.py, timed by benchmarks/sim_breakdown.py)
+account for a run's time: they sum to its wall time, the functions they name exist, and little
+is left outside them."""
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
-import sim_breakdown
-from bench_sim import CASES, sliced
+from dspark_sim.speed import breakdown as sim_breakdown
+from dspark_sim.speed.cases import CASES, sliced
 
 
 @pytest.mark.parametrize("name", ["chat-none", "chat-dspark"])
@@ -39,4 +35,4 @@ def test_the_functions_are_put_back(tmp_path):
 
 def test_a_renamed_function_fails_loudly():
     with pytest.raises((AttributeError, KeyError)):
-        sim_breakdown._resolve("dspark_sim.serving.replica:Replica._no_such_phase")
+        sim_breakdown.resolve("dspark_sim.serving.replica:Replica._no_such_phase")

@@ -1,0 +1,71 @@
+"""The mixed-step probe (``benchmarks/mixed_steps.py`` times decode rows beside a prompt chunk on
+a GPU): the decode requests' contexts it draws, its table, and docs/profiles.md's block of the
+mixed-step term fitted on it."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+CONTEXT_MEAN, CONTEXT_SIGMA, CONTEXT_MIN, CONTEXT_MAX = 1000, 1.0, 32, 8192
+
+
+def contexts(reqs: int, mean: int = CONTEXT_MEAN, hi: int = CONTEXT_MAX) -> list[int]:
+    """The decode requests' contexts: ``Stepper.verify_spread``'s draw for ``reqs`` requests
+    of one verify token each (no speculation)."""
+    rng = np.random.default_rng(reqs * 1000 + reqs)
+    draw = rng.lognormal(np.log(mean) - CONTEXT_SIGMA ** 2 / 2, CONTEXT_SIGMA, reqs)
+    return [int(x) for x in np.clip(np.round(draw), min(CONTEXT_MIN, hi), hi)]
+
+
+def table(data: dict) -> list[str]:
+    """Per point: device and wall time, and what the mixed step costs over its two halves
+    timed apart (R alone + the chunk alone), in total and per decode row."""
+    pts = {(p["reqs"], p["chunk"], p["cached"]): p for p in data["points"]}
+    lines = ["| R | chunk | cached | max context | gpu ms | forward ms | wall ms | hidden | "
+             "over parts ms | over parts per row us |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for (r, c, k), p in sorted(pts.items()):
+        alone, chunk = pts.get((r, 0, 0)), pts.get((0, c, k))
+        over = per = "-"
+        if c and r and alone and chunk:
+            extra = p["gpu_s"] - alone["gpu_s"] - chunk["gpu_s"]
+            over, per = f"{extra * 1e3:+.3f}", f"{extra / r * 1e6:+.1f}"
+        lines.append(f"| {r} | {c} | {k} | {p['context_max']} | {p['gpu_s'] * 1e3:.3f} | {p['forward_s'] * 1e3:.3f} | "
+                     f"{p['wall_s'] * 1e3:.3f} | {p['hidden']:.0%} | {over} | {per} |")
+    for f in data.get("failed", []):
+        lines.append(f"| {f['reqs']} | {f['chunk']} | {f['cached']} | failed: {f['error']} |||||||")
+    return lines
+
+
+def block_text(probe: Path, profile: Path) -> str:
+    """docs/profiles.md's block: the probe's mixed steps priced by the shipped profile without
+    and with its mixed-step term, and the term's error with each level held out whole."""
+    from dataclasses import replace
+
+    from dspark_sim.cost.profile import load_profile
+    from dspark_sim.profiling.mixed import held_out_levels, interactions
+
+    data, fit = json.loads(probe.read_text()), load_profile(profile).target
+    p, k = data["provenance"], fit.mixed_s_per_row_tile
+    rows = interactions(replace(fit, mixed_s_per_row_tile=0.0), data["points"])
+    head = (f"Measured {p['date']} on {p['gpu']} ({p['gpu_uuid']}; driver {p['driver']}, torch {p['torch']}, triton "
+            f"{p['triton']}; tree {p.get('tree') or p.get('decoder_commit')}); {p['model']}, {p['weights']} weights, "
+            f"no speculation; decode contexts {p['contexts']}; device time with the host's launch hidden, median of "
+            f"{p['reps']}. Made by `python benchmarks/mixed_steps.py --run` (the command in its docstring); the "
+            f"term fitted on these points only by `python benchmarks/fit_profiles.py` "
+            f"(`mixed_s_per_row_tile` = {k * 1e9:.1f} ns per decode row and query tile of {fit.prefill_tile:g} tokens).")
+    lines = ["| R | chunk | cached | measured ms | interaction ms | priced without | with the term |",
+             "|---|---|---|---|---|---|---|"]
+    for i in np.argsort(rows["reqs"] * 1e9 + rows["chunk"] * 1e4 + rows["cached"], kind="stable"):
+        step, base = rows["step_s"][i], rows["base_s"][i]
+        lines.append(f"| {rows['reqs'][i]:.0f} | {rows['chunk'][i]:.0f} | {rows['cached'][i]:.0f} | {step * 1e3:.2f} | "
+                     f"{rows['excess'][i] * 1e3:+.2f} | {base / step - 1:+.1%} | "
+                     f"{(base + k * rows['tiles'][i]) / step - 1:+.1%} |")
+    held = ["| held out (whole levels) | median | p90 | max | mean signed | without the term: median / mean signed |",
+            "|---|---|---|---|---|---|"]
+    for axis, e in held_out_levels(rows).items():
+        w, o = e["with"], e["without"]
+        held.append(f"| every level of {'R' if axis == 'reqs' else 'the chunk'} | {w['median']:.1%} | {w['p90']:.1%} | "
+                    f"{w['max']:.1%} | {w['mean_signed']:+.1%} | {o['median']:.1%} / {o['mean_signed']:+.1%} |")
+    return "\n".join([head, "", *lines, "", *held])
