@@ -7,6 +7,7 @@ import argparse
 import reprlib
 import signal
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 EXIT_INPUT, EXIT_BUG, EXIT_SIGINT, EXIT_SIGTERM = 2, 1, 128 + signal.SIGINT, 128 + signal.SIGTERM
@@ -121,6 +122,27 @@ def raise_if_stopped() -> None:
     lands in a finalizer (Python prints such exceptions and goes on). Long loops call this."""
     if _PENDING:
         raise _PENDING[0]()
+
+
+@contextmanager
+def stops_deferred():
+    """SIGINT and SIGTERM recorded, not raised, inside the block: the work raises the stop at its
+    own safe points (:func:`raise_if_stopped`, which the simulator's loop calls), and the block's
+    end raises one still pending. For library code that a stop raised at any line would leave
+    half-done (Optuna's trial bookkeeping: a stop inside it ends in Optuna's own traceback)."""
+    def record(signum, frame):
+        signal.signal(signum, signal.SIG_IGN)  # a second signal must not cut the clean-up short
+        _PENDING.append(Terminated if signum == signal.SIGTERM else KeyboardInterrupt)
+    try:
+        previous = {sig: signal.signal(sig, record) for sig in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread: leave the signals to whoever owns the process
+        previous = {}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    raise_if_stopped()
 
 
 class ArgumentParser(argparse.ArgumentParser):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import signal
 import socket
 import sys
 import time
@@ -20,7 +19,7 @@ from dataclasses import dataclass
 import optuna
 from optuna.trial import TrialState
 
-from dspark_sim.errors import Terminated
+from dspark_sim.errors import Terminated, raise_if_stopped, stops_deferred
 from dspark_sim.tuner import pruning, storage
 from dspark_sim.tuner.objective import Target, score
 from dspark_sim.tuner.progress import Progress
@@ -150,7 +149,14 @@ def work(jobs: list[Job], deadline: float | None, callback=None, parent: int | N
         if callback is not None:
             callbacks.append(callback)
         # a configuration the simulator rejects fails its trial, not the study
-        study.optimize(TrialFunction(job), timeout=left_s, callbacks=callbacks, catch=(Exception,))
+        if parent is not None:
+            study.optimize(TrialFunction(job), timeout=left_s, callbacks=callbacks, catch=(Exception,))
+            continue
+        # in this process: a stop is raised inside a trial's simulation or between trials, never
+        # inside Optuna's bookkeeping of a trial
+        with stops_deferred():
+            study.optimize(TrialFunction(job), timeout=left_s, catch=(Exception,),
+                           callbacks=[*callbacks, lambda study, trial: raise_if_stopped()])
 
 
 class OrphanGuard:
@@ -162,13 +168,6 @@ class OrphanGuard:
     def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         if os.getppid() != self.parent:
             study.stop()
-
-
-def _terminate(signum, frame):
-    """SIGTERM as :class:`~dspark_sim.errors.Terminated`, so that ``run`` stops its workers on the
-    way out and the command ends in its one line (exit 143)."""
-    signal.signal(signum, signal.SIG_IGN)  # a second signal must not cut the clean-up short
-    raise Terminated()
 
 
 class FailureGuard:
@@ -199,13 +198,13 @@ def run(jobs: list[Job], workers: int, timeout_s: float | None, show_progress: b
                  for _ in range(workers)]
         for p in procs:
             p.start()
-        previous = signal.signal(signal.SIGTERM, _terminate)
         try:
-            while any(p.is_alive() for p in procs):
-                bar.poll()
-                time.sleep(1.0)
+            with stops_deferred():  # a stop ends the wait between polls, never inside one (SQLite mid-query)
+                while any(p.is_alive() for p in procs):
+                    raise_if_stopped()
+                    bar.poll()
+                    time.sleep(0.25)
         finally:
-            signal.signal(signal.SIGTERM, previous)
             for p in procs:
                 if p.is_alive():
                     p.terminate()
