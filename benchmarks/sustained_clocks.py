@@ -20,7 +20,6 @@ import statistics
 import subprocess
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
 from outputs import write_result
@@ -63,24 +62,8 @@ def _held(fn, between=None) -> list:
 
 
 def _verify(stepper, reqs: int, tokens: int):
-    """(replay, rotate, release) of the verify graph at ``reqs`` requests, ``tokens`` window tokens."""
-    import numpy as np
-    import torch
-
-    from dspark_sim.kernels.decoder.graphs import request_tier, token_tier
-
-    dec, seqs = stepper.dec, []
-    for n, count in Counter(_contexts(reqs)).items():
-        seqs += stepper._requests(count, n)
-    rp = request_tier(reqs, dec.conf.max_running_requests)
-    vlen = np.zeros(rp, np.int64)
-    vlen[:reqs] = tokens // reqs
-    vlen[: tokens % reqs] += 1
-    wins = stepper._windows(rp, int(vlen.max()))
-    dec.graphs.clear()
-    dec._verify(wins[0], stepper._tensor(vlen, torch.int32), stepper._rows(seqs, rp), token_tier(tokens), rp)
-    static = dec.graphs.last[1][0]
-    return dec.graphs.replay_last, (lambda i: static.copy_(wins[i % 2])), seqs
+    """(replay, rotate, requests) of the verify graph at ``reqs`` requests, ``tokens`` window tokens."""
+    return stepper.verify_graph(_contexts(reqs), tokens)
 
 
 def _draft(stepper, reqs: int):
@@ -88,9 +71,7 @@ def _draft(stepper, reqs: int):
 
     from dspark_sim.kernels.decoder.graphs import request_tier
 
-    dec, seqs = stepper.dec, []
-    for n, count in Counter(_contexts(reqs)).items():
-        seqs += stepper._requests(count, n)
+    dec, seqs = stepper.dec, stepper.requests_of(_contexts(reqs))
     rp = request_tier(reqs, dec.conf.max_running_requests)
     dec.graphs.clear()
     dec._draft(stepper._rows(seqs, rp), torch.ones(rp, device=dec.device), rp)

@@ -97,7 +97,19 @@ class Stepper:
     def verify_lengths(self, lengths: list[int], tokens: int) -> float | None:
         """Seconds of one verify step of ``tokens`` window tokens over requests of the
         given context lengths (median of graph replays, window tokens rotating)."""
-        dec = self.dec
+        graph = self.verify_graph(lengths, tokens)
+        if graph is None:
+            return None
+        replay, rotate, seqs = graph
+        try:
+            return median_seconds(replay, self.reps, between=rotate)
+        finally:
+            self.dec.graphs.clear()
+            self._release(seqs)
+
+    def requests_of(self, lengths: list[int]) -> list | None:
+        """Requests of the given context lengths (None, and nothing held, when the pages do not
+        hold them all)."""
         seqs = []
         for n, count in Counter(lengths).items():
             got = self._requests(count, n)
@@ -105,6 +117,16 @@ class Stepper:
                 self._release(seqs)
                 return None
             seqs += got
+        return seqs
+
+    def verify_graph(self, lengths: list[int], tokens: int) -> tuple | None:
+        """``(replay, rotate, requests)``: the verify step of ``tokens`` window tokens over
+        requests of the given context lengths, captured (``replay()`` runs it again,
+        ``rotate(i)`` swaps its window tokens, None without graphs); the caller clears the
+        graphs and releases the requests. None when the pages do not hold them."""
+        dec, seqs = self.dec, self.requests_of(lengths)
+        if seqs is None:
+            return None
         reqs = len(seqs)
         try:
             rp = request_tier(reqs, dec.conf.max_running_requests)
@@ -114,12 +136,13 @@ class Stepper:
             wins = self._windows(rp, int(vlen.max()))
             dec.graphs.clear()
             dec._verify(wins[0], self._tensor(vlen, torch.int32), self._rows(seqs, rp), token_tier(tokens), rp)
-            static = dec.graphs.last[1][0] if dec.graphs.enabled else None
-            rotate = (lambda i: static.copy_(wins[i % 2])) if static is not None else None
-            return median_seconds(dec.graphs.replay_last, self.reps, between=rotate)
-        finally:
+        except BaseException:
             dec.graphs.clear()
             self._release(seqs)
+            raise
+        static = dec.graphs.last[1][0] if dec.graphs.enabled else None
+        rotate = (lambda i: static.copy_(wins[i % 2])) if static is not None else None
+        return dec.graphs.replay_last, rotate, seqs
 
     def draft(self, reqs: int, block_size: int, context: int = DRAFT_CONTEXT,
               decoder=None) -> float | None:
