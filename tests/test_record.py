@@ -71,14 +71,17 @@ def test_growing_columns_keep_their_rows_past_their_capacity():
     assert grow["x"].tolist() == list(range(3500))
 
 
-def _finished(n: int) -> dict:
+def _finished(n: int):
+    """``n`` finished requests as the running table gives them (:meth:`Table.take`)."""
+    from dspark_sim.serving.batch import Table
+    from dspark_sim.serving.request import Request
+
     rng = np.random.default_rng(1)
-    arrival = rng.random(n)
-    return {"rid": np.arange(n), "arrival_s": arrival, "first_scheduled_s": arrival + 0.1,
-            "first_token_s": arrival + 0.2, "prompt_tokens": np.full(n, 10), "output_tokens": np.arange(1, n + 1),
-            "domain": np.zeros(n, dtype=np.int64), "accepted_tokens": np.zeros(n, dtype=np.int64),
-            "verified_drafts": np.zeros(n, dtype=np.int64), "num_preemptions": np.zeros(n, dtype=np.int64),
-            "num_steps": np.full(n, 3), "cached_tokens": np.zeros(n, dtype=np.int64)}
+    arrival = rng.random(n).tolist()
+    table = Table()
+    table.append([Request(i, a, 10, i + 1, 0, 0.0, 10, first_scheduled_s=a + 0.1, first_token_s=a + 0.2, num_steps=3)
+                  for i, a in enumerate(arrival)])
+    return table.take(np.ones(n, dtype=bool))
 
 
 def test_requests_finishing_at_several_times_are_recorded_as_one_call_per_time(tmp_path):
@@ -88,7 +91,7 @@ def test_requests_finishing_at_several_times_are_recorded_as_one_call_per_time(t
                      for name in ("one", "each"))
         one.on_finish(rows, times)
         for t in np.unique(times).tolist():
-            each.on_finish({k: v[times == t] for k, v in rows.items()}, t)
+            each.on_finish(rows.part(*(times == t).nonzero()[0][[0, -1]] + [0, 1]), t)
         for c in (one, each):
             c.close()
         for column in ("finish_s", "e2el_ms", "tpot_ms", "arrival_s"):

@@ -112,9 +112,9 @@ def _audit(replica, step):
     held = c["prefilled"][:k] + c["generated"][:k] - c["kv_base"][:k]
     shared = np.array([cache.chains[r].shared if r in cache.chains else 0 for r in c["rid"][:k].tolist()])
     assert (shared <= held).all()
-    occupancy = cache.tree_tokens + int((held - shared).sum()) + k * replica.kv_per_request + step["tokens"]
+    occupancy = cache.tree_tokens + int((held - shared).sum()) + k * replica.kv_per_request + step.tokens
     assert occupancy <= replica.kv_capacity
-    assert step["kv_needed"] + cache.idle_tokens == occupancy
+    assert step.kv_needed + cache.idle_tokens == occupancy
 
 
 def test_kv_stays_exact_and_under_capacity_with_sharing_eviction_and_preemption(write_scenario, tmp_path,
@@ -126,7 +126,7 @@ def test_kv_stays_exact_and_under_capacity_with_sharing_eviction_and_preemption(
         if step is not None:
             _audit(self, step)
             seen["steps"] += 1
-            seen["evicted"] += step["evicted_blocks"]
+            seen["evicted"] += step.evicted_blocks
         return step
 
     monkeypatch.setattr(Replica, "_plan", audited)

@@ -16,6 +16,9 @@ import numpy as np
 
 from dspark_sim.metrics.record import COMPLETED, RecordWriter
 from dspark_sim.names import DOMAINS
+from dspark_sim.serving.batch import Rows
+from dspark_sim.serving.request import Request
+from dspark_sim.serving.step import PlannedStep
 
 
 FINISHED_BLOCK = 1024  # finished requests recorded at once (numpy's cost per call, paid per block)
@@ -47,27 +50,38 @@ class Growing:
 
 
 class Columns:
-    """Append-one-row-at-a-time numeric columns (``array.array``: compact and cheap to append)."""
+    """Append-one-row-at-a-time numeric columns (``array.array``: compact and cheap to append),
+    each given by name."""
 
     def __init__(self, typecodes: dict[str, str]):
         self.cols = {k: array(t) for k, t in typecodes.items()}
-        self._appends = [c.append for c in self.cols.values()]
+        self._appends = {k: c.append for k, c in self.cols.items()}
 
     @property
     def n(self) -> int:
         return len(next(iter(self.cols.values())))
 
-    def append(self, *values) -> None:
-        for add, v in zip(self._appends, values):
-            add(v)
+    def append(self, **values) -> None:
+        """One row, a value per column."""
+        self._check(values)
+        appends = self._appends
+        for name, v in values.items():
+            appends[name](v)
 
-    def extend(self, *columns) -> None:
-        """Rows given as one sequence (list or array) per column, in column order."""
-        for col, values in zip(self.cols.values(), columns):
+    def extend(self, **columns) -> None:
+        """Rows given as one sequence (list or array) per column."""
+        self._check(columns)
+        for name, values in columns.items():
+            col = self.cols[name]
             if isinstance(values, np.ndarray):  # as its bytes in the column's type, not number by number
                 col.frombytes(values.astype(col.typecode, copy=False).tobytes())
             else:
                 col.extend(values)
+
+    def _check(self, values: dict) -> None:
+        if values.keys() != self.cols.keys():  # a fault of the caller
+            raise ValueError(f"columns {', '.join(self.cols)} expected; missing {sorted(self.cols.keys() - values.keys())}, "
+                             f"unknown {sorted(values.keys() - self.cols.keys())}")
 
     def __getitem__(self, key: str) -> np.ndarray:
         return np.frombuffer(self.cols[key], dtype=self.cols[key].typecode) if self.n else np.zeros(0)
@@ -171,7 +185,7 @@ class Collector:
             self.order.put(time_s, replica, call, *args)
 
     # -- events ---------------------------------------------------------------
-    def on_reject(self, request: dict, reason: str, replica: int = 0) -> None:
+    def on_reject(self, request: Request, reason: str, replica: int = 0) -> None:
         """A request ``replica`` refused on arrival: counted by reason, and a row with nan times in
         the record (in time order with the other replicas' rows)."""
         self.rejected += 1
@@ -179,14 +193,14 @@ class Collector:
         if self.on_done is not None:
             self.on_done(1)
         if self.record is not None:
-            self._at(request["arrival_s"], replica, self._reject, request, reason)
+            self._at(request.arrival_s, replica, self._reject, request, reason)
 
-    def _reject(self, request: dict, reason: str) -> None:
+    def _reject(self, request: Request, reason: str) -> None:
         nan = float("nan")
         self._record_finished()  # the rows before it first
-        self.record.request(request_id=request["rid"], arrival_s=request["arrival_s"],
-                            prompt_tokens=request["prompt_tokens"], output_tokens=request["output_tokens"],
-                            domain=DOMAINS[request["domain"]], first_scheduled_s=nan, first_token_s=nan, finish_s=nan,
+        self.record.request(request_id=request.rid, arrival_s=request.arrival_s,
+                            prompt_tokens=request.prompt_tokens, output_tokens=request.output_tokens,
+                            domain=DOMAINS[request.domain], first_scheduled_s=nan, first_token_s=nan, finish_s=nan,
                             queue_delay_ms=nan, ttft_ms=nan, tpot_ms=nan, e2el_ms=nan, num_steps=0,
                             num_preemptions=0, accepted_tokens=0, verified_drafts=0, cached_tokens=0,
                             status="rejected", reject_reason=reason)
@@ -240,8 +254,10 @@ class Collector:
         k = slice(lo, hi)
         first, runs = self.steps.n, st.decode_reqs[k]
         rows = runs if st.ghost_rows is None else runs + st.ghost_rows[k]  # an overlapping engine's ghosts too
-        self.steps.extend(st.times_s[k], st.step_s[k], runs, rows, st.verify_tokens[k], np.zeros(hi - lo, np.int64),
-                          st.budget[k], st.emitted[k], st.draft_s[k], st.sched_s[k], st.kv_tokens[k])
+        self.steps.extend(start_s=st.times_s[k], step_s=st.step_s[k], running=runs, decode_reqs=rows,
+                          verify_tokens=st.verify_tokens[k], prefill_tokens=np.zeros(hi - lo, np.int64),
+                          budget_k=st.budget[k], emitted=st.emitted[k], draft_s=st.draft_s[k], sched_s=st.sched_s[k],
+                          kv_tokens=st.kv_tokens[k])
         if self.record is not None:  # a stretch prefills nothing and evicts nothing (stretch.py stops before)
             runs = runs.tolist()
             self.record.steps(step=range(first, first + hi - lo), start_s=st.times_s[k].tolist(),
@@ -255,45 +271,45 @@ class Collector:
                               decode_max_context=st.max_context[k].tolist(), prefill_reqs=0, prefill_attn_tokens2=0.0,
                               replica=replica, evicted_blocks=0, kv_tokens=st.kv_tokens[k].tolist())
 
-    def on_step(self, replica: int, step: dict, running: int, decoded: int, first_tokens: int,
+    def on_step(self, replica: int, step: PlannedStep, running: int, decoded: int, first_tokens: int,
                 time_s: float) -> None:
         """One engine step, ending at ``time_s``: ``decoded`` tokens emitted by decoding requests
-        (accepted drafts plus bonus), ``first_tokens`` by requests whose prefill completed;
-        ``step["work"]`` its :class:`~dspark_sim.cost.base.StepWork`."""
+        (accepted drafts plus bonus), ``first_tokens`` by requests whose prefill completed."""
         self._at(time_s, replica, self._step, replica, step, running, decoded, first_tokens)
 
-    def _step(self, replica: int, step: dict, running: int, decoded: int, first_tokens: int) -> None:
-        num_dec = step["work"].decode_reqs  # the rows it decoded (an overlapping engine's ghosts too)
-        verify = step["tokens"] - step["prefill_tokens"]
-        self.steps.append(step["start_s"], step["step_s"], running, num_dec, verify, step["prefill_tokens"],
-                          step["budget"], decoded + first_tokens, step["draft_s"], step["sched_s"],
-                          step["kv_needed"])
+    def _step(self, replica: int, step: PlannedStep, running: int, decoded: int, first_tokens: int) -> None:
+        work = step.work
+        num_dec = work.decode_reqs  # the rows it decoded (an overlapping engine's ghosts too)
+        verify = step.verify_tokens
+        self.steps.append(start_s=step.start_s, step_s=step.step_s, running=running, decode_reqs=num_dec,
+                          verify_tokens=verify, prefill_tokens=step.prefill_tokens, budget_k=step.budget,
+                          emitted=decoded + first_tokens, draft_s=step.draft_s, sched_s=step.sched_s,
+                          kv_tokens=step.kv_needed)
         if self.record is not None:
-            work = step["work"]
-            self.record.step(step=self.steps.n - 1, start_s=step["start_s"], step_s=step["step_s"],
-                             running_reqs=running, decode_reqs=num_dec, prefill_tokens=step["prefill_tokens"],
-                             verify_tokens=verify, budget_k=step["budget"], accepted_tokens=decoded,
-                             draft_s=step["draft_s"], sched_s=step["sched_s"],
+            self.record.step(step=self.steps.n - 1, start_s=step.start_s, step_s=step.step_s,
+                             running_reqs=running, decode_reqs=num_dec, prefill_tokens=step.prefill_tokens,
+                             verify_tokens=verify, budget_k=step.budget, accepted_tokens=decoded,
+                             draft_s=step.draft_s, sched_s=step.sched_s,
                              decode_context_tokens=work.decode_context_tokens,
                              decode_max_context=work.decode_max_context, prefill_reqs=work.prefill_reqs,
                              prefill_attn_tokens2=work.prefill_attn_tokens2, replica=replica,
-                             evicted_blocks=step["evicted_blocks"], kv_tokens=step["kv_needed"])
+                             evicted_blocks=step.evicted_blocks, kv_tokens=step.kv_needed)
 
-    def on_finish(self, rows: dict[str, np.ndarray], now: float | np.ndarray, replica: int = 0) -> None:
+    def on_finish(self, rows: Rows, now: float | np.ndarray, replica: int = 0) -> None:
         """Requests (columns of :class:`~dspark_sim.serving.batch.Table`) that finished at ``now``
         (one time, or each request's, in the order of their times)."""
         if self.on_done is not None:
-            self.on_done(int(rows["rid"].size))
+            self.on_done(len(rows))
         if self.order is None or not isinstance(now, np.ndarray):
             self._at(now if self.order is None else float(now), replica, self._finish, rows, now, replica)
             return
         starts = np.flatnonzero(np.concatenate(([True], now[1:] != now[:-1])))
         for lo, hi in zip(starts.tolist(), starts[1:].tolist() + [now.size]):  # by time, for the order
-            self._at(float(now[lo]), replica, self._finish, {k: v[lo:hi] for k, v in rows.items()}, float(now[lo]),
+            self._at(float(now[lo]), replica, self._finish, rows.part(lo, hi), float(now[lo]),
                      replica)
 
-    def _finish(self, rows: dict[str, np.ndarray], now: float | np.ndarray, replica: int) -> None:
-        first = rows["first_token_s"]
+    def _finish(self, rows: Rows, now: float | np.ndarray, replica: int) -> None:
+        first = rows.first_token_s
         if self.front_end is not None:  # the client's times, as the front end gives them now
             first, now = self._client(replica, first), self._client(replica, now)
         self._finished.append((rows, first, now))
@@ -307,32 +323,32 @@ class Collector:
         if not self._finished:
             return
         done, self._finished, self._finished_reqs = self._finished, [], 0
-        rows = {k: np.concatenate([d[0][k] for d in done]) for k in done[0][0]}
+        rows = Rows.joined([d[0] for d in done])
         first = np.concatenate([d[1] for d in done])
         ends = [d[2] for d in done]  # a finish time per call, or one per request where the front end gave them
         finish = np.concatenate([np.broadcast_to(e, d[1].shape) for e, d in zip(ends, done)]) \
             if any(isinstance(e, np.ndarray) for e in ends) else np.repeat(ends, [d[1].size for d in done])
-        arrival = rows["arrival_s"]
-        out = rows["output_tokens"]
+        arrival = rows.arrival_s
+        out = rows.output_tokens
         ttft_ms = (first - arrival) * 1e3
         e2el_ms = (finish - arrival) * 1e3
         tpot_ms = np.where(out > 1, (e2el_ms - ttft_ms) / np.maximum(out - 1, 1), np.nan)
-        queue_ms = (rows["first_scheduled_s"] - arrival) * 1e3
+        queue_ms = (rows.first_scheduled_s - arrival) * 1e3
         self._requests.extend(arrival_s=arrival, finish_s=finish, ttft_ms=ttft_ms, tpot_ms=tpot_ms,
-                              e2el_ms=e2el_ms, queue_delay_ms=queue_ms, prompt_tokens=rows["prompt_tokens"],
-                              output_tokens=out, domain=rows["domain"], accepted_tokens=rows["accepted_tokens"],
-                              verified_drafts=rows["verified_drafts"], num_preemptions=rows["num_preemptions"],
-                              num_steps=rows["num_steps"], cached_tokens=rows["cached_tokens"])
+                              e2el_ms=e2el_ms, queue_delay_ms=queue_ms, prompt_tokens=rows.prompt_tokens,
+                              output_tokens=out, domain=rows.domain, accepted_tokens=rows.accepted_tokens,
+                              verified_drafts=rows.verified_drafts, num_preemptions=rows.num_preemptions,
+                              num_steps=rows.num_steps, cached_tokens=rows.cached_tokens)
         if self.record is not None:
             self.record.requests(
-                request_id=rows["rid"].tolist(), arrival_s=arrival.tolist(),
-                prompt_tokens=rows["prompt_tokens"].tolist(), output_tokens=out.tolist(),
-                domain=[DOMAINS[d] for d in rows["domain"].tolist()],
-                first_scheduled_s=rows["first_scheduled_s"].tolist(), first_token_s=first.tolist(),
+                request_id=rows.rid.tolist(), arrival_s=arrival.tolist(),
+                prompt_tokens=rows.prompt_tokens.tolist(), output_tokens=out.tolist(),
+                domain=[DOMAINS[d] for d in rows.domain.tolist()],
+                first_scheduled_s=rows.first_scheduled_s.tolist(), first_token_s=first.tolist(),
                 finish_s=finish.tolist(), queue_delay_ms=queue_ms.tolist(), ttft_ms=ttft_ms.tolist(),
-                tpot_ms=tpot_ms.tolist(), e2el_ms=e2el_ms.tolist(), num_steps=rows["num_steps"].tolist(),
-                num_preemptions=rows["num_preemptions"].tolist(), accepted_tokens=rows["accepted_tokens"].tolist(),
-                verified_drafts=rows["verified_drafts"].tolist(), cached_tokens=rows["cached_tokens"].tolist(),
+                tpot_ms=tpot_ms.tolist(), e2el_ms=e2el_ms.tolist(), num_steps=rows.num_steps.tolist(),
+                num_preemptions=rows.num_preemptions.tolist(), accepted_tokens=rows.accepted_tokens.tolist(),
+                verified_drafts=rows.verified_drafts.tolist(), cached_tokens=rows.cached_tokens.tolist(),
                 status=COMPLETED, reject_reason="")
 
     def close(self) -> None:

@@ -1,9 +1,14 @@
 """Requests as columns of numpy arrays, so one engine step is a few array ops."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+from operator import attrgetter
+
 import numpy as np
 
-# Column name -> dtype. One row per request held by a replica.
+from dspark_sim.serving.request import Request
+
+# Column name -> dtype (each a field of serving.request.Request). One row per request held by a replica.
 COLUMNS: dict[str, type] = {
     "rid": np.int64,
     "arrival_s": np.float64,
@@ -51,25 +56,28 @@ class Table:
     def __getitem__(self, name: str) -> np.ndarray:
         return self.cols[name][: self.n]
 
-    def append(self, row: dict) -> None:
-        """Add one row given as a mapping of every column to a scalar."""
-        if self.n == self._blocks[np.float64].shape[1]:
-            self._grow(2 * self.n)
-        i = self.n
-        self._blocks[np.float64][:, i] = [row[name] for name in _FLOATS]
-        self._blocks[np.int64][:, i] = [row[name] for name in _INTS]
-        self.n += 1
+    def append(self, requests: list[Request]) -> None:
+        """Add a row per request, in order (one array write per block for them all)."""
+        n, end = self.n, self.n + len(requests)
+        if end > self._blocks[np.float64].shape[1]:
+            self._grow(2 * end)
+        if len(requests) == 1:
+            self._blocks[np.float64][:, n] = _floats_of(requests[0])
+            self._blocks[np.int64][:, n] = _ints_of(requests[0])
+        else:
+            self._blocks[np.float64][:, n:end] = np.array([_floats_of(r) for r in requests]).T
+            self._blocks[np.int64][:, n:end] = np.array([_ints_of(r) for r in requests], dtype=np.int64).T
+        self.n = end
 
-    def row(self, i: int) -> dict:
-        """Row ``i`` as a mapping of column to Python scalar (in ``COLUMNS`` order)."""
-        return {name: self.cols[name][i].item() for name in COLUMNS}
+    def row(self, i: int) -> Request:
+        """Row ``i`` as a :class:`~dspark_sim.serving.request.Request`."""
+        return Request(**{name: self.cols[name][i].item() for name in COLUMNS})
 
-    def take(self, mask: np.ndarray) -> dict[str, np.ndarray]:
-        """Copies of the selected rows' columns."""
-        rows = mask.nonzero()[0]  # (taking by index beats a mask on the blocks' second axis)
-        floats = self._blocks[np.float64].take(rows, axis=1)
-        ints = self._blocks[np.int64].take(rows, axis=1)
-        return {name: floats[i] for i, name in enumerate(_FLOATS)} | {name: ints[i] for i, name in enumerate(_INTS)}
+    def take(self, rows: np.ndarray) -> Rows:
+        """Copies of the rows selected by a mask, or given by indices (in their order)."""
+        if rows.dtype == bool:
+            rows = rows.nonzero()[0]  # (taking by index beats a mask on the blocks' second axis)
+        return Rows(self._blocks[np.float64].take(rows, axis=1), self._blocks[np.int64].take(rows, axis=1))
 
     def remove(self, mask: np.ndarray) -> None:
         """Drop the selected rows, keeping the order of the rest."""
@@ -95,3 +103,35 @@ class Table:
 
 _FLOATS = tuple(name for name, kind in COLUMNS.items() if kind is np.float64)
 _INTS = tuple(name for name, kind in COLUMNS.items() if kind is not np.float64)
+_floats_of, _ints_of = attrgetter(*_FLOATS), attrgetter(*_INTS)
+
+
+@dataclass(frozen=True, slots=True)
+class Rows:
+    """Copies of some requests' rows (:meth:`Table.take`): their float64 ``[F, N]`` and int64
+    ``[I, N]`` blocks, each column of :data:`COLUMNS` an attribute (``rows.rid``, a view)."""
+
+    floats: np.ndarray
+    ints: np.ndarray
+
+    def __len__(self) -> int:
+        return self.ints.shape[1]
+
+    def part(self, lo: int, hi: int) -> Rows:
+        """Rows ``lo`` to ``hi``."""
+        return Rows(self.floats[:, lo:hi], self.ints[:, lo:hi])
+
+    @staticmethod
+    def joined(parts: list[Rows]) -> Rows:
+        """``parts`` one after another."""
+        return Rows(np.concatenate([p.floats for p in parts], axis=1), np.concatenate([p.ints for p in parts], axis=1))
+
+
+def _column(block: str, i: int, name: str) -> property:
+    return property(lambda rows: getattr(rows, block)[i], doc=f"The rows' ``{name}``.")
+
+
+for _i, _name in enumerate(_FLOATS):
+    setattr(Rows, _name, _column("floats", _i, _name))
+for _i, _name in enumerate(_INTS):
+    setattr(Rows, _name, _column("ints", _i, _name))

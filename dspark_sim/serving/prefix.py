@@ -126,11 +126,13 @@ class PrefixCache:
             tokens += node.tokens
         return tokens
 
-    def lookup(self, rid: int, prefill_tokens: int) -> Hit | None:
-        """The hit of request ``rid`` prefilling ``prefill_tokens`` tokens; None without a chain."""
+    enabled = True
+
+    def lookup(self, rid: int, prefill_tokens: int) -> Hit:
+        """The hit of request ``rid`` prefilling ``prefill_tokens`` tokens; :data:`MISS` without a chain."""
         chain = self.chains.get(rid)
         if chain is None:
-            return None
+            return MISS
         node, nodes, tokens, idle = self.root, [], 0, 0
         for key, size in zip(chain.ids, chain.sizes):
             node = node.children.get(key)
@@ -148,8 +150,10 @@ class PrefixCache:
 
     def acquire(self, rid: int, hit: Hit, now: float, first: bool) -> None:
         """Admit request ``rid`` with ``hit``: reference its nodes; ``first``: its first
-        admission (counted in the hit rate)."""
-        chain = self.chains[rid]
+        admission (counted in the hit rate). A request without a chain references nothing."""
+        chain = self.chains.get(rid)
+        if chain is None:
+            return
         for node in hit.nodes:
             self._ref(node, now)
         chain.nodes, chain.shared = list(hit.nodes), hit.tokens
@@ -243,3 +247,19 @@ class PrefixCache:
     def _push(self, node: Node) -> None:
         self._pushes += 1
         heapq.heappush(self._heap, (node.stamp, self._pushes, node))
+
+
+MISS = Hit((), 0, 0, 0)  # what a lookup finds for a request without a chain
+
+
+class NoPrefixCache(PrefixCache):
+    """The prefix cache of a deployment that turns it off: it caches nothing, so every lookup
+    misses, every request's KV is its own and nothing is ever evicted."""
+
+    enabled = False
+
+    def __init__(self):
+        super().__init__(1, 1)
+
+    def register(self, rid: int, hash_ids: list[int], prompt_tokens: int) -> None:
+        pass

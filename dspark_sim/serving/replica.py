@@ -32,21 +32,27 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
 
-from dspark_sim.cost.base import DraftWork, StepWork
-from dspark_sim.serving.batch import Table
-from dspark_sim.serving.inflight import in_flight, planned_rows
+from dspark_sim.serving.batch import Rows, Table
+from dspark_sim.serving.inflight import in_flight
+from dspark_sim.serving.request import Request
+from dspark_sim.serving.step import PlannedStep, plan_step
 from dspark_sim.serving.stretch import Stretch, delay_to, plan_stretch
 from dspark_sim.errors import InternalError, raise_if_stopped
+
+if TYPE_CHECKING:
+    from dspark_sim.serving.context import SimContext
 
 
 class Replica:
     """A model replica (``tp`` GPUs) serving requests one engine step at a time."""
 
-    def __init__(self, env: simpy.Environment, index: int, ctx, rng: np.random.Generator):
+    def __init__(self, env: simpy.Environment, index: int, ctx: SimContext, rng: np.random.Generator):
         self.env, self.index, self.ctx, self.rng = env, index, ctx, rng
         dep = ctx.scenario.deployment
         self.max_running = ctx.max_running or dep.max_running_requests
@@ -56,7 +62,7 @@ class Replica:
         self.kv_capacity = ctx.kv_capacity_tokens
         self.kv_per_request = ctx.kv_request_tokens  # window and compressor state (DeepSeek-V4)
         self.admission, self.policy, self.prefix = ctx.admission, ctx.make_policy(), ctx.make_prefix_cache()
-        self.waiting: deque[dict] = deque()
+        self.waiting: deque[Request] = deque()
         self.running, self.kv_peak, self.overlap = Table(), 0, ctx.overlap
         # the front end streaming this replica's output to the client (None: the engine has none)
         self.frontend = ctx.frontend
@@ -83,18 +89,19 @@ class Replica:
     def outstanding(self) -> int:
         return len(self.waiting) + len(self.running)
 
-    def submit(self, request: dict) -> None:
+    def submit(self, request: Request) -> None:
         """Queue a new request (a row for :class:`Table`) and wake the loop if idle; a request
         the engine would refuse (:class:`~dspark_sim.serving.admission.Admission`) is rejected.
-        The request's prefix ``hash_ids`` go to the prefix cache (when on), not into the row."""
-        hash_ids = request.pop("hash_ids", None)
-        reason = self.admission.refusal(request["prompt_tokens"], request["output_tokens"])
+        The request's prefix ``hash_ids`` go to the prefix cache (one that caches nothing when
+        it is off), not into the row."""
+        reason = self.admission.refusal(request.prompt_tokens, request.output_tokens)
         if reason is not None:
             self.ctx.collector.on_reject(request, reason, self.index)
             return
-        if hash_ids and self.prefix is not None:
-            self.prefix.register(request["rid"], hash_ids, request["prompt_tokens"])
-        request["ready_s"] = self.env.now  # when the scheduler sees it (not a column of Table)
+        if request.hash_ids:
+            self.prefix.register(request.rid, request.hash_ids, request.prompt_tokens)
+            request.hash_ids = None
+        request.ready_s = self.env.now  # when the scheduler sees it (not a column of Table)
         self.waiting.append(request)
         if not self._wake.triggered:
             self._wake.succeed()
@@ -106,7 +113,7 @@ class Replica:
         step lands (it left nothing to run beside it), when it holds nothing."""
         held, self.held_back = self.inflight, False
         if self.waiting:
-            kv_used = int(self._kv_tokens().sum()) + len(self.running) * self.kv_per_request + self._kv_adjust()
+            kv_used = int(self.kv_tokens().sum()) + len(self.running) * self.kv_per_request + self.prefix.kv_adjust
             self._admit(kv_used, self.plan_s if self.overlap else None)
             if self.overlap and self.waiting and not len(self.running):
                 self.plan_s = self.clock_s
@@ -116,35 +123,41 @@ class Replica:
         held.planned()
 
     def _admit(self, kv_used: int, plan_s: float | None = None) -> None:
-        """Admit waiting requests in order while they fit. ``plan_s``: when the plan was made
-        (overlap): a request that came later waits, and an admitted one was scheduled then."""
-        run = self.running
-        pending = int((run["prefill_len"] - run["prefilled"]).sum())
-        if self.reserve is not None:  # the output the running requests may still write
-            pending += int(self.reserve_ratio * self.reserve.output_left(run["output_tokens"] - run["generated"]).sum())
+        """Admit waiting requests in order while they fit, joining the batch together. ``plan_s``:
+        when the plan was made (overlap): a request that came later waits, and an admitted one
+        was scheduled then."""
+        run, waiting, prefix, reserve = self.running, self.waiting, self.prefix, self.reserve
+        c, n = run.cols, run.n
+        pending = int((c["prefill_len"][:n] - c["prefilled"][:n]).sum()) if n else 0
+        if reserve is not None:  # the output the running requests may still write
+            pending += int(self.reserve_ratio * reserve.output_left(run["output_tokens"] - run["generated"]).sum())
         ready_by_s = math.inf if plan_s is None else plan_s
-        kv_used += self.inflight.kv_tokens
-        while self.waiting and len(run) + self.inflight.slots < self.max_running:
-            req = self.waiting[0]
-            if req.get("ready_s", -math.inf) > ready_by_s:  # a preempted request has waited since before
+        scheduled_s = self.clock_s if plan_s is None else plan_s
+        room = self.kv_capacity - kv_used - self.inflight.kv_tokens - pending
+        slots = self.max_running - n - self.inflight.slots
+        admitted = []
+        while waiting and len(admitted) < slots:
+            req = waiting[0]
+            if req.ready_s > ready_by_s:  # a preempted request has waited since before
                 break
-            hit = self.prefix.lookup(req["rid"], req["prefill_len"]) if self.prefix is not None else None
-            cached = hit.tokens if hit is not None else 0
+            hit = prefix.lookup(req.rid, req.prefill_len)
             # cached blocks no request reads yet are free KV until this request pins them
-            need = req["prefill_len"] - cached + self.kv_per_request + (hit.idle_tokens if hit is not None else 0)
-            if self.reserve is not None:
-                need += int(self.reserve.new_ratio * self.reserve.output_left(req["output_tokens"] - req["generated"]))
-            if kv_used + pending + need > self.kv_capacity:
+            need = req.prefill_len - hit.tokens + self.kv_per_request + hit.idle_tokens
+            if reserve is not None:
+                need += int(reserve.new_ratio * reserve.output_left(req.output_tokens - req.generated))
+            if need > room:
                 break
-            self.waiting.popleft()
-            if hit is not None:
-                self.prefix.acquire(req["rid"], hit, self.clock_s, first=req["first_scheduled_s"] < 0)
-                req["prefilled"] = cached
-            if req["first_scheduled_s"] < 0:
-                req["first_scheduled_s"] = self.clock_s if plan_s is None else plan_s
-                req["cached_tokens"] = cached
-            run.append(req)
-            pending += need
+            waiting.popleft()
+            first = req.first_scheduled_s < 0
+            prefix.acquire(req.rid, hit, self.clock_s, first=first)
+            req.prefilled = hit.tokens
+            if first:
+                req.first_scheduled_s = scheduled_s
+                req.cached_tokens = hit.tokens
+            admitted.append(req)
+            room -= need
+        if admitted:
+            run.append(admitted)
 
     def _decay_reserve(self, steps: int) -> None:
         """The running requests' reservation ratio after ``steps`` more decode steps."""
@@ -180,7 +193,7 @@ class Replica:
             step = self._plan()
             if step is None:  # nothing schedulable: admission lets every request run alone
                 raise InternalError(f"replica {self.index} stalled with {len(self.waiting)} requests waiting")
-            end_s = self.clock_s + step["step_s"]
+            end_s = self.clock_s + step.step_s
             self.plan_s = self.clock_s
             self._stream(end_s, step)
             self.ctx.collector.advance(self.index, end_s)
@@ -188,15 +201,15 @@ class Replica:
             self.clock_s = end_s
             self._finish(step)
 
-    def _stream(self, end_s: float, step: dict) -> None:
+    def _stream(self, end_s: float, step: PlannedStep) -> None:
         """Tell the front end the messages the step streams when it ends: one per decoding request
         and per request whose prefill it completes (a step that streams none is left out)."""
         if self.frontend is None:
             return
-        messages = step["num_dec"]
-        if step["pre"] is not None:
-            c, n, pre = self.running.cols, self.running.n, step["pre"]
-            messages += int(np.count_nonzero(c["prefilled"][:n][pre] + step["chunk"] >= c["prefill_len"][:n][pre]))
+        messages = step.num_dec
+        if step.pre is not None:
+            c, n, pre = self.running.cols, self.running.n, step.pre
+            messages += int(np.count_nonzero(c["prefilled"][:n][pre] + step.chunk >= c["prefill_len"][:n][pre]))
         if messages:
             self.frontend.streamed(end_s, messages, self.index)
 
@@ -208,7 +221,7 @@ class Replica:
             return None
         # a request came after this step's plan, or waits while the step in flight holds places:
         # the next plan may take it (the step in flight's unsure finishes: the stretch's first step)
-        if self.held_back or self.overlap and self.waiting and self.waiting[0].get("ready_s", -math.inf) > self.plan_s:
+        if self.held_back or self.overlap and self.waiting and self.waiting[0].ready_s > self.plan_s:
             return None
         # a waiting request joins at the end of this schedule's steps, or may fit after any step while
         # the reservation shrinks step by step
@@ -216,78 +229,36 @@ class Replica:
                              and self.reserve_ratio > self.reserve.running_min):
             return None
         tokens, steps = self._decoded
-        return plan_stretch(self, self.ctx.next_arrival_s, tokens / steps if steps else 1.0)
+        return plan_stretch(self, self.ctx.arrivals.next_s, tokens / steps if steps else 1.0)
 
-    def _kv_tokens(self) -> np.ndarray:
+    def kv_tokens(self) -> np.ndarray:
         """KV tokens each running request holds (prefilled plus decoded since)."""
         c, n = self.running.cols, self.running.n
         return c["prefilled"][:n] + c["generated"][:n] - c["kv_base"][:n]
 
-    def _plan(self) -> dict | None:
-        ghosts = self.inflight.take_ghosts()
+    def _plan(self) -> PlannedStep | None:
+        ghosts, ahead, self._ahead = self.inflight.take_ghosts(), self._ahead, None
         while True:
-            step = self._schedule(ghosts)
-            if step["kv_needed"] <= self.kv_capacity:
+            step = plan_step(self, ghosts, ahead)
+            ahead = None  # (taken by the first plan, or not to be taken)
+            if step.kv_needed <= self.kv_capacity:
                 break
             if len(self.running) <= 1:  # admission keeps every request within the cache alone
-                raise InternalError(f"replica {self.index}: a lone request needs {step['kv_needed']} KV tokens, "
+                raise InternalError(f"replica {self.index}: a lone request needs {step.kv_needed} KV tokens, "
                                     f"more than the {self.kv_capacity} the cache holds")
             self._preempt_newest()
-        if not step["tokens"]:
+        if not step.tokens:
             return None
-        self.kv_peak = max(self.kv_peak, step["kv_needed"])
+        self.kv_peak = max(self.kv_peak, step.kv_needed)
         # make room for the step's tokens among the cached blocks
-        over = step["kv_needed"] + self.prefix.idle_tokens - self.kv_capacity if self.prefix is not None else 0
-        step["evicted_blocks"] = self.prefix.evict(over) if over > 0 else 0
-        return step
+        over = step.kv_needed + self.prefix.idle_tokens - self.kv_capacity
+        return replace(step, evicted_blocks=self.prefix.evict(over)) if over > 0 else step
 
-    def _kv_adjust(self) -> int:
-        """KV tokens the running requests hold beyond their lengths' sum (< 0: shared blocks count once)."""
-        return self.prefix.kv_adjust if self.prefix is not None else 0
-
-    def _schedule(self, ghosts=None) -> dict:
-        """Decode requests first (their verify tokens; in a decoding step, beside them the
-        ``ghosts`` the step in flight finished, :mod:`.inflight`), then prefill chunks in admission
-        order, within the batch's token budget less every decoding request's whole window."""
-        c, n, ctx = self.running.cols, self.running.n, self.ctx
-        kv = self._kv_tokens()
-        left = c["prefill_len"][:n] - c["prefilled"][:n]
-        decoding = left <= 0
-        # slices where they serve (cheaper than index arrays)
-        if decoding.all():
-            dec, pre, num_dec = slice(0, n), None, n
-        else:
-            pre = (~decoding).nonzero()[0]
-            num_dec = n - pre.size
-            # prompts prefill in admission order, so the requests still prefilling mostly come last
-            dec = slice(0, num_dec) if pre[0] == num_dec else decoding.nonzero()[0]
-            if self.prefill_first:
-                dec, num_dec = slice(0, 0), 0  # decoding requests wait while prompts are prefilled
-        d, ahead = planned_rows(self, {k: c[k][:n] for k in ("rid", "difficulty", "domain")}, dec, num_dec, kv[dec],
-                                ghosts, self._ahead)
-        self._ahead = None
-        prefill_tokens, chunk, attn2, prefill_reqs = 0, None, 0.0, 0
-        if pre is not None:
-            rem = left[pre]
-            # a decoding row takes its whole window from the budget: its drafts are scheduled
-            # before their verify lengths are known (the decoder, vLLM's spec tokens)
-            room = max(0, min(self.max_tokens - d.count * (d.drafts + 1), self.prefill_cap))
-            chunk = np.minimum(np.maximum(room - (np.cumsum(rem) - rem), 0), rem)  # np.clip, without its overhead
-            prefill_tokens = int(chunk.sum())
-            prefill_reqs = int(np.count_nonzero(chunk))
-            attn2 = float((chunk * (c["prefilled"][:n][pre] + chunk / 2.0)).sum())
-        dec_ctx = int(d.kv_tokens.sum())
-        draft = DraftWork(self.policy.draft_kind, d.count, d.drafts, dec_ctx) if d.drafts else None
-        work = StepWork(d.count, d.verify_tokens, dec_ctx, prefill_tokens, prefill_reqs, attn2, draft,
-                        int(d.kv_tokens.max()) if num_dec else 0, n)
-        parts = ctx.cost.breakdown(work)
-        return {"dec": dec, "pre": pre, "num_dec": num_dec, "chunk": chunk, "verify_len": d.verify_len,
-                "p_true": d.p_true, "ahead": ahead, "budget": d.budget,
-                "tokens": d.verify_tokens + prefill_tokens, "prefill_tokens": prefill_tokens,
-                "kv_needed": int(kv.sum()) + n * self.kv_per_request + d.verify_tokens + prefill_tokens
-                + self._kv_adjust() + (int(ghosts.kv_tokens.sum()) if ghosts and num_dec else 0),
-                "step_s": sum(parts.values()), "draft_s": parts.get("draft_s", 0.0),
-                "sched_s": parts.get("sched_s", 0.0), "start_s": self.clock_s, "work": work}
+    def kv_needed(self, context_tokens, verify_tokens, rows):
+        """KV tokens a step needs (numbers, or arrays of steps): the running requests' ``context_tokens``
+        plus their ``verify_tokens`` and what each of ``rows`` holds besides its length, as the
+        cache holds them (shared prefix blocks once)."""
+        return context_tokens + verify_tokens + rows * self.kv_per_request + self.prefix.kv_adjust
 
     def _preempt_newest(self) -> None:
         """Recompute preemption: the last admitted request goes back to the queue head."""
@@ -297,52 +268,51 @@ class Replica:
         mask = np.zeros(len(run), dtype=bool)
         mask[i] = True
         run.remove(mask)
-        if self.prefix is not None:
-            self.prefix.release(req["rid"], finished=False)
-        req["num_preemptions"] += 1
+        self.prefix.release(req.rid, finished=False)
+        req.num_preemptions += 1
         if self.reserve is not None:  # a retraction: the engine reserves as at start again
             self.reserve_ratio = self.reserve.running_init
-        req["prefill_len"] = req["prompt_tokens"] + req["generated"]
-        req["prefilled"] = 0
-        req["kv_base"] = req["generated"]
+        req.prefill_len = req.prompt_tokens + req.generated
+        req.prefilled = 0
+        req.kv_base = req.generated
         self.waiting.appendleft(req)
 
-    def _finish(self, step: dict) -> None:
+    def _finish(self, step: PlannedStep) -> None:
         c, n, now = self.running.cols, self.running.n, self.clock_s
-        dec, pre = step["dec"], step["pre"]
+        dec, pre = step.dec, step.pre
         emitted = 0
         steps = c["num_steps"][:n]
-        if step["num_dec"]:
+        if step.num_dec:
             generated = c["generated"][:n]
-            new = np.ones(step["num_dec"], dtype=np.int64)
-            if step["p_true"] is not None:
-                drafts = step["verify_len"] - 1
-                accepted = step["ahead"].accept(self) if step["ahead"] is not None else \
-                    self.ctx.acceptance.accept(step["p_true"], drafts, self.rng)
+            new = np.ones(step.num_dec, dtype=np.int64)
+            if step.p_true is not None:
+                drafts = step.verify_len - 1
+                accepted = step.ahead.accept(self) if step.ahead is not None else \
+                    self.ctx.acceptance.accept(step.p_true, drafts, self.rng)
                 new += accepted
                 c["verified_drafts"][:n][dec] += drafts
             left = c["output_tokens"][:n][dec] - generated[dec]
             np.minimum(new, left, out=new)
-            if step["p_true"] is not None:  # accepted drafts that were emitted (a last step may accept more)
+            if step.p_true is not None:  # accepted drafts that were emitted (a last step may accept more)
                 c["accepted_tokens"][:n][dec] += new - 1
                 if (done := new == left).any():  # the next plan could not know
                     rows = np.arange(n)[dec][done]
-                    self.inflight.finished(c, rows, left[done], self._kv_tokens()[rows] + left[done])
+                    self.inflight.finished(c, rows, left[done], self.kv_tokens()[rows] + left[done])
             emitted = int(new.sum())
             self._decoded[0] += emitted
-            self._decoded[1] += step["num_dec"]
+            self._decoded[1] += step.num_dec
             self._decay_reserve(1)
             last = c["last_token_s"][:n]
             self.ctx.collector.on_gaps(last[dec], self.index, now)
             generated[dec] += new
             last[dec] = now
             steps[dec] += 1
-        first_tokens = self._advance_prefill(pre, step["chunk"], now) if pre is not None else 0
+        first_tokens = self._advance_prefill(pre, step.chunk, now) if pre is not None else 0
         # a step with prompt work is scheduled alone; a decode step starts or continues a schedule
-        self.group_pos = 0 if step["prefill_tokens"] else (self.group_pos + 1) % self.multi_step
+        self.group_pos = 0 if step.prefill_tokens else (self.group_pos + 1) % self.multi_step
         self.ctx.collector.on_step(self.index, step, n, emitted, first_tokens, now)
-        if not step["prefill_tokens"]:
-            self.decode_step_s = step["step_s"]
+        if not step.prefill_tokens:
+            self.decode_step_s = step.step_s
         self._retire(now)
 
     def _apply_stretch(self, st: Stretch) -> None:
@@ -359,7 +329,7 @@ class Replica:
         c["generated"][:n] = st.generated
         if st.left_last is not None:  # finished in its last step: decoded once more where unsure (overlap)
             done = (st.generated >= c["output_tokens"][:n]).nonzero()[0]
-            self.inflight.finished(c, done, st.left_last[done], self._kv_tokens()[done])
+            self.inflight.finished(c, done, st.left_last[done], self.kv_tokens()[done])
         if st.accepted is not None:
             c["accepted_tokens"][:n] += st.accepted
             c["verified_drafts"][:n] += st.verified
@@ -376,15 +346,15 @@ class Replica:
             if early.any():  # requests that finish before the last step, in the order they finish
                 when = st.steps_run[early]
                 order = np.argsort(when, kind="stable")
-                rows = {name: column[order] for name, column in self.running.take(early).items()}
+                rows = self.running.take(early.nonzero()[0][order])
                 self._release_finished(rows)
                 collector.on_finish(rows, times[when[order]], self.index)
                 self.running.remove(early)
 
-    def _release_finished(self, rows: dict) -> None:
+    def _release_finished(self, rows: Rows) -> None:
         """Finished requests drop their prefix-cache references (their blocks stay cached)."""
-        if self.prefix is not None and self.prefix.chains:
-            for rid in rows["rid"].tolist():
+        if self.prefix.chains:
+            for rid in rows.rid.tolist():
                 self.prefix.release(rid, finished=True)
 
     def _retire(self, now: float) -> None:
@@ -393,7 +363,7 @@ class Replica:
         finished = c["generated"][:n] >= c["output_tokens"][:n]
         if finished.any():
             rows = self.running.take(finished)
-            kv = rows["prefilled"] + rows["generated"] - rows["kv_base"]
+            kv = rows.prefilled + rows.generated - rows.kv_base
             self.inflight.retired(int(finished.sum()), int(kv.sum()))
             self._release_finished(rows)
             self.ctx.collector.on_finish(rows, now, self.index)
@@ -405,7 +375,7 @@ class Replica:
         prefilled = c["prefilled"][:n]
         prefilled[pre] += chunk
         c["num_steps"][:n][pre[chunk > 0]] += 1
-        if self.prefix is not None and self.prefix.chains:
+        if self.prefix.chains:
             self.prefix.advance(c["rid"][:n][pre], prefilled[pre], now)
         done = pre[prefilled[pre] >= c["prefill_len"][:n][pre]]
         if not done.size:

@@ -1,6 +1,8 @@
 """Routers that spread arriving requests over replicas."""
 from __future__ import annotations
 
+from dspark_sim.serving.request import Request
+
 
 class RoundRobin:
     """Replica i, i+1, ... in turn."""
@@ -8,7 +10,7 @@ class RoundRobin:
     def __init__(self, replicas):
         self.replicas, self.next = replicas, 0
 
-    def route(self, request: dict) -> None:
+    def route(self, request: Request) -> None:
         self.replicas[self.next].submit(request)
         self.next = (self.next + 1) % len(self.replicas)
 
@@ -19,7 +21,7 @@ class LeastOutstanding:
     def __init__(self, replicas):
         self.replicas = replicas
 
-    def route(self, request: dict) -> None:
+    def route(self, request: Request) -> None:
         min(self.replicas, key=lambda r: r.outstanding).submit(request)
 
 
@@ -41,19 +43,19 @@ class CacheAware:
     def __init__(self, replicas):
         self.replicas = replicas
 
-    def route(self, request: dict) -> None:
+    def route(self, request: Request) -> None:
         loads = [r.outstanding for r in self.replicas]
         lo, hi = min(loads), max(loads)
         order = range(len(self.replicas))
         if hi - lo > self.BALANCE_ABS and hi > self.BALANCE_REL * lo:
             self.replicas[min(order, key=lambda i: (loads[i], i))].submit(request)
             return
-        ids = request.get("hash_ids")
+        ids = request.hash_ids
         caches = [r.prefix for r in self.replicas]
-        matched = [c.matched_tokens(ids) if c is not None and ids else 0 for c in caches]
+        matched = [c.matched_tokens(ids) if ids else 0 for c in caches]
         best = min(order, key=lambda i: (-matched[i], loads[i], i))
-        if matched[best] <= self.THRESHOLD * request["prompt_tokens"]:
-            size = [c.tree_tokens if c is not None else 0 for c in caches]
+        if matched[best] <= self.THRESHOLD * request.prompt_tokens:
+            size = [c.tree_tokens for c in caches]
             best = min(order, key=lambda i: (size[i], loads[i], i))
         self.replicas[best].submit(request)
 

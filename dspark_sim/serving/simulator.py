@@ -18,8 +18,9 @@ from dspark_sim.serving.admission import Admission
 from dspark_sim.serving.client import ClosedLoop
 from dspark_sim.serving.frontend import FrontEnd
 from dspark_sim.serving.kv import kv_capacity_tokens, kv_request_tokens
-from dspark_sim.serving.prefix import PrefixCache
+from dspark_sim.serving.context import SimContext
 from dspark_sim.serving.replica import Replica
+from dspark_sim.serving.request import Request
 from dspark_sim.serving.router import make_router
 from dspark_sim.errors import InputError, raise_if_stopped
 from dspark_sim.limits import MAX_RUN_TOKENS
@@ -27,43 +28,7 @@ from dspark_sim.metrics.collector import Collector
 from dspark_sim.metrics.invariants import check_run
 from dspark_sim.names import DOMAINS
 from dspark_sim.scenario import Scenario
-from dspark_sim.speculation.policy import make_policy
-
 EXACT_ENV = "DSPARK_SIM_EXACT"  # set to 1: every simulation steps one event per engine step
-
-
-@dataclass
-class SimContext:
-    """What every replica shares: scenario, cost model, acceptance model, collector."""
-
-    scenario: Scenario
-    cost: object
-    acceptance: object
-    kv_capacity_tokens: int
-    collector: Collector
-    sps: object = None
-    kv_request_tokens: int = 0  # KV tokens every running request holds besides its length
-    prefix_block_tokens: int = 0  # the prefix cache's block (0: the cache is off)
-    saw_prefixes: bool = False  # some request carried prefix hash ids
-    max_running: int = 0  # running-request cap of the engine (0: the deployment's)
-    frontend: FrontEnd | None = None  # the engine's front-end process (intake and streaming), if it has one
-    admission: Admission | None = None  # which requests a replica serves; the others are rejected
-    skip_ahead: bool = True  # advance steady decode steps in stretches (serving/stretch.py)
-    overlap: bool = False  # step n+1 planned while step n runs (engines.Engine.overlapped)
-    kv_reserve: object = None  # KV the engine reserves at admission for output to come (engines.KvReserve)
-    multi_step: int = 1  # decode steps run per schedule (engines.Engine.multi_step)
-    next_arrival_s: float = math.inf  # when the next request arrives (the stretches stop there)
-    intake_latency_s: float = 0.0  # a latency every request's intake takes, shared rather than queued
-
-    def make_policy(self):
-        spec = self.scenario.speculation
-        return make_policy(spec, self.sps, self.scenario.deployment.max_batched_tokens)
-
-    def make_prefix_cache(self) -> PrefixCache | None:
-        """A replica's own prefix cache, or None when the deployment turns it off."""
-        if not self.prefix_block_tokens:
-            return None
-        return PrefixCache(self.prefix_block_tokens, self.scenario.workload.hash_block_tokens)
 
 
 @dataclass
@@ -82,8 +47,9 @@ class RunResult:
     provenance: dict | None = None  # where the cost and acceptance come from (dspark_sim.provenance)
 
 
-def build_context(scenario: Scenario, collector: Collector) -> SimContext:
-    """Resolve names in the scenario into the models a run needs."""
+def build_context(scenario: Scenario, collector: Collector, skip_ahead: bool = True) -> SimContext:
+    """Resolve names in the scenario into the models a run needs (``skip_ahead``: advance steady
+    decode steps in stretches)."""
     from dspark_sim.acceptance import AcceptanceModel
 
     dep = scenario.deployment
@@ -103,19 +69,17 @@ def build_context(scenario: Scenario, collector: Collector) -> SimContext:
     cap = engine.running_cap(kv, model.max_context)
     per_request = kv_request_tokens(model, dep)
     block = dep.prefix_block(model)  # divides hash_block_tokens whenever requests carry hash ids (Scenario)
-    ctx = SimContext(scenario, cost, acceptance, kv, collector, kv_request_tokens=per_request,
-                     prefix_block_tokens=block if dep.prefix_cache and
-                     scenario.workload.hash_block_tokens % block == 0 else 0,
-                     max_running=min(dep.max_running_requests, cap) if cap is not None else 0,
-                     frontend=front_end(engine, dep),
-                     overlap=engine.overlapped, kv_reserve=engine.kv_reserve_for(dep.dp_attention),
-                     multi_step=engine.multi_step,
-                     admission=Admission.of(model.max_context, kv, per_request, spec))
-    if spec.method == "dspark":
-        ctx.sps = scheduler_sps(scenario, cost)
-    # the engines' MoE roofline: the first token's latency beyond its steps (cost/roofline.py)
-    ctx.intake_latency_s = getattr(cost, "first_token_s", 0.0)
-    return ctx
+    return SimContext(scenario, cost, acceptance, kv, collector, Admission.of(model.max_context, kv, per_request, spec),
+                      sps=scheduler_sps(scenario, cost) if spec.method == "dspark" else None,
+                      kv_request_tokens=per_request,
+                      prefix_block_tokens=block if dep.prefix_cache and
+                      scenario.workload.hash_block_tokens % block == 0 else 0,
+                      max_running=min(dep.max_running_requests, cap) if cap is not None else 0,
+                      frontend=front_end(engine, dep), skip_ahead=skip_ahead,
+                      overlap=engine.overlapped, kv_reserve=engine.kv_reserve_for(dep.dp_attention),
+                      multi_step=engine.multi_step,
+                      # the engines' MoE roofline: the first token's latency beyond its steps (cost/roofline.py)
+                      intake_latency_s=getattr(cost, "first_token_s", 0.0))
 
 
 def front_end(engine, dep) -> FrontEnd | None:
@@ -162,8 +126,7 @@ def simulate(scenario: Scenario, out_dir: Path | None = None, progress=None, *,
     if exact is None:
         exact = scenario.exact or os.environ.get(EXACT_ENV, "") not in ("", "0")
     try:
-        ctx = build_context(scenario, collector)
-        ctx.skip_ahead = not exact
+        ctx = build_context(scenario, collector, skip_ahead=not exact)
         if ctx.frontend is not None:  # the record gives the times the client sees
             collector.through_front_end(ctx.frontend)
         check_work_bound(scenario, ctx.admission)
@@ -186,7 +149,7 @@ def simulate(scenario: Scenario, out_dir: Path | None = None, progress=None, *,
 
     result = RunResult(scenario, collector, counter["arrived"], env.now, ctx.kv_capacity_tokens,
                        max(r.kv_peak for r in replicas), int(collector.requests["num_preemptions"].sum()),
-                       prefix_counters(ctx, replicas) if ctx.saw_prefixes else None, ctx.admission.longest_tokens,
+                       prefix_counters(ctx, replicas) if ctx.arrivals.saw_prefixes else None, ctx.admission.longest_tokens,
                        scenario_provenance(scenario, ctx.cost))
     check_run(result)
     report_rejections(result, ctx.admission)
@@ -246,7 +209,7 @@ def prefix_counters(ctx: SimContext, replicas) -> dict:
 
     from dspark_sim.serving.prefix import Counters
 
-    caches = [r.prefix.counters for r in replicas if r.prefix is not None]
+    caches = [r.prefix.counters for r in replicas if r.prefix.enabled]
     out = {f.name: sum(getattr(c, f.name) for c in caches) for f in fields(Counters)}
     out["peak_tokens"] = max((c.peak_tokens for c in caches), default=0)  # the fullest replica's
     out.update(enabled=bool(caches), block_tokens=ctx.prefix_block_tokens,
@@ -264,7 +227,7 @@ def _arrivals(env: simpy.Environment, chunks: Iterator, ctx: SimContext, router,
     cum = np.cumsum(weights)
     # the front end (HTTP, template, tokenizer; streaming) takes in one request at a time, in
     # arrival order: a burst queues there before the scheduler sees it (serving/frontend.py)
-    frontend = ctx.frontend
+    frontend, feed = ctx.frontend, ctx.arrivals
     rid = 0
     for chunk in chunks:
         raise_if_stopped()
@@ -277,35 +240,31 @@ def _arrivals(env: simpy.Environment, chunks: Iterator, ctx: SimContext, router,
         dom = domain.tolist()
         diff = difficulty.tolist()
         hash_ids = chunk.hash_ids if chunk.hash_ids is not None else [None] * n
-        ctx.saw_prefixes = ctx.saw_prefixes or any(hash_ids)
+        feed.saw_prefixes = feed.saw_prefixes or any(hash_ids)
         for i in range(n):
             enter = arrival[i]
             if client is not None:
                 while client.full:  # any step's end may free a slot: no stretch of steps passes now
-                    ctx.next_arrival_s = env.now
+                    feed.next_s = env.now
                     yield client.freed()
                 enter = arrival[i] = client.sent(enter)
             if frontend is not None:
-                ctx.next_arrival_s = enter  # it reaches the front end
+                feed.next_s = enter  # it reaches the front end
                 if enter > env.now:
                     yield env.timeout(enter - env.now)
                 enter = frontend.take_in(enter)  # first come first served from its arrival
                 ctx.collector.front_end_settled(arrival[i])
             enter += ctx.intake_latency_s  # every request's alike, none waiting for another's
-            ctx.next_arrival_s = enter  # when it reaches the replica
+            feed.next_s = enter  # when it reaches the replica
             delay = enter - env.now
             if delay > 0:
                 yield env.timeout(delay)
             # the clock may land an ulp short of the arrival time: a request is never seen
             # before it arrives (no negative queue delay)
-            router.route({"rid": rid, "arrival_s": min(arrival[i], env.now), "prompt_tokens": prompt[i],
-                          "output_tokens": output[i], "domain": dom[i], "difficulty": diff[i],
-                          "prefill_len": prompt[i], "prefilled": 0, "generated": 0, "kv_base": 0,
-                          "first_scheduled_s": -1.0, "first_token_s": -1.0, "last_token_s": -1.0,
-                          "num_steps": 0, "num_preemptions": 0, "accepted_tokens": 0,
-                          "verified_drafts": 0, "cached_tokens": 0, "hash_ids": hash_ids[i]})
+            router.route(Request(rid, min(arrival[i], env.now), prompt[i], output[i], dom[i], diff[i], prompt[i],
+                                 hash_ids=hash_ids[i]))
             rid += 1
         counter["arrived"] = rid
         if progress is not None:
             progress(rid, env.now)
-    ctx.next_arrival_s = math.inf
+    feed.next_s = math.inf

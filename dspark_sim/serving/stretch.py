@@ -89,8 +89,7 @@ def plan_stretch(rep, stop_s: float, tokens_per_step: float) -> Stretch | None:
     # Without drafts nothing is random: a request emits a token a step. Without speculation at
     # all, a finish only shrinks the batch, unless it frees room for a waiting request.
     # A finishing request that references prefix-cache blocks changes the KV they hold: stop there.
-    past_finishes = (rep.ctx.acceptance is None and not rep.waiting
-                     and (rep.prefix is None or not rep.prefix.chains))
+    past_finishes = rep.ctx.acceptance is None and not rep.waiting and not rep.prefix.chains
     last = int(left.max() if past_finishes else left.min())
     steps = steps_to_draw(last, stop_s - rep.clock_s, rep.decode_step_s, 1.0, n, 0)
     if steps < 2:
@@ -125,7 +124,7 @@ def _drafting(rep, n: int, block_size: int, left, kv0, generated, stop_s: float,
     (serving/inflight.py): that step is a segment of one step, with the ghost rows beside the
     requests left (the first segment, where the step in flight left ghosts). Otherwise, or
     where the drafter's block size would change, the stretch ends at the first finish."""
-    through = not rep.waiting and (rep.prefix is None or not rep.prefix.chains)
+    through = not rep.waiting and not rep.prefix.chains
     ghosts = rep.inflight.ghosts
     steps = steps_to_draw(int(left.min()), stop_s - rep.clock_s, rep.decode_step_s, tokens_per_step, n,
                            block_size)
@@ -305,12 +304,10 @@ def _finish(rep, steps: int, taken: int, decode: np.ndarray | int, kv, verify, b
     if ghosts is not None:
         context, rows = context + ghosts.kv, decode + ghosts.rows
         np.maximum(max_context, ghosts.kv_max, out=max_context)
-    kv_needed = context + verify + decode * rep.kv_per_request + rep._kv_adjust()  # as a step plans it (replica.py)
-    # a step the cache cannot hold preempts (or, for a lone request, is an internal error):
-    # the step-by-step path takes it (replica._plan)
-    crowded = kv_needed[:taken] > rep.kv_capacity
-    if rep.prefix is not None:
-        crowded |= kv_needed[:taken] + rep.prefix.idle_tokens > rep.kv_capacity
+    kv_needed = rep.kv_needed(context, verify, decode)  # as a step plans it
+    # a step the cache cannot hold preempts (or, for a lone request, is an internal error), and
+    # one that evicts cached blocks makes room first: the step-by-step path takes both (replica._plan)
+    crowded = kv_needed[:taken] + rep.prefix.idle_tokens > rep.kv_capacity
     if crowded.any():
         taken = int(crowded.argmax())
         if not taken:

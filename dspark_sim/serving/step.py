@@ -1,0 +1,94 @@
+"""One engine step of a replica, planned: who decodes and prefills, what it costs.
+
+:func:`plan_step` reads a replica as :func:`~dspark_sim.serving.stretch.plan_stretch` does (its
+running table, policy, step in flight, :meth:`~dspark_sim.serving.replica.Replica.kv_needed`
+and cost model); the replica applies what either planned.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dspark_sim.cost.base import DraftWork, StepWork
+from dspark_sim.serving.inflight import Ghosts, planned_rows
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedStep:
+    """One engine step as the replica plans it: who decodes and prefills, what it costs.
+
+    ``dec``: the decoding requests (a slice or indices into the running table); ``pre``: the
+    prefilling ones (indices; None: none) and their ``chunk`` of tokens; ``verify_len [R]`` and
+    ``p_true [R, drafts]`` of the decoding requests (None without drafts); ``ahead``: the step
+    drawn with the stretch before, where the step took it (:class:`~.stretch.Ahead`);
+    ``kv_needed``: the KV tokens the step holds; ``work``: its
+    :class:`~dspark_sim.cost.base.StepWork`, priced ``step_s`` (of which ``draft_s`` and
+    ``sched_s``); ``evicted_blocks``: prefix-cache blocks evicted to make room for it.
+    """
+
+    dec: slice | np.ndarray
+    pre: np.ndarray | None
+    num_dec: int
+    chunk: np.ndarray | None
+    verify_len: np.ndarray | None
+    p_true: np.ndarray | None
+    ahead: object | None
+    budget: int
+    tokens: int
+    prefill_tokens: int
+    kv_needed: int
+    step_s: float
+    draft_s: float
+    sched_s: float
+    start_s: float
+    work: StepWork
+    evicted_blocks: int = 0
+
+    @property
+    def verify_tokens(self) -> int:
+        """Target tokens of the decode rows (their anchors included)."""
+        return self.tokens - self.prefill_tokens
+
+
+def plan_step(rep, ghosts: Ghosts | None, ahead) -> PlannedStep:
+    """Replica ``rep``'s next step: decode requests first (their verify tokens; in a decoding step,
+    beside them the ``ghosts`` the step in flight finished, :mod:`.inflight`, or the step
+    ``ahead`` drawn with the stretch before), then prefill chunks in admission order, within the
+    batch's token budget less every decoding request's whole window."""
+    c, n = rep.running.cols, rep.running.n
+    kv = rep.kv_tokens()
+    left = c["prefill_len"][:n] - c["prefilled"][:n]
+    decoding = left <= 0
+    # slices where they serve (cheaper than index arrays)
+    if decoding.all():
+        dec, pre, num_dec = slice(0, n), None, n
+    else:
+        pre = (~decoding).nonzero()[0]
+        num_dec = n - pre.size
+        # prompts prefill in admission order, so the requests still prefilling mostly come last
+        dec = slice(0, num_dec) if pre[0] == num_dec else decoding.nonzero()[0]
+        if rep.prefill_first:
+            dec, num_dec = slice(0, 0), 0  # decoding requests wait while prompts are prefilled
+    d, ahead = planned_rows(rep, {k: c[k][:n] for k in ("rid", "difficulty", "domain")}, dec, num_dec, kv[dec],
+                            ghosts, ahead)
+    prefill_tokens, chunk, attn2, prefill_reqs = 0, None, 0.0, 0
+    if pre is not None:
+        rem = left[pre]
+        # a decoding row takes its whole window from the budget: its drafts are scheduled
+        # before their verify lengths are known (the decoder, vLLM's spec tokens)
+        room = max(0, min(rep.max_tokens - d.count * (d.drafts + 1), rep.prefill_cap))
+        chunk = np.minimum(np.maximum(room - (np.cumsum(rem) - rem), 0), rem)  # np.clip, without its overhead
+        prefill_tokens = int(chunk.sum())
+        prefill_reqs = int(np.count_nonzero(chunk))
+        attn2 = float((chunk * (c["prefilled"][:n][pre] + chunk / 2.0)).sum())
+    dec_ctx = int(d.kv_tokens.sum())
+    draft = DraftWork(rep.policy.draft_kind, d.count, d.drafts, dec_ctx) if d.drafts else None
+    work = StepWork(d.count, d.verify_tokens, dec_ctx, prefill_tokens, prefill_reqs, attn2, draft,
+                    int(d.kv_tokens.max()) if num_dec else 0, n)
+    parts = rep.ctx.cost.breakdown(work)
+    held = int(kv.sum()) + (int(ghosts.kv_tokens.sum()) if ghosts and num_dec else 0)
+    return PlannedStep(dec, pre, num_dec, chunk, d.verify_len, d.p_true, ahead, d.budget,
+                       d.verify_tokens + prefill_tokens, prefill_tokens,
+                       rep.kv_needed(held, d.verify_tokens + prefill_tokens, n), sum(parts.values()),
+                       parts.get("draft_s", 0.0), parts.get("sched_s", 0.0), rep.clock_s, work)
