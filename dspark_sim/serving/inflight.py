@@ -125,7 +125,7 @@ def planned_rows(rep, cols: dict, dec, num_dec: int, kv_tokens: np.ndarray, ghos
     """``(the decode rows of replica rep's step, the drawn step it took or None)``: ``ahead``, the
     step drawn with the stretch before (:class:`~dspark_sim.serving.stretch.Ahead`), where the same
     requests decode in it and no ghost row joins them; else :func:`decode_rows` draws them now.
-    ``cols``: the running requests' ``rid``, ``difficulty`` and ``domain``."""
+    ``cols``: the running table's columns (``rid``, ``difficulty`` and ``domain`` read)."""
     drafts = rep.policy.block_size_for(num_dec) if num_dec else 0
     if drafts and not ghosts and ahead is not None and ahead.fits(cols["rid"][dec]):
         p_true, verify_len, budget = ahead.take(rep)

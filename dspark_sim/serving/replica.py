@@ -208,8 +208,8 @@ class Replica:
             return
         messages = step.num_dec
         if step.pre is not None:
-            c, n, pre = self.running.cols, self.running.n, step.pre
-            messages += int(np.count_nonzero(c["prefilled"][:n][pre] + step.chunk >= c["prefill_len"][:n][pre]))
+            c, pre = self.running.cols, step.pre
+            messages += int(np.count_nonzero(c["prefilled"][pre] + step.chunk >= c["prefill_len"][pre]))
         if messages:
             self.frontend.streamed(end_s, messages, self.index)
 
@@ -290,11 +290,11 @@ class Replica:
                 accepted = step.ahead.accept(self) if step.ahead is not None else \
                     self.ctx.acceptance.accept(step.p_true, drafts, self.rng)
                 new += accepted
-                c["verified_drafts"][:n][dec] += drafts
-            left = c["output_tokens"][:n][dec] - generated[dec]
+                c["verified_drafts"][dec] += drafts  # (dec indexes the first n rows)
+            left = c["output_tokens"][dec] - generated[dec]
             np.minimum(new, left, out=new)
             if step.p_true is not None:  # accepted drafts that were emitted (a last step may accept more)
-                c["accepted_tokens"][:n][dec] += new - 1
+                c["accepted_tokens"][dec] += new - 1
                 if (done := new == left).any():  # the next plan could not know
                     rows = np.arange(n)[dec][done]
                     self.inflight.finished(c, rows, left[done], self.kv_tokens()[rows] + left[done])
@@ -370,21 +370,22 @@ class Replica:
             self.running.remove(finished)
 
     def _advance_prefill(self, pre: np.ndarray, chunk: np.ndarray, now: float) -> int:
-        """Apply prefill chunks; a request whose prefill completes emits one token."""
-        c, n = self.running.cols, self.running.n
-        prefilled = c["prefilled"][:n]
+        """Apply prefill chunks; a request whose prefill completes emits one token. (``pre`` indexes
+        the running table's first rows: its columns are indexed whole.)"""
+        c = self.running.cols
+        prefilled = c["prefilled"]
         prefilled[pre] += chunk
-        c["num_steps"][:n][pre[chunk > 0]] += 1
+        c["num_steps"][pre[chunk > 0]] += 1
         if self.prefix.chains:
-            self.prefix.advance(c["rid"][:n][pre], prefilled[pre], now)
-        done = pre[prefilled[pre] >= c["prefill_len"][:n][pre]]
+            self.prefix.advance(c["rid"][pre], prefilled[pre], now)
+        done = pre[prefilled[pre] >= c["prefill_len"][pre]]
         if not done.size:
             return 0
-        generated, last = c["generated"][:n], c["last_token_s"][:n]
+        generated, last = c["generated"], c["last_token_s"]
         resumed = generated[done] > 0  # re-prefill after a preemption: an inter-token gap
         if resumed.any():
             self.ctx.collector.on_gaps(last[done[resumed]], self.index, now)
-        c["first_token_s"][:n][done[~resumed]] = now
+        c["first_token_s"][done[~resumed]] = now
         generated[done] += 1
         last[done] = now
         return int(done.size)

@@ -70,8 +70,7 @@ def plan_step(rep, ghosts: Ghosts | None, ahead) -> PlannedStep:
         dec = slice(0, num_dec) if pre[0] == num_dec else decoding.nonzero()[0]
         if rep.prefill_first:
             dec, num_dec = slice(0, 0), 0  # decoding requests wait while prompts are prefilled
-    d, ahead = planned_rows(rep, {k: c[k][:n] for k in ("rid", "difficulty", "domain")}, dec, num_dec, kv[dec],
-                            ghosts, ahead)
+    d, ahead = planned_rows(rep, c, dec, num_dec, kv[dec], ghosts, ahead)  # (dec indexes the first n rows)
     prefill_tokens, chunk, attn2, prefill_reqs = 0, None, 0.0, 0
     if pre is not None:
         rem = left[pre]
@@ -81,7 +80,7 @@ def plan_step(rep, ghosts: Ghosts | None, ahead) -> PlannedStep:
         chunk = np.minimum(np.maximum(room - (np.cumsum(rem) - rem), 0), rem)  # np.clip, without its overhead
         prefill_tokens = int(chunk.sum())
         prefill_reqs = int(np.count_nonzero(chunk))
-        attn2 = float((chunk * (c["prefilled"][:n][pre] + chunk / 2.0)).sum())
+        attn2 = float((chunk * (c["prefilled"][pre] + chunk / 2.0)).sum())
     dec_ctx = int(d.kv_tokens.sum())
     draft = DraftWork(rep.policy.draft_kind, d.count, d.drafts, dec_ctx) if d.drafts else None
     work = StepWork(d.count, d.verify_tokens, dec_ctx, prefill_tokens, prefill_reqs, attn2, draft,
