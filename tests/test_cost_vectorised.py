@@ -12,6 +12,7 @@ from dspark_sim.catalog import get_gpu, get_model
 from dspark_sim.cost import ProfileCost, RooflineCost, StepWork, get_cost_model
 from dspark_sim.cost import shapes
 from dspark_sim.cost.base import DraftWork, StepWorks
+from dspark_sim.cost.parallel import Parallel
 from dspark_sim.cost.profile import load_profile, shipped_profile_path
 
 
@@ -42,6 +43,8 @@ def _models():
     models += [RooflineCost(get_model(m), get_gpu(g), tp) for m, g, tp in
                (("qwen3-8b", "h200", 1), ("qwen3-14b", "h100", 4), ("qwen3-30b-a3b", "h200", 1),
                 ("deepseek-v4-flash", "b300", 4), ("deepseek-v3", "b300", 8))]
+    # DeepSeek-V4's compressed attention under DP attention (the busiest rank's share, by step)
+    models.append(RooflineCost(get_model("deepseek-v4-flash"), get_gpu("b300"), parallel=Parallel(8, 8, True)))
     return models
 
 

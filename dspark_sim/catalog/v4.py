@@ -149,29 +149,31 @@ class CompressedAttention:
         return out
 
     # -- decode work ----------------------------------------------------------------------
-    def keys_per_query(self, context: float) -> float:
+    def keys_per_query(self, context: float, mn=min) -> float:
         """KV entries one query attends to over all layers at ``context`` tokens: the window,
-        the indexer's top-k compressed entries (CSA) and every compressed entry (HCA)."""
-        window = min(context, self.sliding_window)
-        csa = min(self.index_topk, context / CSA)
+        the indexer's top-k compressed entries (CSA) and every compressed entry (HCA). (Arrays
+        of contexts with ``mn`` ``np.minimum``, by the same operations.)"""
+        window = mn(context, self.sliding_window)
+        csa = mn(self.index_topk, context / CSA)
         return self.num_layers * window + self.count(CSA) * csa + self.count(HCA) * context / HCA
 
-    def attn_flops_per_query(self, context: float) -> float:
+    def attn_flops_per_query(self, context: float, mn=min) -> float:
         """Attention FLOPs of one query token at ``context``: QK and PV over the keys it
         attends to (``head_dim`` each, all heads), plus the indexer's scores over every CSA
         entry (``index_heads x index_head_dim``)."""
-        attend = 2.0 * self.num_heads * 2 * self.head_dim * self.keys_per_query(context)
+        attend = 2.0 * self.num_heads * 2 * self.head_dim * self.keys_per_query(context, mn)
         index = 2.0 * self.index_heads * self.index_head_dim * self.count(CSA) * context / CSA
         return attend + index
 
-    def decode_bytes(self, reqs: float, queries: float, context: float, dtype_bytes: float) -> float:
+    def decode_bytes(self, reqs: float, queries: float, context: float, dtype_bytes: float, mn=min) -> float:
         """KV bytes a verify step reads: per request its window, its indexer keys and (HCA)
         its compressed entries; per query token the top-k entries it gathers (CSA).
-        ``context`` is the mean of the ``reqs`` requests, ``queries`` their verify tokens."""
+        ``context`` is the mean of the ``reqs`` requests, ``queries`` their verify tokens
+        (numbers, or arrays of steps with ``mn`` ``np.minimum``)."""
         d, layers = self.head_dim, self.num_layers
-        per_req = layers * min(context, self.sliding_window) * d \
+        per_req = layers * mn(context, self.sliding_window) * d \
             + self.count(CSA) * context / CSA * self.index_head_dim + self.count(HCA) * context / HCA * d
-        per_query = self.count(CSA) * min(self.index_topk, context / CSA) * d
+        per_query = self.count(CSA) * mn(self.index_topk, context / CSA) * d
         return (reqs * per_req + queries * per_query) * dtype_bytes
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from dspark_sim.catalog import GpuSpec, ModelSpec, served_format
 import numpy as np
 
-from dspark_sim.cost.base import DraftWork, StepWork, StepWorks, breakdown_steps, each, per_step, pick
+from dspark_sim.cost.base import DraftWork, StepWork, StepWorks, each, per_step, pick
 from dspark_sim.cost.comm import CommParams, comm_terms, describe, provenance_term
 from dspark_sim.cost.moe import Routing, expected_experts, expert_flops, imbalance
 from dspark_sim.cost.parallel import Parallel, rank_share
@@ -148,15 +148,14 @@ class RooflineCost:
         """:meth:`breakdown` of N steps, float64 [N] per part, every number the scalar path's: the
         terms of a step's token count (linear layers and their MoE routing, communication) are
         the scalar path's for each distinct count; the attention and the drafter, which grow with
-        the context, are evaluated on the arrays with the scalar path's operations in its order.
-        DeepSeek-V4's attention (scalar code) is priced step by step."""
-        if self.model.v4 is not None:
-            return breakdown_steps(self, works)
+        the context, are evaluated on the arrays with the scalar path's operations in its order
+        (DeepSeek-V4's compressed attention too)."""
         size, tokens = len(works), works.batch_tokens
         has = tokens > 0
         dec = works.decode_reqs
-        decode_s = pick(dec > 0, self._decode_attn_s(np.maximum(dec, 1), works.verify_tokens,
-                                                     works.decode_context_tokens, np.maximum), 0.0)
+        attn = self._v4_decode_attn_s if self.model.v4 is not None else self._decode_attn_s
+        decode_s = pick(dec > 0, attn(np.maximum(dec, 1), works.verify_tokens, works.decode_context_tokens,
+                                      np.maximum), 0.0)
         parts = {"overhead_s": pick(has, self._overhead_s),
                  "linear_s": pick(has, each(self._linear_s, tokens)),
                  "attn_s": decode_s + self._prefill_attn(works) / self._attn_flops,
@@ -204,19 +203,22 @@ class RooflineCost:
         return max(self._dense_read / self._bw + routed / self._moe_bw, flops / self._flops)
 
     def _attn_s(self, work: StepWork) -> float:
-        m, kv_b = self.model, self.params.dtype_bytes
         decode_s = 0.0
         if work.decode_reqs:
-            reqs, ctx = work.decode_reqs, work.decode_context_tokens
-            if m.v4 is not None:
-                mean = ctx / reqs
-                kv_bytes = m.v4.decode_bytes(reqs, work.verify_tokens, mean, kv_b)
-                flops = work.verify_tokens * m.v4.attn_flops_per_query(mean)
-                decode_s = max(kv_bytes * self._kv_share / self._bw, flops / self._attn_flops) \
-                    * rank_share(reqs, self.parallel.dp_ranks)  # DP attention: the busiest rank
-            else:
-                decode_s = self._decode_attn_s(reqs, work.verify_tokens, ctx)
+            attn = self._v4_decode_attn_s if self.model.v4 is not None else self._decode_attn_s
+            decode_s = attn(work.decode_reqs, work.verify_tokens, work.decode_context_tokens)
         return decode_s + self._prefill_attn(work) / self._attn_flops
+
+    def _v4_decode_attn_s(self, reqs, verify, ctx, mx=max):
+        """DeepSeek-V4's decode attention in seconds (numbers, or arrays with ``mx`` ``np.maximum``, by
+        the same operations): its window, indexer keys and gathered compressed entries at the mean
+        context; under DP attention the step waits for the busiest rank's requests."""
+        m, mn = self.model, min if mx is max else np.minimum
+        mean = ctx / reqs
+        kv_bytes = m.v4.decode_bytes(reqs, verify, mean, self.params.dtype_bytes, mn)
+        flops = verify * m.v4.attn_flops_per_query(mean, mn)
+        return mx(kv_bytes * self._kv_share / self._bw, flops / self._attn_flops) \
+            * rank_share(reqs, self.parallel.dp_ranks)
 
     def _decode_attn_s(self, reqs, verify, ctx, mx=max):
         """The decode attention's seconds (all but DeepSeek-V4): numbers, or arrays with ``mx``
@@ -249,7 +251,7 @@ class RooflineCost:
         positions = d.num_reqs * d.block_size
         moe = m.dspark_moe
         backbone_s = self._forward_s(self._layer.bytes(positions, moe), m.dspark_layers, positions,
-                                     self._layer.kv_bytes(d), self._layer.flops(moe), mx)
+                                     self._layer.kv_bytes(d, mx), self._layer.flops(moe), mx)
         # Markov head: per position a rank-r update of the base logits and a sample.
         markov_flops = positions * 2.0 * MARKOV_RANK * m.vocab_size
         markov_bytes = positions * m.vocab_size * 4.0 * 2
@@ -260,7 +262,7 @@ class RooflineCost:
     def _chain_draft_s(self, d: DraftWork, mx=max) -> float:
         moe = self.model.mtp_layers > 0  # the model's own MTP module is one of its MoE layers
         per_token_s = self._forward_s(self._layer.bytes(d.num_reqs, moe), CHAIN_DRAFTER_LAYERS, d.num_reqs,
-                                      self._layer.kv_bytes(d), self._layer.flops(moe), mx)
+                                      self._layer.kv_bytes(d, mx), self._layer.flops(moe), mx)
         return d.block_size * (per_token_s + 4 * self.params.kernel_launch_s + self.params.layer_s)
 
 
@@ -328,12 +330,15 @@ class _DraftLayers:
     def flops(self, moe: bool) -> float:
         return self.moe_flops if moe and self.cost.model.is_moe else self.dense_flops
 
-    def kv_bytes(self, d: DraftWork) -> float:
-        """KV bytes one drafter layer reads over the step's requests (replica total)."""
+    def kv_bytes(self, d: DraftWork, mx=max) -> float:
+        """KV bytes one drafter layer reads over the step's requests (replica total; arrays of steps
+        with ``mx`` ``np.maximum``, where a step drafting for no request is left to the caller)."""
         m, kv_b = self.cost.model, self.cost.params.dtype_bytes
         if m.v4 is not None:  # V4's drafter attends over the sliding window alone
-            mean = d.context_tokens / d.num_reqs
-            return d.num_reqs * min(mean, m.v4.sliding_window) * m.head_dim * kv_b
+            if mx is max:
+                return d.num_reqs * min(d.context_tokens / d.num_reqs, m.v4.sliding_window) * m.head_dim * kv_b
+            mean = d.context_tokens / np.maximum(d.num_reqs, 1)
+            return d.num_reqs * np.minimum(mean, m.v4.sliding_window) * m.head_dim * kv_b
         return d.context_tokens * m.kv_bytes_per_token(kv_b) / m.num_layers
 
 
