@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -269,3 +270,20 @@ def test_skip_ahead_is_step_by_step_with_a_streaming_front_end(method, replicas,
     terms = EngineTerms(step_host_s=1e-3, step_host_s_per_req=2e-5, frontend_s=2e-3, stream_s=2e-4)
     summary = assert_identical(replace(sc, engine=Engine(name="vllm", terms=terms, overlap=overlap)), tmp_path)
     assert summary["completed"] == 60
+
+
+@pytest.mark.parametrize("method", ["none", "dspark"])
+@pytest.mark.parametrize("multiplier", [8, 13])
+def test_arrivals_released_together_land_where_one_event_each_would(method, multiplier, tmp_path):
+    """With skip-ahead the arrivals during a step are released together (serving/simulator.py);
+    the shipped code trace sped up lands the clock where one timeout from the last event cannot
+    (a request would be seen an ulp early), so the release goes through the arrivals' own
+    landings there, and the outputs stay those of one event per arrival (exact)."""
+    from dspark_sim.capacity.search import probe_scenario
+    from dspark_sim.scenario import load_scenario
+
+    base = load_scenario(Path(__file__).resolve().parents[1] / "examples" / "azure_code_h200.yaml")
+    if method == "none":
+        base = replace(base, speculation=replace(base.speculation, method="none"))
+    summary = assert_identical(probe_scenario(base, multiplier, max_requests=150), tmp_path)
+    assert summary["completed"] == 150

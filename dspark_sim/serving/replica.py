@@ -82,6 +82,7 @@ class Replica:
         self._decoded = [0, 0]  # tokens decoding requests emitted, request-steps they took
         self._ahead = None  # the step after the last stretch, drawn with it (stretch.Ahead)
         self._wake = env.event()
+        self.busy_until_s = -math.inf  # the end of the step or stretch the loop waits for (-inf: it waits for work)
         self.process = env.process(self._loop())
 
     # -- queueing -------------------------------------------------------------
@@ -101,7 +102,6 @@ class Replica:
         if request.hash_ids:
             self.prefix.register(request.rid, request.hash_ids, request.prompt_tokens)
             request.hash_ids = None
-        request.ready_s = self.env.now  # when the scheduler sees it (not a column of Table)
         self.waiting.append(request)
         if not self._wake.triggered:
             self._wake.succeed()
@@ -172,6 +172,7 @@ class Replica:
                 self.inflight = in_flight(self.overlap)  # the last step landed: it holds nothing
                 self._wake = self.env.event()
                 self.ctx.collector.advance(self.index, None)
+                self.busy_until_s = -math.inf
                 yield self._wake
                 self.clock_s = self.plan_s = self.env.now
             if not len(self.running):  # a schedule whose requests all finished has ended
@@ -186,6 +187,7 @@ class Replica:
                     self.frontend.streamed(stretch.times_s[1:], stretch.decode_reqs, self.index)
                 self._apply_stretch(stretch)
                 self.ctx.collector.advance(self.index, stretch.end_s)
+                self.busy_until_s = stretch.end_s
                 yield self.env.timeout(delay_to(self.env.now, stretch.end_s))
                 self.clock_s = stretch.end_s
                 self._retire(self.clock_s)
@@ -197,6 +199,7 @@ class Replica:
             self.plan_s = self.clock_s
             self._stream(end_s, step)
             self.ctx.collector.advance(self.index, end_s)
+            self.busy_until_s = end_s
             yield self.env.timeout(delay_to(self.env.now, end_s))
             self.clock_s = end_s
             self._finish(step)

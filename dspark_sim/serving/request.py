@@ -33,11 +33,4 @@ class Request:
     verified_drafts: int = 0
     cached_tokens: int = 0  # prompt tokens its first prefill read from the prefix cache
     hash_ids: list | None = None  # the prompt's prefix hash blocks (None: the trace gives none)
-    ready_s: float = -math.inf  # when the replica's scheduler sees it (-inf: a preempted one, seen before)
-
-    @classmethod
-    def arrived(cls, rid: int, arrival_s: float, prompt_tokens: int, output_tokens: int, domain: int,
-                difficulty: float, hash_ids: list | None = None) -> Request:
-        """A request as it arrives, nothing of it done."""
-        return cls(rid, arrival_s, prompt_tokens, output_tokens, domain, difficulty, prompt_tokens,
-                   hash_ids=hash_ids)
+    ready_s: float = -math.inf  # when it reaches the replica's scheduler (-inf: a preempted one, seen before)

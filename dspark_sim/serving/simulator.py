@@ -22,6 +22,7 @@ from dspark_sim.serving.context import SimContext
 from dspark_sim.serving.replica import Replica
 from dspark_sim.serving.request import Request
 from dspark_sim.serving.router import make_router
+from dspark_sim.serving.release import Release
 from dspark_sim.errors import InputError, raise_if_stopped
 from dspark_sim.limits import MAX_RUN_TOKENS
 from dspark_sim.metrics.collector import Collector
@@ -140,7 +141,7 @@ def simulate(scenario: Scenario, out_dir: Path | None = None, progress=None, *,
             client = ClosedLoop(env, scenario.workload.max_concurrency)
             collector.on_done = client.done
         env.process(_arrivals(env, chunks, ctx, router, np.random.default_rng(seeds[0]), counter, progress,
-                              client))
+                              client, replicas))
         with located(scenario.file, None):  # the workload's own errors name the scenario file
             env.run()
     finally:
@@ -218,16 +219,18 @@ def prefix_counters(ctx: SimContext, replicas) -> dict:
 
 
 def _arrivals(env: simpy.Environment, chunks: Iterator, ctx: SimContext, router, rng, counter, progress,
-              client: ClosedLoop | None = None):
+              client: ClosedLoop | None = None, replicas: tuple[Replica, ...] = ()):
     """Release requests at their arrival times, each with a domain and a difficulty; a ``client``
     with as many requests in flight as it keeps holds the next back until one is done
-    (:mod:`dspark_sim.serving.client`)."""
+    (:mod:`dspark_sim.serving.client`). With skip-ahead and neither a client nor a front end, the
+    arrivals during a step are released together (:mod:`dspark_sim.serving.release`)."""
     names, weights = zip(*ctx.scenario.workload.domain_mix)
     domain_ids = np.array([DOMAINS.index(n) for n in names], dtype=np.int8)
     cum = np.cumsum(weights)
     # the front end (HTTP, template, tokenizer; streaming) takes in one request at a time, in
     # arrival order: a burst queues there before the scheduler sees it (serving/frontend.py)
     frontend, feed = ctx.frontend, ctx.arrivals
+    clock = Release(env, replicas, ctx.skip_ahead and client is None and frontend is None)
     rid = 0
     for chunk in chunks:
         raise_if_stopped()
@@ -248,23 +251,23 @@ def _arrivals(env: simpy.Environment, chunks: Iterator, ctx: SimContext, router,
                     feed.next_s = env.now
                     yield client.freed()
                 enter = arrival[i] = client.sent(enter)
+                clock.waited()
             if frontend is not None:
                 feed.next_s = enter  # it reaches the front end
                 if enter > env.now:
                     yield env.timeout(enter - env.now)
                 enter = frontend.take_in(enter)  # first come first served from its arrival
                 ctx.collector.front_end_settled(arrival[i])
+                clock.waited()
             enter += ctx.intake_latency_s  # every request's alike, none waiting for another's
             feed.next_s = enter  # when it reaches the replica
-            delay = enter - env.now
-            if delay > 0:
-                yield env.timeout(delay)
+            yield from clock.reach(enter)
             # the clock may land an ulp short of the arrival time: a request is never seen
             # before it arrives (no negative queue delay)
-            router.route(Request(rid, min(arrival[i], env.now), prompt[i], output[i], dom[i], diff[i], prompt[i],
-                                 hash_ids=hash_ids[i]))
+            router.route(Request(rid, min(arrival[i], clock.now_s), prompt[i], output[i], dom[i], diff[i], prompt[i],
+                                 hash_ids=hash_ids[i], ready_s=clock.now_s))
             rid += 1
         counter["arrived"] = rid
         if progress is not None:
-            progress(rid, env.now)
+            progress(rid, clock.now_s)
     feed.next_s = math.inf
