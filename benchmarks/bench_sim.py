@@ -108,11 +108,12 @@ def run_tune(case: Case, tmp: Path, env: dict) -> dict:
 
 
 def code_of(rev: str, tmp: Path) -> Path:
-    """The package as it was at git revision ``rev``, importable from the returned folder."""
+    """The package as it was at git revision ``rev``, importable from the returned folder (with the
+    scenario files and traces its timed cases read, dspark_sim/speed/cases.py)."""
     root = tmp / f"rev-{rev}"
     root.mkdir()
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, "dspark_sim", "profiles", "tuner"],
-                             check=True, capture_output=True).stdout
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, "dspark_sim", "profiles", "tuner",
+                              "benchmarks/scenarios", "examples"], check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(root)], input=archive, check=True)
     for name in ("profiles", "tuner"):  # the installed layout: both live inside the package
         (root / name).rename(root / "dspark_sim" / name)
