@@ -67,6 +67,18 @@ def sustained() -> str:
     return block_text(H200 / "sustained_clocks.json")
 
 
+def mixed_steps() -> str:
+    from dspark_sim.reports.mixed_steps import block_text
+
+    return block_text(H200 / "raw" / "mixed_qwen3-8b.json", H200 / "qwen3-8b.json")
+
+
+def spread_steps() -> str:
+    from dspark_sim.reports.mixed_steps import spread_block_text
+
+    return spread_block_text(H200 / "raw" / "raw_qwen3-8b.json", H200 / "qwen3-8b.json")
+
+
 def long_check() -> str:
     from dspark_sim.validation.long_prompts import JSON, block_text
 
@@ -147,6 +159,8 @@ BLOCKS = {
     ("docs/profiles.md", "held-out"): held_out,
     ("docs/profiles.md", "gpu-specs"): gpu_specs,
     ("docs/profiles.md", "sustained"): sustained,
+    ("docs/profiles.md", "mixed-steps"): mixed_steps,
+    ("docs/profiles.md", "spread-steps"): spread_steps,
     ("docs/profiles.md", "engine-roofline"): engine_roofline,
 }
 
