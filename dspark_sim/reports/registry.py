@@ -79,6 +79,13 @@ def spread_steps() -> str:
     return spread_block_text(H200 / "raw" / "raw_qwen3-8b.json", H200 / "qwen3-8b.json")
 
 
+def spread_check() -> str:
+    from dspark_sim.cost.profile import load_profile
+    from dspark_sim.reports.spread_steps import block_text
+
+    return block_text(_json(H200 / "validation" / "steps" / "spread_steps.json"), load_profile(H200 / "qwen3-8b.json"))
+
+
 def long_check() -> str:
     from dspark_sim.validation.long_prompts import JSON, block_text
 
@@ -161,6 +168,7 @@ BLOCKS = {
     ("docs/profiles.md", "sustained"): sustained,
     ("docs/profiles.md", "mixed-steps"): mixed_steps,
     ("docs/profiles.md", "spread-steps"): spread_steps,
+    ("docs/profiles.md", "spread-check"): spread_check,
     ("docs/profiles.md", "engine-roofline"): engine_roofline,
 }
 
