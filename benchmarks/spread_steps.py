@@ -18,14 +18,11 @@ point, and no point starts after ``--budget-s`` seconds.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import sys
 import time
-from pathlib import Path
 
-from outputs import code_commit, write_result
+from outputs import code_commit, probe_parser, probe_result, write_result
 
 from dspark_sim.reports.mixed_steps import CONTEXT_MAX, CONTEXT_MEAN, CONTEXT_MIN, CONTEXT_SIGMA, contexts
 
@@ -114,26 +111,16 @@ def measure(out: dict, stepper, kind: str, label: str, lengths: list[int], args)
 def main() -> int:
     from dspark_sim.reports.spread_steps import table
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--run", action="store_true", help="time the steps (GPU; --tiny: CPU dry run)")
-    ap.add_argument("--out", default="/tmp/spread_steps.json")
-    ap.add_argument("--json", help="print the table of this result (default: --out)")
-    ap.add_argument("--model", default="qwen3-8b")
-    ap.add_argument("--kv-tokens", type=int, default=600_000)
+    ap = probe_parser(__doc__, "spread_steps", kv_tokens=600_000, budget_s=200.0)
     ap.add_argument("--steps", type=int, default=12)
-    ap.add_argument("--budget-s", type=float, default=200.0, help="start no point after this many seconds")
-    ap.add_argument("--tiny", action="store_true", help="the tiny CPU decoder and a small grid")
     args = ap.parse_args()
     if args.run:
         run(args)
-    path = Path(args.json or args.out)
-    if not path.is_file():
-        print(f"spread_steps: {path}: no such result (make one with --run)", file=sys.stderr)
+    data = probe_result(args, "spread_steps")
+    if data is None:
         return 2
-    data = json.loads(path.read_text())
     print("\n".join(table(data, None if args.tiny or data["provenance"]["model"] == "tiny" else "h200")))
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
