@@ -28,6 +28,7 @@ from dspark_sim.kernels.decoder.fused import add_rms_norm
 from dspark_sim.kernels.decoder.layers import Mlp, rms_norm
 from dspark_sim.kernels.decoder.moe import fused_moe, route_sqrtsoftplus
 from dspark_sim.kernels.decoder.target import Target
+from dspark_sim.kernels.decoder.v4_fused import hc_merge, hc_mix, rope_
 from dspark_sim.kernels.decoder.v4_kernels import compress, index_scores, sparse_attention
 
 COMPRESS_THETA = 160000.0  # compress_rope_theta of the V4 configs
@@ -45,9 +46,15 @@ class RopeTable:
         ang = torch.arange(max_pos, dtype=torch.float64)[:, None] * inv[None, :]
         self.cos, self.sin = ang.cos().float().to(device), ang.sin().float().to(device)
 
-    def apply_(self, x: torch.Tensor, positions: torch.Tensor, sign: float = 1.0) -> None:
+    def apply_(self, x: torch.Tensor, positions: torch.Tensor, sign: float = 1.0, impl: str = "torch",
+               norm_eps: float | None = None) -> None:
         """Rotate the trailing ``2 * dim/2`` channels of ``x [T, ..., D]`` in place, pairs
-        (2i, 2i + 1) by the angle at ``positions [T]`` (``sign`` -1 rotates back)."""
+        (2i, 2i + 1) by the angle at ``positions [T]`` (``sign`` -1 rotates back); ``norm_eps``:
+        each head RMS-normalised (no weight) first. ``impl="triton"``: one kernel."""
+        if impl != "torch":
+            return rope_(x, self.cos, self.sin, positions, sign, norm_eps)
+        if norm_eps is not None:
+            x.copy_(_head_rms(x, norm_eps))
         half = self.cos.shape[1]
         r = x[..., -2 * half:].unflatten(-1, (half, 2)).float()
         shape = (x.shape[0],) + (1,) * (x.dim() - 2) + (half,)
@@ -87,7 +94,7 @@ class Compressor(nn.Module):
                           self.ring_size, impl)
         out = rms_norm(pooled.to(self.norm.dtype), self.norm, self.eps, impl)
         entry = (pos + 1) // self.ratio - 1
-        rope.apply_(out, (entry.clamp(min=0) * self.ratio))
+        rope.apply_(out, (entry.clamp(min=0) * self.ratio), impl=impl)
         trash = self.entries.shape[0] - 1
         done = (pos + 1) % self.ratio == 0
         self.entries.index_copy_(0, torch.where(done, row * self.max_entries + entry, trash), out)
@@ -142,10 +149,10 @@ class V4Attention(nn.Module):
         parts = F.linear(x, self.w_in).split(self.widths, dim=-1)
         rope = ropes[1] if self.ratio else ropes[0]
         q_res = rms_norm(parts[0].contiguous(), self.q_norm, self.eps, impl)
-        q = _head_rms(F.linear(q_res, self.q_b).view(T, v.num_heads, v.head_dim), self.eps)
-        rope.apply_(q, pos)
+        q = F.linear(q_res, self.q_b).view(T, v.num_heads, v.head_dim)
+        rope.apply_(q, pos, impl=impl, norm_eps=self.eps)
         kv = rms_norm(parts[1].contiguous(), self.kv_norm, self.eps, impl)
-        rope.apply_(kv, pos)
+        rope.apply_(kv, pos, impl=impl)
         k_cache.index_copy_(0, slots, kv.view(T, 1, v.head_dim))
         comp = topk = None
         if self.comp is not None:
@@ -155,7 +162,7 @@ class V4Attention(nn.Module):
         max_entries = self.comp.max_entries if self.comp is not None else 1
         o = sparse_attention(q, k_cache, comp, topk, self.sinks, batch, v.sliding_window, max(self.ratio, 1),
                              max_entries, impl)
-        rope.apply_(o, pos, sign=-1.0)
+        rope.apply_(o, pos, sign=-1.0, impl=impl)
         grouped = torch.bmm(o.view(T, v.o_groups, -1).transpose(0, 1), self.o_a).transpose(0, 1)
         return F.linear(grouped.reshape(T, -1), self.o_b)
 
@@ -164,7 +171,7 @@ class V4Attention(nn.Module):
         v, T = self.v, x.shape[0]
         keys = self.index(buf, batch.positions, batch.token_rows, rope, impl)
         q = F.linear(q_res, self.index_q).view(T, v.index_heads, v.index_head_dim)
-        rope.apply_(q, batch.positions.long())
+        rope.apply_(q, batch.positions.long(), impl=impl)
         w = head_w.float() * (v.index_heads ** -0.5 * v.index_head_dim ** -0.5)
         scores = index_scores(q, w, keys, batch.positions, batch.token_rows, CSA, self.index.max_entries, impl)
         vals, idx = scores.topk(min(v.index_topk, scores.shape[1]), dim=-1)
@@ -183,11 +190,13 @@ class HyperConnection(nn.Module):
         self.base = nn.Parameter(torch.zeros(width, dtype=torch.float32))
         self.scale = nn.Parameter(torch.ones(1 if final else 3, dtype=torch.float32))
 
-    def forward(self, streams: torch.Tensor):
+    def forward(self, streams: torch.Tensor, impl: str = "torch"):
         """``streams [T, m, H]`` -> ``(post [T, m], comb [T, m, m], block input [T, H])``
-        (final: the collapsed stream alone)."""
+        (final: the collapsed stream alone). ``impl="triton"``: one GEMM and one kernel."""
         m = self.m
         flat = streams.flatten(1).float()
+        if impl != "torch":
+            return hc_mix(streams, F.linear(flat, self.fn), self.base, self.scale, self.iters, self.eps, self.final)
         mix = F.linear(flat * torch.rsqrt(flat.pow(2).mean(-1, keepdim=True) + self.eps), self.fn)
         if self.final:
             pre = torch.sigmoid(mix * self.scale + self.base) + self.eps
@@ -204,8 +213,10 @@ class HyperConnection(nn.Module):
         return 2 * torch.sigmoid(post), comb, (pre.unsqueeze(-1) * streams).sum(1).to(streams.dtype)
 
 
-def merge(streams, y, post, comb) -> torch.Tensor:
+def merge(streams, y, post, comb, impl: str = "torch") -> torch.Tensor:
     """New streams: the block output ``y [T, H]`` spread by ``post`` plus the mixed old streams."""
+    if impl != "torch":
+        return hc_merge(streams, y, post, comb)
     dtype = streams.dtype
     return post.to(dtype).unsqueeze(-1) * y.unsqueeze(1) + torch.matmul(comb.to(dtype).transpose(-1, -2), streams)
 
@@ -244,11 +255,11 @@ class V4Layer(nn.Module):
         self.mlp = V4Moe(spec, dtype)
 
     def forward(self, streams, batch, slots, k_cache, ropes, impl: str):
-        post, comb, x = self.attn_hc(streams)
+        post, comb, x = self.attn_hc(streams, impl)
         y = self.attn(rms_norm(x, self.norm1, self.eps, impl), batch, slots, k_cache, ropes, impl)
-        streams = merge(streams, y, post, comb)
-        post, comb, x = self.ffn_hc(streams)
-        return merge(streams, self.mlp(rms_norm(x, self.norm2, self.eps, impl), impl), post, comb)
+        streams = merge(streams, y, post, comb, impl)
+        post, comb, x = self.ffn_hc(streams, impl)
+        return merge(streams, self.mlp(rms_norm(x, self.norm2, self.eps, impl), impl), post, comb, impl)
 
 
 class V4Target(Target):
@@ -276,7 +287,7 @@ class V4Target(Target):
         streams = x.unsqueeze(1).expand(-1, self.spec.v4.hc_mult, -1).contiguous()
         for i, layer in enumerate(self.layers):
             streams = layer(streams, batch, slots, cache.k[i], self.ropes, impl)
-        return add_rms_norm(self.head_hc(streams), None, self.norm, self.spec.rms_norm_eps, impl)[0], None
+        return add_rms_norm(self.head_hc(streams, impl), None, self.norm, self.spec.rms_norm_eps, impl)[0], None
 
     def load(self, directory) -> None:
         raise NotImplementedError("the DeepSeek-V4 target runs with random weights (a cost slice)")
