@@ -20,12 +20,15 @@ distinct experts its tokens touch, as the cost model's MoE term says.
 """
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
 
 from dspark_sim.kernels.decoder.fused import silu_mul
+from dspark_sim.kernels.decoder.moe_fp8 import grouped_gemm_fp8
 
 
 def route_softmax(logits: torch.Tensor, k: int):
@@ -137,7 +140,8 @@ def fused_moe(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, weight
               ids: torch.Tensor, impl: str = "triton", first_expert: int | None = None) -> torch.Tensor:
     """Routed experts' output ``[T, H]`` in ``x.dtype``.
 
-    x ``[T, H]``; gate_up ``[E, 2I, H]``; down ``[E, H, I]``; weights ``[T, k]`` fp32 and
+    x ``[T, H]``; gate_up ``[E, 2I, H]``; down ``[E, H, I]`` (tensors, or both
+    :class:`.moe_fp8.BlockFp8`: the block-scaled FP8 path); weights ``[T, k]`` fp32 and
     ids ``[T, k]`` int64 from a router. ``first_expert``: the tensors hold experts
     ``first_expert .. first_expert + E - 1`` of a larger set (expert parallel); pairs routed to
     other experts contribute nothing. ``impl="torch"``: the per-expert loop reference."""
@@ -145,15 +149,17 @@ def fused_moe(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, weight
     local = None
     if first_expert is not None:
         ids, local = local_ids(ids, first_expert, E)
+    fp8 = not isinstance(gate_up, torch.Tensor)  # experts in FP8 blocks (.moe_fp8.quantize_moe_)
     if impl == "torch":
-        return moe_ref(x, gate_up, down, weights, ids)
+        return moe_ref(x, *((gate_up.dequant(), down.dequant()) if fp8 else (gate_up, down)), weights, ids)
     T, k = ids.shape
     bm = block_m(T, k, E)
     sorted_ids, block_expert, num_padded = align(ids, E + (local is not None), bm)
-    h = grouped_gemm(x, gate_up, sorted_ids, block_expert, num_padded, T * k, k, bm)
+    gemm = partial(grouped_gemm_fp8, out_dtype=x.dtype) if fp8 else grouped_gemm
+    h = gemm(x, gate_up, sorted_ids, block_expert, num_padded, T * k, k, bm)
     h = silu_mul(h, impl)
-    y = grouped_gemm(h, down, sorted_ids, block_expert, num_padded, T * k, k, bm,
-                     weights=weights.reshape(-1).float().contiguous(), rows_are_pairs=True)
+    y = gemm(h, down, sorted_ids, block_expert, num_padded, T * k, k, bm,
+             weights=weights.reshape(-1).float().contiguous(), rows_are_pairs=True)
     y = y.view(T, k, -1)
     if local is not None:  # rows of dropped pairs were never written
         y = torch.where(local[:, :, None], y, 0)
@@ -172,8 +178,8 @@ def moe_ref(x, gate_up, down, weights, ids) -> torch.Tensor:
     for e, n in enumerate(counts):
         if n and e < gate_up.shape[0]:
             idx = tokens[start:start + n]
-            gate, up = F.linear(x[idx], gate_up[e]).chunk(2, dim=-1)
-            y = F.linear(F.silu(gate) * up, down[e])
+            gate, up = F.linear(x[idx], gate_up[e].to(x.dtype)).chunk(2, dim=-1)
+            y = F.linear(F.silu(gate) * up, down[e].to(x.dtype))
             w = weights.flatten()[order[start:start + n]]
             out.index_add_(0, idx, y.float() * w[:, None])
         start += n
