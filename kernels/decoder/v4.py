@@ -36,6 +36,12 @@ ROUTED_SCALE = 1.5  # routed_scaling_factor (V4-Flash)
 MAX_VERIFY = 16  # positions one request may add in a verify step (the drafts' limit)
 RING_CSA = 32  # >= two windows of 4 and a verify window: what a CSA compressor reads back
 RING_HCA = 256  # >= a window of 128 and a verify window
+UNFUSED = "triton-unfused"  # impl: Triton kernels, hyper-connections and RoPE as torch ops (before v4_fused)
+
+
+def fused(impl: str) -> bool:
+    """Whether ``impl`` runs hyper-connections and RoPE through :mod:`.v4_fused`."""
+    return impl not in ("torch", UNFUSED)
 
 
 class RopeTable:
@@ -51,7 +57,7 @@ class RopeTable:
         """Rotate the trailing ``2 * dim/2`` channels of ``x [T, ..., D]`` in place, pairs
         (2i, 2i + 1) by the angle at ``positions [T]`` (``sign`` -1 rotates back); ``norm_eps``:
         each head RMS-normalised (no weight) first. ``impl="triton"``: one kernel."""
-        if impl != "torch":
+        if fused(impl):
             return rope_(x, self.cos, self.sin, positions, sign, norm_eps)
         if norm_eps is not None:
             x.copy_(_head_rms(x, norm_eps))
@@ -143,39 +149,67 @@ class V4Attention(nn.Module):
 
     def forward(self, x, batch, slots, k_cache, ropes, impl: str):
         """Attend ``x [T, hidden]`` over the window and compressed entries; store this step's
-        key, projections and entries. ``ropes``: (main, compress) tables."""
-        v, T = self.v, x.shape[0]
-        pos = batch.positions.long()
-        parts = F.linear(x, self.w_in).split(self.widths, dim=-1)
-        rope = ropes[1] if self.ratio else ropes[0]
+        key, projections and entries. ``ropes``: (main, compress) tables. The stages are
+        methods so that the profiler can time each (:mod:`dspark_sim.kernels.profiler.layer_parts`)."""
+        parts = self.project(x)
+        q_res, q = self.queries(parts, batch, ropes, impl)
+        self.store_key(parts, batch, slots, k_cache, ropes, impl)
+        comp, keys = self.compress(parts, batch, ropes, impl)
+        topk = self.select(q_res, parts, keys, batch, ropes, impl)
+        o = self.attend(q, k_cache, comp, topk, batch, impl)
+        return self.output(o, batch, ropes, impl)
+
+    def project(self, x) -> list:
+        """The fused input projection, split: query, key, compressor and indexer inputs."""
+        return F.linear(x, self.w_in).split(self.widths, dim=-1)
+
+    def queries(self, parts, batch, ropes, impl: str):
+        """``(q_res [T, q_lora_rank], q [T, heads, head_dim])``: normed low-rank and rotated queries."""
+        v, T = self.v, parts[0].shape[0]
         q_res = rms_norm(parts[0].contiguous(), self.q_norm, self.eps, impl)
         q = F.linear(q_res, self.q_b).view(T, v.num_heads, v.head_dim)
-        rope.apply_(q, pos, impl=impl, norm_eps=self.eps)
+        ropes[1 if self.ratio else 0].apply_(q, batch.positions.long(), impl=impl, norm_eps=self.eps)
+        return q_res, q
+
+    def store_key(self, parts, batch, slots, k_cache, ropes, impl: str) -> None:
+        """This step's shared key (= value) normed, rotated and written to the paged cache."""
         kv = rms_norm(parts[1].contiguous(), self.kv_norm, self.eps, impl)
-        rope.apply_(kv, pos, impl=impl)
-        k_cache.index_copy_(0, slots, kv.view(T, 1, v.head_dim))
-        comp = topk = None
+        ropes[1 if self.ratio else 0].apply_(kv, batch.positions.long(), impl=impl)
+        k_cache.index_copy_(0, slots, kv.view(kv.shape[0], 1, self.v.head_dim))
+
+    def compress(self, parts, batch, ropes, impl: str):
+        """``(entries, indexer keys)``: the compressors' slabs after this step (None where absent)."""
+        comp = keys = None
         if self.comp is not None:
             comp = self.comp(parts[2], batch.positions, batch.token_rows, ropes[1], impl)
         if self.index is not None:
-            topk = self._topk(x, q_res, parts[3], parts[4], batch, ropes[1], impl)
-        max_entries = self.comp.max_entries if self.comp is not None else 1
-        o = sparse_attention(q, k_cache, comp, topk, self.sinks, batch, v.sliding_window, max(self.ratio, 1),
-                             max_entries, impl)
-        rope.apply_(o, pos, sign=-1.0, impl=impl)
-        grouped = torch.bmm(o.view(T, v.o_groups, -1).transpose(0, 1), self.o_a).transpose(0, 1)
-        return F.linear(grouped.reshape(T, -1), self.o_b)
+            keys = self.index(parts[3], batch.positions, batch.token_rows, ropes[1], impl)
+        return comp, keys
 
-    def _topk(self, x, q_res, buf, head_w, batch, rope: RopeTable, impl: str) -> torch.Tensor:
-        """The lightning indexer: entries ``[T, k]`` each query attends (-1: none)."""
-        v, T = self.v, x.shape[0]
-        keys = self.index(buf, batch.positions, batch.token_rows, rope, impl)
+    def select(self, q_res, parts, keys, batch, ropes, impl: str):
+        """The lightning indexer: entries ``[T, k]`` each query attends (-1: none); None without one."""
+        if self.index is None:
+            return None
+        v, T = self.v, q_res.shape[0]
         q = F.linear(q_res, self.index_q).view(T, v.index_heads, v.index_head_dim)
-        rope.apply_(q, batch.positions.long(), impl=impl)
-        w = head_w.float() * (v.index_heads ** -0.5 * v.index_head_dim ** -0.5)
+        ropes[1].apply_(q, batch.positions.long(), impl=impl)
+        w = parts[4].float() * (v.index_heads ** -0.5 * v.index_head_dim ** -0.5)
         scores = index_scores(q, w, keys, batch.positions, batch.token_rows, CSA, self.index.max_entries, impl)
         vals, idx = scores.topk(min(v.index_topk, scores.shape[1]), dim=-1)
         return torch.where(torch.isinf(vals), -1, idx)
+
+    def attend(self, q, k_cache, comp, topk, batch, impl: str):
+        """Sparse attention over the window, the chosen (or all) entries and the sinks."""
+        max_entries = self.comp.max_entries if self.comp is not None else 1
+        return sparse_attention(q, k_cache, comp, topk, self.sinks, batch, self.v.sliding_window,
+                                max(self.ratio, 1), max_entries, impl)
+
+    def output(self, o, batch, ropes, impl: str):
+        """The attention output rotated back, through the grouped low-rank output projection."""
+        v, T = self.v, o.shape[0]
+        ropes[1 if self.ratio else 0].apply_(o, batch.positions.long(), sign=-1.0, impl=impl)
+        grouped = torch.bmm(o.view(T, v.o_groups, -1).transpose(0, 1), self.o_a).transpose(0, 1)
+        return F.linear(grouped.reshape(T, -1), self.o_b)
 
 
 class HyperConnection(nn.Module):
@@ -195,7 +229,7 @@ class HyperConnection(nn.Module):
         (final: the collapsed stream alone). ``impl="triton"``: one GEMM and one kernel."""
         m = self.m
         flat = streams.flatten(1).float()
-        if impl != "torch":
+        if fused(impl):
             return hc_mix(streams, F.linear(flat, self.fn), self.base, self.scale, self.iters, self.eps, self.final)
         mix = F.linear(flat * torch.rsqrt(flat.pow(2).mean(-1, keepdim=True) + self.eps), self.fn)
         if self.final:
@@ -215,7 +249,7 @@ class HyperConnection(nn.Module):
 
 def merge(streams, y, post, comb, impl: str = "torch") -> torch.Tensor:
     """New streams: the block output ``y [T, H]`` spread by ``post`` plus the mixed old streams."""
-    if impl != "torch":
+    if fused(impl):
         return hc_merge(streams, y, post, comb)
     dtype = streams.dtype
     return post.to(dtype).unsqueeze(-1) * y.unsqueeze(1) + torch.matmul(comb.to(dtype).transpose(-1, -2), streams)
@@ -299,5 +333,5 @@ class V4Target(Target):
                 m.randomize_(gen)
 
 
-__all__ = ["V4Target", "V4Layer", "V4Attention", "V4Moe", "HyperConnection", "Compressor", "RopeTable",
+__all__ = ["UNFUSED", "fused", "V4Target", "V4Layer", "V4Attention", "V4Moe", "HyperConnection", "Compressor", "RopeTable",
            "RING_CSA", "RING_HCA"]
