@@ -47,15 +47,20 @@ class BlockFp8:
         return self.q.float() * s
 
 
-def quantize_blocks(w: torch.Tensor, group: int = GROUP) -> BlockFp8:
-    """``w [E, N, K]`` (N and K multiples of ``group``) in FP8 blocks, scale amax / 448."""
+def quantize_blocks(w: torch.Tensor, group: int = GROUP, chunk: int = 16) -> BlockFp8:
+    """``w [E, N, K]`` (N and K multiples of ``group``) in FP8 blocks, scale amax / 448; ``chunk``
+    experts at a time (the fp32 working copies of a whole V4 layer's experts would be tens of GB)."""
     E, N, K = w.shape
     if N % group or K % group:
         raise ValueError(f"expert weight {tuple(w.shape)}: N and K must be multiples of {group}")
-    b = w.float().view(E, N // group, group, K // group, group)
-    scale = b.abs().amax(dim=(2, 4)).clamp(min=1e-12) / FP8_MAX
-    q = (b / scale[:, :, None, :, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8).view(E, N, K)
-    return BlockFp8(q.contiguous(), scale.contiguous(), group)
+    q = torch.empty(E, N, K, dtype=FP8, device=w.device)
+    scale = torch.empty(E, N // group, K // group, dtype=torch.float32, device=w.device)
+    for e in range(0, E, chunk):
+        b = w[e:e + chunk].float().view(-1, N // group, group, K // group, group)
+        s = b.abs().amax(dim=(2, 4)).clamp(min=1e-12) / FP8_MAX
+        q[e:e + chunk] = (b / s[:, :, None, :, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8).view(-1, N, K)
+        scale[e:e + chunk] = s
+    return BlockFp8(q, scale, group)
 
 
 @triton.jit
