@@ -61,7 +61,7 @@ class RopeTable:
             return rope_(x, self.cos, self.sin, positions, sign, norm_eps)
         if norm_eps is not None:
             x.copy_(_head_rms(x, norm_eps))
-        half = self.cos.shape[1]
+        half, positions = self.cos.shape[1], positions.long()
         r = x[..., -2 * half:].unflatten(-1, (half, 2)).float()
         shape = (x.shape[0],) + (1,) * (x.dim() - 2) + (half,)
         c = self.cos[positions].view(shape)
@@ -92,20 +92,31 @@ class Compressor(nn.Module):
         self.register_buffer("entries", torch.zeros(rows * self.max_entries + 1, dim, dtype=dtype),
                              persistent=False)
 
-    def forward(self, buf, positions, rows, rope: RopeTable, impl: str) -> torch.Tensor:
+    def forward(self, buf, positions, rows, rope: RopeTable, impl: str, plan=None) -> torch.Tensor:
         """Emit this step's completed entries from projections ``buf [T, 2 series dim]``;
-        returns the entry slab ``[rows * max_entries + 1, dim]``."""
-        pos, row = positions.long(), rows.long()
+        returns the entry slab ``[rows * max_entries + 1, dim]``. ``plan``: this step's
+        :meth:`plan` (computed here when None)."""
+        rope_pos, dest, ring_dest = plan if plan is not None else self.plan(positions, rows)
         pooled = compress(buf, self.ring, self.bias, positions, rows, self.ratio, self.series, self.dim,
                           self.ring_size, impl)
         out = rms_norm(pooled.to(self.norm.dtype), self.norm, self.eps, impl)
-        entry = (pos + 1) // self.ratio - 1
-        rope.apply_(out, (entry.clamp(min=0) * self.ratio), impl=impl)
-        trash = self.entries.shape[0] - 1
-        done = (pos + 1) % self.ratio == 0
-        self.entries.index_copy_(0, torch.where(done, row * self.max_entries + entry, trash), out)
-        self.ring.index_copy_(0, self._ring_slots(pos, row), buf)
+        rope.apply_(out, rope_pos, impl=impl)
+        self.entries.index_copy_(0, dest, out)
+        self.ring.index_copy_(0, ring_dest, buf)
         return self.entries
+
+    def plan(self, positions, rows) -> tuple:
+        """``(RoPE positions, entry slots, ring slots)`` of a step's tokens (a token that completes
+        no window writes the trash entry): the same for every compressor of one :meth:`plan_key`,
+        so a step computes it once per key, not once per layer."""
+        pos, row = positions.long(), rows.long()
+        entry = (pos + 1) // self.ratio - 1
+        done = (pos + 1) % self.ratio == 0
+        dest = torch.where(done, row * self.max_entries + entry, self.entries.shape[0] - 1)
+        return entry.clamp(min=0) * self.ratio, dest, self._ring_slots(pos, row)
+
+    def plan_key(self) -> tuple:
+        return self.ratio, self.max_entries, self.ring_size, self.entries.shape[0], self.ring.shape[0]
 
     def _ring_slots(self, pos, row) -> torch.Tensor:
         """Ring slot of each token; a token whose position a later token of the step reuses
@@ -121,6 +132,16 @@ class Compressor(nn.Module):
     def randomize_(self, gen) -> None:
         for t in (self.ring, self.entries):
             t.normal_(generator=gen)
+
+
+def _shared_plan(c: Compressor, batch, plans: dict | None):
+    """``c``'s plan for this step from ``plans`` (made and kept there on first use); None without."""
+    if plans is None:
+        return None
+    key = c.plan_key()
+    if key not in plans:
+        plans[key] = c.plan(batch.positions, batch.token_rows)
+    return plans[key]
 
 
 class V4Attention(nn.Module):
@@ -147,14 +168,15 @@ class V4Attention(nn.Module):
         if self.index is not None:
             self.index_q = nn.Parameter(torch.empty(v.index_heads * v.index_head_dim, v.q_lora_rank, dtype=dtype))
 
-    def forward(self, x, batch, slots, k_cache, ropes, impl: str):
+    def forward(self, x, batch, slots, k_cache, ropes, impl: str, plans: dict | None = None):
         """Attend ``x [T, hidden]`` over the window and compressed entries; store this step's
-        key, projections and entries. ``ropes``: (main, compress) tables. The stages are
+        key, projections and entries. ``ropes``: (main, compress) tables; ``plans``: the step's
+        compressor plans by key, shared by the layers (filled on first use). The stages are
         methods so that the profiler can time each (:mod:`dspark_sim.kernels.profiler.layer_parts`)."""
         parts = self.project(x)
         q_res, q = self.queries(parts, batch, ropes, impl)
         self.store_key(parts, batch, slots, k_cache, ropes, impl)
-        comp, keys = self.compress(parts, batch, ropes, impl)
+        comp, keys = self.compress(parts, batch, ropes, impl, plans)
         topk = self.select(q_res, parts, keys, batch, ropes, impl)
         o = self.attend(q, k_cache, comp, topk, batch, impl)
         return self.output(o, batch, ropes, impl)
@@ -168,23 +190,22 @@ class V4Attention(nn.Module):
         v, T = self.v, parts[0].shape[0]
         q_res = rms_norm(parts[0].contiguous(), self.q_norm, self.eps, impl)
         q = F.linear(q_res, self.q_b).view(T, v.num_heads, v.head_dim)
-        ropes[1 if self.ratio else 0].apply_(q, batch.positions.long(), impl=impl, norm_eps=self.eps)
+        ropes[1 if self.ratio else 0].apply_(q, batch.positions, impl=impl, norm_eps=self.eps)
         return q_res, q
 
     def store_key(self, parts, batch, slots, k_cache, ropes, impl: str) -> None:
         """This step's shared key (= value) normed, rotated and written to the paged cache."""
         kv = rms_norm(parts[1].contiguous(), self.kv_norm, self.eps, impl)
-        ropes[1 if self.ratio else 0].apply_(kv, batch.positions.long(), impl=impl)
+        ropes[1 if self.ratio else 0].apply_(kv, batch.positions, impl=impl)
         k_cache.index_copy_(0, slots, kv.view(kv.shape[0], 1, self.v.head_dim))
 
-    def compress(self, parts, batch, ropes, impl: str):
+    def compress(self, parts, batch, ropes, impl: str, plans: dict | None = None):
         """``(entries, indexer keys)``: the compressors' slabs after this step (None where absent)."""
-        comp = keys = None
-        if self.comp is not None:
-            comp = self.comp(parts[2], batch.positions, batch.token_rows, ropes[1], impl)
-        if self.index is not None:
-            keys = self.index(parts[3], batch.positions, batch.token_rows, ropes[1], impl)
-        return comp, keys
+        out = []
+        for c, i in ((self.comp, 2), (self.index, 3)):
+            out.append(None if c is None else
+                       c(parts[i], batch.positions, batch.token_rows, ropes[1], impl, _shared_plan(c, batch, plans)))
+        return tuple(out)
 
     def select(self, q_res, parts, keys, batch, ropes, impl: str):
         """The lightning indexer: entries ``[T, k]`` each query attends (-1: none); None without one."""
@@ -192,7 +213,7 @@ class V4Attention(nn.Module):
             return None
         v, T = self.v, q_res.shape[0]
         q = F.linear(q_res, self.index_q).view(T, v.index_heads, v.index_head_dim)
-        ropes[1].apply_(q, batch.positions.long(), impl=impl)
+        ropes[1].apply_(q, batch.positions, impl=impl)
         w = parts[4].float() * (v.index_heads ** -0.5 * v.index_head_dim ** -0.5)
         scores = index_scores(q, w, keys, batch.positions, batch.token_rows, CSA, self.index.max_entries, impl)
         vals, idx = scores.topk(min(v.index_topk, scores.shape[1]), dim=-1)
@@ -207,7 +228,7 @@ class V4Attention(nn.Module):
     def output(self, o, batch, ropes, impl: str):
         """The attention output rotated back, through the grouped low-rank output projection."""
         v, T = self.v, o.shape[0]
-        ropes[1 if self.ratio else 0].apply_(o, batch.positions.long(), sign=-1.0, impl=impl)
+        ropes[1 if self.ratio else 0].apply_(o, batch.positions, sign=-1.0, impl=impl)
         grouped = torch.bmm(o.view(T, v.o_groups, -1).transpose(0, 1), self.o_a).transpose(0, 1)
         return F.linear(grouped.reshape(T, -1), self.o_b)
 
@@ -288,9 +309,9 @@ class V4Layer(nn.Module):
         self.attn = V4Attention(spec, ratio, dtype, rows, max_pos)
         self.mlp = V4Moe(spec, dtype)
 
-    def forward(self, streams, batch, slots, k_cache, ropes, impl: str):
+    def forward(self, streams, batch, slots, k_cache, ropes, impl: str, plans: dict | None = None):
         post, comb, x = self.attn_hc(streams, impl)
-        y = self.attn(rms_norm(x, self.norm1, self.eps, impl), batch, slots, k_cache, ropes, impl)
+        y = self.attn(rms_norm(x, self.norm1, self.eps, impl), batch, slots, k_cache, ropes, impl, plans)
         streams = merge(streams, y, post, comb, impl)
         post, comb, x = self.ffn_hc(streams, impl)
         return merge(streams, self.mlp(rms_norm(x, self.norm2, self.eps, impl), impl), post, comb, impl)
@@ -319,8 +340,9 @@ class V4Target(Target):
         slots = batch.slots()
         x = F.embedding(ids, self.embed)
         streams = x.unsqueeze(1).expand(-1, self.spec.v4.hc_mult, -1).contiguous()
+        plans = {}  # the compressors' slots, once a step for all layers
         for i, layer in enumerate(self.layers):
-            streams = layer(streams, batch, slots, cache.k[i], self.ropes, impl)
+            streams = layer(streams, batch, slots, cache.k[i], self.ropes, impl, plans)
         return add_rms_norm(self.head_hc(streams, impl), None, self.norm, self.spec.rms_norm_eps, impl)[0], None
 
     def load(self, directory) -> None:

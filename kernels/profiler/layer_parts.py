@@ -125,7 +125,8 @@ def v4_parts(layers: dict, moe_fp8, batch, k_cache, ropes, reqs: int, impl: str)
         x = torch.randn(reqs, h, generator=gen, device=dev).to(k_cache.dtype)
         p = a.project(x)
         q_res, q = a.queries(p, batch, ropes, impl)
-        comp, keys = a.compress(p, batch, ropes, impl)
+        plans = {}  # the step's compressor slots, made once a step for all layers
+        comp, keys = a.compress(p, batch, ropes, impl, plans)
         topk = a.select(q_res, p, keys, batch, ropes, impl)
         o = a.attend(q, k_cache, comp, topk, batch, impl)
         grouped = o.view(reqs, a.v.o_groups, -1).transpose(0, 1)
@@ -144,12 +145,12 @@ def v4_parts(layers: dict, moe_fp8, batch, k_cache, ropes, reqs: int, impl: str)
             return F.linear(torch.bmm(grouped, a.o_a).transpose(0, 1).reshape(reqs, -1), a.o_b)
 
         run = {
-            "layer": lambda layer=layer, s=streams: layer(s, batch, slots, k_cache, ropes, impl),
+            "layer": lambda layer=layer, s=streams, plans=plans: layer(s, batch, slots, k_cache, ropes, impl, plans),
             "layer_unfused": lambda layer=layer, s=streams: layer(s, batch, slots, k_cache, ropes, UNFUSED),
             "hyper_connections": mixes,
             "queries": lambda a=a, p=p: a.queries(p, batch, ropes, impl),
             "store_key": lambda a=a, p=p: a.store_key(p, batch, slots, k_cache, ropes, impl),
-            "compression": lambda a=a, p=p: a.compress(p, batch, ropes, impl),
+            "compression": lambda a=a, p=p, plans=plans: a.compress(p, batch, ropes, impl, plans),
             "indexer": lambda a=a, p=p, q_res=q_res, keys=keys: a.select(q_res, p, keys, batch, ropes, impl),
             "sparse_attention": lambda a=a, q=q, comp=comp, topk=topk: a.attend(q, k_cache, comp, topk, batch, impl),
             "output": lambda a=a, o=o: a.output(o.clone(), batch, ropes, impl),
