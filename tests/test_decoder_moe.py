@@ -106,3 +106,13 @@ def test_fused_moe_replays_in_a_cuda_graph():
         dst.copy_(src)
     graph.replay()
     torch.testing.assert_close(out.float(), moe_ref(x2, gate_up, down, w2, i2).float(), rtol=3e-2, atol=3e-2)
+
+
+@pytest.mark.parametrize("tokens, experts, k, bm", [(1, 8, 2, 16), (33, 9, 3, 16), (64, 16, 4, 32), (300, 256, 6, 16),
+                                                    (7, 129, 1, 64)])
+def test_one_launch_alignment_is_the_torch_one(tokens, experts, k, bm):
+    """The fused alignment (one program) gives the torch ops' tensors exactly, stable order included."""
+    gen = torch.Generator().manual_seed(tokens)
+    ids = torch.stack([torch.randperm(experts, generator=gen)[:k] for _ in range(tokens)]).to(DEVICE)
+    for want, got in zip(align(ids, experts, bm), align(ids, experts, bm, "triton")):
+        assert torch.equal(want.to(torch.int32), got)

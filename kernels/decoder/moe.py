@@ -28,6 +28,7 @@ import triton
 import triton.language as tl
 
 from dspark_sim.kernels.decoder.fused import silu_mul
+from dspark_sim.kernels.decoder.moe_align import MAX_PAIRS, align_fused
 from dspark_sim.kernels.decoder.moe_fp8 import grouped_gemm_fp8
 
 
@@ -54,11 +55,14 @@ def block_m(tokens: int, k: int, experts: int) -> int:
     return 16 if rows <= 16 else 32 if rows <= 32 else 64
 
 
-def align(ids: torch.Tensor, experts: int, bm: int):
+def align(ids: torch.Tensor, experts: int, bm: int, impl: str = "torch"):
     """``(sorted_ids [P] int32, block_expert [P / bm] int32, num_padded [1] int32)``.
 
     ``ids [T, k]``: each pair ``p = t k + j`` lands in its expert's run, runs padded
-    to ``bm`` rows with the sentinel ``T k``; ``num_padded`` rows are in use."""
+    to ``bm`` rows with the sentinel ``T k``; ``num_padded`` rows are in use. ``impl="triton"``
+    and at most ``MAX_PAIRS`` pairs: one launch (:mod:`.moe_align`), the same tensors."""
+    if impl == "triton" and ids.numel() <= MAX_PAIRS:
+        return align_fused(ids, experts, bm)
     flat = ids.reshape(-1)
     n = flat.numel()
     total = n + experts * (bm - 1)
@@ -154,7 +158,7 @@ def fused_moe(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, weight
         return moe_ref(x, *((gate_up.dequant(), down.dequant()) if fp8 else (gate_up, down)), weights, ids)
     T, k = ids.shape
     bm = block_m(T, k, E)
-    sorted_ids, block_expert, num_padded = align(ids, E + (local is not None), bm)
+    sorted_ids, block_expert, num_padded = align(ids, E + (local is not None), bm, impl)
     gemm = partial(grouped_gemm_fp8, out_dtype=x.dtype) if fp8 else grouped_gemm
     h = gemm(x, gate_up, sorted_ids, block_expert, num_padded, T * k, k, bm)
     h = silu_mul(h, impl)
