@@ -116,3 +116,17 @@ def test_one_launch_alignment_is_the_torch_one(tokens, experts, k, bm):
     ids = torch.stack([torch.randperm(experts, generator=gen)[:k] for _ in range(tokens)]).to(DEVICE)
     for want, got in zip(align(ids, experts, bm), align(ids, experts, bm, "triton")):
         assert torch.equal(want.to(torch.int32), got)
+
+
+@pytest.mark.parametrize("experts, k", [(8, 2), (256, 6), (128, 8), (9, 3)])
+def test_one_launch_routing_is_the_torch_one(experts, k):
+    """Softmax (Qwen3) and sqrt-softplus with bias (V4) routing in one kernel: the same experts in
+    the same order and the same weights as the torch ops (logits wide enough to reach softplus's ends)."""
+    gen = torch.Generator().manual_seed(experts)
+    logits = (torch.randn(13, experts, generator=gen) * 12).to(DEVICE)
+    bias = (torch.randn(experts, generator=gen) * 0.5).to(DEVICE)
+    for route in (lambda impl: route_softmax(logits, k, impl),
+                  lambda impl: route_sqrtsoftplus(logits, bias, k, 1.5, impl)):
+        (w0, i0), (w1, i1) = route("torch"), route("triton")
+        assert torch.equal(i0, i1)
+        torch.testing.assert_close(w1, w0, rtol=1e-5, atol=1e-6)

@@ -30,19 +30,26 @@ import triton.language as tl
 from dspark_sim.kernels.decoder.fused import silu_mul
 from dspark_sim.kernels.decoder.moe_align import MAX_PAIRS, align_fused
 from dspark_sim.kernels.decoder.moe_fp8 import grouped_gemm_fp8
+from dspark_sim.kernels.decoder.moe_route import route_fused
 
 
-def route_softmax(logits: torch.Tensor, k: int):
+def route_softmax(logits: torch.Tensor, k: int, impl: str = "torch"):
     """Qwen3-MoE routing: softmax over experts, top ``k``, weights renormalised.
-    ``logits [T, E]`` -> ``(weights [T, k] fp32, ids [T, k] int64)``."""
+    ``logits [T, E]`` -> ``(weights [T, k] fp32, ids [T, k] int64)``; ``impl="triton"``: one
+    launch (:mod:`.moe_route`)."""
+    if impl == "triton":
+        return route_fused(logits, k)
     probs = logits.float().softmax(-1)
     weight, ids = probs.topk(k, dim=-1)
     return weight / weight.sum(-1, keepdim=True), ids
 
 
-def route_sqrtsoftplus(logits: torch.Tensor, bias: torch.Tensor, k: int, scale: float):
+def route_sqrtsoftplus(logits: torch.Tensor, bias: torch.Tensor, k: int, scale: float, impl: str = "torch"):
     """DeepSeek-V4 routing: scores ``sqrt(softplus(logits))``, top ``k`` of score + bias,
-    weights the chosen scores normalised and times ``scale`` (``routed_scaling_factor``)."""
+    weights the chosen scores normalised and times ``scale`` (``routed_scaling_factor``);
+    ``impl="triton"``: one launch (:mod:`.moe_route`)."""
+    if impl == "triton":
+        return route_fused(logits, k, bias, scale)
     scores = F.softplus(logits.float()).sqrt()
     ids = (scores + bias.float()).topk(k, dim=-1).indices
     weight = scores.gather(1, ids)

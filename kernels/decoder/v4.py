@@ -291,7 +291,7 @@ class V4Moe(nn.Module):
         self.shared = Mlp(h, i * spec.num_shared_experts, dtype)
 
     def forward(self, x, impl: str):
-        weight, ids = route_sqrtsoftplus(F.linear(x, self.router), self.bias, self.top_k, ROUTED_SCALE)
+        weight, ids = route_sqrtsoftplus(F.linear(x, self.router), self.bias, self.top_k, ROUTED_SCALE, impl)
         return fused_moe(x, self.gate_up, self.down, weight, ids, impl) + self.shared(x, impl)
 
 

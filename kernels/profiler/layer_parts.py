@@ -160,7 +160,7 @@ def v4_parts(layers: dict, moe_fp8, batch, k_cache, ropes, reqs: int, impl: str)
             mlp = layer.mlp
 
             def routed(experts, mlp=mlp, x=x):
-                w, ids = route_sqrtsoftplus(F.linear(x, mlp.router), mlp.bias, mlp.top_k, ROUTED_SCALE)
+                w, ids = route_sqrtsoftplus(F.linear(x, mlp.router), mlp.bias, mlp.top_k, ROUTED_SCALE, impl)
                 return fused_moe(x, experts[0], experts[1], w, ids, impl)
 
             run.update({"moe_routed_bf16": lambda: routed((mlp.gate_up, mlp.down)),
@@ -215,7 +215,7 @@ def qwen_parts(spec, reqs_list, dtype, device, group: int, seed: int = 0):
         a = torch.randn(reqs, spec.num_heads * spec.head_dim, device=device).to(dtype)
 
         def routed(experts, x=x):
-            w, ids = route_softmax(F.linear(x, moe.router), moe.top_k)
+            w, ids = route_softmax(F.linear(x, moe.router), moe.top_k, "triton")
             return fused_moe(x, experts[0], experts[1], w, ids, "triton")
 
         out[reqs] = {("moe", "moe_routed_bf16"): lambda: routed((moe.gate_up, moe.down)),
