@@ -11,7 +11,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from dspark_sim.kernels.profiler import layer_parts  # noqa: E402
 
-V4_PARTS = {"layer", "layer_unfused", "hyper_connections", "queries", "store_key", "compression", "indexer",
+V4_PARTS = {"layer", "layer_unfused", "hyper_connections", "queries", "store_key", "compression",
             "sparse_attention", "output", "projections"}
 
 
@@ -24,9 +24,9 @@ def test_v4_dry_run_times_every_part(tmp_path):
     got = {(r["layer"], r["reqs"], r["part"]) for r in data["parts"]}
     for reqs in (1, 2, 4):
         assert {p for k, r, p in got if k == "hca" and r == reqs} >= V4_PARTS
-        assert {p for k, r, p in got if k == "csa" and r == reqs} >= V4_PARTS | {"moe_routed_bf16", "moe_routed_fp8",
-                                                                               "shared_expert"}
-    assert all(r["s"] > 0 for r in data["parts"] if r["part"] != "indexer" or r["layer"] == "csa")
+        assert {p for k, r, p in got if k == "csa" and r == reqs} >= V4_PARTS | {"indexer", "moe_routed_bf16",
+                                                                               "moe_routed_fp8", "shared_expert"}
+    assert all(r["s"] > 0 for r in data["parts"])
     launches = {(k["layer"], k["part"]): k["launches"] for k in data["kernels"]}
     for kind in ("csa", "hca"):  # the fused small ops: fewer launches than the torch ops they replace
         assert launches[(kind, "layer")] < 0.6 * launches[(kind, "layer_unfused")]
