@@ -16,6 +16,11 @@ every projection is one bf16 GEMM (the checkpoints' FP8 and FP4 weights are the
 cost model's business). Per request, the compressors keep a ring of recent
 projections (``RING_CSA``, ``RING_HCA`` positions) and the compressed entries and
 indexer keys in slabs of ``max_entries``.
+
+On the Triton path (``impl="triton"``) the hyper-connections, their merges and every RoPE
+rotation are one kernel each (:mod:`.v4_fused`) and a step computes its compressors' slots
+once for all layers; ``impl=UNFUSED`` keeps those as torch ops (the launch-bound path the
+2026-12-01 slices timed), for A/B timing.
 """
 from __future__ import annotations
 
