@@ -50,14 +50,14 @@ def test_targets_table_and_doc_block(tmp_path):
 
 
 def _vs(schedule_error: bool) -> dict:
-    sched = {"R": 8, "gamma": 7, "auto_path": "single", "budget_k": 5, "mismatches": 0,
+    sched = {"R": 8, "block_size": 7, "auto_path": "single", "budget_k": 5, "mismatches": 0,
              "sglang": {"graph_us": 8.0, "launch_us": 20.0}, "ours": {"graph_us": 4.0, "launch_us": 15.0},
              "ours_search": {"graph_us": 5.0, "launch_us": 16.0}, "ours_single": {"graph_us": 4.0, "launch_us": 15.0}}
-    acc = {"R": 8, "gamma": 7, "V": 151936, "greedy_mismatches": 0, "greedy_ours": {"graph_us": 10.0},
+    acc = {"R": 8, "block_size": 7, "V": 151936, "greedy_mismatches": 0, "greedy_ours": {"graph_us": 10.0},
            "greedy_sglang": {"graph_us": 20.0}, "sampling_ours": {"graph_us": 30.0},
            "sampling_sglang": {"graph_us": 90.0}, "sampling_mean_accepted": {"ours": 1.5, "sglang": 1.25}}
     return {"provenance": {"date": "d2" if not schedule_error else "d1", "sglang_wheel": "w"},
-            "schedule": [{"R": 8, "gamma": 7, "error": "boom"}] if schedule_error else [sched],
+            "schedule": [{"R": 8, "block_size": 7, "error": "boom"}] if schedule_error else [sched],
             "accept": [acc] if schedule_error else []}
 
 
