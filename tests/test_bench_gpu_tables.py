@@ -74,7 +74,8 @@ def test_sglang_runs_merge_by_section_and_tabulate(tmp_path):
     assert "schedule: measured d2" in kernels_vs_sglang.header(merged)
 
 
-def test_mixed_steps_draw_the_profilers_contexts_and_price_a_step_over_its_parts():
+def test_mixed_steps_draw_the_profilers_contexts():
+    pytest.importorskip("torch", reason="the profiler's Stepper (kernels/profiler/steps.py) imports torch")
     from dspark_sim.kernels.profiler.steps import Stepper
 
     class Recorder(Stepper):  # the lengths verify_spread hands the decoder, without one
@@ -87,6 +88,9 @@ def test_mixed_steps_draw_the_profilers_contexts_and_price_a_step_over_its_parts
     rec = Recorder()
     rec.verify_spread(64, 64, mixed_steps.CONTEXT_MEAN, mixed_steps.CONTEXT_SIGMA)
     assert mixed_steps.contexts(64) == rec.seen[0]
+
+
+def test_mixed_steps_price_a_step_over_its_parts():
     point = lambda r, c, k, g: {"reqs": r, "chunk": c, "cached": k, "context_max": 0, "gpu_s": g,  # noqa: E731
                                 "forward_s": g, "wall_s": g, "hidden": 1.0}
     data = {"points": [point(64, 0, 0, 0.010), point(0, 2048, 0, 0.050), point(64, 2048, 0, 0.0632)],
