@@ -36,7 +36,7 @@ tuning = importlib.import_module("dspark_sim.kernels.tuning")
 accept_mod = importlib.import_module("dspark_sim.kernels.accept")
 sched_mod = importlib.import_module("dspark_sim.kernels.schedule_verify")
 
-VOCABS, GAMMAS, REQUESTS = (151936, 129280), (5, 7), (1, 8, 32, 64, 128, 256)
+VOCABS, BLOCK_SIZES, REQUESTS = (151936, 129280), (5, 7), (1, 8, 32, 64, 128, 256)
 ROTATE_BYTES = 512 * 2**20
 METHOD = (
     "median of triton.testing.do_bench (L2 flushed before every call) over >= 2 rotating input sets "
@@ -130,11 +130,11 @@ def mismatches(a, b) -> int:
     return int(((a[0].cpu() != b[0].cpu()) | (a[1].cpu() != b[1].cpu()).any(1)).sum())
 
 
-def bench_accept(V, gamma, R, compiled: dict, copy_gbps: float, dev, rep_ms: float, dry: bool) -> list[dict]:
-    probe, W = accept_case(R, gamma, V, dev, seed=0)
+def bench_accept(V, block_size, R, compiled: dict, copy_gbps: float, dev, rep_ms: float, dry: bool) -> list[dict]:
+    probe, W = accept_case(R, block_size, V, dev, seed=0)
     set_bytes = sum(t.numel() * t.element_size() for t in probe.values())
     n_sets = max(2, min(16, math.ceil(ROTATE_BYTES / set_bytes)))
-    sets = [probe] + [accept_case(R, gamma, V, dev, seed=i)[0] for i in range(1, n_sets)]
+    sets = [probe] + [accept_case(R, block_size, V, dev, seed=i)[0] for i in range(1, n_sets)]
     rows = []
     for variant in ("sampling", "greedy"):
         nxt = rotating(sets)
@@ -151,7 +151,7 @@ def bench_accept(V, gamma, R, compiled: dict, copy_gbps: float, dev, rep_ms: flo
                 return accept_greedy(a["target_logits"], a["indptr"], a["draft_tokens"], max_window=W)
         args = probe if variant == "sampling" else dict(probe, draft_probs=None)
         cfgs = accept_mod.configs_for(args)
-        row = {"kernel": "accept", "variant": variant, "V": V, "gamma": gamma, "R": R, "rows": R * (gamma + 1),
+        row = {"kernel": "accept", "variant": variant, "V": V, "block_size": block_size, "R": R, "rows": R * (block_size + 1),
                "logits_dtype": str(probe["target_logits"].dtype), "draft_probs_dtype": str(probe["draft_probs"].dtype),
                "input_sets": n_sets, "configs": cfgs}
         try:
@@ -186,10 +186,10 @@ def _swap(a: dict, variant: str) -> dict:
 # ----------------------------------------------------------------------------- schedule
 
 
-def bench_schedule(R, gamma, mode, lag, compiled: dict, dev, rep_ms: float, dry: bool, with_torch_graph: bool) -> dict:
-    case = schedule_case(R, gamma, dev, seed=R + gamma, lag=lag)
-    row = {"kernel": "schedule_verify", "mode": mode, "lag": lag, "R": R, "gamma": gamma,
-           "config": autotune.lookup("schedule_verify", dict(zip("RG", sched_mod.block_shape(R, gamma))), dev)}
+def bench_schedule(R, block_size, mode, lag, compiled: dict, dev, rep_ms: float, dry: bool, with_torch_graph: bool) -> dict:
+    case = schedule_case(R, block_size, dev, seed=R + block_size, lag=lag)
+    row = {"kernel": "schedule_verify", "mode": mode, "lag": lag, "R": R, "block_size": block_size,
+           "config": autotune.lookup("schedule_verify", dict(zip("RG", sched_mod.block_shape(R, block_size))), dev)}
     try:
         out = schedule_verify(**case, mode=mode)
         cpu_case = dict(case, conf=case["conf"].cpu(), temperatures=case["temperatures"].cpu(), sps=case["sps"].to("cpu"),
@@ -289,22 +289,22 @@ def write_json(out_dir: Path, result: dict) -> None:
 def print_table(result: dict) -> None:
     print(f"\n{result['provenance']['device_name']}  copy {result['copy']['gbps']:.0f} GB/s  "
           f"torch {result['provenance']['torch']}  triton {result['provenance']['triton']}")
-    print(f"{'accept':9}{'V':>7}{'g':>3}{'R':>5}{'rows':>6}{'us':>8}{'graph':>7}{'GB/s':>6}{'%copy':>6}{'xtorch':>7}{'xcomp':>6}{'mis':>4}")
+    print(f"{'accept':9}{'V':>7}{'bs':>3}{'R':>5}{'rows':>6}{'us':>8}{'graph':>7}{'GB/s':>6}{'%copy':>6}{'xtorch':>7}{'xcomp':>6}{'mis':>4}")
     for r in result["accept"]:
         if "error" in r:
-            print(f"{r['variant']:9}{r['V']:>7}{r['gamma']:>3}{r['R']:>5} ERROR {r['error'][:60]}")
+            print(f"{r['variant']:9}{r['V']:>7}{r['block_size']:>3}{r['R']:>5} ERROR {r['error'][:60]}")
             continue
-        print(f"{r['variant']:9}{r['V']:>7}{r['gamma']:>3}{r['R']:>5}{r['rows']:>6}{r['kernel_us']:>8.1f}"
+        print(f"{r['variant']:9}{r['V']:>7}{r['block_size']:>3}{r['R']:>5}{r['rows']:>6}{r['kernel_us']:>8.1f}"
               f"{fmt(r['kernel_graph_us'], '>7.1f')}{r['gbps']:>6.0f}{r['pct_of_copy']:>6.0f}"
               f"{fmt(r.get('speedup_vs_torch'), '>7.1f')}"
               f"{fmt(r.get('speedup_vs_compiled'), '>6.1f')}{r['mismatched_requests_vs_torch']:>4}")
-    print(f"{'schedule':12}{'g':>3}{'R':>5}{'us':>8}{'graph':>7}{'torch':>8}{'xtorch':>7}{'xcomp':>6}{'ok':>4}")
+    print(f"{'schedule':12}{'bs':>3}{'R':>5}{'us':>8}{'graph':>7}{'torch':>8}{'xtorch':>7}{'xcomp':>6}{'ok':>4}")
     for r in result["schedule"]:
         name = {"production": "prod", "algorithm1": "alg1"}[r["mode"]] + ("+lag" if r["lag"] else "")
         if "error" in r:
-            print(f"{name:12}{r['gamma']:>3}{r['R']:>5} ERROR {r['error'][:60]}")
+            print(f"{name:12}{r['block_size']:>3}{r['R']:>5} ERROR {r['error'][:60]}")
             continue
-        print(f"{name:12}{r['gamma']:>3}{r['R']:>5}{r['kernel_us']:>8.1f}{fmt(r['kernel_graph_us'], '>7.1f')}"
+        print(f"{name:12}{r['block_size']:>3}{r['R']:>5}{r['kernel_us']:>8.1f}{fmt(r['kernel_graph_us'], '>7.1f')}"
               f"{r['torch_us']:>8.1f}{r['speedup_vs_torch']:>7.1f}{fmt(r.get('speedup_vs_compiled'), '>6.1f')}"
               f"{'y' if r['matches_reference'] else 'N':>4}")
     if "gpu_tests" in result:
@@ -329,7 +329,7 @@ def main(argv=None) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     dry = args.dry_run
     dev = torch.device("cpu" if dry else "cuda")
-    vocabs, gammas, requests = ((300,), (2,), (1, 4)) if dry else (VOCABS, GAMMAS, REQUESTS)
+    vocabs, block_sizes, requests = ((300,), (2,), (1, 4)) if dry else (VOCABS, BLOCK_SIZES, REQUESTS)
     log = lambda msg: print(f"[{args.budget_s - budget.left():6.1f}s] {msg}", flush=True)  # noqa: E731
 
     result = {"provenance": tuning.provenance() if not dry else {"device_name": "cpu (dry run)", "torch": torch.__version__,
@@ -342,7 +342,7 @@ def main(argv=None) -> None:
     log(f"copy bandwidth {result['copy']['gbps']:.0f} GB/s")
 
     if args.tune and not dry:
-        shapes = tuning.sweep_shapes(vocabs, requests, gammas)
+        shapes = tuning.sweep_shapes(vocabs, requests, block_sizes)
         base = json.loads(args.base_profile.read_text())["kernels"] if args.base_profile else None
         found = tuning.tune(shapes, rep_ms=5.0, budget_s=min(args.tune_s, max(0.0, budget.left() - 45)),
                               kernels=args.tune_kernels.split(","), base=base, log=log)
@@ -354,21 +354,21 @@ def main(argv=None) -> None:
 
     result["accept"], result["schedule"] = [], []
     rep = args.rep_ms
-    for V, gamma, R in itertools.product(vocabs, gammas, requests) if "accept" in sections else ():
+    for V, block_size, R in itertools.product(vocabs, block_sizes, requests) if "accept" in sections else ():
         if budget.left() < 12:
             log("budget low: accept sweep cut short")
             break
-        result["accept"] += bench_accept(V, gamma, R, compiled, result["copy"]["gbps"], dev, rep, dry)
+        result["accept"] += bench_accept(V, block_size, R, compiled, result["copy"]["gbps"], dev, rep, dry)
         torch.cuda.empty_cache() if not dry else None
     log("accept sweep done")
     write_json(out_dir, result)
-    sched_cases = [(R, g, "production", False) for g in gammas for R in requests]
-    sched_cases += [(requests[-1], gammas[-1], "algorithm1", False), (requests[-1], gammas[-1], "production", True)]
-    for R, gamma, mode, lag in sched_cases if "schedule" in sections else ():
+    sched_cases = [(R, g, "production", False) for g in block_sizes for R in requests]
+    sched_cases += [(requests[-1], block_sizes[-1], "algorithm1", False), (requests[-1], block_sizes[-1], "production", True)]
+    for R, block_size, mode, lag in sched_cases if "schedule" in sections else ():
         if budget.left() < 8:
             log("budget low: schedule sweep cut short")
             break
-        result["schedule"].append(bench_schedule(R, gamma, mode, lag, compiled, dev, rep, dry, budget.left() > 40))
+        result["schedule"].append(bench_schedule(R, block_size, mode, lag, compiled, dev, rep, dry, budget.left() > 40))
     log("schedule sweep done")
     result["gpu_state_end"] = gpu_state()
     write_json(out_dir, result)

@@ -67,8 +67,8 @@ def child(path: str, exact: bool) -> None:
         summary, _ = run_scenario(scenario, Path(tmp) / "out", plots=False, show_progress=False)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"wall_s": wall, "cpu_s": cpu, "completed": summary["completed"],
-                      "output_tokens": summary["total_output_tokens"], "steps": summary["num_steps"],
+    print(json.dumps({"wall_s": wall, "cpu_s": cpu, "completed": summary.completed,
+                      "output_tokens": summary.total_output_tokens, "steps": summary.num_steps,
                       "peak_mib": peak_mib}))
 
 

@@ -37,7 +37,7 @@ from dspark_sim.reports.kernels_vs_sglang import JSON, block_text, merge, tables
 
 REPO = Path(__file__).resolve().parents[1]
 REQUESTS = (1, 8, 32, 64, 128, 256, 512, 1024, 2048, 4096)
-GAMMAS = (7, 16)
+BLOCK_SIZES = (7, 16)
 ACCEPT_REQUESTS = (1, 8, 32, 64, 128, 256)
 VOCAB = 151936
 
@@ -58,31 +58,31 @@ def timings(fn, dry: bool) -> dict:
     return out
 
 
-def schedule_rows(sgl, dev, dry: bool, requests, gammas, deadline: float, log) -> list[dict]:
+def schedule_rows(sgl, dev, dry: bool, requests, block_sizes, deadline: float, log) -> list[dict]:
     import torch
 
     from dspark_sim.kernels.cases import draft_confidences, synthetic_sps_table
     from dspark_sim.kernels.schedule_verify import path_for, run_schedule
 
     rows = []
-    for gamma in gammas:
+    for block_size in block_sizes:
         for R in requests:
             if time.perf_counter() > deadline:
-                rows.append({"R": R, "gamma": gamma, "error": "skipped: time budget"})
+                rows.append({"R": R, "block_size": block_size, "error": "skipped: time budget"})
                 continue
-            conf = draft_confidences(R, gamma, dev, seed=R + gamma)
-            temps = torch.ones(gamma, device=dev)
-            sps = synthetic_sps_table(max_batch_tokens=R * (gamma + 1), device=dev)
-            row = {"R": R, "gamma": gamma, "auto_path": path_for(R, gamma)}
+            conf = draft_confidences(R, block_size, dev, seed=R + block_size)
+            temps = torch.ones(block_size, device=dev)
+            sps = synthetic_sps_table(max_batch_tokens=R * (block_size + 1), device=dev)
+            row = {"R": R, "block_size": block_size, "auto_path": path_for(R, block_size)}
             try:
                 k = int(run_schedule(conf, temps, sps, None)[1])  # our production budget for this batch
-                cfg = sgl.ScheduleConfig(gamma=gamma)
+                cfg = sgl.ScheduleConfig(gamma=block_size)
                 theirs = lambda: sgl.schedule_topk(confidence=conf, budget=k, cfg=cfg)  # noqa: E731
                 ours = lambda path=None: run_schedule(conf, temps, sps, None, budget_k=k, path=path)  # noqa: E731
                 row.update(budget_k=k, mismatches=int((theirs().cpu() != ours()[0].cpu()).sum()),
                            sglang=timings(theirs, dry), ours=timings(ours, dry),
                            ours_search=timings(lambda: run_schedule(conf, temps, sps, None), dry))
-                n = max(16, 1 << (R - 1).bit_length()) * max(2, 1 << (gamma - 1).bit_length())
+                n = max(16, 1 << (R - 1).bit_length()) * max(2, 1 << (block_size - 1).bit_length())
                 for path in ("single", "pairwise", "merge"):
                     if (path == "single" and n > 2048) or (path == "pairwise" and n > 65536) or dry:
                         continue
@@ -90,11 +90,11 @@ def schedule_rows(sgl, dev, dry: bool, requests, gammas, deadline: float, log) -
             except Exception as err:
                 row["error"] = f"{type(err).__name__}: {str(err)[:300]}"
             rows.append(row)
-            log(f"schedule R={R} gamma={gamma}: {summary(row)}")
+            log(f"schedule R={R} block_size={block_size}: {summary(row)}")
     return rows
 
 
-def accept_rows(sgl, dev, dry: bool, requests, gamma: int, vocab: int, deadline: float, log) -> list[dict]:
+def accept_rows(sgl, dev, dry: bool, requests, block_size: int, vocab: int, deadline: float, log) -> list[dict]:
     import torch
 
     from dspark_sim.kernels import accept, accept_greedy
@@ -105,11 +105,11 @@ def accept_rows(sgl, dev, dry: bool, requests, gamma: int, vocab: int, deadline:
         if time.perf_counter() > deadline:
             rows.append({"R": R, "error": "skipped: time budget"})
             continue
-        args, W = accept_case(R, gamma, vocab, dev, seed=R, logits_dtype=torch.float32)
+        args, W = accept_case(R, block_size, vocab, dev, seed=R, logits_dtype=torch.float32)
         logits = args["target_logits"]  # fp32, as both engines' samplers receive them
         cand = args["draft_tokens"].view(R, W).clone()
         cand[:, 1:] = args["draft_tokens"].view(R, W)[:, :-1]  # SGLang: the anchor, then the drafts
-        row = {"R": R, "gamma": gamma, "V": vocab}
+        row = {"R": R, "block_size": block_size, "V": vocab}
         try:
             greedy_ours = lambda: accept_greedy(logits, args["indptr"], args["draft_tokens"], max_window=W)  # noqa: E731
             greedy_theirs = lambda: sgl.accept_greedy(candidates=cand, target_logits=logits,  # noqa: E731
@@ -120,11 +120,11 @@ def accept_rows(sgl, dev, dry: bool, requests, gamma: int, vocab: int, deadline:
             row["greedy_ours"], row["greedy_sglang"] = timings(greedy_ours, dry), timings(greedy_theirs, dry)
             info = type("SamplingInfo", (), {"need_top_k_sampling": False, "need_top_p_sampling": False,
                                              "temperatures": args["temperature"]})()
-            probs = args["draft_probs"].view(R, W, vocab)[:, :gamma].contiguous()
+            probs = args["draft_probs"].view(R, W, vocab)[:, :block_size].contiguous()
             sample_ours = lambda: accept(**args, max_window=W)  # noqa: E731
             sample_theirs = lambda: sgl.accept_sampling(  # noqa: E731
                 candidates=cand, target_logits=logits, draft_probs=probs, sampling_info=info,
-                draft_input=None, gamma=gamma, verify_num_draft_tokens=W)
+                draft_input=None, gamma=block_size, verify_num_draft_tokens=W)
             row["sampling_mean_accepted"] = {"ours": float(sample_ours()[0].float().mean()),
                                              "sglang": float(sample_theirs()[0].float().mean())}
             row["sampling_ours"], row["sampling_sglang"] = timings(sample_ours, dry), timings(sample_theirs, dry)
@@ -136,7 +136,7 @@ def accept_rows(sgl, dev, dry: bool, requests, gamma: int, vocab: int, deadline:
 
 
 def summary(row: dict) -> str:
-    return json.dumps({k: v for k, v in row.items() if k not in ("R", "gamma", "V")})[:300]
+    return json.dumps({k: v for k, v in row.items() if k not in ("R", "block_size", "V")})[:300]
 
 
 def run(args) -> dict:
@@ -163,7 +163,7 @@ def run(args) -> dict:
     requests = (1, 40) if dry else REQUESTS
     if "schedule" in sections:
         share = 0.6 if "accept" in sections else 1.0
-        out["schedule"] = schedule_rows(sgl, dev, dry, requests, (7,) if dry else GAMMAS,
+        out["schedule"] = schedule_rows(sgl, dev, dry, requests, (7,) if dry else BLOCK_SIZES,
                                         start + share * args.budget_s, log)
         write_result(args.out, out)
     if "accept" in sections:

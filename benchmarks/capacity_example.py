@@ -10,6 +10,7 @@ same commit gives the same table.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -25,7 +26,9 @@ REPO = Path(__file__).resolve().parents[1]
 ARGS = ["examples/azure_code_h200.yaml", "--price-per-gpu-hour", "h100=2.5,h200=3.5,b200=5.5,b300=7", "--jobs", "2"]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.parse_args(argv)  # no options: --help says what it runs
     with tempfile.TemporaryDirectory(prefix="capacity-example-") as tmp:
         cmd = [sys.executable, "-m", "dspark_sim.cli", "capacity", *ARGS, "--out", tmp + "/out", "--no-plots",
                "--quiet"]

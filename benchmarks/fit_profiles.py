@@ -3,7 +3,7 @@
     python benchmarks/fit_profiles.py            # every profiles/h200/raw/raw_<model>.json
     python benchmarks/fit_profiles.py --synthetic   # dry run on roofline data, scratch output
     python benchmarks/fit_profiles.py --levels-only # only the leave-one-level-out errors, fits kept
-    python benchmarks/fit_profiles.py --mixed-only  # only the mixed-step term (raw/mixed_<model>.json)
+    python benchmarks/fit_profiles.py --post-only   # only the spread and mixed-step terms (raw/)
 
 Fits ``profiles/<gpu>/<model>.json`` with its SGLang tables and projections
 (:mod:`dspark_sim.profiling.pipeline`), plots ``docs/img/profile_fit_<model>.png`` and puts
@@ -28,12 +28,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--synthetic", action="store_true", help="dry run on roofline data with noise")
     ap.add_argument("--levels-only", action="store_true",
                     help="only the leave-one-level-out errors of the shipped profiles (fitted numbers kept)")
-    ap.add_argument("--mixed-only", action="store_true",
-                    help="only the mixed-step term of the shipped profiles, from raw/mixed_<model>.json")
+    ap.add_argument("--post-only", action="store_true",
+                    help="only the spread and mixed-step terms of the shipped profiles, from raw/ (spread rows "
+                         "of raw_<model>.json, probes mixed_<model>.json)")
     args = ap.parse_args(argv)
     flags = ["--gpu", args.gpu, "--folds", str(args.folds)] + (["--models", *args.models] if args.models else [])
     flags += ["--levels-only"] if args.levels_only else []
-    flags += ["--mixed-only"] if args.mixed_only else []
+    flags += ["--post-only"] if args.post_only else []
     if args.synthetic:
         return fit(fit_parser().parse_args(flags + ["--synthetic"]))
     command = "python benchmarks/fit_profiles.py" + (f" --gpu {args.gpu}" if args.gpu != "h200" else "")

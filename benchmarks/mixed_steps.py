@@ -25,9 +25,7 @@ written after every point, and no point starts after ``--budget-s`` seconds.
 """
 from __future__ import annotations
 
-import argparse
 import gc
-import json
 import statistics
 import sys
 import time
@@ -35,7 +33,7 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
-from outputs import code_commit, write_result
+from outputs import code_commit, probe_parser, probe_result, write_result
 
 from dspark_sim.reports.mixed_steps import CONTEXT_MAX, CONTEXT_MEAN, CONTEXT_MIN, CONTEXT_SIGMA, contexts, table
 
@@ -247,25 +245,16 @@ def fail(out: dict, points: list, err) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--run", action="store_true", help="time the steps (GPU; --tiny: CPU dry run)")
-    ap.add_argument("--out", default="/tmp/mixed_steps.json")
-    ap.add_argument("--json", help="print the table of this result (default: --out)")
-    ap.add_argument("--model", default="qwen3-8b")
-    ap.add_argument("--kv-tokens", type=int, default=400_000)
+    ap = probe_parser(__doc__, "mixed_steps")
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--budget-s", type=float, default=185.0, help="start no point after this many seconds")
-    ap.add_argument("--tiny", action="store_true", help="the tiny CPU decoder and a small grid")
     args = ap.parse_args()
     if args.run:
         run(args)
-    path = Path(args.json or args.out)
-    if not path.is_file():
-        print(f"mixed_steps: {path}: no such result (make one with --run)", file=sys.stderr)
+    data = probe_result(args, "mixed_steps")
+    if data is None:
         return 2
-    print("\n".join(table(json.loads(path.read_text()))))
+    print("\n".join(table(data)))
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

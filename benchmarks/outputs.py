@@ -32,3 +32,34 @@ def code_commit(*paths: str) -> str:
 def machine() -> str:
     """The machine a benchmark ran on, in words (architecture, CPUs, Python, OS)."""
     return f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, {platform.system()}"
+
+
+def probe_parser(doc: str, name: str, **defaults):
+    """The argument parser a GPU probe script shares (``--run`` on the GPU or ``--tiny`` on the
+    CPU, ``--out``, ``--json``, ``--model``, ``--kv-tokens``, ``--budget-s``); ``defaults``
+    override the defaults of those."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("--run", action="store_true", help="time the steps (GPU; --tiny: CPU dry run)")
+    ap.add_argument("--out", default=f"/tmp/{name}.json")
+    ap.add_argument("--json", help="print the table of this result (default: --out)")
+    ap.add_argument("--model", default="qwen3-8b")
+    ap.add_argument("--kv-tokens", type=int, default=defaults.get("kv_tokens", 400_000))
+    ap.add_argument("--budget-s", type=float, default=defaults.get("budget_s", 185.0),
+                    help="start no point after this many seconds")
+    ap.add_argument("--tiny", action="store_true", help="the tiny CPU decoder and a small grid")
+    return ap
+
+
+def probe_result(args, name: str):
+    """The result a probe's ``--json`` (or ``--out``) names, or None after one line on stderr."""
+    import json
+    import sys
+    from pathlib import Path
+
+    path = Path(args.json or args.out)
+    if not path.is_file():
+        print(f"{name}: {path}: no such result (make one with --run)", file=sys.stderr)
+        return None
+    return json.loads(path.read_text())

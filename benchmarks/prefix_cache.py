@@ -35,13 +35,13 @@ def measure(scenario, args) -> dict:
     """One run of the whole trace and one capacity search for ``scenario``."""
     t0 = time.perf_counter()
     summary, _ = run_scenario(scenario, None, plots=False, show_progress=False)
-    pc = summary.get("prefix_cache") or {}
-    row = {k: summary[k] for k in SUMMARY_KEYS}
-    row["requests"] = summary["completed"]
-    row.update(hit_rate=pc.get("hit_rate", 0.0), block_hit_rate=pc.get("block_hit_rate", 0.0),
-               prefill_tokens_computed=pc.get("prefill_tokens_computed"),
-               prefill_tokens_saved=pc.get("prefill_tokens_saved", 0), evicted_blocks=pc.get("evicted_blocks", 0),
-               total_input_tokens=summary["total_input_tokens"])
+    pc = summary.prefix_cache
+    row = {k: getattr(summary, k) for k in SUMMARY_KEYS}
+    row["requests"] = summary.completed
+    row.update(hit_rate=pc.hit_rate if pc else 0.0, block_hit_rate=pc.block_hit_rate if pc else 0.0,
+               prefill_tokens_computed=pc.prefill_tokens_computed if pc else None,
+               prefill_tokens_saved=pc.prefill_tokens_saved if pc else 0,
+               evicted_blocks=pc.evicted_blocks if pc else 0, total_input_tokens=summary.total_input_tokens)
     slo = Slo(tpot_ms=scenario.slo.tpot_ms, ttft_ms=scenario.slo.ttft_ms)
     cfg = CapacitySettings(slo=slo, gpus=tuple(args.gpus.split(",")), methods=tuple(args.methods.split(",")),
                            tps=(1,), max_requests=args.max_requests, precision=args.precision,

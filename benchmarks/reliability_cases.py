@@ -24,6 +24,8 @@ from typing import Callable
 
 import yaml
 
+from dspark_sim.metrics.run_summary import RunSummary
+
 
 @dataclass(frozen=True)
 class Link:
@@ -227,11 +229,11 @@ def _accepted_within_output(rel: str):
         # tokens the steps emitted less one a decode row: the accepted drafts, less one for each row an
         # overlapping engine decoded for a request that finished in flight (it emits nothing)
         emitted = sum(int(s["accepted_tokens"]) - int(s["decode_reqs"]) for s in steps)
-        summary = json.loads((w / rel / "summary.json").read_text())
+        summary = RunSummary.from_json(json.loads((w / rel / "summary.json").read_text()))
         accepted = sum(int(r["accepted_tokens"]) for r in rows)
-        if over or summary["accepted_drafts"] != accepted or emitted > accepted:
+        if over or summary.accepted_drafts != accepted or emitted > accepted:
             return (f"{over} of {len(rows)} requests accept more drafts than they emit; summary "
-                    f"{summary['accepted_drafts']}, requests {accepted}, steps {emitted}")
+                    f"{summary.accepted_drafts}, requests {accepted}, steps {emitted}")
         return None
     return check
 

@@ -82,9 +82,9 @@ def speedup_rows(model: str = "deepseek-v4-flash", gpu: str = "b200", tp: int = 
             s = summarize(simulate(_scenario(model, gpu, tp, "sglang", spec, c, requests=max(16, 4 * c))))
             out[name] = s
         rows.append({"model": model, "gpu": gpu, "tp": tp, "concurrency": c,
-                     "none_tok_s": out["none"]["output_throughput"], "dspark_tok_s": out["dspark"]["output_throughput"],
-                     "speedup": out["dspark"]["output_throughput"] / out["none"]["output_throughput"],
-                     "accept_length": out["dspark"]["mean_accept_length"]})
+                     "none_tok_s": out["none"].output_throughput, "dspark_tok_s": out["dspark"].output_throughput,
+                     "speedup": out["dspark"].output_throughput / out["none"].output_throughput,
+                     "accept_length": out["dspark"].mean_accept_length})
         print(f"{model} {gpu} tp{tp} c={c}: speed-up {rows[-1]['speedup']:.2f}", file=sys.stderr, flush=True)
     return rows
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from dspark_sim.metrics.outdir import atomic_dir
@@ -14,7 +15,8 @@ def run_scenario(scenario: Scenario, out: Path | None, *, plots: bool = True, sh
     """Simulate and write ``summary.json``, ``requests.csv``, ``steps.csv``, ``provenance.json``,
     ``plots/`` into ``out``.
 
-    Returns ``(summary, result)``. With ``out=None`` nothing is written.
+    Returns ``(summary, result)``, the summary a :class:`~dspark_sim.metrics.run_summary.RunSummary`
+    with ``sim_wall_s`` set. With ``out=None`` nothing is written.
     """
     from dspark_sim.serving.simulator import simulate
     from dspark_sim.metrics.summary import summarize
@@ -22,20 +24,17 @@ def run_scenario(scenario: Scenario, out: Path | None, *, plots: bool = True, sh
     started = time.perf_counter()
     if out is None:
         result = simulate(scenario, None, _progress(scenario, show_progress))
-        summary = summarize(result)
-        summary["sim_wall_s"] = time.perf_counter() - started
-        return summary, result
+        return replace(summarize(result), sim_wall_s=time.perf_counter() - started), result
     with atomic_dir(out) as tmp:
         result = simulate(scenario, tmp, _progress(scenario, show_progress))
         summary = summarize(result)
-        write_provenance(tmp, summary["provenance"])
+        write_provenance(tmp, summary.provenance)
         if plots:
             from dspark_sim.metrics.plots import plot_run
 
             plot_run(result, tmp / "plots")
-        (tmp / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    summary["sim_wall_s"] = time.perf_counter() - started
-    return summary, result
+        (tmp / "summary.json").write_text(json.dumps(summary.to_json(), indent=2, sort_keys=True) + "\n")
+    return replace(summary, sim_wall_s=time.perf_counter() - started), result
 
 
 def _progress(scenario: Scenario, enabled: bool):

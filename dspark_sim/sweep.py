@@ -38,15 +38,15 @@ def sweep(scenario: Scenario, methods: list[str], concurrency: list[int], *, num
             point = replace(closed_loop(scenario, c, num_requests), speculation=spec)
             summary, _ = run_scenario(point, None, show_progress=False)
             rows.append({"method": name, "concurrency": c,
-                         "output_throughput_per_gpu": summary["output_throughput_per_gpu"],
-                         "mean_tok_per_s_per_user": summary["mean_tok_per_s_per_user"],
-                         "median_tpot_ms": summary["median_tpot_ms"],
-                         "mean_accept_length": summary["mean_accept_length"],
-                         "mean_verify_tokens_per_request": summary["mean_verify_tokens_per_request"],
-                         "acceptance_rate": summary["acceptance_rate"],
-                         "mean_decode_batch_size": summary["mean_decode_batch_size"],
-                         "basis": basis(summary["provenance"]),
-                         "acceptance": summary["provenance"]["acceptance"]["kind"]})
+                         "output_throughput_per_gpu": summary.output_throughput_per_gpu,
+                         "mean_tok_per_s_per_user": summary.mean_tok_per_s_per_user,
+                         "median_tpot_ms": summary.median_tpot_ms,
+                         "mean_accept_length": summary.mean_accept_length,
+                         "mean_verify_tokens_per_request": summary.mean_verify_tokens_per_request,
+                         "acceptance_rate": summary.acceptance_rate,
+                         "mean_decode_batch_size": summary.mean_decode_batch_size,
+                         "basis": basis(summary.provenance),
+                         "acceptance": summary.provenance["acceptance"]["kind"]})
             if progress:
                 progress(rows[-1])
     return rows

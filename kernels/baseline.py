@@ -35,7 +35,7 @@ def steps_per_sec(sps, num_reqs: int, b: torch.Tensor) -> torch.Tensor:
 
 
 def _ranked(conf, temperatures, max_len: int, eps: float):
-    """(survival [R, gamma], candidates position-major flat with -1 = inadmissible,
+    """(survival [R, block_size], candidates position-major flat with -1 = inadmissible,
     sorted values, sorting order). Stable sort keeps (j, r) order among ties."""
     c = torch.sigmoid(torch.logit(conf) / temperatures)
     a = torch.cumprod(c, dim=1)
@@ -65,7 +65,7 @@ def schedule_verify_torch(
 ):
     """Torch version of :func:`dspark_sim.kernels.schedule_verify` (same contract)."""
     min_len, max_len = check_schedule_args(conf, temperatures, sps, min_verify_len, max_verify_len, survival_eps, mode, lag_conf)
-    R, gamma = conf.shape
+    R, block_size = conf.shape
     max_bt = 2**30 if sps.max_batch_tokens is None else sps.max_batch_tokens
     a, cand, vals, order = _ranked(conf, temperatures, max_len, survival_eps)
     sizing = vals if lag_conf is None else _ranked(lag_conf, temperatures, max_len, survival_eps)[2]
@@ -73,10 +73,10 @@ def schedule_verify_torch(
     rank = torch.empty_like(order)
     rank[order] = torch.arange(order.numel(), device=conf.device)
     chosen = (rank < k) & (cand >= 0)
-    counts = chosen.view(gamma, R).sum(0)
+    counts = chosen.view(block_size, R).sum(0)
     lens = (1 + counts).clamp(min_len, max_len).to(torch.int32)
     b = lens.sum()
-    j = torch.arange(gamma, device=conf.device)
+    j = torch.arange(block_size, device=conf.device)
     tau = R + torch.where(j[None, :] < lens[:, None] - 1, a, 0.0).sum()
     theta = tau * steps_per_sec(sps, R, b.view(1))
     return lens, (b - R).view(1).to(torch.int32), theta.float()

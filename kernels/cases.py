@@ -33,33 +33,33 @@ def _generator(device, seed: int) -> torch.Generator:
     return torch.Generator(device=device).manual_seed(seed)
 
 
-def draft_confidences(R: int, gamma: int, device, seed: int) -> torch.Tensor:
-    """fp32 [R, gamma]: sigmoid(mu_j + d_r + noise), easy and hard requests, decaying by position."""
+def draft_confidences(R: int, block_size: int, device, seed: int) -> torch.Tensor:
+    """fp32 [R, block_size]: sigmoid(mu_j + d_r + noise), easy and hard requests, decaying by position."""
     g = _generator(device, seed)
-    mu = torch.linspace(2.5, 0.5, gamma, device=device)
+    mu = torch.linspace(2.5, 0.5, block_size, device=device)
     d = torch.randn(R, 1, generator=g, device=device)
-    return torch.sigmoid(mu + d + 0.7 * torch.randn(R, gamma, generator=g, device=device)).float()
+    return torch.sigmoid(mu + d + 0.7 * torch.randn(R, block_size, generator=g, device=device)).float()
 
 
-def schedule_case(R: int, gamma: int, device="cpu", seed: int = 0, lag: bool = False, sps=None) -> dict:
+def schedule_case(R: int, block_size: int, device="cpu", seed: int = 0, lag: bool = False, sps=None) -> dict:
     """Keyword arguments for schedule_verify (mode and bounds left at their defaults)."""
     g = _generator(device, seed + 1)
     return dict(
-        conf=draft_confidences(R, gamma, device, seed),
-        temperatures=(0.8 + 0.6 * torch.rand(gamma, generator=g, device=device)).float(),
+        conf=draft_confidences(R, block_size, device, seed),
+        temperatures=(0.8 + 0.6 * torch.rand(block_size, generator=g, device=device)).float(),
         sps=sps if sps is not None else synthetic_sps_table(device=device),
-        lag_conf=draft_confidences(R, gamma, device, seed + 7) if lag else None,
+        lag_conf=draft_confidences(R, block_size, device, seed + 7) if lag else None,
     )
 
 
 def accept_case(
-    R: int, gamma: int, V: int, device="cpu", seed: int = 0, *, logits_dtype=torch.bfloat16, probs_dtype=torch.float32,
-    temperature: float = 1.0, ragged: bool = False, sharpness: float = 4.0,
+    R: int, block_size: int, V: int, device="cpu", seed: int = 0, *, logits_dtype=torch.bfloat16,
+    probs_dtype=torch.float32, temperature: float = 1.0, ragged: bool = False, sharpness: float = 4.0,
 ) -> tuple[dict, int]:
     """(keyword arguments for accept, max_window). Drafts come from a perturbed target, so
-    acceptance is neither certain nor hopeless; ragged draws window lengths in 1..gamma+1."""
+    acceptance is neither certain nor hopeless; ragged draws window lengths in 1..block_size+1."""
     g = _generator(device, seed)
-    W = gamma + 1
+    W = block_size + 1
     lengths = torch.randint(1, W + 1, (R,), generator=g, device=device) if ragged else torch.full((R,), W, device=device)
     indptr = torch.zeros(R + 1, dtype=torch.int32, device=device)
     indptr[1:] = torch.cumsum(lengths, 0).to(torch.int32)

@@ -23,15 +23,15 @@ def _want(cond: bool, msg) -> None:
 def check_schedule_args(conf, temperatures, sps, min_verify_len, max_verify_len, survival_eps, mode, lag_conf,
                         budget_k=None):
     """Validate schedule_verify's inputs; return (min_len, max_len) resolved,
-    both counting the anchor (1..gamma+1)."""
+    both counting the anchor (1..block_size+1)."""
     _want(conf.dim() == 2 and conf.dtype == torch.float32,
-          lambda: f"conf: want fp32 [R, gamma], got {conf.dtype} {tuple(conf.shape)}")
-    R, gamma = conf.shape
-    _want(R >= 1 and 1 <= gamma <= MAX_GAMMA,
-          lambda: f"conf: need R >= 1 and 1 <= gamma <= {MAX_GAMMA}, got {tuple(conf.shape)}")
+          lambda: f"conf: want fp32 [R, block_size], got {conf.dtype} {tuple(conf.shape)}")
+    R, block_size = conf.shape
+    _want(R >= 1 and 1 <= block_size <= MAX_GAMMA,
+          lambda: f"conf: need R >= 1 and 1 <= block_size <= {MAX_GAMMA}, got {tuple(conf.shape)}")
     _want(
-        temperatures.dtype == torch.float32 and tuple(temperatures.shape) == (gamma,),
-        lambda: f"temperatures: want fp32 [{gamma}], got {temperatures.dtype} {tuple(temperatures.shape)}",
+        temperatures.dtype == torch.float32 and tuple(temperatures.shape) == (block_size,),
+        lambda: f"temperatures: want fp32 [{block_size}], got {temperatures.dtype} {tuple(temperatures.shape)}",
     )
     _want(isinstance(sps, (SpsTensors, AdditiveSpsTensors)),
           lambda: f"sps: want SpsTensors or AdditiveSpsTensors, got {type(sps)}")
@@ -39,18 +39,19 @@ def check_schedule_args(conf, temperatures, sps, min_verify_len, max_verify_len,
     if lag_conf is not None:
         _want(mode == "production", lambda: "lag_conf sizes the budget in mode='production' only")
         _want(
-            lag_conf.dim() == 2 and lag_conf.dtype == torch.float32 and lag_conf.shape[1] == gamma
+            lag_conf.dim() == 2 and lag_conf.dtype == torch.float32 and lag_conf.shape[1] == block_size
             and lag_conf.shape[0] >= 1,
-            lambda: f"lag_conf: want fp32 [R_lag, {gamma}], got {lag_conf.dtype} {tuple(lag_conf.shape)}",
+            lambda: f"lag_conf: want fp32 [R_lag, {block_size}], got {lag_conf.dtype} {tuple(lag_conf.shape)}",
         )
     if budget_k is not None:
         _want(mode == "production" and lag_conf is None,
               lambda: "budget_k replaces the budget search: mode='production' and no lag_conf")
         _want(int(budget_k) >= 0, lambda: f"budget_k must be >= 0, got {budget_k}")
-    max_len = gamma + 1 if max_verify_len is None else int(max_verify_len)
+    max_len = block_size + 1 if max_verify_len is None else int(max_verify_len)
     min_len = int(min_verify_len)
-    _want(1 <= min_len <= max_len <= gamma + 1,
-          lambda: f"need 1 <= min_verify_len ({min_len}) <= max_verify_len ({max_len}) <= gamma + 1 ({gamma + 1})")
+    _want(1 <= min_len <= max_len <= block_size + 1,
+          lambda: f"need 1 <= min_verify_len ({min_len}) <= max_verify_len ({max_len}) <= block_size + 1 "
+                  f"({block_size + 1})")
     _want(survival_eps >= 0, lambda: f"survival_eps must be >= 0, got {survival_eps}")
     tensors = [conf, temperatures] + ([] if lag_conf is None else [lag_conf])
     _want(len({t.device for t in tensors}) == 1, lambda: "conf, temperatures and lag_conf must share a device")
@@ -95,7 +96,7 @@ def check_accept_args(target_logits, indptr, draft_tokens, draft_probs, temperat
 
 
 def resolve_max_window(indptr: torch.Tensor, max_window: int | None) -> int:
-    """gamma + 1, the width of out_tokens. Inferring it reads indptr on the host
+    """block_size + 1, the width of out_tokens. Inferring it reads indptr on the host
     (one sync); pass max_window to stay sync-free."""
     if max_window is not None:
         _want(int(max_window) >= 1, lambda: f"max_window must be >= 1, got {max_window}")

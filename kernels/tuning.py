@@ -25,9 +25,9 @@ from .autotune import (
     shape_key,
 )
 
-def sweep_shapes(vocabs=(151936, 129280), requests=(1, 8, 32, 64, 128, 256), gammas=(5, 7)) -> list[dict]:
-    """The (V, R, gamma) grid of issue 4's benchmark; the tuner keys on N = R (gamma + 1) and R."""
-    return [{"V": v, "R": r, "gamma": g} for v in vocabs for r in requests for g in gammas]
+def sweep_shapes(vocabs=(151936, 129280), requests=(1, 8, 32, 64, 128, 256), block_sizes=(5, 7)) -> list[dict]:
+    """The (V, R, block_size) grid of benchmarks/bench_kernels.py; the tuner keys on N = R (block_size + 1) and R."""
+    return [{"V": v, "R": r, "block_size": g} for v in vocabs for r in requests for g in block_sizes]
 
 
 def _time_ms(fn, rep_ms: float, graph: bool = False) -> float:
@@ -154,7 +154,7 @@ def _accept_stage(kernel: str, args: dict, W: int):
 
 def tune(shapes: list[dict], *, rep_ms: float = 10.0, budget_s: float = 600.0, kernels=KERNELS, base=None,
          log=print) -> dict:
-    """Tune the named kernels on the current GPU for the given (V, R, gamma) shapes,
+    """Tune the named kernels on the current GPU for the given (V, R, block_size) shapes,
     keeping the entries of ``base`` (a profile's "kernels" dict) for the others."""
     import torch
 
@@ -169,7 +169,7 @@ def tune(shapes: list[dict], *, rep_ms: float = 10.0, budget_s: float = 600.0, k
         if time.time() > t_end:
             log("tune: time budget spent; untuned shapes fall back to the nearest entry")
             break
-        args, W = accept_case(shape["R"], shape["gamma"], shape["V"], dev, seed=0)
+        args, W = accept_case(shape["R"], shape["block_size"], shape["V"], dev, seed=0)
         n_rows = args["target_logits"].shape[0]
         for kernel, space, key in (
             ("accept_row_stats", row_stats_space(n_rows, shape["V"], n_sm), {"V": shape["V"], "N": n_rows}),
@@ -183,10 +183,10 @@ def tune(shapes: list[dict], *, rep_ms: float = 10.0, budget_s: float = 600.0, k
                     found[kernel][k] = cfg
                     log(f"tune {kernel} {k}: {cfg} {ms * 1e3:.1f} us")
         del args
-        block_r, block_g = sched.block_shape(shape["R"], shape["gamma"])
+        block_r, block_g = sched.block_shape(shape["R"], shape["block_size"])
         k = shape_key({"R": block_r, "G": block_g})
         if "schedule_verify" in kernels and k not in found["schedule_verify"]:
-            case = schedule_case(shape["R"], shape["gamma"], dev, seed=0)
+            case = schedule_case(shape["R"], shape["block_size"], dev, seed=0)
             space = schedule_space(block_r, block_g)
             cfg, ms = _tune_one(lambda c: lambda: sched.run_schedule(**case, cfg=c, path="single"), space, rep_ms, graph=True)
             if cfg is not None:

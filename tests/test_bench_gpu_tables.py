@@ -50,14 +50,14 @@ def test_targets_table_and_doc_block(tmp_path):
 
 
 def _vs(schedule_error: bool) -> dict:
-    sched = {"R": 8, "gamma": 7, "auto_path": "single", "budget_k": 5, "mismatches": 0,
+    sched = {"R": 8, "block_size": 7, "auto_path": "single", "budget_k": 5, "mismatches": 0,
              "sglang": {"graph_us": 8.0, "launch_us": 20.0}, "ours": {"graph_us": 4.0, "launch_us": 15.0},
              "ours_search": {"graph_us": 5.0, "launch_us": 16.0}, "ours_single": {"graph_us": 4.0, "launch_us": 15.0}}
-    acc = {"R": 8, "gamma": 7, "V": 151936, "greedy_mismatches": 0, "greedy_ours": {"graph_us": 10.0},
+    acc = {"R": 8, "block_size": 7, "V": 151936, "greedy_mismatches": 0, "greedy_ours": {"graph_us": 10.0},
            "greedy_sglang": {"graph_us": 20.0}, "sampling_ours": {"graph_us": 30.0},
            "sampling_sglang": {"graph_us": 90.0}, "sampling_mean_accepted": {"ours": 1.5, "sglang": 1.25}}
     return {"provenance": {"date": "d2" if not schedule_error else "d1", "sglang_wheel": "w"},
-            "schedule": [{"R": 8, "gamma": 7, "error": "boom"}] if schedule_error else [sched],
+            "schedule": [{"R": 8, "block_size": 7, "error": "boom"}] if schedule_error else [sched],
             "accept": [acc] if schedule_error else []}
 
 
@@ -74,7 +74,8 @@ def test_sglang_runs_merge_by_section_and_tabulate(tmp_path):
     assert "schedule: measured d2" in kernels_vs_sglang.header(merged)
 
 
-def test_mixed_steps_draw_the_profilers_contexts_and_price_a_step_over_its_parts():
+def test_mixed_steps_draw_the_profilers_contexts():
+    pytest.importorskip("torch", reason="the profiler's Stepper (kernels/profiler/steps.py) imports torch")
     from dspark_sim.kernels.profiler.steps import Stepper
 
     class Recorder(Stepper):  # the lengths verify_spread hands the decoder, without one
@@ -87,6 +88,9 @@ def test_mixed_steps_draw_the_profilers_contexts_and_price_a_step_over_its_parts
     rec = Recorder()
     rec.verify_spread(64, 64, mixed_steps.CONTEXT_MEAN, mixed_steps.CONTEXT_SIGMA)
     assert mixed_steps.contexts(64) == rec.seen[0]
+
+
+def test_mixed_steps_price_a_step_over_its_parts():
     point = lambda r, c, k, g: {"reqs": r, "chunk": c, "cached": k, "context_max": 0, "gpu_s": g,  # noqa: E731
                                 "forward_s": g, "wall_s": g, "hidden": 1.0}
     data = {"points": [point(64, 0, 0, 0.010), point(0, 2048, 0, 0.050), point(64, 2048, 0, 0.0632)],

@@ -133,7 +133,7 @@ def _search(scenario, method, slo, max_requests):
 
 def _attainment_at(base, multiplier):
     summary, _ = run_scenario(probe_scenario(base, multiplier), None, plots=False, show_progress=False)
-    return summary["slo_attainment"], summary["completed"]
+    return summary.slo_attainment, summary.completed
 
 
 @pytest.mark.parametrize("source,method", [("synthetic", "none"), ("synthetic", "dspark"), ("trace", "dspark")])

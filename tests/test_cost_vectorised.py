@@ -79,7 +79,7 @@ def test_a_stretch_of_one_batch_prices_as_its_steps(cost, kind, block):
         k = 40
         verify = rng.integers(n, n * (block + 1) + 1, k) if block else n
         ctx = np.cumsum(rng.integers(n, n * 8, k)) + n * 500
-        works = StepWorks(n, verify, ctx, draft_kind=kind, draft_reqs=n if block else 0, draft_block_size=block,
+        works = StepWorks(n, verify, ctx, draft_kind=kind, draft_reqs=n if block else 0, block_size=block,
                           draft_context_tokens=ctx, decode_max_context=ctx // n + rng.integers(0, 900, k),
                           running_reqs=n)
         assert_same(cost, works)

@@ -106,3 +106,27 @@ def test_fused_moe_replays_in_a_cuda_graph():
         dst.copy_(src)
     graph.replay()
     torch.testing.assert_close(out.float(), moe_ref(x2, gate_up, down, w2, i2).float(), rtol=3e-2, atol=3e-2)
+
+
+@pytest.mark.parametrize("tokens, experts, k, bm", [(1, 8, 2, 16), (33, 9, 3, 16), (64, 16, 4, 32), (300, 256, 6, 16),
+                                                    (7, 129, 1, 64)])
+def test_one_launch_alignment_is_the_torch_one(tokens, experts, k, bm):
+    """The fused alignment (one program) gives the torch ops' tensors exactly, stable order included."""
+    gen = torch.Generator().manual_seed(tokens)
+    ids = torch.stack([torch.randperm(experts, generator=gen)[:k] for _ in range(tokens)]).to(DEVICE)
+    for want, got in zip(align(ids, experts, bm), align(ids, experts, bm, "triton")):
+        assert torch.equal(want.to(torch.int32), got)
+
+
+@pytest.mark.parametrize("experts, k", [(8, 2), (256, 6), (128, 8), (9, 3)])
+def test_one_launch_routing_is_the_torch_one(experts, k):
+    """Softmax (Qwen3) and sqrt-softplus with bias (V4) routing in one kernel: the same experts in
+    the same order and the same weights as the torch ops (logits wide enough to reach softplus's ends)."""
+    gen = torch.Generator().manual_seed(experts)
+    logits = (torch.randn(13, experts, generator=gen) * 12).to(DEVICE)
+    bias = (torch.randn(experts, generator=gen) * 0.5).to(DEVICE)
+    for route in (lambda impl: route_softmax(logits, k, impl),
+                  lambda impl: route_sqrtsoftplus(logits, bias, k, 1.5, impl)):
+        (w0, i0), (w1, i1) = route("torch"), route("triton")
+        assert torch.equal(i0, i1)
+        torch.testing.assert_close(w1, w0, rtol=1e-5, atol=1e-6)

@@ -57,11 +57,10 @@ def test_tp2_sampled_tokens_agree_across_ranks():
 
 
 def test_bad_input_on_every_rank_ends_with_one_line_and_code_2():
-    t0 = time.monotonic()
+    # a hang would end in run_ranks' own time-limit line, not this one
     with pytest.raises(RankFailed) as err:
         run_ranks(2, _bad_job, (), timeout_s=LIMIT_S)
     assert err.value.code == 2 and "kv_block_tokens" in str(err.value) and "\n" not in str(err.value)
-    assert time.monotonic() - t0 < LIMIT_S
 
 
 def _bad_job(ctx):
@@ -82,12 +81,10 @@ def test_a_killed_rank_ends_the_run_with_one_line():
             time.sleep(0.05)
     killer = threading.Thread(target=kill_rank_1, daemon=True)
     killer.start()
-    t0 = time.monotonic()
-    with pytest.raises(RankFailed) as err:
+    with pytest.raises(RankFailed) as err:  # a hang would end in run_ranks' own time-limit line
         run_ranks(2, tp_generate_job, ("dspark", PROMPTS * 10, 8, 0.0, False, 0.5), timeout_s=LIMIT_S)
     killer.join()
     assert err.value.rank == 1 and "killed by signal 9" in str(err.value) and "\n" not in str(err.value)
-    assert time.monotonic() - t0 < LIMIT_S
 
 
 def test_cli_rejects_a_tp_the_scenario_does_not_say_before_starting_a_rank(capsys):
@@ -96,9 +93,8 @@ def test_cli_rejects_a_tp_the_scenario_does_not_say_before_starting_a_rank(capsy
     from dspark_sim.kernels.decoder.cli import main
 
     case = Path(__file__).resolve().parents[1] / "profiles/h200/validation/cases_tp2/syn-light__none.yaml"
-    t0 = time.monotonic()
     assert main(["--config", str(case), "--tp", "4", "--device", "cpu"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "deployment.tp" in err and "--tp 2" in err
     assert main(["--config", str(case), "--device", "cpu"]) == 2  # --tp 1 against tp: 2
-    assert multiprocessing.active_children() == [] and time.monotonic() - t0 < 30
+    assert multiprocessing.active_children() == []  # refused before any rank started

@@ -165,9 +165,9 @@ def test_front_end_time_adds_to_ttft_only(tmp_path):
     base = Scenario.from_dict(synthetic_scenario(num_requests=1, engine="vllm"))
     runs = [run_scenario(_with_terms(base, frontend_s=f), tmp_path / str(f), plots=False, show_progress=False)[0]
             for f in (0.0, 0.04)]
-    assert runs[1]["mean_ttft_ms"] - runs[0]["mean_ttft_ms"] == pytest.approx(40.0, abs=1e-6)
-    assert runs[1]["mean_tpot_ms"] == pytest.approx(runs[0]["mean_tpot_ms"])
-    assert runs[0]["engine"] == "vllm 0.33.0"
+    assert runs[1].mean_ttft_ms - runs[0].mean_ttft_ms == pytest.approx(40.0, abs=1e-6)
+    assert runs[1].mean_tpot_ms == pytest.approx(runs[0].mean_tpot_ms)
+    assert runs[0].engine == "vllm 0.33.0"
 
 
 def test_every_command_takes_the_engine(write_scenario, tmp_path, capsys):
@@ -182,7 +182,7 @@ def test_every_command_takes_the_engine(write_scenario, tmp_path, capsys):
     from dspark_sim.tuner.objective import simulate
 
     tuned = simulate(data, [0])
-    assert tuned[0]["engine"] == "sglang 0.5.23"
+    assert tuned[0].engine == "sglang 0.5.23"
 
 
 def test_a_burst_queues_at_the_front_end(tmp_path):

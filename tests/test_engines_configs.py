@@ -13,6 +13,7 @@ transcribed in the test below.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -35,12 +36,21 @@ ROOT = Path(os.environ.get("DSPARK_ENGINES", Path(__file__).resolve().parents[1]
 BASELINES = ("none", "static", "dflash", "schedule", "threshold")
 
 
+# What the engines' released code imports: torch (the [gpu] extra) and the [engines] extra.
+ENGINE_IMPORTS = ("torch", "msgspec", "orjson", "pybase64", "starlette", "pydantic", "transformers", "cbor2",
+                  "aiohttp", "openai", "openai_harmony")
+
+
 def _need_engines() -> None:
     missing = [e for e in ("sglang", "vllm") if not (ROOT / e).is_dir()]
-    if missing and os.environ.get("CI"):
-        pytest.fail(f"engines {missing} not installed under {ROOT}: run tests/engines.sh")
-    if missing:
-        pytest.skip(f"engines {missing} not installed under {ROOT} (run tests/engines.sh)")
+    absent = [name for name in ENGINE_IMPORTS if importlib.util.find_spec(name) is None]
+    why = (f"engines {missing} not installed under {ROOT} (run tests/engines.sh)" if missing else
+           f"the engines' released code imports {', '.join(absent)}, not installed here (the [gpu] and "
+           f"[engines] extras)" if absent else None)
+    if why and os.environ.get("CI"):
+        pytest.fail(why)
+    if why:
+        pytest.skip(why)
 
 
 @pytest.fixture(scope="module")

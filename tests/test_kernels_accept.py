@@ -30,17 +30,17 @@ def greedy_args(args):
 
 
 @pytest.mark.parametrize(
-    "R,gamma,V,logits_dtype",
+    "R,block_size,V,logits_dtype",
     [(1, 0, 37, torch.float32), (1, 4, 300, torch.bfloat16), (5, 3, 1000, torch.bfloat16), (6, 5, 777, torch.float32)],
 )
-def test_sampling_matches_reference(R, gamma, V, logits_dtype):
-    args, W = accept_case(R, gamma, V, DEVICE, seed=R * 7 + V, logits_dtype=logits_dtype, ragged=True)
+def test_sampling_matches_reference(R, block_size, V, logits_dtype):
+    args, W = accept_case(R, block_size, V, DEVICE, seed=R * 7 + V, logits_dtype=logits_dtype, ragged=True)
     assert_same(accept(**args, max_window=W), accept_ref(**args, max_window=W))
 
 
-@pytest.mark.parametrize("R,gamma,V", [(1, 5, 129), (7, 7, 1000)])
-def test_greedy_matches_reference_and_target_greedy(R, gamma, V):
-    args, W = accept_case(R, gamma, V, DEVICE, seed=V, ragged=True, sharpness=0.3)
+@pytest.mark.parametrize("R,block_size,V", [(1, 5, 129), (7, 7, 1000)])
+def test_greedy_matches_reference_and_target_greedy(R, block_size, V):
+    args, W = accept_case(R, block_size, V, DEVICE, seed=V, ragged=True, sharpness=0.3)
     # Drafts that mostly agree with the target argmax, so windows run long.
     top = args["target_logits"].float().argmax(-1)
     flip = torch.rand(top.shape, generator=torch.Generator().manual_seed(1)).to(DEVICE) < 0.15
@@ -159,8 +159,8 @@ def test_deterministic_and_every_output_written():
 
 
 def test_torch_baseline_matches_reference():
-    for seed, (R, gamma, V) in enumerate([(1, 3, 50), (9, 5, 700)]):
-        args, W = accept_case(R, gamma, V, "cpu", seed=seed, ragged=True)
+    for seed, (R, block_size, V) in enumerate([(1, 3, 50), (9, 5, 700)]):
+        args, W = accept_case(R, block_size, V, "cpu", seed=seed, ragged=True)
         args["temperature"][0] = 0.0
         assert_same(accept_torch(**args, max_window=W), accept_ref(**args, max_window=W))
         greedy = accept_greedy_torch(args["target_logits"], args["indptr"], args["draft_tokens"], max_window=W)

@@ -47,12 +47,12 @@ def assert_same(out, ref):
     assert int(k) == int(lens.sum()) - lens.numel()
 
 
-@pytest.mark.parametrize("R,gamma", [(1, 1), (5, 5), (40, 7)])
+@pytest.mark.parametrize("R,block_size", [(1, 1), (5, 5), (40, 7)])
 @pytest.mark.parametrize("mode", ["production", "algorithm1"])
 @pytest.mark.parametrize("table", ["floor", "additive"])
-def test_kernel_matches_reference(R, gamma, mode, table):
+def test_kernel_matches_reference(R, block_size, mode, table):
     sps = synthetic_sps_table(device=DEVICE) if table == "floor" else additive_table()
-    case = schedule_case(R, gamma, DEVICE, seed=R + gamma, sps=sps)
+    case = schedule_case(R, block_size, DEVICE, seed=R + block_size, sps=sps)
     assert_same(schedule_verify(**case, mode=mode), schedule_verify_ref(**case, mode=mode))
 
 
@@ -81,17 +81,17 @@ def test_max_batch_tokens_is_a_hard_cap():
 
 
 @pytest.mark.parametrize("path", ["single", "pairwise", "merge"])
-@pytest.mark.parametrize("R,gamma,mode,lag,table,kw", [
+@pytest.mark.parametrize("R,block_size,mode,lag,table,kw", [
     (5, 5, "production", False, "floor", {}),
     (40, 7, "algorithm1", False, "floor", {}),
     (33, 7, "production", True, "additive", {}),
     (20, 16, "production", False, "additive", {"min_verify_len": 2, "max_verify_len": 9, "survival_eps": 0.05}),
     (61, 3, "algorithm1", False, "additive", {}),
 ])
-def test_every_path_matches_reference(path, R, gamma, mode, lag, table, kw):
+def test_every_path_matches_reference(path, R, block_size, mode, lag, table, kw):
     """The one-program kernel and both many-program paths give the reference's schedule."""
     sps = synthetic_sps_table(device=DEVICE) if table == "floor" else additive_table()
-    case = schedule_case(R, gamma, DEVICE, seed=R + gamma, lag=lag, sps=sps)
+    case = schedule_case(R, block_size, DEVICE, seed=R + block_size, lag=lag, sps=sps)
     out = run_schedule(**case, cfg=None, mode=mode, path=path, **kw)
     assert_same(out, schedule_verify_ref(**case, mode=mode, **kw))
 
@@ -134,9 +134,9 @@ def test_extreme_confidences_and_temperatures():
 
 def brute_force_theta(a, sps, eps, max_batch_tokens):
     """max over every verify-length vector of tau * SPS(B), inadmissible tokens excluded."""
-    R, gamma = a.shape
+    R, block_size = a.shape
     best = -1.0
-    for extra in itertools.product(range(gamma + 1), repeat=R):
+    for extra in itertools.product(range(block_size + 1), repeat=R):
         if any(e > 0 and a[r, e - 1] < eps for r, e in enumerate(extra)) or R + sum(extra) > max_batch_tokens:
             continue
         tau = R + sum(float(a[r, :e].sum()) for r, e in enumerate(extra))
@@ -147,9 +147,9 @@ def brute_force_theta(a, sps, eps, max_batch_tokens):
 @pytest.mark.parametrize("seed", range(4))
 def test_production_equals_brute_force_search(seed):
     g = torch.Generator().manual_seed(seed)
-    R, gamma = 3, 3
-    conf = torch.rand(R, gamma, generator=g).to(DEVICE)
-    temps = (0.5 + torch.rand(gamma, generator=g)).to(DEVICE)
+    R, block_size = 3, 3
+    conf = torch.rand(R, block_size, generator=g).to(DEVICE)
+    temps = (0.5 + torch.rand(block_size, generator=g)).to(DEVICE)
     # A jagged table whose cliffs sit inside the searched range, so the argmax is not trivially "all".
     sps = SpsTensors.from_json_dict(
         {"sample_batch_tokens": [1, 4, 6, 9], "sample_steps_per_sec": [100.0, 90.0, 55.0, 52.0], "max_batch_tokens": 11},
@@ -170,8 +170,8 @@ def test_production_equals_brute_force_search(seed):
 
 @pytest.mark.parametrize("mode", ["production", "algorithm1"])
 def test_torch_baseline_matches_reference(mode):
-    for R, gamma, lag in [(1, 5, False), (37, 7, False), (50, 7, True)]:
-        case = schedule_case(R, gamma, "cpu", seed=R, lag=lag and mode == "production")
+    for R, block_size, lag in [(1, 5, False), (37, 7, False), (50, 7, True)]:
+        case = schedule_case(R, block_size, "cpu", seed=R, lag=lag and mode == "production")
         assert_same(schedule_verify_torch(**case, mode=mode), schedule_verify_ref(**case, mode=mode))
 
 

@@ -46,7 +46,7 @@ def test_no_interaction_fits_no_term(tmp_path):
 
 
 def test_the_term_prices_only_steps_with_decode_rows_and_a_chunk():
-    cost = ProfileCost(PROFILE)
+    cost = ProfileCost(replace(PROFILE, target=replace(PROFILE.target, mixed_s_per_row_tile=0.0)))
     with_term = ProfileCost(replace(PROFILE, target=replace(PROFILE.target, mixed_s_per_row_tile=1e-7)))
     decode = StepWork(decode_reqs=64, verify_tokens=64, decode_context_tokens=64_000)
     prompt = StepWork(prefill_tokens=2048, prefill_reqs=1, prefill_attn_tokens2=2048 * 1024)
@@ -62,14 +62,14 @@ def test_a_probe_without_its_points_is_refused(tmp_path):
         mixed.with_mixed_term(PROFILE.target, tmp_path / "p.json")
 
 
-def test_mixed_only_refits_the_term_of_a_profile_from_its_probe_and_keeps_the_rest(tmp_path):
+def test_post_only_refits_the_term_of_a_profile_from_its_probe_and_keeps_the_rest(tmp_path):
     from dspark_sim.profiling.cli import fit, fit_parser
 
     (tmp_path / "out" / "h200").mkdir(parents=True)
     (tmp_path / "raw").mkdir()
     PROFILE.save(tmp_path / "out" / "h200" / "qwen3-8b.json")
     _probe(tmp_path / "raw" / "mixed_qwen3-8b.json", 1e-7)
-    assert fit(fit_parser().parse_args(["--mixed-only", "--out-dir", str(tmp_path / "out"),
+    assert fit(fit_parser().parse_args(["--post-only", "--out-dir", str(tmp_path / "out"),
                                         "--raw-dir", str(tmp_path / "raw")])) == 0
     got = load_profile(tmp_path / "out" / "h200" / "qwen3-8b.json")
     assert got.target.mixed_s_per_row_tile == pytest.approx(1e-7, rel=1e-6)

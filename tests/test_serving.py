@@ -27,11 +27,11 @@ def test_one_request_alone(write_scenario, tmp_path):
     cost = _cost(data)
     prefill_s = cost.step_s(StepWork(prefill_tokens=700, prefill_reqs=1, prefill_attn_tokens2=700 * 350.0))
     decode_s = [cost.step_s(StepWork(1, 1, 700 + g)) for g in range(1, 20)]
-    assert summary["completed"] == 1
-    assert summary["mean_ttft_ms"] == pytest.approx(prefill_s * 1e3, rel=1e-9)
-    assert summary["mean_tpot_ms"] == pytest.approx(np.mean(decode_s) * 1e3, rel=1e-9)
-    assert summary["mean_e2el_ms"] == pytest.approx((prefill_s + sum(decode_s)) * 1e3, rel=1e-9)
-    assert summary["num_steps"] == 20
+    assert summary.completed == 1
+    assert summary.mean_ttft_ms == pytest.approx(prefill_s * 1e3, rel=1e-9)
+    assert summary.mean_tpot_ms == pytest.approx(np.mean(decode_s) * 1e3, rel=1e-9)
+    assert summary.mean_e2el_ms == pytest.approx((prefill_s + sum(decode_s)) * 1e3, rel=1e-9)
+    assert summary.num_steps == 20
 
 
 def test_two_overlapping_requests_share_steps(write_scenario, tmp_path):
@@ -39,10 +39,10 @@ def test_two_overlapping_requests_share_steps(write_scenario, tmp_path):
     two = synthetic_scenario(num_requests=2, rate_per_s=1000.0, prompt=300, output=200)
     alone, _ = _run(write_scenario, tmp_path, one, "a")
     both, result = _run(write_scenario, tmp_path, two, "b")
-    assert both["completed"] == 2
+    assert both.completed == 2
     # batched: far fewer steps than twice the single run, and slower steps than alone
-    assert both["num_steps"] < 1.2 * alone["num_steps"]
-    assert both["mean_tpot_ms"] > alone["mean_tpot_ms"]
+    assert both.num_steps < 1.2 * alone.num_steps
+    assert both.mean_tpot_ms > alone.mean_tpot_ms
     assert result.collector.steps["decode_reqs"].max() == 2
 
 
@@ -70,9 +70,9 @@ def test_kv_exhaustion_preempts(write_scenario, tmp_path):
     data = synthetic_scenario(num_requests=40, rate_per_s=1000.0, prompt=4000, output=2000,
                               deployment={"gpu_memory_fraction": 0.13})
     summary, result = _run(write_scenario, tmp_path, data)
-    assert summary["completed"] == 40
-    assert summary["num_preemptions"] > 0
-    assert summary["kv_peak_fraction"] <= 1.0
+    assert summary.completed == 40
+    assert summary.num_preemptions > 0
+    assert summary.kv_peak_fraction <= 1.0
     rows = (tmp_path / "out" / "requests.csv").read_text().splitlines()
     assert len(rows) == 41
 
@@ -119,7 +119,7 @@ def test_replicas_split_load(write_scenario, tmp_path):
         data = synthetic_scenario(num_requests=400, rate_per_s=40.0, prompt=500, output=100,
                                   deployment={"replicas": 4, "router": router})
         summary, result = _run(write_scenario, tmp_path, data, router)
-        assert summary["completed"] == 400 and summary["num_gpus"] == 4
+        assert summary.completed == 400 and summary.num_gpus == 4
         with open(tmp_path / router / "steps.csv") as f:
             replicas = {int(r["replica"]) for r in csv.DictReader(f)}
         assert replicas == {0, 1, 2, 3}
@@ -138,8 +138,8 @@ def test_prefill_first_holds_decoding_while_prompts_are_pending(write_scenario, 
     both = lambda steps: (steps["prefill_tokens"] > 0) & (steps["decode_reqs"] > 0)  # noqa: E731
     assert both(rm.collector.steps).any()
     assert not both(rf.collector.steps).any()
-    assert sf["completed"] == sm["completed"] == 30
-    assert sf["mean_tpot_ms"] > sm["mean_tpot_ms"]
+    assert sf.completed == sm.completed == 30
+    assert sf.mean_tpot_ms > sm.mean_tpot_ms
 
 
 def test_the_longest_decoding_request_reaches_the_cost_model(write_scenario, tmp_path):

@@ -55,11 +55,11 @@ def test_a_turn_prefills_only_its_new_tokens_priced_with_its_cached_context(writ
     assert float(rows[1]["ttft_ms"]) == pytest.approx(want * 1e3, abs=1e-3)
     full = cost.step_s(StepWork(prefill_tokens=2348, prefill_reqs=1, prefill_attn_tokens2=2348 * 1174))
     assert float(_requests(tmp_path, "off")[1]["ttft_ms"]) == pytest.approx(full * 1e3, abs=1e-3)
-    pc = on["prefix_cache"]
-    assert pc["hit_rate"] == pytest.approx(2048 / (2048 + 2348))
-    assert pc["block_hit_rate"] == pytest.approx(4 / 9)
-    assert pc["prefill_tokens_saved"] == 2048 and pc["prefill_tokens_computed"] == 2048 + 300
-    assert off["prefix_cache"]["enabled"] is False and off["prefix_cache"]["hit_rate"] == 0.0
+    pc = on.prefix_cache
+    assert pc.hit_rate == pytest.approx(2048 / (2048 + 2348))
+    assert pc.block_hit_rate == pytest.approx(4 / 9)
+    assert pc.prefill_tokens_saved == 2048 and pc.prefill_tokens_computed == 2048 + 300
+    assert off.prefix_cache.enabled is False and off.prefix_cache.hit_rate == 0.0
 
 
 def test_cache_off_equals_the_same_trace_without_prefixes(write_scenario, tmp_path):
@@ -73,8 +73,8 @@ def test_cache_off_equals_the_same_trace_without_prefixes(write_scenario, tmp_pa
     on, _ = _run(write_scenario, tmp_path, _trace_scenario(with_ids), "on")
     for name in ("requests.csv", "steps.csv"):
         assert (tmp_path / "off" / name).read_bytes() == (tmp_path / "plain" / name).read_bytes()
-    assert "prefix_cache" not in plain and off["prefix_cache"]["hit_rate"] == 0.0
-    assert on["prefix_cache"]["hit_rate"] > 0.3 and on["mean_ttft_ms"] < off["mean_ttft_ms"]
+    assert plain.prefix_cache is None and off.prefix_cache.hit_rate == 0.0
+    assert on.prefix_cache.hit_rate > 0.3 and on.mean_ttft_ms < off.mean_ttft_ms
 
 
 def _sessions(num_requests, rate, **deployment):
@@ -132,10 +132,10 @@ def test_kv_stays_exact_and_under_capacity_with_sharing_eviction_and_preemption(
     monkeypatch.setattr(Replica, "_plan", audited)
     data = _sessions(300, 3.0, gpu_memory_fraction=0.135, max_batched_tokens=4096)  # about 24k KV tokens
     summary, result = _run(write_scenario, tmp_path, data)
-    assert summary["completed"] == 300 and result.kv_capacity_tokens < 40_000
-    assert seen["evicted"] > 0 and summary["num_preemptions"] > 0
-    pc = summary["prefix_cache"]
-    assert pc["hit_rate"] > 0.2 and pc["evicted_blocks"] == seen["evicted"]
+    assert summary.completed == 300 and result.kv_capacity_tokens < 40_000
+    assert seen["evicted"] > 0 and summary.num_preemptions > 0
+    pc = summary.prefix_cache
+    assert pc.hit_rate > 0.2 and pc.evicted_blocks == seen["evicted"]
     with open(tmp_path / "out" / "steps.csv") as f:
         assert sum(int(r["evicted_blocks"]) for r in csv.DictReader(f)) == seen["evicted"]
 
@@ -143,11 +143,11 @@ def test_kv_stays_exact_and_under_capacity_with_sharing_eviction_and_preemption(
 def test_prefill_computed_plus_cached_is_every_prompt(write_scenario, tmp_path):
     summary, _ = _run(write_scenario, tmp_path, _sessions(200, 2.0))
     rows = _requests(tmp_path)
-    assert summary["num_preemptions"] == 0
+    assert summary.num_preemptions == 0
     prompts = sum(int(r["prompt_tokens"]) for r in rows)
     cached = sum(int(r["cached_tokens"]) for r in rows)
-    pc = summary["prefix_cache"]
-    assert pc["prefill_tokens_computed"] + cached == prompts and pc["prefill_tokens_saved"] == cached
+    pc = summary.prefix_cache
+    assert pc.prefill_tokens_computed + cached == prompts and pc.prefill_tokens_saved == cached
     assert all(int(r["cached_tokens"]) % 16 == 0 and int(r["cached_tokens"]) < int(r["prompt_tokens"]) for r in rows)
 
 
@@ -155,7 +155,7 @@ def test_the_cache_aware_router_keeps_sessions_on_their_cache(write_scenario, tm
     rates = {}
     for router in ("round_robin", "least_outstanding", "cache_aware"):
         summary, _ = _run(write_scenario, tmp_path, _sessions(300, 2.0, replicas=4, router=router), router)
-        rates[router] = summary["prefix_cache"]["hit_rate"]
+        rates[router] = summary.prefix_cache.hit_rate
     assert rates["cache_aware"] > rates["round_robin"] + 0.15
     assert rates["cache_aware"] > rates["least_outstanding"] + 0.15
 
@@ -170,4 +170,4 @@ def test_a_cache_block_that_splits_a_hash_block_is_refused_only_when_requests_ca
     plain = synthetic_scenario(num_requests=2)
     plain["deployment"]["kv_block_tokens"] = 3
     summary, _ = _run(write_scenario, tmp_path, plain, "plain")  # no hash ids: nothing to split, the run goes on
-    assert summary["completed"] == 2
+    assert summary.completed == 2

@@ -81,7 +81,7 @@ def test_skip_ahead_is_step_by_step(method, batching, router, replicas, load, tm
     seed = CONFIGS.index((method, batching, router, replicas, load))
     summary = assert_identical(scenario(method, seed=seed, batching=batching, router=router, replicas=replicas,
                                         load=load), tmp_path)
-    assert summary["completed"] == 60
+    assert summary.completed == 60
 
 
 OVERLAP_CONFIGS = [(m, b, load) for m, b, load in itertools.product(METHODS, ("mixed", "prefill_first"),
@@ -95,21 +95,21 @@ def test_skip_ahead_is_step_by_step_with_overlapped_steps(method, batching, load
     sc = scenario(method, seed=200 + OVERLAP_CONFIGS.index((method, batching, load)), batching=batching,
                   load=load, replicas=2, router="least_outstanding")
     summary = assert_identical(replace(sc, engine=replace(sc.engine, overlap=True)), tmp_path)
-    assert summary["completed"] == 60
+    assert summary.completed == 60
 
 
 @pytest.mark.parametrize("method", ["none", "production"])
 def test_skip_ahead_is_step_by_step_with_overlap_through_preemptions(method, tmp_path):
     sc = scenario(method, seed=12, load="kv", requests=30)
     summary = assert_identical(replace(sc, engine=replace(sc.engine, overlap=True)), tmp_path)
-    assert summary["num_preemptions"] > 0 and summary["completed"] == 30
+    assert summary.num_preemptions > 0 and summary.completed == 30
 
 
 @pytest.mark.parametrize("method", list(METHODS))
 def test_skip_ahead_is_step_by_step_through_preemptions(method, tmp_path):
     summary = assert_identical(scenario(method, seed=11, load="kv", requests=30, replicas=2,
                                         router="least_outstanding"), tmp_path)
-    assert summary["num_preemptions"] > 0 and summary["completed"] == 30
+    assert summary.num_preemptions > 0 and summary.completed == 30
 
 
 @pytest.mark.parametrize("method", ["none", "production"])
@@ -118,7 +118,7 @@ def test_skip_ahead_is_step_by_step_with_kv_every_request_holds(method, tmp_path
     # (160k tokens on one B300) overflows, and the stretches must count that KV as a step does
     summary = assert_identical(scenario(method, seed=3, load="kv", requests=30, model="deepseek-v4-flash",
                                         gpu="b300", memory=0.505), tmp_path)
-    assert summary["num_preemptions"] > 0 and summary["completed"] == 30
+    assert summary.num_preemptions > 0 and summary.completed == 30
 
 
 @pytest.mark.parametrize("method", ["none", "production"])
@@ -129,7 +129,7 @@ def test_skip_ahead_is_step_by_step_on_the_roofline(method, tmp_path, monkeypatc
     monkeypatch.setattr(profile, "shipped_profile_path", lambda gpu, model: None)
     with pytest.warns(UserWarning, match="no measured profile"):
         summary = assert_identical(scenario(method, seed=4, gpu="a100"), tmp_path)
-    assert summary["completed"] == 60
+    assert summary.completed == 60
 
 
 @pytest.mark.parametrize("method", ["none", "production"])
@@ -140,7 +140,7 @@ def test_skip_ahead_is_step_by_step_with_requests_rejected_on_arrival(method, re
     sc = scenario(method, seed=5, replicas=replicas, load="heavy", requests=40, prompt_tokens=30000)
     with pytest.warns(UserWarning, match="rejected"):
         summary = assert_identical(sc, tmp_path)
-    assert 0 < summary["rejected"] < 40 and summary["completed"] + summary["rejected"] == 40
+    assert 0 < summary.rejected < 40 and summary.completed + summary.rejected == 40
 
 
 @pytest.mark.parametrize("method", ["none", "production", "algorithm1"])
@@ -148,7 +148,7 @@ def test_skip_ahead_is_step_by_step_over_many_seeds(method, tmp_path):
     steps = []
     for seed in range(12):
         summary = assert_identical(scenario(method, seed=100 + seed, requests=25), tmp_path / str(seed))
-        steps.append(summary["num_steps"])
+        steps.append(summary.num_steps)
     assert len(set(steps)) > 6  # the seeds give different runs
 
 
@@ -168,7 +168,7 @@ def test_the_stretches_skip_most_steps(monkeypatch, tmp_path):
     for method in ("none", "production"):
         taken.clear()
         summary, _ = run_scenario(scenario(method, requests=40), tmp_path / method, plots=False, show_progress=False)
-        assert sum(taken) > 0.6 * summary["num_steps"], (method, sum(taken), summary["num_steps"])
+        assert sum(taken) > 0.6 * summary.num_steps, (method, sum(taken), summary.num_steps)
     taken.clear()  # step by step, through the scenario or the environment: not one stretch
     run_scenario(replace(scenario("production", requests=40), exact=True), None, show_progress=False)
     monkeypatch.setenv(EXACT_ENV, "1")
@@ -269,13 +269,13 @@ def test_skip_ahead_is_step_by_step_with_a_streaming_front_end(method, replicas,
                   replicas=replicas, router="least_outstanding")
     terms = EngineTerms(step_host_s=1e-3, step_host_s_per_req=2e-5, frontend_s=2e-3, stream_s=2e-4)
     summary = assert_identical(replace(sc, engine=Engine(name="vllm", terms=terms, overlap=overlap)), tmp_path)
-    assert summary["completed"] == 60
+    assert summary.completed == 60
 
 
 @pytest.mark.parametrize("method", ["none", "dspark"])
 @pytest.mark.parametrize("multiplier", [8, 13])
 def test_arrivals_released_together_land_where_one_event_each_would(method, multiplier, tmp_path):
-    """With skip-ahead the arrivals during a step are released together (serving/simulator.py);
+    """With skip-ahead the arrivals during a step are released together (serving/release.py);
     the shipped code trace sped up lands the clock where one timeout from the last event cannot
     (a request would be seen an ulp early), so the release goes through the arrivals' own
     landings there, and the outputs stay those of one event per arrival (exact)."""
@@ -286,4 +286,4 @@ def test_arrivals_released_together_land_where_one_event_each_would(method, mult
     if method == "none":
         base = replace(base, speculation=replace(base.speculation, method="none"))
     summary = assert_identical(probe_scenario(base, multiplier, max_requests=150), tmp_path)
-    assert summary["completed"] == 150
+    assert summary.completed == 150

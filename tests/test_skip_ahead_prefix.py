@@ -40,11 +40,11 @@ def _evicted(tmp_path) -> int:
 @pytest.mark.parametrize("method", ["none", "static", "production"])
 def test_skip_ahead_is_step_by_step_with_a_roomy_prefix_cache(method, tmp_path):
     summary = assert_identical(sessions(method, seed=5, memory=0.9, replicas=2, router="cache_aware"), tmp_path)
-    assert summary["completed"] == 80
+    assert summary.completed == 80
 
 
 @pytest.mark.parametrize("method", ["none", "static", "production"])
 def test_skip_ahead_is_step_by_step_while_the_prefix_cache_evicts(method, tmp_path):
     summary = assert_identical(sessions(method, seed=7, memory=0.15), tmp_path)
-    assert summary["completed"] == 80
+    assert summary.completed == 80
     assert _evicted(tmp_path) > 0  # the cache filled up: steps evicted cached blocks

@@ -173,3 +173,18 @@ def test_plan_many_is_plan_step_after_step(spec, sps):
         for k in range(3):
             a, b = many.plan(after[k], n), ref.plan(after[k], n)
             assert np.array_equal(a[0], b[0]) and a[1] == b[1]
+
+
+def test_a_scenario_in_older_names_keeps_loading_under_block_size(tmp_path):
+    """``num_draft_tokens``, block_size's older name in scenario files (the section's and a
+    schedule rule's), still loads as block_size; both names at once must agree."""
+    from dspark_sim.errors import InputError
+
+    spec = Speculation.from_dict({"method": "schedule", "num_draft_tokens": 4,
+                                  "schedule": [{"max_batch_size": 8, "num_draft_tokens": 4},
+                                               {"max_batch_size": None, "num_draft_tokens": 1}]},
+                                 file=tmp_path / "s.yaml")
+    assert spec.block_size == 4 and spec.schedule == (ScheduleRule(8, 4), ScheduleRule(None, 1))
+    with pytest.raises(InputError) as err:
+        Speculation.from_dict({"method": "dspark", "block_size": 5, "num_draft_tokens": 6}, file=tmp_path / "s.yaml")
+    assert err.value.key == "speculation.num_draft_tokens" and "s.yaml" in str(err.value)

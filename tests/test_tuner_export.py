@@ -165,6 +165,34 @@ def test_dspark_yaml_replays_to_the_scored_metrics(tuned, tmp_path):
             assert replay[key] == pytest.approx(scored[key], rel=1e-12), key
 
 
+def test_a_study_stored_in_older_names_keeps_loading_and_exports_block_size(tuned, tmp_path):
+    """A study stored before the tuner said block_size: its space's num_draft_tokens knob and a
+    schedule trial's rules {max_batch_size, num_draft_tokens} load, and the export names block_size."""
+    from dspark_sim.tuner.report import knobs
+    from dspark_sim.tuner.tune import stored_settings
+
+    tmp, url, trial = tuned
+    settings = json.loads(json.dumps(optuna.load_study(study_name="exp", storage=url).user_attrs["settings"]))
+    settings["space"]["static"] = {"num_draft_tokens": {"low": 1, "high": 4, "log": False}}
+    old = optuna.create_study(study_name="old", storage=url, directions=["maximize"])
+    old.set_user_attr("settings", settings)
+    rules = [{"max_batch_size": 8, "num_draft_tokens": 3}, {"max_batch_size": None, "num_draft_tokens": 1}]
+    config = {**trial.user_attrs["config"], "speculation": {"method": "schedule", "drafter": "mtp", "block_size": 3,
+                                                            "schedule": rules}}
+    old.add_trial(optuna.trial.create_trial(value=trial.values[0], user_attrs={
+        **trial.user_attrs, "method": "schedule", "config": config}))
+    assert stored_settings(url, "old").space.knob("static", "block_size").high == 4
+    assert "block_size=3@8/1@inf" in knobs(config)
+    out = tmp_path / "old"
+    assert tune_main(["export", "--study", "old", "--trial", "0", "--format", "dspark", "--storage", url,
+                      "--out", str(out)]) == 0
+    text = (out / "dspark.yaml").read_text()
+    assert "num_draft_tokens" not in text
+    assert yaml.safe_load(text)["speculation"]["schedule"] == [{"max_batch_size": 8, "block_size": 3},
+                                                               {"max_batch_size": None, "block_size": 1}]
+    assert sim_main(["run", str(out / "dspark.yaml"), "--out", str(tmp_path / "run"), "--no-plots", "--quiet"]) == 0
+
+
 def test_export_defaults_to_the_confirmed_winner(tuned, tmp_path):
     tmp, url, trial = tuned
     assert tune_main(["export", "--study", "exp", "--format", "vllm", "--storage", url,

@@ -17,8 +17,8 @@ import statistics
 import optuna
 from optuna.trial import TrialState
 
-from dspark_sim.tuner.objective import (THROUGHPUT, USER_SPEED, aggregate, feasible, pareto_front, simulate,
-                                        simulate_scenario, violation)
+from dspark_sim.tuner.objective import (THROUGHPUT, USER_SPEED, aggregate, feasible, pareto_front, seed_metrics,
+                                        simulate, simulate_scenario, violation)
 from dspark_sim.tuner.runner import Job, quiet
 from dspark_sim.tuner.scenarios import configure, to_scenario
 
@@ -44,12 +44,12 @@ def candidates(study: optuna.Study, job: Job) -> list[optuna.trial.FrozenTrial]:
 
 def _resimulate(task: tuple) -> list[dict]:
     base, config, seeds = task
-    return simulate(configure(base, config), seeds)
+    return [seed_metrics(s) for s in simulate(configure(base, config), seeds)]
 
 
 def _simulate_seed(task: tuple) -> dict:
     scenario, seed = task
-    return simulate_scenario(scenario, [seed])[0]
+    return seed_metrics(simulate_scenario(scenario, [seed])[0])
 
 
 def _map(tasks: list[tuple], workers: int, fn=_resimulate) -> list:

@@ -14,6 +14,7 @@ import numpy as np
 import optuna
 
 from dspark_sim.config import check_choice, require
+from dspark_sim.metrics.run_summary import RunSummary
 from dspark_sim.slo import Slo
 from dspark_sim.tuner.scenarios import configure, to_scenario
 
@@ -103,28 +104,31 @@ def _latency(value: float | None) -> float:
     return 1e12 if value is None or not np.isfinite(value) else value
 
 
-def simulate(raw: dict, seeds: list[int]) -> list[dict]:
+def simulate(raw: dict, seeds: list[int]) -> list[RunSummary]:
     """Summaries of the scenario mapping ``raw`` simulated once per seed."""
     return simulate_scenario(to_scenario(raw), seeds)
 
 
-def simulate_scenario(scenario, seeds: list[int]) -> list[dict]:
+def simulate_scenario(scenario, seeds: list[int]) -> list[RunSummary]:
     """Summaries of ``scenario`` simulated once per seed."""
     from dspark_sim.run import run_scenario
 
-    out = []
-    for seed in seeds:
-        summary, _ = run_scenario(scenario.with_seed(seed), None, plots=False, show_progress=False)
-        summary[GOODPUT] = (summary.get("request_goodput") or 0.0) / summary["num_gpus"]
-        out.append(summary)
-    return out
+    return [run_scenario(scenario.with_seed(seed), None, plots=False, show_progress=False)[0] for seed in seeds]
 
 
-def aggregate(summaries: list[dict]) -> tuple[dict, dict]:
-    """(mean, worst) of the recorded metrics over seeds; worst is per metric's bad direction."""
+def seed_metrics(summary: RunSummary) -> dict:
+    """What a trial keeps of one seed's run (its ``per_seed`` entry in the study): the seed and
+    the :data:`RECORDED` metrics, goodput a GPU among them."""
+    goodput = (summary.request_goodput or 0.0) / summary.num_gpus
+    return {key: goodput if key == GOODPUT else getattr(summary, key) for key in ("seed", *RECORDED)}
+
+
+def aggregate(records: list[dict]) -> tuple[dict, dict]:
+    """(mean, worst) of the recorded metrics over seeds (:func:`seed_metrics` records); worst is
+    per metric's bad direction."""
     mean, worst = {}, {}
     for key in RECORDED:
-        values = np.array([np.nan if s.get(key) is None else float(s[key]) for s in summaries])
+        values = np.array([np.nan if s.get(key) is None else float(s[key]) for s in records])
         if np.all(np.isnan(values)):
             mean[key] = worst[key] = None
             continue
@@ -138,11 +142,11 @@ def score(base: dict, config: dict, target: Target, seeds: list[int]) -> dict:
     return assess(simulate(configure(base, config), seeds), target)
 
 
-def assess(summaries: list[dict], target: Target) -> dict:
+def assess(summaries: list[RunSummary], target: Target) -> dict:
     """Objective values (means over the summaries' seeds), constraints (on the worst seed) and metrics."""
-    mean, worst = aggregate(summaries)
+    per_seed = [seed_metrics(s) for s in summaries]
+    mean, worst = aggregate(per_seed)
     values = [mean[name] or 0.0 for name in target.value_names]
-    per_seed = [{key: s.get(key) for key in ("seed", *RECORDED)} for s in summaries]
     return {"values": values, "constraints": target.violations(worst), "mean": mean, "worst": worst,
             "per_seed": per_seed}
 

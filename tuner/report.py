@@ -14,6 +14,7 @@ from dspark_sim.engines import knobs as engine_knobs
 from dspark_sim.tuner import pruning, repeats
 from dspark_sim.tuner.objective import THROUGHPUT, USER_SPEED, feasible, pareto_front
 from dspark_sim.tuner.runner import Job
+from dspark_sim.tuner.scenarios import current_config
 
 LABELS = {"dspark": "DSpark (tuned)", "none": "no speculation", "static": "static chain (EAGLE-3 / MTP)",
           "dflash": "DFlash (whole block verified)", "schedule": "block_size per batch size",
@@ -25,6 +26,7 @@ UNITS = {"throughput": "tok/s/GPU", "goodput": "good req/s/GPU", "pareto": "tok/
 
 def knobs(config: dict) -> str:
     """A one-line summary of a trial's configuration."""
+    config = current_config(config)
     spec, dep = config.get("speculation", {}), config.get("deployment", {})
     parts = [f"R<={dep.get('max_running_requests')}", f"chunk={dep.get('chunked_prefill_tokens')}"]
     parts += [f"{k}={dep[k]}" for k in ("max_batched_tokens", "batching") if k in dep]

@@ -26,6 +26,7 @@ from dspark_sim.tuner.space import tier_ladder
 PATH_KEYS = ("workload.trace", "workload.synthetic.prompt_tokens.file",
              "workload.synthetic.output_tokens.file", "speculation.sps_table", "speculation.sts",
              "speculation.acceptance.preset_file")
+OLD_BLOCK_SIZE_KEY = "num_draft_tokens"  # block_size in studies stored before the tuner said block_size
 
 
 def load_base(path: str | Path, *, gpu: str | None = None, model: str | None = None,
@@ -106,12 +107,27 @@ def rebase_paths(raw: dict, base: Path, target: Path | None, *, names_only: bool
     return out
 
 
+def current_config(config: dict) -> dict:
+    """A trial's ``config`` as a study stored it, in today's names: studies stored before the
+    tuner spoke of ``block_size`` hold schedule rules ``{max_batch_size, num_draft_tokens}``; they
+    read as ``{max_batch_size, block_size}``, so confirmation, exports and reports go on with them."""
+    spec = config.get("speculation") or {}
+    rules = spec.get("schedule")
+    if not isinstance(rules, list) or not any(isinstance(r, dict) and OLD_BLOCK_SIZE_KEY in r for r in rules):
+        return config
+    rules = [{("block_size" if k == OLD_BLOCK_SIZE_KEY else k): v for k, v in r.items()} if isinstance(r, dict) else r
+             for r in rules]
+    return {**config, "speculation": {**spec, "schedule": rules}}
+
+
 def configure(base: dict, config: dict, *, seed: int | None = None) -> dict:
     """``base`` with a trial's ``config`` (``space.suggest`` output) merged in.
 
     The speculation section is replaced, not merged, except for the base's
-    acceptance settings; named graph-tier ladders become token lists.
+    acceptance settings; named graph-tier ladders become token lists. A stored
+    config in older names is read through :func:`current_config`.
     """
+    config = current_config(config)
     raw = copy.deepcopy(base)
     dep = {**(raw.get("deployment") or {}), **config.get("deployment", {})}
     if dep.get("chunked_prefill_tokens") is not None and dep.get("max_batched_tokens"):

@@ -25,7 +25,7 @@ from dspark_sim.tuner.confirm import confirm, winner_interval
 from dspark_sim.tuner.objective import Target, feasible
 from dspark_sim.tuner.runner import Job, run
 from dspark_sim.tuner.storage import open_storage, open_study
-from dspark_sim.tuner.scenarios import configure, dspark_drafter, rebase_paths, to_scenario
+from dspark_sim.tuner.scenarios import OLD_BLOCK_SIZE_KEY, configure, dspark_drafter, rebase_paths, to_scenario
 from dspark_sim.tuner.space import Choice, Range, SearchSpace
 
 BASELINES = ("none", "static", "dflash", "schedule", "threshold")
@@ -112,7 +112,9 @@ def space_from_json(d: dict) -> SearchSpace:
             return Choice(tuple(tuple(x) if isinstance(x, list) else x for x in v["values"]))
         return Range(v["low"], v["high"], v["log"])
 
-    return SearchSpace({sec: {name: knob(v) for name, v in knobs.items()} for sec, knobs in d.items()})
+    # a study stored before the tuner said block_size names that knob num_draft_tokens
+    return SearchSpace({sec: {("block_size" if name == OLD_BLOCK_SIZE_KEY else name): knob(v)
+                              for name, v in knobs.items()} for sec, knobs in d.items()})
 
 
 def stored_settings(url: str, name: str) -> Settings | None:

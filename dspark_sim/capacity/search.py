@@ -253,11 +253,11 @@ class Evaluator:
             summary, result = run_scenario(point, None, plots=False, show_progress=False)
         self.once.replay(caught)
         verdict = judge(self.slo, result)
-        done = max(summary["completed"], 1)
+        done = max(summary.completed, 1)
         probe = Probe(multiplier, multiplier * self.base_rate_rps, verdict["passed"], verdict["attainment"],
                       verdict["p99_ttft_ms"], verdict["p99_tpot_ms"], verdict["p99_queue_ms"],
-                      summary["output_throughput"], summary["total_output_tokens"] / done,
-                      summary["mean_accept_length"])
+                      summary.output_throughput, summary.total_output_tokens / done,
+                      summary.mean_accept_length)
         return self._report(probe)
 
     def _report(self, probe: Probe) -> Probe:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from dspark_sim.config import check_int
 from dspark_sim.limits import MAX_SEED
+from dspark_sim.metrics.run_summary import RunSummary
 from dspark_sim.provenance import provenance_line
 from dspark_sim.run import run_scenario
 from dspark_sim.scenario import load_scenario
@@ -31,22 +32,22 @@ SUMMARY_ROWS = (
 )
 
 
-def format_summary(s: dict) -> str:
+def format_summary(s: RunSummary) -> str:
     """The human table printed after a run."""
-    lines = [f"{s['name']}: {s['model']} on {s['num_gpus']} x {s['gpu']}, speculation={s['method']}"]
+    lines = [f"{s.name}: {s.model} on {s.num_gpus} x {s.gpu}, speculation={s.method}"]
     for label, keys, fmt in SUMMARY_ROWS:
         keys = keys if isinstance(keys, tuple) else (keys,)
-        values = [s.get(k) for k in keys]
+        values = [getattr(s, k) for k in keys]
         if all(v is None for v in values):
             continue
         text = " / ".join("-" if v is None else fmt.format(v) for v in values)
         lines.append(f"  {label:<36} {text}")
-    pc = s.get("prefix_cache")
+    pc = s.prefix_cache
     if pc is not None:
-        state = f"{pc['hit_rate']:.1%} / {pc['block_hit_rate']:.1%}" if pc["enabled"] else "off"
+        state = f"{pc.hit_rate:.1%} / {pc.block_hit_rate:.1%}" if pc.enabled else "off"
         lines.append(f"  {'prefix cache hit (tokens / blocks)':<36} {state}")
-        lines.append(f"  {'prefill tokens computed / saved':<36} {pc['prefill_tokens_computed']:,} / "
-                     f"{pc['prefill_tokens_saved']:,}")
+        lines.append(f"  {'prefill tokens computed / saved':<36} {pc.prefill_tokens_computed:,} / "
+                     f"{pc.prefill_tokens_saved:,}")
     return "\n".join(lines)
 
 
@@ -60,11 +61,11 @@ def run(args) -> int:
     out = Path(args.out) if args.out else Path("runs") / scenario.name
     summary, _ = run_scenario(scenario, out, plots=not args.no_plots, show_progress=not args.quiet)
     print(format_summary(summary))
-    line = provenance_line([summary["provenance"]])
+    line = provenance_line([summary.provenance])
     if line:
         print(line)
     print(f"  wrote {out}/ (summary.json, requests.csv, steps.csv, provenance.json{', plots/' if not args.no_plots else ''}) "
-          f"in {summary['sim_wall_s']:.1f} s")
+          f"in {summary.sim_wall_s:.1f} s")
     return 0
 
 

@@ -74,7 +74,7 @@ class StepWorks:
     Each field is a 1-D array of N entries or one number that holds for all N steps (a
     batch's request count in a stretch of its steps: the cost models then evaluate the
     terms of that number once). Lists are taken as arrays. The drafter, when there is one,
-    is of one ``draft_kind`` for all N steps; a step with ``draft_block_size`` 0 drafts nothing.
+    is of one ``draft_kind`` for all N steps; a step whose ``block_size`` is 0 drafts nothing.
     """
 
     decode_reqs: np.ndarray | int
@@ -85,7 +85,7 @@ class StepWorks:
     prefill_attn_tokens2: np.ndarray | float = 0.0
     draft_kind: str | None = None
     draft_reqs: np.ndarray | int = 0
-    draft_block_size: np.ndarray | int = 0
+    block_size: np.ndarray | int = 0
     draft_context_tokens: np.ndarray | int = 0
     decode_max_context: np.ndarray | int = 0
     running_reqs: np.ndarray | int = 0
@@ -127,7 +127,7 @@ class StepWorks:
                    ("decode_reqs", "verify_tokens", "decode_context_tokens", "prefill_tokens", "prefill_reqs",
                     "prefill_attn_tokens2", "decode_max_context", "running_reqs")}
         return cls(**columns, draft_kind=kinds.pop() if kinds else None, draft_reqs=[d[0] for d in draft],
-                   draft_block_size=[d[1] for d in draft], draft_context_tokens=[d[2] for d in draft])
+                   block_size=[d[1] for d in draft], draft_context_tokens=[d[2] for d in draft])
 
     def at(self, i: int) -> StepWork:
         """Step ``i`` as a :class:`StepWork` (no drafter where its block size is 0)."""
@@ -136,8 +136,8 @@ class StepWorks:
             return value[i].item() if isinstance(value, np.ndarray) else value
 
         draft = None
-        if self.draft_kind is not None and get("draft_block_size"):
-            draft = DraftWork(self.draft_kind, get("draft_reqs"), get("draft_block_size"),
+        if self.draft_kind is not None and get("block_size"):
+            draft = DraftWork(self.draft_kind, get("draft_reqs"), get("block_size"),
                               get("draft_context_tokens"))
         return StepWork(get("decode_reqs"), get("verify_tokens"), get("decode_context_tokens"),
                         get("prefill_tokens"), get("prefill_reqs"), get("prefill_attn_tokens2"), draft,

@@ -33,7 +33,7 @@ from dspark_sim.errors import InputError
 
 PROFILES_PACKAGE = "dspark_sim.profiles"
 MEMO_ROWS = 1 << 16  # batch shapes whose context-free terms a cost model keeps
-FIXED_KEYS = ("decode_reqs", "verify_tokens", "prefill_tokens", "prefill_reqs", "draft_reqs", "draft_block_size",
+FIXED_KEYS = ("decode_reqs", "verify_tokens", "prefill_tokens", "prefill_reqs", "draft_reqs", "block_size",
               "running_reqs")  # what the terms without context depend on
 
 
@@ -303,13 +303,13 @@ class ProfileCost:
     def _draft_array(self, works: StepWorks, fixed: np.ndarray):
         if works.draft_kind is None:
             return 0.0
-        drafting = (works.draft_reqs > 0) & (works.draft_block_size > 0)
+        drafting = (works.draft_reqs > 0) & (works.block_size > 0)
         if not (drafting.any() if isinstance(drafting, np.ndarray) else drafting):
             return 0.0
         fit = self._draft_fit(works.draft_kind)
         if fit is None:
             return self.fallback.breakdown_array(works)["draft_s"]
-        return pick(drafting, fit.seconds(works.draft_reqs, works.draft_block_size,
+        return pick(drafting, fit.seconds(works.draft_reqs, works.block_size,
                                           works.draft_context_tokens, EXACT, fixed))
 
 

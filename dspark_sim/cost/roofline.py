@@ -165,7 +165,7 @@ class RooflineCost:
 
     def _draft_array(self, works: StepWorks):
         """The drafter's seconds of N steps (0 where a step drafts nothing)."""
-        reqs, block = works.draft_reqs, works.draft_block_size
+        reqs, block = works.draft_reqs, works.block_size
         drafting = (reqs > 0) & (block > 0)
         if works.draft_kind is None or not np.any(drafting):
             return 0.0

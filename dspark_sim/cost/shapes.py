@@ -230,3 +230,29 @@ def pow2_exact(x):
 SCALAR = Ops(interp_clamped, interp2_clamped, pow2_scalar)
 ARRAY = Ops(interp_array, interp2_array, pow2_array)
 EXACT = Ops(interp_exact, interp2_exact, pow2_exact, power_exact)
+
+
+@dataclass(slots=True)
+class DecodeShape:
+    """Factors of the decode attention that depend on the batch only (R requests, V verify
+    tokens), not on the context: floats, or arrays of one per step; None where the profile
+    has no such term."""
+
+    splits: object
+    stream: object = None  # 1 + kv_width_ratio(W)
+    latency: object = None  # 1 + lat_width_ratio(W)
+    table: object = None  # 1 + kv_ratio(R, W)
+
+
+def spread_tail(ratio: float, slots: float, reqs, lag_s, shape: DecodeShape):
+    """Seconds the longest request's attention programs run past the rest when contexts differ
+    (``TargetFit``'s ``spread_ratio`` term; 0 when all are equal): ``lag_s``, one program's
+    time over the longest request's keys less over the mean one's (before key splits and the
+    tile), times ``ratio`` and the share of the ``reqs`` x splits programs per KV head past ``slots``."""
+    lag = lag_s / shape.splits
+    if shape.latency is not None:
+        lag = lag * shape.latency
+    queued = 1.0 - slots / (reqs * shape.splits)
+    if isinstance(lag, np.ndarray) or isinstance(queued, np.ndarray):
+        return ratio * np.maximum(queued, 0.0) * np.maximum(lag, 0.0)
+    return ratio * max(queued, 0.0) * max(lag, 0.0)

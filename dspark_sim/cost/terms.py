@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from dspark_sim.cost.shapes import SCALAR, Ops, pad_tokens, roof, smax
+from dspark_sim.cost.shapes import SCALAR, DecodeShape, Ops, pad_tokens, roof, smax, spread_tail
 from dspark_sim.cost.term_checks import check_knots, check_pad, check_table, check_terms, fail
 
 DRAFT_KINDS = ("block", "chain")
@@ -44,18 +44,6 @@ def _scaled(obj, bounds: dict, ratio: dict):
     return replace(obj, **changes)
 
 
-@dataclass(slots=True)
-class DecodeShape:
-    """Factors of the decode attention that depend on the batch only (R requests, V verify
-    tokens), not on the context: floats, or arrays of one per step; None where the profile
-    has no such term."""
-
-    splits: object
-    stream: object = None  # 1 + kv_width_ratio(W)
-    latency: object = None  # 1 + lat_width_ratio(W)
-    table: object = None  # 1 + kv_ratio(R, W)
-
-
 @dataclass(frozen=True)
 class TargetFit:
     """Fitted target forward: seconds of one step (see ``docs/profiles.md``, "Target step").
@@ -74,6 +62,8 @@ class TargetFit:
                    * (1 + kv_ratio(R, W))
         pre_attn = smax(attn_s_per_pair*A2, prefill_kv_s_per_token*A2/P/splits(Q), prefill_sharpness)
                    + mixed_s_per_row_tile*R*ceil(P/(Q*prefill_tile))    (decode rows beside chunks)
+        dec_attn += spread_ratio * max(0, 1 - spread_slots/(R*splits(R)))
+                    * kv_req_s_per_token*(C - S/R)/splits(R)*(1 + lat_width_ratio(W))
         step = gpu                                        (graph: no prefill)
              = smax(prefill_host_s, gpu, host_sharpness)  (eager: prefill chunks)
 
@@ -94,7 +84,12 @@ class TargetFit:
     carries decode rows beside prompt chunks plans its attention for the longest query: each
     decode row gets the chunk's query tiles (mostly empty) and no key splits, which
     ``mixed_s_per_row_tile`` prices per row and tile (fitted on mixed steps measured apart,
-    :mod:`dspark_sim.profiling.mixed`; 0 where none were). m_ratio, r_delta,
+    :mod:`dspark_sim.profiling.mixed`; 0 where none were). When the requests' contexts differ,
+    the longest one's programs start late once there are more programs than the GPU runs at
+    once (R x splits(R) past ``spread_slots``): the last ones queue behind the stream, and the
+    step runs over the smooth maximum by ``spread_ratio`` of the longest request's lag over the
+    mean one's, scaled by the share of programs that queue (fitted on steps of long-tailed
+    contexts, :mod:`dspark_sim.profiling.spread`; 0 where none were). m_ratio, r_delta,
     the width ratios and the kv_ratio table interpolate their knots, clamped.
     """
 
@@ -131,6 +126,8 @@ class TargetFit:
     prefill_graph_tokens: float = 0.0
     prefill_graph_min: float = 1.0
     mixed_s_per_row_tile: float = 0.0
+    spread_ratio: float = 0.0
+    spread_slots: float = 0.0
 
     def __post_init__(self) -> None:
         check_terms(self, [n for n in TARGET_BOUNDS if n != "r_delta_s"],
@@ -299,6 +296,9 @@ class TargetFit:
         out = smax(stream, latency, self.kv_sharpness, ops.power)
         if shape.table is not None:
             out = out * shape.table
+        if self.spread_ratio:
+            out = out + spread_tail(self.spread_ratio, self.spread_slots, r,
+                                    self.kv_req_s_per_token * (longest - ctx / r), shape)
         return out * (reqs > 0)
 
     def scaled(self, ratio: dict) -> TargetFit:

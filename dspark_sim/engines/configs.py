@@ -274,7 +274,7 @@ def trtllm(s: Scenario, out: Path, header: list[str], final: Path) -> str:
             # so the open last bucket is keyed at the request cap
             ranges = schedule_ranges(s)
             cfg["max_draft_len"] = ranges[0][2]
-            cfg["draft_len_schedule"] = {last: k for _, last, k in ranges}
+            cfg["draft_len_schedule"] = {last: size for _, last, size in ranges}
         if spec.drafter == "mtp":  # MTPDecodingConfig sets max_draft_len from this field (default 1)
             cfg["num_nextn_predict_layers"] = cfg["max_draft_len"]
         args["speculative_config"] = cfg

@@ -94,11 +94,11 @@ def replay(scenario: Scenario) -> dict:
     s = summarize(result)
     dec = result.collector.steps["decode_reqs"].astype(float)
     return {"token_batch": float((dec * dec).sum() / dec.sum()) if dec.sum() else 0.0,  # an output token's batch
-            "median_ttft_ms": s["median_ttft_ms"], "median_tpot_ms": s["median_tpot_ms"],
-            "mean_ttft_ms": s["mean_ttft_ms"], "mean_tpot_ms": s["mean_tpot_ms"],
-            "mean_accept_length": s["mean_accept_length"],
-            "output_throughput": s["output_throughput"], "num_rejected": s["rejected"],
-            "mean_decode_batch_size": s["mean_decode_batch_size"]}
+            "median_ttft_ms": s.median_ttft_ms, "median_tpot_ms": s.median_tpot_ms,
+            "mean_ttft_ms": s.mean_ttft_ms, "mean_tpot_ms": s.mean_tpot_ms,
+            "mean_accept_length": s.mean_accept_length,
+            "output_throughput": s.output_throughput, "num_rejected": s.rejected,
+            "mean_decode_batch_size": s.mean_decode_batch_size}
 
 
 def step_residuals(base: Scenario, rows: StepRows) -> np.ndarray:

@@ -1,7 +1,7 @@
 """Every statistic a run is reduced to, defined once.
 
-:func:`summarize` gives a simulated run's ``summary.json`` (``vllm bench serve`` keys plus
-capacity and speculation metrics); :func:`record_metrics` gives the metrics of any run
+:func:`summarize` gives a simulated run's :class:`~dspark_sim.metrics.run_summary.RunSummary`
+(``summary.json``: ``vllm bench serve`` keys plus capacity and speculation metrics); :func:`record_metrics` gives the metrics of any run
 record, simulated or served, that ``validate`` and the fidelity comparison set side by
 side. Both take latency statistics from :func:`latency_stats`. Two figures come from
 different data, named apart: ITL in ``summary.json`` is over every per-token gap the
@@ -20,6 +20,7 @@ import math
 import numpy as np
 
 from dspark_sim.metrics.record import Record
+from dspark_sim.metrics.run_summary import BudgetStats, DomainStats, PrefixStats, RunSummary
 from dspark_sim.names import DOMAINS
 
 PERCENTILES = (("mean", None), ("median", 50), ("p90", 90), ("p99", 99))
@@ -102,7 +103,7 @@ def record_metrics(record: Record) -> dict:
     return m
 
 
-def summarize(result) -> dict:
+def summarize(result) -> RunSummary:
     """Everything ``summary.json`` holds, from a :class:`RunResult`."""
     col, scen = result.collector, result.scenario
     req, steps, gaps = col.requests, col.steps, col.gaps
@@ -120,8 +121,7 @@ def summarize(result) -> dict:
          "request_throughput": rate(done), "output_throughput": rate(out_tok),
          "total_token_throughput": rate(out_tok + in_tok),
          "output_throughput_per_gpu": rate(out_tok) / num_gpus}
-    if not scen.engine.is_decoder:  # the decoder's runs keep their keys as they were
-        s["engine"] = scen.engine.label
+    s["engine"] = None if scen.engine.is_decoder else scen.engine.label  # the decoder's runs: no key
     for name in ("ttft", "tpot", "e2el"):
         s.update(latency_stats(name, req[f"{name}_ms"]))
     s.update(token_gap_itl(gaps["gap_s"], gaps["count"]))
@@ -129,6 +129,7 @@ def summarize(result) -> dict:
     tpot = req["tpot_ms"]
     tpot = tpot[tpot > 0]  # NaN: one token; 0: a front end delivered every token at once (no rate)
     s["mean_tok_per_s_per_user"] = float((1e3 / tpot).mean()) if tpot.size else None
+    s["request_goodput"] = s["slo_attainment"] = None
     if scen.slo.given:
         good = scen.slo.good(req)
         s["request_goodput"] = rate(int(good.sum()))
@@ -141,11 +142,9 @@ def summarize(result) -> dict:
     s["kv_capacity_tokens"] = result.kv_capacity_tokens
     s["kv_peak_fraction"] = result.kv_peak_tokens / result.kv_capacity_tokens
     s["per_domain"] = _per_domain(req)
-    if result.prefix is not None:
-        s["prefix_cache"] = prefix_stats(result.prefix, req, steps)
+    s["prefix_cache"] = None if result.prefix is None else prefix_stats(result.prefix, req, steps)
     s["provenance"] = result.provenance
-    s["sim_wall_s"] = None  # filled by the caller; kept out of determinism checks
-    return s
+    return RunSummary(**s)
 
 
 def _speculation_stats(req, steps) -> dict:
@@ -164,13 +163,13 @@ def _speculation_stats(req, steps) -> dict:
         "wasted_verify_fraction": (verified - accepted) / verified if verified else None,
         "mean_verify_tokens_per_step": float(verify[dec > 0].mean()) if (dec > 0).any() else None,
         "mean_verify_tokens_per_request": float(verify.sum() / dec.sum()) if dec.sum() else None,
-        "budget_k": {"mean": float(budget.mean()), "p10": float(np.percentile(budget, 10)),
-                     "median": float(np.percentile(budget, 50)), "p90": float(np.percentile(budget, 90)),
-                     "max": int(budget.max())} if budget.size else None,
+        "budget_k": BudgetStats(float(budget.mean()), float(np.percentile(budget, 10)),
+                                float(np.percentile(budget, 50)), float(np.percentile(budget, 90)),
+                                int(budget.max())) if budget.size else None,
     }
 
 
-def prefix_stats(counters: dict, req, steps) -> dict:
+def prefix_stats(counters: dict, req, steps) -> PrefixStats:
     """The prefix cache's effect (a run whose requests carried prefix hash ids): the share of
     completed requests' prompt tokens their first prefill read from the cache (``hit_rate``)
     and of their hash blocks found cached (``block_hit_rate``), prompt tokens served from the
@@ -178,16 +177,17 @@ def prefix_stats(counters: dict, req, steps) -> dict:
     prompt = int(req["prompt_tokens"].sum())
     cached = int(req["cached_tokens"].sum())
     c = counters
-    return {"enabled": c["enabled"], "block_tokens": c["block_tokens"], "hash_block_tokens": c["hash_block_tokens"],
-            "hit_rate": cached / prompt if prompt else 0.0,
-            "block_hit_rate": c["first_hit_blocks"] / c["first_blocks"] if c["first_blocks"] else 0.0,
-            "mean_cached_tokens_per_request": cached / req.n if req.n else 0.0,
-            "prefill_tokens_saved": c["hit_tokens"], "prefill_tokens_computed": int(steps["prefill_tokens"].sum()),
-            "evicted_blocks": c["evicted_blocks"], "evicted_tokens": c["evicted_tokens"],
-            "peak_cached_tokens": c["peak_tokens"]}
+    return PrefixStats(enabled=c["enabled"], block_tokens=c["block_tokens"], hash_block_tokens=c["hash_block_tokens"],
+                       hit_rate=cached / prompt if prompt else 0.0,
+                       block_hit_rate=c["first_hit_blocks"] / c["first_blocks"] if c["first_blocks"] else 0.0,
+                       mean_cached_tokens_per_request=cached / req.n if req.n else 0.0,
+                       prefill_tokens_saved=c["hit_tokens"],
+                       prefill_tokens_computed=int(steps["prefill_tokens"].sum()),
+                       evicted_blocks=c["evicted_blocks"], evicted_tokens=c["evicted_tokens"],
+                       peak_cached_tokens=c["peak_tokens"])
 
 
-def _per_domain(req) -> dict:
+def _per_domain(req) -> dict[str, DomainStats]:
     out = {}
     for i, name in enumerate(DOMAINS):
         sel = req["domain"] == i
@@ -197,9 +197,8 @@ def _per_domain(req) -> dict:
         ver = int(req["verified_drafts"][sel].sum())
         tpot = req["tpot_ms"][sel]
         tpot = tpot[~np.isnan(tpot)]
-        out[name] = {"completed": int(sel.sum()),
-                     "acceptance_rate": acc / ver if ver else None,
-                     "accepted_drafts": acc, "verified_drafts": ver,
-                     "mean_tpot_ms": float(tpot.mean()) if tpot.size else None,
-                     "mean_ttft_ms": float(req["ttft_ms"][sel].mean())}
+        out[name] = DomainStats(completed=int(sel.sum()), acceptance_rate=acc / ver if ver else None,
+                                accepted_drafts=acc, verified_drafts=ver,
+                                mean_tpot_ms=float(tpot.mean()) if tpot.size else None,
+                                mean_ttft_ms=float(req["ttft_ms"][sel].mean()))
     return out

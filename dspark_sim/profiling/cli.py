@@ -11,9 +11,10 @@ both ways writes the scaling's error to ``<out-dir>/<gpu>/slice_scaling.json``) 
 SGLang tables, projects it to the other shipped GPUs, plots it against its points
 (``--img-dir``, default ``<out-dir>/plots``) and prints the held-out error table (into the
 markers of ``--docs`` when given). ``--levels-only`` recomputes only the leave-one-level-out
-errors of the profiles already there (:mod:`.levels`); ``--mixed-only`` refits only the
-mixed-step term of each profile whose probe ``mixed_<model>.json`` lies in ``--raw-dir``
-(:mod:`.mixed`; a full fit does the same after the rest). ``--synthetic`` is a dry run on roofline data with noise,
+errors of the profiles already there (:mod:`.levels`); ``--post-only`` refits only the
+terms fitted after the rest, each on its own steps: the spread of contexts from the spread
+rows of ``raw_<model>.json`` (:mod:`.spread`) and the mixed-step term from the probe
+``mixed_<model>.json`` (:mod:`.mixed`), both in ``--raw-dir`` (a full fit does the same). ``--synthetic`` is a dry run on roofline data with noise,
 into a scratch directory. Bad input prints one line and exits with code 2.
 """
 from __future__ import annotations
@@ -38,9 +39,10 @@ def fit_parser() -> argparse.ArgumentParser:
     p.add_argument("--folds", type=int, default=10, help="k of the k-fold held-out error")
     p.add_argument("--models", nargs="*", help="only these models")
     p.add_argument("--synthetic", action="store_true", help="dry run on roofline data with noise")
-    p.add_argument("--mixed-only", action="store_true",
-                   help="only refit the mixed-step term of the profiles already in --out-dir from the probes "
-                        "mixed_<model>.json in --raw-dir, keeping every other fitted number")
+    p.add_argument("--post-only", action="store_true",
+                   help="only refit the spread and mixed-step terms of the profiles already in --out-dir from "
+                        "--raw-dir (spread rows of raw_<model>.json, probes mixed_<model>.json), keeping every "
+                        "other fitted number")
     p.add_argument("--levels-only", action="store_true",
                    help="only (re)compute the leave-one-level-out errors of the profiles already in --out-dir, "
                         "keeping their fitted numbers")
@@ -50,7 +52,7 @@ def fit_parser() -> argparse.ArgumentParser:
 def fit(args) -> int:
     """Fit, project, tabulate and plot every raw profile; print the held-out error table."""
     from dspark_sim.catalog import get_gpu
-    from dspark_sim.profiling.pipeline import (add_level_errors, add_mixed_steps, fit_raws, held_out_table, measured_profiles,
+    from dspark_sim.profiling.pipeline import (add_level_errors, add_post_terms, fit_raws, held_out_table, measured_profiles,
                                                measured_raws, synthetic_raws, update_docs)
     from dspark_sim.profiling.slices import write_slice_errors
 
@@ -64,8 +66,8 @@ def fit(args) -> int:
     def log(line: str) -> None:
         print(line, file=sys.stderr if line.startswith("warning:") else sys.stdout)
 
-    if args.mixed_only:
-        done = add_mixed_steps(out_dir, measured, raw_dir, args.models, log)
+    if args.post_only:
+        done = add_post_terms(out_dir, measured, raw_dir, args.models, log)
         if done:
             table = held_out_table(measured_profiles(out_dir))
             if args.docs is not None:

@@ -8,12 +8,14 @@ each, most of them empty) and no key splits. ``benchmarks/mixed_steps.py`` times
 steps on the GPU (R decoding requests beside one chunk of C tokens after K cached, and
 each half alone). What a mixed step costs over its two halves, less what the fit's own
 terms give that same difference (the linear layers' roof over the joined tokens), is
-what the model lacks; it is fitted here, on the probe's points only, as
+what the model may lack; it is fitted here, on the probe's points only, as
 
     mixed = mixed_s_per_row_tile * R * ceil(P / (Q * prefill_tile))
 
 (R decode rows, P prompt tokens in Q chunks), added to an eager step's attention when it
-carries decode rows. Held out by whole levels of R and of C in turn (:func:`held_out_levels`).
+carries decode rows: the coefficient that minimises the relative error of the mixed steps'
+prices, kept only when it predicts every held-out level (whole levels of R and of C in turn,
+:func:`held_out_levels`) better than no term; else the fit keeps 0 and says so.
 """
 from __future__ import annotations
 
@@ -87,10 +89,13 @@ def row_tiles(fit: TargetFit, reqs, prompt_tokens, prompt_reqs):
     return reqs * np.ceil(prompt_tokens / (q * tile))
 
 
-def fit_term(tiles: np.ndarray, excess: np.ndarray) -> float:
-    """``mixed_s_per_row_tile`` >= 0 by least squares through the origin."""
-    denom = float(tiles @ tiles)
-    return max(0.0, float(tiles @ excess) / denom) if denom else 0.0
+def fit_term(rows: dict[str, np.ndarray], keep: np.ndarray) -> float:
+    """``mixed_s_per_row_tile`` >= 0 minimising the squared relative error of the rows ``keep``'s
+    step prices (the fit's price without the term, plus the term) against the measured steps."""
+    x = rows["tiles"][keep] / rows["step_s"][keep]
+    y = 1.0 - rows["base_s"][keep] / rows["step_s"][keep]
+    denom = float(x @ x)
+    return max(0.0, float(x @ y) / denom) if denom else 0.0
 
 
 def held_out_levels(rows: dict[str, np.ndarray]) -> dict[str, dict]:
@@ -101,7 +106,7 @@ def held_out_levels(rows: dict[str, np.ndarray]) -> dict[str, dict]:
         pred = np.empty_like(rows["step_s"])
         for level in np.unique(rows[axis]):
             test = rows[axis] == level
-            k = fit_term(rows["tiles"][~test], rows["excess"][~test])
+            k = fit_term(rows, ~test)
             pred[test] = rows["base_s"][test] + k * rows["tiles"][test]
         out[axis] = {"with": _summary(pred / rows["step_s"] - 1.0),
                      "without": _summary(rows["base_s"] / rows["step_s"] - 1.0)}
@@ -119,11 +124,14 @@ def with_mixed_term(fit: TargetFit, path: Path) -> tuple[TargetFit, dict]:
     (the coefficient, every point's interaction, the held-out errors by level)."""
     base = replace(fit, mixed_s_per_row_tile=0.0)
     rows = interactions(base, read_probe(path))
-    k = fit_term(rows["tiles"], rows["excess"])
+    k = fit_term(rows, np.ones(rows["reqs"].size, bool))
     if not math.isfinite(k):
         raise InputError(path, "points", k, "the mixed-step term did not fit")
+    held = held_out_levels(rows)
+    if any(e["with"]["median"] >= e["without"]["median"] for e in held.values()):
+        k = 0.0  # the term does not predict held-out levels better than none: the fit keeps none
     return replace(base, mixed_s_per_row_tile=k), {
-        "mixed_s_per_row_tile": k, "held_out": held_out_levels(rows),
+        "mixed_s_per_row_tile": k, "held_out": held,
         "points": [{a: float(rows[a][i]) for a in ("reqs", "chunk", "cached", "tiles", "excess", "step_s", "base_s")}
                    for i in range(rows["reqs"].size)]}
 
@@ -132,7 +140,8 @@ def with_mixed_steps(profile: Profile, path: Path) -> Profile:
     """``profile`` with the mixed-step term fitted on the probe at ``path`` and its held-out
     errors (``mixed@reqs``, ``mixed@chunk``: each level held out whole, the step's price)."""
     target, report = with_mixed_term(profile.target, path)
-    held = {f"mixed@{axis}": HeldOut(e["with"]["median"], e["with"]["p90"], e["with"]["max"], e["with"]["points"],
-                                     e["with"]["median_signed"])
+    shipped = "with" if target.mixed_s_per_row_tile else "without"  # the errors of the prices the profile gives
+    held = {f"mixed@{axis}": HeldOut(e[shipped]["median"], e[shipped]["p90"], e[shipped]["max"], e[shipped]["points"],
+                                     e[shipped]["median_signed"])
             for axis, e in report["held_out"].items()}
     return replace(profile, target=target, held_out={**profile.held_out, **held})

@@ -27,6 +27,7 @@ from dspark_sim.profiling.fit import fit_profile
 from dspark_sim.profiling.levels import METHOD as LEVELS_METHOD
 from dspark_sim.profiling.levels import level_errors
 from dspark_sim.profiling.mixed import with_mixed_steps
+from dspark_sim.profiling.spread import with_spread_term
 from dspark_sim.profiling.slices import slice_model, whole_from_slices
 from dspark_sim.profiling.synthetic import synthetic_raw
 
@@ -76,8 +77,7 @@ def fit_raws(raws: list[tuple[str, dict, Path | None]], measured, out_dir: Path,
             log(f"warning: {file} was measured on {seen!r}, filed under {measured.name}")
         profile = moe_notes(fit_profile(raw, model, measured, folds=folds, file=file), raw, model, measured)
         profile = with_level_errors(profile, raw, model, measured)
-        if raw_dir is not None and (raw_dir / f"mixed_{model.name}.json").is_file():
-            profile = with_mixed_steps(profile, raw_dir / f"mixed_{model.name}.json")
+        profile = with_post_terms(profile, raw, file, raw_dir)
         if raw_dir is not None:
             profile = with_tp_errors(replace(profile, comm=comm), raw_dir, log)
         written = write_profile(profile, out_dir)
@@ -113,7 +113,7 @@ def with_level_errors(profile: Profile, raw: dict, model, gpu) -> Profile:
     """``profile`` with the leave-one-level-out errors of every term (:mod:`.levels`) beside the
     k-fold ones (replacing any earlier level errors)."""
     kept = {k: v for k, v in profile.held_out.items()
-            if ("@" not in k or k.startswith("mixed@")) and k != "verify_levels"}
+            if ("@" not in k or k.startswith(POST_TERMS)) and k != "verify_levels"}
     method = profile.held_out_method.split("; ")[0]
     return replace(profile, held_out={**kept, **level_errors(raw, model, gpu)},
                    held_out_method=f"{method}; {LEVELS_METHOD}")
@@ -139,27 +139,50 @@ def add_level_errors(raws: list[tuple[str, dict, Path | None]], measured, out_di
     return done
 
 
-def add_mixed_steps(out_dir: Path, measured, raw_dir: Path, models=None, log=print) -> list[Profile]:
-    """Refit the mixed-step term (:mod:`.mixed`) of each profile under ``out_dir`` measured on
-    ``measured`` whose probe ``mixed_<model>.json`` lies in ``raw_dir`` (only ``models`` if given),
-    every other fitted number kept; save it and its projections. Returns the profiles."""
+POST_TERMS = ("spread@", "mixed@")  # held-out keys of the terms fitted after the rest
+
+
+def with_post_terms(profile: Profile, raw: dict | None, file, raw_dir: Path | None) -> Profile:
+    """``profile`` with the terms fitted after the rest, each on its own steps: the spread of
+    contexts (:mod:`.spread`, ``raw``'s spread rows) and then the mixed steps (:mod:`.mixed`,
+    ``raw_dir``'s probe ``mixed_<model>.json``), where those were timed."""
+    if raw is not None:
+        profile, _ = with_spread_term(profile, raw, file)
+    probe = raw_dir / f"mixed_{profile.model}.json" if raw_dir is not None else None
+    return with_mixed_steps(profile, probe) if probe is not None and probe.is_file() else profile
+
+
+def add_post_terms(out_dir: Path, measured, raw_dir: Path, models=None, log=print) -> list[Profile]:
+    """Refit the terms fitted after the rest (:func:`with_post_terms`) of each profile under
+    ``out_dir`` measured on ``measured`` whose spread rows (``raw_<model>.json``) or mixed-step
+    probe (``mixed_<model>.json``) lie in ``raw_dir`` (only ``models`` if given), every other
+    fitted number kept; save it and its projections. Returns the profiles."""
+    names = {p.stem.removeprefix("mixed_") for p in raw_dir.glob("mixed_*.json")}
+    names |= {p.stem.removeprefix("raw_") for p in raw_dir.glob("raw_*.json") if "." not in p.stem}
     done = []
-    for probe in sorted(raw_dir.glob("mixed_*.json")):
-        name = probe.stem.removeprefix("mixed_")
-        if models and name not in models:
-            continue
+    for name in sorted(names):
         path = out_dir / measured.name / f"{name}.json"
-        profile = with_mixed_steps(load_profile(path), probe)
+        if (models and name not in models) or not path.is_file():
+            continue
+        raw_path = raw_dir / f"raw_{name}.json"
+        raw = read_json(raw_path) if raw_path.is_file() else None
+        before = load_profile(path)
+        profile = with_post_terms(before, raw, raw_path, raw_dir)
+        if profile is before:
+            continue
         write_profile(profile, out_dir)
         for other in SHIPPED_GPUS:
             if other != measured.name:
                 write_profile(project_profile(profile, get_gpu(other)), out_dir)
-        held = profile.held_out
-        log(f"{name}: mixed_s_per_row_tile {profile.target.mixed_s_per_row_tile:.3e} s; held out by R median "
-            f"{100 * held['mixed@reqs'].median_rel_err:.1f} %, by chunk {100 * held['mixed@chunk'].median_rel_err:.1f} %")
+        t, held = profile.target, profile.held_out
+        log(f"{name}: " + "; ".join(
+            f"{label} held out by {axis} median {100 * held[key].median_rel_err:.1f} % p90 {100 * held[key].p90_rel_err:.1f} %"
+            for label, key, axis in ((f"spread_ratio {t.spread_ratio:.3f} past {t.spread_slots:g} slots", "spread@reqs", "R"),
+                                     (f"mixed_s_per_row_tile {t.mixed_s_per_row_tile:.3e} s", "mixed@reqs", "R"),
+                                     ("mixed", "mixed@chunk", "chunk")) if key in held))
         done.append(profile)
     if not done:
-        log(f"no mixed-step probes (mixed_<model>.json) under {raw_dir}")
+        log(f"no spread rows or mixed-step probes for the profiles of {raw_dir}")
     return done
 
 
@@ -235,7 +258,8 @@ def targets_text(profiles: list[Profile], terms: list[str], axes: list[str]) -> 
 
     kfold = [f"{p.model} {t} ({100 * p.held_out[t].median_rel_err:.1f} % / {100 * p.held_out[t].p90_rel_err:.1f} %)"
              for p in profiles for t in [*terms, "all"] if miss(p.held_out.get(t))]
-    keys = lambda p: [t + a for t in terms for a in axes] + long_keys(p)  # noqa: E731
+    keys = lambda p: [t + a for t in terms for a in axes] + long_keys(p) + sorted(  # noqa: E731
+        k for k in p.held_out if k.startswith(POST_TERMS))
     levels = [f"{p.model} {k} ({100 * p.held_out[k].p90_rel_err:.1f} %)" for p in profiles for k in keys(p)
               if p.held_out.get(k) is not None and p.held_out[k].p90_rel_err > TARGET_P90]
     return (f"Targets: median <= {100 * TARGET_MEDIAN:.0f} %, p90 <= {100 * TARGET_P90:.0f} %. K-fold, missed by: "

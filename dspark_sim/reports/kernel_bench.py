@@ -41,34 +41,34 @@ def runs_text(data: dict) -> str:
 
 
 def accept_table(rows: list[dict]) -> list[str]:
-    """Sampling and greedy side by side, one line per (V, gamma, R)."""
-    by = {(r["V"], r["gamma"], r["R"], r["variant"]): r for r in rows}
-    shapes = list(dict.fromkeys((r["V"], r["gamma"], r["R"]) for r in rows))
+    """Sampling and greedy side by side, one line per (V, block_size, R)."""
+    by = {(r["V"], r["block_size"], r["R"], r["variant"]): r for r in rows}
+    shapes = list(dict.fromkeys((r["V"], r["block_size"], r["R"]) for r in rows))
     cols = "graph us | {0} do_bench us | % copy | x torch | x compiled"
-    out = [f"| V | gamma | R | rows | sampling {cols.format('sampling')} | greedy {cols.format('greedy')} |",
+    out = [f"| V | block_size | R | rows | sampling {cols.format('sampling')} | greedy {cols.format('greedy')} |",
            "|---|---|---|---|" + "---|" * 10]
-    for V, gamma, R in shapes:
+    for V, block_size, R in shapes:
         cells = []
         for variant in ("sampling", "greedy"):
-            r = by.get((V, gamma, R, variant))
+            r = by.get((V, block_size, R, variant))
             if r is None or "error" in r:
                 cells += ["-"] * 5
                 continue
             cells += [fmt(r["kernel_graph_us"], ".1f"), f"{r['kernel_us']:.0f}", f"{r['pct_of_copy']:.0f}",
                       fmt(r.get("speedup_vs_torch"), ".1f"), fmt(r.get("speedup_vs_compiled"), ".1f")]
-        out.append(f"| {V} | {gamma} | {R} | {R * (gamma + 1)} | " + " | ".join(cells) + " |")
+        out.append(f"| {V} | {block_size} | {R} | {R * (block_size + 1)} | " + " | ".join(cells) + " |")
     return out
 
 
 def schedule_table(rows: list[dict]) -> list[str]:
-    out = [("| mode | gamma | R | kernel graph us | kernel do_bench us | torch graph us | torch do_bench us | "
+    out = [("| mode | block_size | R | kernel graph us | kernel do_bench us | torch graph us | torch do_bench us | "
            "compiled do_bench us | x torch | x compiled | = reference |"), "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         mode = r["mode"] + (" + lag" if r["lag"] else "")
         if "error" in r:
-            out.append(f"| {mode} | {r['gamma']} | {r['R']} | error: {r['error'][:80]} |" + " |" * 7)
+            out.append(f"| {mode} | {r['block_size']} | {r['R']} | error: {r['error'][:80]} |" + " |" * 7)
             continue
-        out.append(f"| {mode} | {r['gamma']} | {r['R']} | {fmt(r['kernel_graph_us'], '.1f')} | {r['kernel_us']:.1f} | "
+        out.append(f"| {mode} | {r['block_size']} | {r['R']} | {fmt(r['kernel_graph_us'], '.1f')} | {r['kernel_us']:.1f} | "
                    f"{fmt(r.get('torch_graph_us'), '.0f')} | {r['torch_us']:.0f} | {fmt(r.get('compiled_us'), '.0f')} | "
                    f"{r['speedup_vs_torch']:.1f} | {fmt(r.get('speedup_vs_compiled'), '.1f')} | "
                    f"{'yes' if r['matches_reference'] else 'no'} |")
@@ -116,21 +116,21 @@ def _copy_cells(rows: list[dict]) -> tuple[str, bool, bool]:
 def targets_table(data: dict) -> list[str]:
     """Each target and what the rows say of it."""
     text, all_met, some = _copy_cells(data["accept"])
-    R, gamma = SCHEDULE_TARGET_SHAPE
+    R, block_size = SCHEDULE_TARGET_SHAPE
     prod = [r for r in data["schedule"] if r["mode"] == "production" and not r["lag"] and "error" not in r]
-    row = next(r for r in prod if (r["R"], r["gamma"]) == (R, gamma))
+    row = next(r for r in prod if (r["R"], r["block_size"]) == (R, block_size))
     small = [r["kernel_graph_us"] for r in prod if r["R"] < R and r["kernel_graph_us"] is not None]
     graph_ratio = row["torch_graph_us"] / row["kernel_graph_us"] if row.get("torch_graph_us") else None
     fast = row["kernel_graph_us"] <= SCHEDULE_TARGET_US
     speed = row["speedup_vs_torch"] >= SPEEDUP_TARGET
     return ["| target | reached |", "|---|---|",
-            (f"| accept >= {COPY_TARGET_PCT} % of copy bandwidth once R (gamma + 1) >= {COPY_TARGET_ROWS} rows | "
+            (f"| accept >= {COPY_TARGET_PCT} % of copy bandwidth once R (block_size + 1) >= {COPY_TARGET_ROWS} rows | "
             f"**{'met' if all_met else 'partly' if some else 'missed'}.** {text} |"),
-            (f"| schedule_verify <= {SCHEDULE_TARGET_US} us at R = {R}, gamma = {gamma} | "
+            (f"| schedule_verify <= {SCHEDULE_TARGET_US} us at R = {R}, block_size = {block_size} | "
             f"**{'met' if fast else 'missed'}:** {row['kernel_graph_us']:.1f} us GPU time (graph), "
             f"{row['kernel_us']:.1f} us do_bench. R < {R} takes {_span(small, '.1f')} us (graph). |"),
             (f"| schedule_verify >= {SPEEDUP_TARGET}x faster than the torch reference | "
-            f"**{'met' if speed else 'missed'}:** at R = {R}, gamma = {gamma}: {row['speedup_vs_torch']:.0f}x "
+            f"**{'met' if speed else 'missed'}:** at R = {R}, block_size = {block_size}: {row['speedup_vs_torch']:.0f}x "
             f"(do_bench, eager torch), {fmt(row.get('speedup_vs_compiled'), '.1f')}x over `torch.compile`, "
             f"{fmt(graph_ratio, '.1f')}x graph against graph. |")]
 

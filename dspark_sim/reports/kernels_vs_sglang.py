@@ -24,17 +24,17 @@ def tables(data: dict) -> str:
     the row's own run (each path is timed on its own)."""
     from dspark_sim.kernels.schedule_paths import path_for
 
-    lines = ["| gamma | R | path now | K | SGLang top-K graph us | ours, K given, graph us | x SGLang | ours searching K, "
+    lines = ["| block_size | R | path now | K | SGLang top-K graph us | ours, K given, graph us | x SGLang | ours searching K, "
              "graph us | SGLang launch us | ours launch us | single / pairwise / merge graph us | mismatches |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in data.get("schedule", []):
         if "error" in r:
-            lines.append(f"| {r['gamma']} | {r['R']} | error: {r['error'][:80]} |" + " |" * 9)
+            lines.append(f"| {r['block_size']} | {r['R']} | error: {r['error'][:80]} |" + " |" * 9)
             continue
-        now = path_for(r["R"], r["gamma"])
+        now = path_for(r["R"], r["block_size"])
         ours = r.get(f"ours_{now}") or r["ours"]
         paths = " / ".join(_us(r.get(f"ours_{p}")) for p in ("single", "pairwise", "merge"))
-        lines.append(f"| {r['gamma']} | {r['R']} | {now} | {r['budget_k']} | {_us(r['sglang'])} | "
+        lines.append(f"| {r['block_size']} | {r['R']} | {now} | {r['budget_k']} | {_us(r['sglang'])} | "
                      f"{_us(ours)} | {_ratio(r['sglang'], ours)} | {_us(r['ours_search'])} | "
                      f"{_us(r['sglang'], 'launch_us')} | {_us(ours, 'launch_us')} | {paths} | {r['mismatches']} |")
     lines += ["", "| R | greedy: SGLang graph us | ours | x SGLang | mismatches | sampling: SGLang graph us | ours | "

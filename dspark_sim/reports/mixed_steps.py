@@ -1,6 +1,7 @@
 """The mixed-step probe (``benchmarks/mixed_steps.py`` times decode rows beside a prompt chunk on
-a GPU): the decode requests' contexts it draws, its table, and docs/profiles.md's block of the
-mixed-step term fitted on it."""
+a GPU): the decode requests' contexts it draws, its table, and docs/profiles.md's blocks of the
+terms fitted after the rest: the mixed-step term on the probe, the spread term on the
+profiler's spread rows."""
 from __future__ import annotations
 
 import json
@@ -44,28 +45,62 @@ def block_text(probe: Path, profile: Path) -> str:
     from dataclasses import replace
 
     from dspark_sim.cost.profile import load_profile
-    from dspark_sim.profiling.mixed import held_out_levels, interactions
+    from dspark_sim.profiling.mixed import fit_term, held_out_levels, interactions
 
     data, fit = json.loads(probe.read_text()), load_profile(profile).target
     p, k = data["provenance"], fit.mixed_s_per_row_tile
     rows = interactions(replace(fit, mixed_s_per_row_tile=0.0), data["points"])
+    fitted = k or fit_term(rows, np.ones(rows["reqs"].size, bool))
     head = (f"Measured {p['date']} on {p['gpu']} ({p['gpu_uuid']}; driver {p['driver']}, torch {p['torch']}, triton "
             f"{p['triton']}; tree {p.get('tree') or p.get('decoder_commit')}); {p['model']}, {p['weights']} weights, "
             f"no speculation; decode contexts {p['contexts']}; device time with the host's launch hidden, median of "
             f"{p['reps']}. Made by `python benchmarks/mixed_steps.py --run` (the command in its docstring); the "
             f"term fitted on these points only by `python benchmarks/fit_profiles.py` "
-            f"(`mixed_s_per_row_tile` = {k * 1e9:.1f} ns per decode row and query tile of {fit.prefill_tile:g} tokens).")
+            + (f"(`mixed_s_per_row_tile` = {k * 1e9:.1f} ns per decode row and query tile of {fit.prefill_tile:g} tokens)."
+               if k else "kept `mixed_s_per_row_tile` at 0: fitted, the term predicted held-out levels no better than "
+                         "none (the table's last column prices the steps with the coefficient fitted on all of them)."))
     lines = ["| R | chunk | cached | measured ms | interaction ms | priced without | with the term |",
              "|---|---|---|---|---|---|---|"]
     for i in np.argsort(rows["reqs"] * 1e9 + rows["chunk"] * 1e4 + rows["cached"], kind="stable"):
         step, base = rows["step_s"][i], rows["base_s"][i]
         lines.append(f"| {rows['reqs'][i]:.0f} | {rows['chunk'][i]:.0f} | {rows['cached'][i]:.0f} | {step * 1e3:.2f} | "
                      f"{rows['excess'][i] * 1e3:+.2f} | {base / step - 1:+.1%} | "
-                     f"{(base + k * rows['tiles'][i]) / step - 1:+.1%} |")
+                     f"{(base + fitted * rows['tiles'][i]) / step - 1:+.1%} |")
     held = ["| held out (whole levels) | median | p90 | max | mean signed | without the term: median / mean signed |",
             "|---|---|---|---|---|---|"]
     for axis, e in held_out_levels(rows).items():
         w, o = e["with"], e["without"]
         held.append(f"| every level of {'R' if axis == 'reqs' else 'the chunk'} | {w['median']:.1%} | {w['p90']:.1%} | "
                     f"{w['max']:.1%} | {w['mean_signed']:+.1%} | {o['median']:.1%} / {o['mean_signed']:+.1%} |")
+    return "\n".join([head, "", *lines, "", *held])
+
+
+def spread_block_text(raw: Path, profile: Path) -> str:
+    """docs/profiles.md's block: the profiler's spread rows (long-tailed contexts) priced by the
+    shipped profile without and with its spread term, and the term's error with each level of
+    R held out whole."""
+    from dspark_sim.cost.profile import load_profile
+    from dspark_sim.profiling.spread import SLOTS, columns, held_out_levels, spread_rows
+
+    data, fit = json.loads(raw.read_text()), load_profile(profile).target
+    p, rows = data["provenance"], spread_rows(data, raw)
+    cols = columns(fit, rows)
+    tail = cols["tails"][:, SLOTS.index(fit.spread_slots)] * fit.spread_ratio if fit.spread_ratio else 0 * cols["base_s"]
+    head = (f"The spread rows of `{raw.relative_to(raw.parents[3])}` (measured {p.get('date', '?')} on {p.get('gpu', '?')}, "
+            f"{p.get('gpu_uuid', '?')}; the profiler's lognormal contexts beside the same step at their mean); the term "
+            f"fitted on these rows only by `python benchmarks/fit_profiles.py` (`--post-only`): `spread_ratio` = "
+            f"{fit.spread_ratio:.3f}, `spread_slots` = {fit.spread_slots:g}.")
+    lines = ["| R | verify tokens | context mean / longest | measured ms | at the mean ms | priced without | with the term |",
+             "|---|---|---|---|---|---|---|"]
+    for r, c in sorted(zip(rows, range(len(rows))), key=lambda x: (x[0]["reqs"], x[0]["tokens"])):
+        step, base = cols["step_s"][c], cols["base_s"][c]
+        uniform = f"{r['uniform_s'] * 1e3:.2f}" if "uniform_s" in r else "-"
+        lines.append(f"| {r['reqs']} | {r['tokens']} | {r['context']} / {r['max_context']} | {step * 1e3:.2f} | {uniform} | "
+                     f"{base / step - 1:+.1%} | {(base + tail[c]) / step - 1:+.1%} |")
+    e = held_out_levels(cols)
+    w, o = e["with"], e["without"]
+    held = ["| held out (whole levels) | median | p90 | max | mean signed | without the term: median / mean signed |",
+            "|---|---|---|---|---|---|",
+            f"| every level of R | {w['median']:.1%} | {w['p90']:.1%} | {w['max']:.1%} | {w['mean_signed']:+.1%} | "
+            f"{o['median']:.1%} / {o['mean_signed']:+.1%} |"]
     return "\n".join([head, "", *lines, "", *held])

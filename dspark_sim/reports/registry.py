@@ -67,6 +67,25 @@ def sustained() -> str:
     return block_text(H200 / "sustained_clocks.json")
 
 
+def mixed_steps() -> str:
+    from dspark_sim.reports.mixed_steps import block_text
+
+    return block_text(H200 / "raw" / "mixed_qwen3-8b.json", H200 / "qwen3-8b.json")
+
+
+def spread_steps() -> str:
+    from dspark_sim.reports.mixed_steps import spread_block_text
+
+    return spread_block_text(H200 / "raw" / "raw_qwen3-8b.json", H200 / "qwen3-8b.json")
+
+
+def spread_check() -> str:
+    from dspark_sim.cost.profile import load_profile
+    from dspark_sim.reports.spread_steps import block_text
+
+    return block_text(_json(H200 / "validation" / "steps" / "spread_steps.json"), load_profile(H200 / "qwen3-8b.json"))
+
+
 def long_check() -> str:
     from dspark_sim.validation.long_prompts import JSON, block_text
 
@@ -147,6 +166,9 @@ BLOCKS = {
     ("docs/profiles.md", "held-out"): held_out,
     ("docs/profiles.md", "gpu-specs"): gpu_specs,
     ("docs/profiles.md", "sustained"): sustained,
+    ("docs/profiles.md", "mixed-steps"): mixed_steps,
+    ("docs/profiles.md", "spread-steps"): spread_steps,
+    ("docs/profiles.md", "spread-check"): spread_check,
     ("docs/profiles.md", "engine-roofline"): engine_roofline,
 }
 

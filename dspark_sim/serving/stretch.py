@@ -316,7 +316,7 @@ def _finish(rep, steps: int, taken: int, decode: np.ndarray | int, kv, verify, b
     dec = decode if isinstance(decode, int) else decode[k]  # one number: every step decodes as many
     rows = dec if rows is decode else rows[k]
     works = StepWorks(rows, dec if verify is decode else verify[k], context[k], draft_kind=rep.policy.draft_kind,
-                      draft_reqs=rows if block_size else 0, draft_block_size=block_size,
+                      draft_reqs=rows if block_size else 0, block_size=block_size,
                       draft_context_tokens=context[k], decode_max_context=max_context[k], running_reqs=dec)
     parts = rep.ctx.cost.breakdown_array(works)
     step_s = sum(parts.values())

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from dspark_sim.metrics.run_summary import RunSummary
 from dspark_sim.speed.cases import CASES, Case, sliced
 
 
@@ -126,7 +127,7 @@ def _wrapped(fn, clock: Clock, phase: int, target: str):
     return call
 
 
-def run(case: Case, tmp: Path) -> dict:
+def run(case: Case, tmp: Path) -> RunSummary:
     """One run of ``case`` as ``dspark-sim run`` makes it (run record written, no plots)."""
     from dspark_sim.run import run_scenario
     from dspark_sim.scenario import load_scenario
@@ -160,7 +161,7 @@ def profile(case: Case, tmp: Path) -> dict:
             setattr(owner, attr, fn)
     return {"seconds": dict(zip(NAMES, clock.seconds)), "wall_s": ended - started,
             "events": {k: clock.calls.get(t, 0) for k, t in EVENTS.items()},
-            "wrapped_calls": sum(clock.calls.values()), "requests": summary["completed"]}
+            "wrapped_calls": sum(clock.calls.values()), "requests": summary.completed}
 
 
 def whole_requests(case: Case, run_requests: int) -> int:
@@ -179,7 +180,7 @@ def measure(name: str, requests: int, tmp: Path) -> dict:
     plain_s = time.perf_counter() - started
     load_before = os.getloadavg()[0]
     prof = profile(run, tmp)
-    whole = whole_requests(case, plain["completed"])
+    whole = whole_requests(case, plain.completed)
     return {"case": name, "label": run.label, "target_s": case.target_s, "whole_requests": whole,
             "budget_us_per_request": case.target_s / whole * 1e6, "plain_wall_s": plain_s,
             "load_before": load_before, "load_after": os.getloadavg()[0]} | prof

@@ -243,7 +243,7 @@ def diagnose_case(case: dict, seeds=SEEDS) -> dict:
             scenario = case_scenario(case, seed)
             result = simulate(with_terms(scenario, variant_terms(scenario.engine.terms, variant)))
             s = summarize(result)
-            preds.append({name: s[key] for name, key in keys.items()})
+            preds.append({name: getattr(s, key) for name, key in keys.items()})
             if variant == "shipped" and seed == seeds[0]:
                 row["split"] = time_split(result)
         predicted = {name: float(np.median([p[name] for p in preds])) for name in METRICS}

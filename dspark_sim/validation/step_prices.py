@@ -86,9 +86,9 @@ def markdown(rows: list[dict], min_level: float) -> list[str]:
               "(target forward, sampling, acceptance) likewise; mean and longest context of a step, tokens.", "",
               "| case | decoding requests | steps | drafter ms real / priced | rest ms real / priced | "
               "context mean / longest |", "|---|---|---|---|---|---|"]
-    lines[-2:-2] = ["What would settle the price: served decode steps timed on the GPU at 64-256 decoding requests "
-                    "over the contexts a saturated run holds (long-tailed; sharing prefix pages), the drafter's "
-                    "forward among them, with the SM clock logged through the run.", ""]
+    lines[-2:-2] = ["What would settle the rest of the price: the drafter's forward timed inside served steps "
+                    "(after the target's, at the contexts a saturated run holds) beside the profiler's replay of "
+                    "it alone, and decode steps of 64-256 requests that share prefix pages timed on the GPU.", ""]
     for r in shown:
         for span, b in r["step_prices"]["decode_by_running"].items():
             lines.append(f"| {r['case']} | {span} | {b['steps']} | {b['draft_ms']:.2f} / {b['priced_draft_ms']:.2f} | "

@@ -35,7 +35,7 @@ def moe_all_to_all(moe, x: torch.Tensor, impl: str) -> torch.Tensor:
     T, H = x.shape
     rows = -(-T // n)
     mine = F.pad(x, (0, 0, 0, rows * n - T))[shard.rank * rows:(shard.rank + 1) * rows]
-    weight, ids = route_softmax(F.linear(mine, moe.router), moe.top_k)
+    weight, ids = route_softmax(F.linear(mine, moe.router), moe.top_k, impl)
     k, e_loc = ids.shape[1], moe.gate_up.shape[0]
     dest = torch.arange(n, device=x.device)[:, None, None]
     owned = ids[None] // e_loc == dest  # [N, rows, k]: pair goes to rank d

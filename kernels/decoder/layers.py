@@ -112,7 +112,7 @@ class Moe(nn.Module):
         if self.shard is not None and self.shard.moe_comm == "a2a":
             from dspark_sim.kernels.decoder.ep import moe_all_to_all
             return moe_all_to_all(self, x, impl)
-        weight, ids = route_softmax(F.linear(x, self.router), self.top_k)
+        weight, ids = route_softmax(F.linear(x, self.router), self.top_k, impl)
         return _reduce(self, fused_moe(x, self.gate_up, self.down, weight, ids, impl, self.first_expert))
 
 

@@ -20,25 +20,36 @@ distinct experts its tokens touch, as the cost model's MoE term says.
 """
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
 
 from dspark_sim.kernels.decoder.fused import silu_mul
+from dspark_sim.kernels.decoder.moe_align import MAX_PAIRS, align_fused
+from dspark_sim.kernels.decoder.moe_fp8 import grouped_gemm_fp8
+from dspark_sim.kernels.decoder.moe_route import route_fused
 
 
-def route_softmax(logits: torch.Tensor, k: int):
+def route_softmax(logits: torch.Tensor, k: int, impl: str = "torch"):
     """Qwen3-MoE routing: softmax over experts, top ``k``, weights renormalised.
-    ``logits [T, E]`` -> ``(weights [T, k] fp32, ids [T, k] int64)``."""
+    ``logits [T, E]`` -> ``(weights [T, k] fp32, ids [T, k] int64)``; ``impl="triton"``: one
+    launch (:mod:`.moe_route`)."""
+    if impl == "triton":
+        return route_fused(logits, k)
     probs = logits.float().softmax(-1)
     weight, ids = probs.topk(k, dim=-1)
     return weight / weight.sum(-1, keepdim=True), ids
 
 
-def route_sqrtsoftplus(logits: torch.Tensor, bias: torch.Tensor, k: int, scale: float):
+def route_sqrtsoftplus(logits: torch.Tensor, bias: torch.Tensor, k: int, scale: float, impl: str = "torch"):
     """DeepSeek-V4 routing: scores ``sqrt(softplus(logits))``, top ``k`` of score + bias,
-    weights the chosen scores normalised and times ``scale`` (``routed_scaling_factor``)."""
+    weights the chosen scores normalised and times ``scale`` (``routed_scaling_factor``);
+    ``impl="triton"``: one launch (:mod:`.moe_route`)."""
+    if impl == "triton":
+        return route_fused(logits, k, bias, scale)
     scores = F.softplus(logits.float()).sqrt()
     ids = (scores + bias.float()).topk(k, dim=-1).indices
     weight = scores.gather(1, ids)
@@ -51,11 +62,14 @@ def block_m(tokens: int, k: int, experts: int) -> int:
     return 16 if rows <= 16 else 32 if rows <= 32 else 64
 
 
-def align(ids: torch.Tensor, experts: int, bm: int):
+def align(ids: torch.Tensor, experts: int, bm: int, impl: str = "torch"):
     """``(sorted_ids [P] int32, block_expert [P / bm] int32, num_padded [1] int32)``.
 
     ``ids [T, k]``: each pair ``p = t k + j`` lands in its expert's run, runs padded
-    to ``bm`` rows with the sentinel ``T k``; ``num_padded`` rows are in use."""
+    to ``bm`` rows with the sentinel ``T k``; ``num_padded`` rows are in use. ``impl="triton"``
+    and at most ``MAX_PAIRS`` pairs: one launch (:mod:`.moe_align`), the same tensors."""
+    if impl == "triton" and ids.numel() <= MAX_PAIRS:
+        return align_fused(ids, experts, bm)
     flat = ids.reshape(-1)
     n = flat.numel()
     total = n + experts * (bm - 1)
@@ -137,7 +151,8 @@ def fused_moe(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, weight
               ids: torch.Tensor, impl: str = "triton", first_expert: int | None = None) -> torch.Tensor:
     """Routed experts' output ``[T, H]`` in ``x.dtype``.
 
-    x ``[T, H]``; gate_up ``[E, 2I, H]``; down ``[E, H, I]``; weights ``[T, k]`` fp32 and
+    x ``[T, H]``; gate_up ``[E, 2I, H]``; down ``[E, H, I]`` (tensors, or both
+    :class:`.moe_fp8.BlockFp8`: the block-scaled FP8 path); weights ``[T, k]`` fp32 and
     ids ``[T, k]`` int64 from a router. ``first_expert``: the tensors hold experts
     ``first_expert .. first_expert + E - 1`` of a larger set (expert parallel); pairs routed to
     other experts contribute nothing. ``impl="torch"``: the per-expert loop reference."""
@@ -145,15 +160,17 @@ def fused_moe(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, weight
     local = None
     if first_expert is not None:
         ids, local = local_ids(ids, first_expert, E)
+    fp8 = not isinstance(gate_up, torch.Tensor)  # experts in FP8 blocks (.moe_fp8.quantize_moe_)
     if impl == "torch":
-        return moe_ref(x, gate_up, down, weights, ids)
+        return moe_ref(x, *((gate_up.dequant(), down.dequant()) if fp8 else (gate_up, down)), weights, ids)
     T, k = ids.shape
     bm = block_m(T, k, E)
-    sorted_ids, block_expert, num_padded = align(ids, E + (local is not None), bm)
-    h = grouped_gemm(x, gate_up, sorted_ids, block_expert, num_padded, T * k, k, bm)
+    sorted_ids, block_expert, num_padded = align(ids, E + (local is not None), bm, impl)
+    gemm = partial(grouped_gemm_fp8, out_dtype=x.dtype) if fp8 else grouped_gemm
+    h = gemm(x, gate_up, sorted_ids, block_expert, num_padded, T * k, k, bm)
     h = silu_mul(h, impl)
-    y = grouped_gemm(h, down, sorted_ids, block_expert, num_padded, T * k, k, bm,
-                     weights=weights.reshape(-1).float().contiguous(), rows_are_pairs=True)
+    y = gemm(h, down, sorted_ids, block_expert, num_padded, T * k, k, bm,
+             weights=weights.reshape(-1).float().contiguous(), rows_are_pairs=True)
     y = y.view(T, k, -1)
     if local is not None:  # rows of dropped pairs were never written
         y = torch.where(local[:, :, None], y, 0)
@@ -172,8 +189,8 @@ def moe_ref(x, gate_up, down, weights, ids) -> torch.Tensor:
     for e, n in enumerate(counts):
         if n and e < gate_up.shape[0]:
             idx = tokens[start:start + n]
-            gate, up = F.linear(x[idx], gate_up[e]).chunk(2, dim=-1)
-            y = F.linear(F.silu(gate) * up, down[e])
+            gate, up = F.linear(x[idx], gate_up[e].to(x.dtype)).chunk(2, dim=-1)
+            y = F.linear(F.silu(gate) * up, down[e].to(x.dtype))
             w = weights.flatten()[order[start:start + n]]
             out.index_add_(0, idx, y.float() * w[:, None])
         start += n

@@ -16,6 +16,11 @@ every projection is one bf16 GEMM (the checkpoints' FP8 and FP4 weights are the
 cost model's business). Per request, the compressors keep a ring of recent
 projections (``RING_CSA``, ``RING_HCA`` positions) and the compressed entries and
 indexer keys in slabs of ``max_entries``.
+
+On the Triton path (``impl="triton"``) the hyper-connections, their merges and every RoPE
+rotation are one kernel each (:mod:`.v4_fused`) and a step computes its compressors' slots
+once for all layers; ``impl=UNFUSED`` keeps those as torch ops (the launch-bound path the
+2026-12-01 slices timed), for A/B timing.
 """
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ from dspark_sim.kernels.decoder.fused import add_rms_norm
 from dspark_sim.kernels.decoder.layers import Mlp, rms_norm
 from dspark_sim.kernels.decoder.moe import fused_moe, route_sqrtsoftplus
 from dspark_sim.kernels.decoder.target import Target
+from dspark_sim.kernels.decoder.v4_fused import hc_merge, hc_mix, rope_
 from dspark_sim.kernels.decoder.v4_kernels import compress, index_scores, sparse_attention
 
 COMPRESS_THETA = 160000.0  # compress_rope_theta of the V4 configs
@@ -35,6 +41,12 @@ ROUTED_SCALE = 1.5  # routed_scaling_factor (V4-Flash)
 MAX_VERIFY = 16  # positions one request may add in a verify step (the drafts' limit)
 RING_CSA = 32  # >= two windows of 4 and a verify window: what a CSA compressor reads back
 RING_HCA = 256  # >= a window of 128 and a verify window
+UNFUSED = "triton-unfused"  # impl: Triton kernels, hyper-connections and RoPE as torch ops (before v4_fused)
+
+
+def fused(impl: str) -> bool:
+    """Whether ``impl`` runs hyper-connections and RoPE through :mod:`.v4_fused`."""
+    return impl not in ("torch", UNFUSED)
 
 
 class RopeTable:
@@ -45,10 +57,16 @@ class RopeTable:
         ang = torch.arange(max_pos, dtype=torch.float64)[:, None] * inv[None, :]
         self.cos, self.sin = ang.cos().float().to(device), ang.sin().float().to(device)
 
-    def apply_(self, x: torch.Tensor, positions: torch.Tensor, sign: float = 1.0) -> None:
+    def apply_(self, x: torch.Tensor, positions: torch.Tensor, sign: float = 1.0, impl: str = "torch",
+               norm_eps: float | None = None) -> None:
         """Rotate the trailing ``2 * dim/2`` channels of ``x [T, ..., D]`` in place, pairs
-        (2i, 2i + 1) by the angle at ``positions [T]`` (``sign`` -1 rotates back)."""
-        half = self.cos.shape[1]
+        (2i, 2i + 1) by the angle at ``positions [T]`` (``sign`` -1 rotates back); ``norm_eps``:
+        each head RMS-normalised (no weight) first. ``impl="triton"``: one kernel."""
+        if fused(impl):
+            return rope_(x, self.cos, self.sin, positions, sign, norm_eps)
+        if norm_eps is not None:
+            x.copy_(_head_rms(x, norm_eps))
+        half, positions = self.cos.shape[1], positions.long()
         r = x[..., -2 * half:].unflatten(-1, (half, 2)).float()
         shape = (x.shape[0],) + (1,) * (x.dim() - 2) + (half,)
         c = self.cos[positions].view(shape)
@@ -79,20 +97,31 @@ class Compressor(nn.Module):
         self.register_buffer("entries", torch.zeros(rows * self.max_entries + 1, dim, dtype=dtype),
                              persistent=False)
 
-    def forward(self, buf, positions, rows, rope: RopeTable, impl: str) -> torch.Tensor:
+    def forward(self, buf, positions, rows, rope: RopeTable, impl: str, plan=None) -> torch.Tensor:
         """Emit this step's completed entries from projections ``buf [T, 2 series dim]``;
-        returns the entry slab ``[rows * max_entries + 1, dim]``."""
-        pos, row = positions.long(), rows.long()
+        returns the entry slab ``[rows * max_entries + 1, dim]``. ``plan``: this step's
+        :meth:`plan` (computed here when None)."""
+        rope_pos, dest, ring_dest = plan if plan is not None else self.plan(positions, rows)
         pooled = compress(buf, self.ring, self.bias, positions, rows, self.ratio, self.series, self.dim,
                           self.ring_size, impl)
         out = rms_norm(pooled.to(self.norm.dtype), self.norm, self.eps, impl)
-        entry = (pos + 1) // self.ratio - 1
-        rope.apply_(out, (entry.clamp(min=0) * self.ratio))
-        trash = self.entries.shape[0] - 1
-        done = (pos + 1) % self.ratio == 0
-        self.entries.index_copy_(0, torch.where(done, row * self.max_entries + entry, trash), out)
-        self.ring.index_copy_(0, self._ring_slots(pos, row), buf)
+        rope.apply_(out, rope_pos, impl=impl)
+        self.entries.index_copy_(0, dest, out)
+        self.ring.index_copy_(0, ring_dest, buf)
         return self.entries
+
+    def plan(self, positions, rows) -> tuple:
+        """``(RoPE positions, entry slots, ring slots)`` of a step's tokens (a token that completes
+        no window writes the trash entry): the same for every compressor of one :meth:`plan_key`,
+        so a step computes it once per key, not once per layer."""
+        pos, row = positions.long(), rows.long()
+        entry = (pos + 1) // self.ratio - 1
+        done = (pos + 1) % self.ratio == 0
+        dest = torch.where(done, row * self.max_entries + entry, self.entries.shape[0] - 1)
+        return entry.clamp(min=0) * self.ratio, dest, self._ring_slots(pos, row)
+
+    def plan_key(self) -> tuple:
+        return self.ratio, self.max_entries, self.ring_size, self.entries.shape[0], self.ring.shape[0]
 
     def _ring_slots(self, pos, row) -> torch.Tensor:
         """Ring slot of each token; a token whose position a later token of the step reuses
@@ -108,6 +137,16 @@ class Compressor(nn.Module):
     def randomize_(self, gen) -> None:
         for t in (self.ring, self.entries):
             t.normal_(generator=gen)
+
+
+def _shared_plan(c: Compressor, batch, plans: dict | None):
+    """``c``'s plan for this step from ``plans`` (made and kept there on first use); None without."""
+    if plans is None:
+        return None
+    key = c.plan_key()
+    if key not in plans:
+        plans[key] = c.plan(batch.positions, batch.token_rows)
+    return plans[key]
 
 
 class V4Attention(nn.Module):
@@ -134,41 +173,69 @@ class V4Attention(nn.Module):
         if self.index is not None:
             self.index_q = nn.Parameter(torch.empty(v.index_heads * v.index_head_dim, v.q_lora_rank, dtype=dtype))
 
-    def forward(self, x, batch, slots, k_cache, ropes, impl: str):
+    def forward(self, x, batch, slots, k_cache, ropes, impl: str, plans: dict | None = None):
         """Attend ``x [T, hidden]`` over the window and compressed entries; store this step's
-        key, projections and entries. ``ropes``: (main, compress) tables."""
-        v, T = self.v, x.shape[0]
-        pos = batch.positions.long()
-        parts = F.linear(x, self.w_in).split(self.widths, dim=-1)
-        rope = ropes[1] if self.ratio else ropes[0]
-        q_res = rms_norm(parts[0].contiguous(), self.q_norm, self.eps, impl)
-        q = _head_rms(F.linear(q_res, self.q_b).view(T, v.num_heads, v.head_dim), self.eps)
-        rope.apply_(q, pos)
-        kv = rms_norm(parts[1].contiguous(), self.kv_norm, self.eps, impl)
-        rope.apply_(kv, pos)
-        k_cache.index_copy_(0, slots, kv.view(T, 1, v.head_dim))
-        comp = topk = None
-        if self.comp is not None:
-            comp = self.comp(parts[2], batch.positions, batch.token_rows, ropes[1], impl)
-        if self.index is not None:
-            topk = self._topk(x, q_res, parts[3], parts[4], batch, ropes[1], impl)
-        max_entries = self.comp.max_entries if self.comp is not None else 1
-        o = sparse_attention(q, k_cache, comp, topk, self.sinks, batch, v.sliding_window, max(self.ratio, 1),
-                             max_entries, impl)
-        rope.apply_(o, pos, sign=-1.0)
-        grouped = torch.bmm(o.view(T, v.o_groups, -1).transpose(0, 1), self.o_a).transpose(0, 1)
-        return F.linear(grouped.reshape(T, -1), self.o_b)
+        key, projections and entries. ``ropes``: (main, compress) tables; ``plans``: the step's
+        compressor plans by key, shared by the layers (filled on first use). The stages are
+        methods so that the profiler can time each (:mod:`dspark_sim.kernels.profiler.layer_parts`)."""
+        parts = self.project(x)
+        q_res, q = self.queries(parts, batch, ropes, impl)
+        self.store_key(parts, batch, slots, k_cache, ropes, impl)
+        comp, keys = self.compress(parts, batch, ropes, impl, plans)
+        topk = self.select(q_res, parts, keys, batch, ropes, impl)
+        o = self.attend(q, k_cache, comp, topk, batch, impl)
+        return self.output(o, batch, ropes, impl)
 
-    def _topk(self, x, q_res, buf, head_w, batch, rope: RopeTable, impl: str) -> torch.Tensor:
-        """The lightning indexer: entries ``[T, k]`` each query attends (-1: none)."""
-        v, T = self.v, x.shape[0]
-        keys = self.index(buf, batch.positions, batch.token_rows, rope, impl)
+    def project(self, x) -> list:
+        """The fused input projection, split: query, key, compressor and indexer inputs."""
+        return F.linear(x, self.w_in).split(self.widths, dim=-1)
+
+    def queries(self, parts, batch, ropes, impl: str):
+        """``(q_res [T, q_lora_rank], q [T, heads, head_dim])``: normed low-rank and rotated queries."""
+        v, T = self.v, parts[0].shape[0]
+        q_res = rms_norm(parts[0].contiguous(), self.q_norm, self.eps, impl)
+        q = F.linear(q_res, self.q_b).view(T, v.num_heads, v.head_dim)
+        ropes[1 if self.ratio else 0].apply_(q, batch.positions, impl=impl, norm_eps=self.eps)
+        return q_res, q
+
+    def store_key(self, parts, batch, slots, k_cache, ropes, impl: str) -> None:
+        """This step's shared key (= value) normed, rotated and written to the paged cache."""
+        kv = rms_norm(parts[1].contiguous(), self.kv_norm, self.eps, impl)
+        ropes[1 if self.ratio else 0].apply_(kv, batch.positions, impl=impl)
+        k_cache.index_copy_(0, slots, kv.view(kv.shape[0], 1, self.v.head_dim))
+
+    def compress(self, parts, batch, ropes, impl: str, plans: dict | None = None):
+        """``(entries, indexer keys)``: the compressors' slabs after this step (None where absent)."""
+        out = []
+        for c, i in ((self.comp, 2), (self.index, 3)):
+            out.append(None if c is None else
+                       c(parts[i], batch.positions, batch.token_rows, ropes[1], impl, _shared_plan(c, batch, plans)))
+        return tuple(out)
+
+    def select(self, q_res, parts, keys, batch, ropes, impl: str):
+        """The lightning indexer: entries ``[T, k]`` each query attends (-1: none); None without one."""
+        if self.index is None:
+            return None
+        v, T = self.v, q_res.shape[0]
         q = F.linear(q_res, self.index_q).view(T, v.index_heads, v.index_head_dim)
-        rope.apply_(q, batch.positions.long())
-        w = head_w.float() * (v.index_heads ** -0.5 * v.index_head_dim ** -0.5)
+        ropes[1].apply_(q, batch.positions, impl=impl)
+        w = parts[4].float() * (v.index_heads ** -0.5 * v.index_head_dim ** -0.5)
         scores = index_scores(q, w, keys, batch.positions, batch.token_rows, CSA, self.index.max_entries, impl)
         vals, idx = scores.topk(min(v.index_topk, scores.shape[1]), dim=-1)
         return torch.where(torch.isinf(vals), -1, idx)
+
+    def attend(self, q, k_cache, comp, topk, batch, impl: str):
+        """Sparse attention over the window, the chosen (or all) entries and the sinks."""
+        max_entries = self.comp.max_entries if self.comp is not None else 1
+        return sparse_attention(q, k_cache, comp, topk, self.sinks, batch, self.v.sliding_window,
+                                max(self.ratio, 1), max_entries, impl)
+
+    def output(self, o, batch, ropes, impl: str):
+        """The attention output rotated back, through the grouped low-rank output projection."""
+        v, T = self.v, o.shape[0]
+        ropes[1 if self.ratio else 0].apply_(o, batch.positions, sign=-1.0, impl=impl)
+        grouped = torch.bmm(o.view(T, v.o_groups, -1).transpose(0, 1), self.o_a).transpose(0, 1)
+        return F.linear(grouped.reshape(T, -1), self.o_b)
 
 
 class HyperConnection(nn.Module):
@@ -183,11 +250,13 @@ class HyperConnection(nn.Module):
         self.base = nn.Parameter(torch.zeros(width, dtype=torch.float32))
         self.scale = nn.Parameter(torch.ones(1 if final else 3, dtype=torch.float32))
 
-    def forward(self, streams: torch.Tensor):
+    def forward(self, streams: torch.Tensor, impl: str = "torch"):
         """``streams [T, m, H]`` -> ``(post [T, m], comb [T, m, m], block input [T, H])``
-        (final: the collapsed stream alone)."""
+        (final: the collapsed stream alone). ``impl="triton"``: one GEMM and one kernel."""
         m = self.m
         flat = streams.flatten(1).float()
+        if fused(impl):
+            return hc_mix(streams, F.linear(flat, self.fn), self.base, self.scale, self.iters, self.eps, self.final)
         mix = F.linear(flat * torch.rsqrt(flat.pow(2).mean(-1, keepdim=True) + self.eps), self.fn)
         if self.final:
             pre = torch.sigmoid(mix * self.scale + self.base) + self.eps
@@ -204,8 +273,10 @@ class HyperConnection(nn.Module):
         return 2 * torch.sigmoid(post), comb, (pre.unsqueeze(-1) * streams).sum(1).to(streams.dtype)
 
 
-def merge(streams, y, post, comb) -> torch.Tensor:
+def merge(streams, y, post, comb, impl: str = "torch") -> torch.Tensor:
     """New streams: the block output ``y [T, H]`` spread by ``post`` plus the mixed old streams."""
+    if fused(impl):
+        return hc_merge(streams, y, post, comb)
     dtype = streams.dtype
     return post.to(dtype).unsqueeze(-1) * y.unsqueeze(1) + torch.matmul(comb.to(dtype).transpose(-1, -2), streams)
 
@@ -225,7 +296,7 @@ class V4Moe(nn.Module):
         self.shared = Mlp(h, i * spec.num_shared_experts, dtype)
 
     def forward(self, x, impl: str):
-        weight, ids = route_sqrtsoftplus(F.linear(x, self.router), self.bias, self.top_k, ROUTED_SCALE)
+        weight, ids = route_sqrtsoftplus(F.linear(x, self.router), self.bias, self.top_k, ROUTED_SCALE, impl)
         return fused_moe(x, self.gate_up, self.down, weight, ids, impl) + self.shared(x, impl)
 
 
@@ -243,12 +314,12 @@ class V4Layer(nn.Module):
         self.attn = V4Attention(spec, ratio, dtype, rows, max_pos)
         self.mlp = V4Moe(spec, dtype)
 
-    def forward(self, streams, batch, slots, k_cache, ropes, impl: str):
-        post, comb, x = self.attn_hc(streams)
-        y = self.attn(rms_norm(x, self.norm1, self.eps, impl), batch, slots, k_cache, ropes, impl)
-        streams = merge(streams, y, post, comb)
-        post, comb, x = self.ffn_hc(streams)
-        return merge(streams, self.mlp(rms_norm(x, self.norm2, self.eps, impl), impl), post, comb)
+    def forward(self, streams, batch, slots, k_cache, ropes, impl: str, plans: dict | None = None):
+        post, comb, x = self.attn_hc(streams, impl)
+        y = self.attn(rms_norm(x, self.norm1, self.eps, impl), batch, slots, k_cache, ropes, impl, plans)
+        streams = merge(streams, y, post, comb, impl)
+        post, comb, x = self.ffn_hc(streams, impl)
+        return merge(streams, self.mlp(rms_norm(x, self.norm2, self.eps, impl), impl), post, comb, impl)
 
 
 class V4Target(Target):
@@ -274,9 +345,10 @@ class V4Target(Target):
         slots = batch.slots()
         x = F.embedding(ids, self.embed)
         streams = x.unsqueeze(1).expand(-1, self.spec.v4.hc_mult, -1).contiguous()
+        plans = {}  # the compressors' slots, once a step for all layers
         for i, layer in enumerate(self.layers):
-            streams = layer(streams, batch, slots, cache.k[i], self.ropes, impl)
-        return add_rms_norm(self.head_hc(streams), None, self.norm, self.spec.rms_norm_eps, impl)[0], None
+            streams = layer(streams, batch, slots, cache.k[i], self.ropes, impl, plans)
+        return add_rms_norm(self.head_hc(streams, impl), None, self.norm, self.spec.rms_norm_eps, impl)[0], None
 
     def load(self, directory) -> None:
         raise NotImplementedError("the DeepSeek-V4 target runs with random weights (a cost slice)")
@@ -288,5 +360,5 @@ class V4Target(Target):
                 m.randomize_(gen)
 
 
-__all__ = ["V4Target", "V4Layer", "V4Attention", "V4Moe", "HyperConnection", "Compressor", "RopeTable",
+__all__ = ["UNFUSED", "fused", "V4Target", "V4Layer", "V4Attention", "V4Moe", "HyperConnection", "Compressor", "RopeTable",
            "RING_CSA", "RING_HCA"]

@@ -107,14 +107,15 @@ class Stepper:
             self.dec.graphs.clear()
             self._release(seqs)
 
-    def requests_of(self, lengths: list[int]) -> list | None:
-        """Requests of the given context lengths (None, and nothing held, when the pages do not
-        hold them all)."""
-        seqs = []
+    def requests_of(self, lengths: list[int], decoder=None) -> list | None:
+        """Requests of the given context lengths on ``decoder`` (default: the stepper's; None,
+        and nothing held, when the pages do not hold them all)."""
+        dec, seqs = decoder or self.dec, []
         for n, count in Counter(lengths).items():
-            got = self._requests(count, n)
+            got = dec.fake_requests(count, n, self.rng)
             if got is None:
-                self._release(seqs)
+                for s in seqs:
+                    dec.release(s)
                 return None
             seqs += got
         return seqs
@@ -240,6 +241,13 @@ class Stepper:
         their graphs in the same step); steps that captured a graph are left out."""
         return time_steps(self._step_decoder(kind, graphs), reqs, context, self.rng, steps)
 
+    def decode_steps_of(self, kind: str, lengths: list[int], steps: int = 12) -> dict | None:
+        """As :meth:`decode_step` (graphs on), over requests of the given context lengths
+        (long-tailed, as served traffic holds them): None when the pages do not hold them."""
+        dec = self._step_decoder(kind, True)
+        seqs = self.requests_of(lengths, dec)
+        return None if seqs is None else time_requests(dec, seqs, steps)
+
     def sched(self, kind: str, reqs: int, steps: int = 12, prompt: int = 64) -> dict | None:
         """The serving loop's host time between steps (``sched_s``: retire, admit, schedule)
         with ``reqs`` requests running: a burst of ``reqs`` requests of ``prompt`` tokens
@@ -316,8 +324,11 @@ def time_steps(dec, reqs: int, context: int, rng, steps: int = 12, overlap: bool
     graph: ``{"steps": [[verify_tokens, wall_s, draft_s, verify_s], ...], "step_s": median}``,
     or None when the pages do not hold them. Graphs captured here are dropped after."""
     seqs = dec.fake_requests(reqs, context, rng)
-    if seqs is None:
-        return None
+    return None if seqs is None else time_requests(dec, seqs, steps, overlap)
+
+
+def time_requests(dec, seqs: list, steps: int = 12, overlap: bool = True) -> dict | None:
+    """:func:`time_steps` over the requests ``seqs`` (released after)."""
     rows = []
     try:
         with _no_gc():
