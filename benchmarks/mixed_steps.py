@@ -33,7 +33,7 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
-from outputs import code_commit, probe_parser, probe_result, write_result
+from outputs import begin_probe, code_commit, probe_parser, probe_result, write_result
 
 from dspark_sim.reports.mixed_steps import CONTEXT_MAX, CONTEXT_MEAN, CONTEXT_MIN, CONTEXT_SIGMA, contexts, table
 
@@ -175,15 +175,7 @@ def header(args) -> dict:
 def run(args) -> dict:
     from dspark_sim.kernels.profiler.provenance import sm_clocks
 
-    out = {"provenance": header(args), "points": [], "failed": []}
-    try:
-        dec, grid = build(args)
-    except Exception as e:  # noqa: BLE001 - said in the result, then one line and exit 1
-        out["error"] = f"build: {type(e).__name__}: {e}"
-        write_result(args.out, out)
-        raise SystemExit(f"mixed_steps: {out['error'].splitlines()[0]}") from None
-    out["provenance"]["build_s"] = round(time.monotonic() - T0, 1)
-    write_result(args.out, out)
+    out, (dec, grid) = begin_probe(args, "mixed_steps", header(args), build, T0)
     rng = np.random.default_rng(0)
     for reqs in grid["reqs"]:
         run_reqs(out, dec, grid, reqs, args, rng)

@@ -63,3 +63,21 @@ def probe_result(args, name: str):
         print(f"{name}: {path}: no such result (make one with --run)", file=sys.stderr)
         return None
     return json.loads(path.read_text())
+
+
+def begin_probe(args, name: str, header: dict, build, t0: float):
+    """``(result, built)``: a probe's result started with ``header`` as its provenance and
+    written to ``args.out``, and what ``build(args)`` gave; a failing build is said in the
+    result, then one line and exit 1."""
+    import time
+
+    out = {"provenance": header, "points": [], "failed": []}
+    try:
+        built = build(args)
+    except Exception as e:  # noqa: BLE001 - said in the result, then one line and exit 1
+        out["error"] = f"build: {type(e).__name__}: {e}"
+        write_result(args.out, out)
+        raise SystemExit(f"{name}: {out['error'].splitlines()[0]}") from None
+    out["provenance"]["build_s"] = round(time.monotonic() - t0, 1)
+    write_result(args.out, out)
+    return out, built

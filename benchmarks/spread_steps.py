@@ -22,7 +22,7 @@ import statistics
 import sys
 import time
 
-from outputs import code_commit, probe_parser, probe_result, write_result
+from outputs import begin_probe, code_commit, probe_parser, probe_result, write_result
 
 from dspark_sim.reports.mixed_steps import CONTEXT_MAX, CONTEXT_MEAN, CONTEXT_MIN, CONTEXT_SIGMA, contexts
 
@@ -65,15 +65,7 @@ def header(args) -> dict:
 def run(args) -> dict:
     from dspark_sim.kernels.profiler.provenance import sm_clocks
 
-    out = {"provenance": header(args), "points": [], "failed": []}
-    try:
-        stepper, grid = build(args)
-    except Exception as e:  # noqa: BLE001 - said in the result, then one line and exit 1
-        out["error"] = f"build: {type(e).__name__}: {e}"
-        write_result(args.out, out)
-        raise SystemExit(f"spread_steps: {out['error'].splitlines()[0]}") from None
-    out["provenance"]["build_s"] = round(time.monotonic() - T0, 1)
-    write_result(args.out, out)
+    out, (stepper, grid) = begin_probe(args, "spread_steps", header(args), build, T0)
     for reqs in grid["reqs"]:
         drawn = contexts(reqs, grid["mean"], grid["max_context"])
         mean = round(sum(drawn) / reqs)
