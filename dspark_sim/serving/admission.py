@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from dspark_sim.speculation.config import Speculation
 
 CONTEXT, KV_CACHE = "context_length", "kv_cache"
@@ -78,3 +80,23 @@ class Admission:
         return (f"prompt + output larger than the {self.kv_tokens} tokens the KV cache holds for one request "
                 f"({self.kv_capacity} tokens, less {self.kv_per_request + self.spec_slots} of per-request state "
                 "and verify slots)")
+
+
+def preempt_newest(rep) -> None:
+    """Recompute preemption in replica ``rep``: its last admitted request goes back to the head of
+    its queue, to prefill its prompt and what it generated again."""
+    run = rep.running
+    i = len(run) - 1
+    req = run.row(i)
+    mask = np.zeros(len(run), dtype=bool)
+    mask[i] = True
+    run.remove(mask)
+    if rep.prefix is not None:
+        rep.prefix.release(req["rid"], finished=False)
+    req["num_preemptions"] += 1
+    if rep.reserve is not None:  # a retraction: the engine reserves as at start again
+        rep.reserve_ratio = rep.reserve.running_init
+    req["prefill_len"] = req["prompt_tokens"] + req["generated"]
+    req["prefilled"] = 0
+    req["kv_base"] = req["generated"]
+    rep.waiting.appendleft(req)

@@ -1,27 +1,26 @@
 """One serving replica: a waiting queue, a running batch, one simpy event per step.
 
-Each step follows vLLM/Sarathi continuous batching: admit waiting requests while the
-concurrency cap and the KV cache allow, give decoding requests their verify tokens first,
-fill the rest of the token budget with prefill chunks (``batching: prefill_first``, SGLang
-without ``--enable-mixed-chunk``: a step with prompt work pending prefills only, and decoding
-requests wait), preempt the newest requests (recompute) when the KV cache would overflow,
-cost the step, advance time, then draw acceptance and emit tokens. A request no engine would
-serve (longer than the context, or than the cache holds for it alone) is rejected on
-arrival (:mod:`dspark_sim.serving.admission`), so every admitted request fits alone and
-the KV cache in use never exceeds its capacity. With a prefix cache (:mod:`.prefix`) a
-request prefills only what its prompt does not share with cached blocks, and cached blocks
-no request reads fill free KV until a step needs it.
+Each step follows vLLM/Sarathi continuous batching: admit waiting requests while the concurrency
+cap and the KV cache allow, give decoding requests their verify tokens first, fill the rest of the
+token budget with prefill chunks (``batching: prefill_first``, SGLang without
+``--enable-mixed-chunk``: a step with prompt work pending prefills only, and decoding requests
+wait; under DP attention per rank, :mod:`.ranks`), preempt the newest requests (recompute) when the
+KV cache would overflow, cost the step, advance time, then draw acceptance and emit tokens. A
+request no engine would serve (longer than the context, or than the cache holds for it alone) is
+rejected on arrival (:mod:`dspark_sim.serving.admission`), so every admitted request fits alone
+and the KV cache in use never exceeds its capacity. With a prefix cache (:mod:`.prefix`) a request
+prefills only what its prompt does not share with cached blocks, and cached blocks no request
+reads fill free KV until a step needs it.
 
 With ``overlap`` (the engine plans and launches step n+1 while step n runs: SGLang's overlap
-scheduler, vLLM's asynchronous scheduling, the decoder's ``serve``), the plan of a step is
-made when the step before it starts: a request that reaches the replica while a step is in
-flight joins the step after the next, and its ``first_scheduled_s`` is when that step's plan
-was made; what the step in flight finishes holds its place and KV through that plan, its
-unsure finishes are decoded once more (:mod:`.inflight`). When the step in flight leaves
-nothing to run after it, the engine plans anew once it lands, as after an idle wait. Token
-times stay the ends of their steps (when the engine reads them); an engine's front end
-(:mod:`dspark_sim.serving.frontend`) delivers them to the client later, and the record gives
-the client's times.
+scheduler, vLLM's asynchronous scheduling, the decoder's ``serve``), the plan of a step is made
+when the step before it starts: a request that reaches the replica while a step is in flight joins
+the step after the next, and its ``first_scheduled_s`` is when that step's plan was made; what the
+step in flight finishes holds its place and KV through that plan, its unsure finishes are decoded
+once more (:mod:`.inflight`). When the step in flight leaves nothing to run after it, the engine
+plans anew once it lands. Token times stay the ends of their steps; an engine's front end
+(:mod:`dspark_sim.serving.frontend`) delivers them to the client later, and the record gives the
+client's times.
 
 An engine that reserves KV at admission for output still to come (TensorRT-LLM's whole output,
 SGLang's falling new-token ratio: :class:`~dspark_sim.engines.KvReserve`) admits a request only
@@ -38,7 +37,9 @@ import simpy
 
 from dspark_sim.cost.base import DraftWork, StepWork
 from dspark_sim.serving.batch import Table
+from dspark_sim.serving.admission import preempt_newest
 from dspark_sim.serving.inflight import in_flight, planned_rows
+from dspark_sim.serving.ranks import busiest_rank_tokens, rank_of, rank_prefill
 from dspark_sim.serving.stretch import Stretch, delay_to, plan_stretch
 from dspark_sim.errors import InternalError, raise_if_stopped
 
@@ -53,6 +54,9 @@ class Replica:
         self.max_tokens = dep.max_batched_tokens
         self.prefill_cap = dep.chunked_prefill_tokens or dep.max_batched_tokens
         self.prefill_first = dep.batching == "prefill_first"
+        # DP attention: each rank its own requests and a share of the prefill chunk (serving/ranks.py)
+        self.ranks = dep.parallel.dp_ranks
+        self.rank_cap = max(1, min(self.max_tokens, self.prefill_cap // self.ranks))
         self.kv_capacity = ctx.kv_capacity_tokens
         self.kv_per_request = ctx.kv_request_tokens  # window and compressor state (DeepSeek-V4)
         self.admission, self.policy, self.prefix = ctx.admission, ctx.make_policy(), ctx.make_prefix_cache()
@@ -232,7 +236,7 @@ class Replica:
             if len(self.running) <= 1:  # admission keeps every request within the cache alone
                 raise InternalError(f"replica {self.index}: a lone request needs {step['kv_needed']} KV tokens, "
                                     f"more than the {self.kv_capacity} the cache holds")
-            self._preempt_newest()
+            preempt_newest(self)
         if not step["tokens"]:
             return None
         self.kv_peak = max(self.kv_peak, step["kv_needed"])
@@ -263,23 +267,34 @@ class Replica:
             dec = slice(0, num_dec) if pre[0] == num_dec else decoding.nonzero()[0]
             if self.prefill_first:
                 dec, num_dec = slice(0, 0), 0  # decoding requests wait while prompts are prefilled
+        ranked = None
+        if pre is not None and self.ranks > 1:
+            rank = rank_of(c["rid"][:n], self.ranks)
+            ranked = rank_prefill(rank[pre], left[pre], self.ranks, self.rank_cap)
+            if self.prefill_first:  # a rank that prefills does not decode; the other ranks do
+                dec = (decoding & (ranked[1] == 0)[rank]).nonzero()[0]
+                num_dec = dec.size
         d, ahead = planned_rows(self, {k: c[k][:n] for k in ("rid", "difficulty", "domain")}, dec, num_dec, kv[dec],
                                 ghosts, self._ahead)
         self._ahead = None
         prefill_tokens, chunk, attn2, prefill_reqs = 0, None, 0.0, 0
-        if pre is not None:
+        if ranked is not None:
+            chunk = ranked[0]
+        elif pre is not None:
             rem = left[pre]
             # a decoding row takes its whole window from the budget: its drafts are scheduled
             # before their verify lengths are known (the decoder, vLLM's spec tokens)
             room = max(0, min(self.max_tokens - d.count * (d.drafts + 1), self.prefill_cap))
             chunk = np.minimum(np.maximum(room - (np.cumsum(rem) - rem), 0), rem)  # np.clip, without its overhead
+        if pre is not None:
             prefill_tokens = int(chunk.sum())
             prefill_reqs = int(np.count_nonzero(chunk))
             attn2 = float((chunk * (c["prefilled"][:n][pre] + chunk / 2.0)).sum())
         dec_ctx = int(d.kv_tokens.sum())
         draft = DraftWork(self.policy.draft_kind, d.count, d.drafts, dec_ctx) if d.drafts else None
+        busiest = busiest_rank_tokens(ranked[1], rank[dec], d.verify_tokens / max(d.count, 1)) if ranked else 0
         work = StepWork(d.count, d.verify_tokens, dec_ctx, prefill_tokens, prefill_reqs, attn2, draft,
-                        int(d.kv_tokens.max()) if num_dec else 0, n)
+                        int(d.kv_tokens.max()) if num_dec else 0, n, busiest)
         parts = ctx.cost.breakdown(work)
         return {"dec": dec, "pre": pre, "num_dec": num_dec, "chunk": chunk, "verify_len": d.verify_len,
                 "p_true": d.p_true, "ahead": ahead, "budget": d.budget,
@@ -288,24 +303,6 @@ class Replica:
                 + self._kv_adjust() + (int(ghosts.kv_tokens.sum()) if ghosts and num_dec else 0),
                 "step_s": sum(parts.values()), "draft_s": parts.get("draft_s", 0.0),
                 "sched_s": parts.get("sched_s", 0.0), "start_s": self.clock_s, "work": work}
-
-    def _preempt_newest(self) -> None:
-        """Recompute preemption: the last admitted request goes back to the queue head."""
-        run = self.running
-        i = len(run) - 1
-        req = run.row(i)
-        mask = np.zeros(len(run), dtype=bool)
-        mask[i] = True
-        run.remove(mask)
-        if self.prefix is not None:
-            self.prefix.release(req["rid"], finished=False)
-        req["num_preemptions"] += 1
-        if self.reserve is not None:  # a retraction: the engine reserves as at start again
-            self.reserve_ratio = self.reserve.running_init
-        req["prefill_len"] = req["prompt_tokens"] + req["generated"]
-        req["prefilled"] = 0
-        req["kv_base"] = req["generated"]
-        self.waiting.appendleft(req)
 
     def _finish(self, step: dict) -> None:
         c, n, now = self.running.cols, self.running.n, self.clock_s
