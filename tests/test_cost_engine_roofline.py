@@ -99,7 +99,8 @@ def test_v4s_batch_one_step_scales_with_the_gpu_and_the_tp_degree():
 
 def test_each_term_is_fitted_on_the_runs_it_shows_in():
     """Floors and prefill launch time on runs of at most 16 concurrent requests, by attention kind;
-    the expert bandwidth on wider runs without speculation, up to 256; nothing wider."""
+    the expert bandwidth on wider runs without speculation, up to 256; the compute efficiency of
+    the served format on runs at 1024 without speculation (the engine's cap); nothing else wider."""
     from dspark_sim.profiling.gpu_work_fit import groups
 
     def scenario(model, c, spec="none"):
@@ -109,10 +110,11 @@ def test_each_term_is_fitted_on_the_runs_it_shows_in():
         return Scenario.from_dict(raw)
 
     runs = [scenario("deepseek-v3", 1), scenario("qwen3-235b-a22b", 16), scenario("deepseek-v3", 64),
-            scenario("deepseek-v4-pro", 64, "static"), scenario("deepseek-v3", 1024)]
+            scenario("deepseek-v4-pro", 64, "static"), scenario("deepseek-v3", 1024), scenario("deepseek-v3", 4096),
+            scenario("deepseek-v4-flash", 1024, "static")]
     measured = [{"median_ttft_ms": 1.0, "median_tpot_ms": 1.0, "output_throughput": 1.0}] * 4 + \
-        [{"mean_tpot_ms": 1.0}]
+        [{"mean_tpot_ms": 1.0}] * 3
     plan = groups(runs, measured)
     assert plan == {"layer_s:mla": [(0, "median_tpot_ms")], "first_token_s:mla": [(0, "median_ttft_ms")],
                     "layer_s:gqa": [(1, "median_tpot_ms")], "first_token_s:gqa": [(1, "median_ttft_ms")],
-                    "moe_bw_eff": [(2, "median_tpot_ms")]}
+                    "moe_bw_eff": [(2, "median_tpot_ms")], "flops_eff:fp8": [(4, "mean_tpot_ms")]}

@@ -49,6 +49,9 @@ class StepWork:
     running_reqs: requests the engine holds while it schedules the step (0: taken as
         ``decode_reqs + prefill_reqs``); the serving loop's host time between steps
         grows with them.
+    rank_tokens: under DP attention, the tokens of the step's busiest attention rank (its prompt
+        chunks and its decoding rows' verify tokens; :mod:`dspark_sim.serving.ranks`); 0: the
+        step's tokens spread evenly over the ranks.
     """
 
     decode_reqs: int = 0
@@ -60,6 +63,7 @@ class StepWork:
     draft: DraftWork | None = None
     decode_max_context: int = 0
     running_reqs: int = 0
+    rank_tokens: int = 0
 
     @property
     def batch_tokens(self) -> int:

@@ -104,6 +104,7 @@ class RooflineCost:
             if model.is_moe else 1.0
         self._expert_flops_tok = expert_flops(model, 1) if model.is_moe else 0.0
         self._other_flops_tok = model.linear_flops_per_token() - self._expert_flops_tok
+        self._attn_mm_flops_tok = 2.0 * model.attn_matmul_params()  # every rank's own under DP attention
         self._head_bytes = model.vocab_size * model.hidden_size * fmt.embed_bytes / par.tp
         self._head_flops_tok = 2.0 * model.vocab_size * model.hidden_size
         self._layer = _DraftLayers(self)
@@ -135,7 +136,7 @@ class RooflineCost:
         """Step seconds split into overhead, linear, attention, comms and draft."""
         tokens = work.verify_tokens + work.prefill_tokens
         parts = {"overhead_s": self._overhead_s if tokens else 0.0,
-                 "linear_s": self._linear_s(tokens) if tokens else 0.0,
+                 "linear_s": self._linear_s(tokens, work.rank_tokens) if tokens else 0.0,
                  "attn_s": self._attn_s(work),
                  "comm_s": self._comm_s(tokens) if tokens else 0.0,
                  "draft_s": self.draft_s(work.draft) if work.draft else 0.0}
@@ -194,8 +195,12 @@ class RooflineCost:
             if m.is_moe else None
         return self.parallel.weight_bytes_per_gpu(m, self.format, experts) - self._embed_bytes
 
-    def _linear_s(self, tokens: int) -> float:
+    def _linear_s(self, tokens: int, rank_tokens: int = 0) -> float:
+        """The GEMMs' seconds over ``tokens``; under DP attention the attention projections of the
+        busiest rank's ``rank_tokens`` (0: the tokens spread evenly) run on its GPU alone."""
         flops = tokens * (self._other_flops_tok + self._expert_flops_tok * self._imbalance)
+        if rank_tokens:  # the busiest rank's projections, for the GPU's own share priced above
+            flops += max(0, rank_tokens * self.tp - tokens) * self._attn_mm_flops_tok
         read = self.weight_read_bytes(tokens)
         if self._moe_bw is None:
             return max(read / self._bw, flops / self._flops)
@@ -207,7 +212,10 @@ class RooflineCost:
         if work.decode_reqs:
             attn = self._v4_decode_attn_s if self.model.v4 is not None else self._decode_attn_s
             decode_s = attn(work.decode_reqs, work.verify_tokens, work.decode_context_tokens)
-        return decode_s + self._prefill_attn(work) / self._attn_flops
+        prefill = self._prefill_attn(work) / self._attn_flops
+        if work.rank_tokens and prefill:  # the busiest rank's chunks on its GPU alone
+            prefill *= max(1.0, work.rank_tokens * self.tp / work.batch_tokens)
+        return decode_s + prefill
 
     def _v4_decode_attn_s(self, reqs, verify, ctx, mx=max):
         """DeepSeek-V4's decode attention in seconds (numbers, or arrays with ``mx`` ``np.maximum``, by
@@ -272,16 +280,19 @@ def attention_kind(model: ModelSpec) -> str:
     return "v4" if model.v4 is not None else "mla" if model.is_mla else "gqa"
 
 
-def engine_roofline_params(model: ModelSpec, fitted, dtype_bytes: float = 2.0) -> RooflineParams | None:
+def engine_roofline_params(model: ModelSpec, fitted, dtype_bytes: float = 2.0,
+                           gpu: GpuSpec | None = None) -> RooflineParams | None:
     """The engines' MoE roofline for ``model`` from ``fitted`` (an :class:`~dspark_sim.engines.GpuWork`:
-    ``layer_s`` and ``first_token_s`` by :func:`attention_kind`, ``moe_bw_eff``); None when the fit
-    has no floor for the model's kind."""
+    ``layer_s`` and ``first_token_s`` by :func:`attention_kind`, ``moe_bw_eff``, and ``flops_eff``
+    by the format ``gpu`` serves the model in); None when the fit has no floor for the model's kind."""
     layer = dict(fitted.layer_s).get(attention_kind(model))
     if layer is None:
         return None
+    fmt = served_format(model.weight_format, gpu.fp4).name if gpu is not None else None
     return RooflineParams(dtype_bytes=dtype_bytes, layer_s=layer,
                           first_token_s=dict(fitted.first_token_s).get(attention_kind(model), 0.0),
-                          moe_bw_eff=fitted.moe_bw_eff)
+                          moe_bw_eff=fitted.moe_bw_eff,
+                          flops_eff=dict(fitted.flops_eff).get(fmt, RooflineParams().flops_eff))
 
 
 def engine_cost_model(spec: ModelSpec, gpu_spec: GpuSpec, par: Parallel, path, fitted,
@@ -295,7 +306,7 @@ def engine_cost_model(spec: ModelSpec, gpu_spec: GpuSpec, par: Parallel, path, f
         return None
     if path is not None and not load_profile(path).provenance.get("scaled_from_slices"):
         return None  # measured whole: the profile prices it
-    params = engine_roofline_params(spec, fitted, kwargs.pop("kv_dtype_bytes", 2.0))
+    params = engine_roofline_params(spec, fitted, kwargs.pop("kv_dtype_bytes", 2.0), gpu_spec)
     if params is None:
         return None
     label = (f"the engines' MoE roofline (layer floors and expert bandwidth fitted on {len(fitted.fitted_from)} "

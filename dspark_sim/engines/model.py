@@ -50,6 +50,7 @@ from dspark_sim.userfiles import existing_file, read_json
 ENGINES = ("decoder", "sglang", "vllm", "trtllm")
 TERMS_FILE = "terms.json"  # shipped host terms, next to this module
 CALIBRATION_FORMAT = "dspark-engine-calibration"
+SGLANG_V4_SWA_RATIO = 0.1  # DeepSeek-V4's swa_full_tokens_ratio in SGLang (DEFAULT_SOURCES)
 MIB = 1 << 20
 GIB = 1 << 30
 
@@ -101,23 +102,28 @@ class GpuWork:
     layer_s: (attention kind, seconds) pairs, the least time a layer of a forward takes (its
     kernels' floors at a small batch) for layers of each kind (``gqa``, ``mla``, ``v4``);
     first_token_s: (kind, seconds) pairs, the latency a request's first token takes beyond the
-    steps that compute it, the same for requests taken in together; moe_bw_eff: the share of HBM bandwidth the expert GEMMs reach; fitted_from: the
-    published runs it was fitted on.
+    steps that compute it, the same for requests taken in together; moe_bw_eff: the share of HBM
+    bandwidth the expert GEMMs reach; flops_eff: (served weight format, share) pairs, the share of
+    the tensor cores' FLOP/s the GEMMs reach at a large batch, by the kernels a format runs on (a
+    format not named keeps the roofline's); fitted_from: the published runs it was fitted on.
     """
 
     layer_s: tuple[tuple[str, float], ...] = ()
     first_token_s: tuple[tuple[str, float], ...] = ()
     moe_bw_eff: float | None = None
     fitted_from: tuple[str, ...] = ()
+    flops_eff: tuple[tuple[str, float], ...] = ()
 
     def to_json_dict(self) -> dict:
         return {"layer_s": dict(self.layer_s), "first_token_s": dict(self.first_token_s),
-                "moe_bw_eff": self.moe_bw_eff, "fitted_from": list(self.fitted_from)}
+                "moe_bw_eff": self.moe_bw_eff, "flops_eff": dict(self.flops_eff),
+                "fitted_from": list(self.fitted_from)}
 
     @classmethod
     def from_json_dict(cls, raw: dict) -> GpuWork:
         return cls(tuple(sorted(raw.get("layer_s", {}).items())), tuple(sorted(raw.get("first_token_s", {}).items())),
-                   raw.get("moe_bw_eff"), tuple(raw.get("fitted_from", ())))
+                   raw.get("moe_bw_eff"), tuple(raw.get("fitted_from", ())),
+                   tuple(sorted(raw.get("flops_eff", {}).items())))
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +182,7 @@ class Engine:
     overlap: bool | None = None  # None: the engine's default (OVERLAP)
     multi_step: int = 1  # decode steps run per schedule (vLLM 0.6's --num-scheduler-steps)
     gpu_work: GpuWork | None = None  # the engines' MoE roofline (None: none fitted; shipped_gpu_work)
+    swa_full_tokens_ratio: float | None = None  # SGLang's DeepSeek-V4 window pool (None: its default)
 
     def __post_init__(self) -> None:
         check_choice(self.name, "name", ENGINES)
@@ -189,6 +196,10 @@ class Engine:
                 and 1 <= self.multi_step <= 64, "multi_step", self.multi_step, "expected an integer from 1 to 64")
         require(self.multi_step == 1 or self.name == "vllm", "multi_step", self.multi_step,
                 "multi-step scheduling is a vLLM setting (--num-scheduler-steps)")
+        require(self.swa_full_tokens_ratio is None or self.name == "sglang", "swa_full_tokens_ratio",
+                self.swa_full_tokens_ratio, "an SGLang setting (--swa-full-tokens-ratio)")
+        if self.swa_full_tokens_ratio is not None:
+            check_real(self.swa_full_tokens_ratio, "swa_full_tokens_ratio", 0.001, 1.0)
         require(self.name != "decoder" or self.calibration is None, "calibration", self.calibration,
                 "the decoder's host time is measured into its profile; calibrate sglang, vllm or trtllm")
 
@@ -238,11 +249,12 @@ class Engine:
             raw = {"name": raw}
         s = Section(raw, file, key)
         name, version, calibration = s.raw("name", "decoder"), s.raw("version"), s.raw("calibration")
-        overlap, multi_step = s.raw("overlap"), s.raw("multi_step", 1)
+        overlap, multi_step, swa = s.raw("overlap"), s.raw("multi_step", 1), s.raw("swa_full_tokens_ratio")
         s.done()
         if isinstance(version, (int, float)) and not isinstance(version, bool):
             version = str(version)
-        given = {"name": name, "version": version, "overlap": overlap, "multi_step": multi_step}
+        given = {"name": name, "version": version, "overlap": overlap, "multi_step": multi_step,
+                 "swa_full_tokens_ratio": swa}
         engine = build(cls, given, file, key)
         if not engine.is_decoder:
             given["gpu_work"] = shipped_gpu_work()
@@ -308,6 +320,16 @@ class Engine:
         up on the loop, and its published runs replay closer with the intake shared (the external
         check, docs/external.md)."""
         return True, dp_ranks if self.name == "vllm" else 1
+
+    def held_kv_tokens(self, full_tokens: int, model, block: int) -> int:
+        """KV tokens the running requests may hold on a pool of ``full_tokens``: DeepSeek-V4 under
+        SGLang keeps each running request's prompt in its sliding-window pool too (the prefix cache
+        locks a prefill's window KV until the request ends), a pool of ``swa_full_tokens_ratio`` of
+        the full one (DEFAULT_SOURCES' "DeepSeek-V4 window pool"), which binds first."""
+        if self.name != "sglang" or model.v4 is None:
+            return full_tokens
+        tokens = int(full_tokens * (self.swa_full_tokens_ratio or SGLANG_V4_SWA_RATIO))
+        return max(block, tokens - tokens % block)
 
     def running_cap(self, kv_tokens: int, max_context: int) -> int | None:
         """The running-request cap the engine derives from its KV pool (None: none)."""

@@ -80,10 +80,18 @@ DEFAULT_SOURCES = {
          "89-91, 785-794, 1118-1124; sglang/srt/managers/scheduler_components/new_token_ratio_tracker.py:20-38; "
          "sglang/srt/environ.py:646-650; under DP attention the ratios are 0.3 of these (schedule_conservativeness "
          "x 0.3: sglang/srt/arg_groups/parallel_hook.py:314-319)"),
-        ("DP attention (dp_attention)", "one scheduler per rank, requests dealt round robin; a rank's chunked "
-         "prefill is chunked_prefill_size / ranks (the replica's budget unchanged), its running requests "
-         "max_running_requests // ranks; the ranks step together (the MoE layers exchange their tokens): a step "
-         "waits for the busiest rank's attention and host work", "sglang 0.5.23 sglang/srt/arg_groups/"
+        ("DeepSeek-V4 window pool (engine swa_full_tokens_ratio)", "the sliding-window KV pool holds 0.1 of the "
+         "full pool's tokens; a running request keeps its whole prompt there (the prefix cache locks its prefill's "
+         "window KV until the request ends: SGLANG_OPT_RELEASE_PREFILL_SWA off; only decoded tokens leave the "
+         "window), so the window pool bounds the tokens the running requests hold",
+         "sglang 0.5.23 sglang/srt/arg_groups/model_overrides/deepseek_v4.py:44-49; sglang/srt/model_executor/"
+         "pool_configurator.py:881, 1046; sglang/srt/environ.py:742-746; sglang/srt/managers/schedule_batch.py:"
+         "4068-4105"),
+        ("DP attention (dp_attention)", "one scheduler per rank, requests dealt round robin; a rank prefills at "
+         "most chunked_prefill_size / ranks tokens of its own requests a step, and (without mixed chunks) does not "
+         "decode in a step it prefills while the other ranks do; its running requests max_running_requests // "
+         "ranks; the ranks step together (the MoE layers exchange their tokens): a step waits for the busiest "
+         "rank's attention, attention projections and host work", "sglang 0.5.23 sglang/srt/arg_groups/"
          "serving_hook.py:217-236 (load_balance_method round_robin), parallel_hook.py:326-336 (chunked prefill "
          "/ attn_dp_size); sglang/srt/model_executor/pool_configurator.py:956"),
     ],

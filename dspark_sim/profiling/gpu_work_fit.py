@@ -14,7 +14,16 @@ runs it shows in:
 * ``moe_bw_eff``: the share of HBM bandwidth the expert GEMMs reach, fitted on the TPOT of the
   runs without speculation above ``SMALL`` and up to ``LARGE`` (beyond it a run's batch is the
   engine's cap and its queue sets its TTFT; with speculation the accept length, not published
-  for DeepSeek-V4's MTP, confounds the step's time: those runs are checked, not fitted on).
+  for DeepSeek-V4's MTP, confounds the step's time: those runs are checked, not fitted on);
+* ``flops_eff`` by the weight format a run's GPU serves its model in (the MoE kernels it runs:
+  DeepSeek-V4's FP4 experts on Blackwell's FP4 path, or through Marlin's W4A16 on Hopper): the
+  share of the tensor cores' FLOP/s the GEMMs reach at a large batch, fitted on the TPOT and
+  output throughput of the runs without speculation at ``HUGE`` (the engine's batch at its cap,
+  its prompts' prefill beside it; a run at a higher concurrency of the same source is the same
+  steady state and is checked, not fitted on).
+
+So each regime of batch has its term: a few requests the layer floors, tens the expert
+bandwidth, the engine's cap the compute efficiency.
 
 Each term in turn (coordinate descent, ``ROUNDS`` rounds) minimises the squared log errors of
 its runs, every candidate replayed in full by the simulator (bounded Brent search on the
@@ -28,18 +37,21 @@ from dataclasses import replace
 
 import numpy as np
 
-from dspark_sim.catalog import get_model
-from dspark_sim.cost.roofline import attention_kind
+from dspark_sim.catalog import get_gpu, get_model, served_format
+from dspark_sim.cost.roofline import RooflineParams, attention_kind
 from dspark_sim.engines.model import GpuWork
 from dspark_sim.engines.fit import replay
 from dspark_sim.scenario import Scenario
 
 SMALL = 16  # concurrency at which a run's steps are few requests' (floors, not bandwidth)
-LARGE = 256  # above it a run's steps are as wide as the engine's cap and its queue sets TTFT: not fitted
+LARGE = 256  # above it a run's steps are as wide as the engine's cap and its queue sets TTFT
+HUGE = 1024  # the concurrency whose runs fit the compute efficiency (the engine's cap, a queue beyond)
 ROUNDS = 2
+DEFAULT_FLOPS_EFF = RooflineParams().flops_eff  # a format's GEMMs before the fit (the plain roofline's)
 KINDS = ("gqa", "mla", "v4")
-BOUNDS = {"layer_s": (0.0, 400e-6), "first_token_s": (0.0, 1.0), "moe_bw_eff": (0.15, 1.0)}
-XATOL = {"layer_s": 1e-6, "first_token_s": 2e-3, "moe_bw_eff": 0.01}
+BOUNDS = {"layer_s": (0.0, 400e-6), "first_token_s": (0.0, 1.0), "moe_bw_eff": (0.15, 1.0),
+          "flops_eff": (0.05, 1.0)}
+XATOL = {"layer_s": 1e-6, "first_token_s": 2e-3, "moe_bw_eff": 0.01, "flops_eff": 0.01}
 
 
 def with_gpu_work(scenario: Scenario, work: GpuWork) -> Scenario:
@@ -59,7 +71,7 @@ def _set(work: GpuWork, term: str, value: float) -> GpuWork:
 def _get(work: GpuWork, term: str) -> float:
     name, _, kind = term.partition(":")
     if kind:
-        return dict(getattr(work, name)).get(kind, 0.0)
+        return dict(getattr(work, name)).get(kind, DEFAULT_FLOPS_EFF if name == "flops_eff" else 0.0)
     return getattr(work, term) or 1.0
 
 
@@ -69,11 +81,16 @@ def groups(scenarios: list[Scenario], measured: list[dict]) -> dict[str, list[tu
     for i, (scenario, m) in enumerate(zip(scenarios, measured)):
         concurrency = scenario.workload.max_concurrency or math.inf
         small = concurrency <= SMALL
-        if concurrency > LARGE:
-            continue
-        kind = attention_kind(get_model(scenario.model))
+        model = get_model(scenario.model)
+        kind = attention_kind(model)
         tpot = next((k for k in ("median_tpot_ms", "mean_tpot_ms") if m.get(k)), None)
         ttft = next((k for k in ("median_ttft_ms", "mean_ttft_ms") if m.get(k)), None)
+        if concurrency == HUGE and scenario.speculation.method == "none":
+            served = served_format(model.weight_format, get_gpu(scenario.gpu).fp4).name
+            out.setdefault(f"flops_eff:{served}", []).extend(
+                [(i, k) for k in (tpot, "output_throughput") if k and m.get(k)])
+        if concurrency > LARGE:
+            continue
         if small:
             out.setdefault(f"layer_s:{kind}", []).extend([(i, tpot)] if tpot else [])
             out.setdefault(f"first_token_s:{kind}", []).extend([(i, ttft)] if ttft else [])
@@ -119,4 +136,4 @@ def errors(scenarios: list[Scenario], measured: list[dict], work: GpuWork) -> li
     return out
 
 
-__all__ = ["BOUNDS", "KINDS", "LARGE", "SMALL", "errors", "fit_gpu_work", "groups", "with_gpu_work"]
+__all__ = ["BOUNDS", "HUGE", "KINDS", "LARGE", "SMALL", "errors", "fit_gpu_work", "groups", "with_gpu_work"]

@@ -1,27 +1,26 @@
 """One serving replica: a waiting queue, a running batch, one simpy event per step.
 
-Each step follows vLLM/Sarathi continuous batching: admit waiting requests while the
-concurrency cap and the KV cache allow, give decoding requests their verify tokens first,
-fill the rest of the token budget with prefill chunks (``batching: prefill_first``, SGLang
-without ``--enable-mixed-chunk``: a step with prompt work pending prefills only, and decoding
-requests wait), preempt the newest requests (recompute) when the KV cache would overflow,
-cost the step, advance time, then draw acceptance and emit tokens. A request no engine would
-serve (longer than the context, or than the cache holds for it alone) is rejected on
-arrival (:mod:`dspark_sim.serving.admission`), so every admitted request fits alone and
-the KV cache in use never exceeds its capacity. With a prefix cache (:mod:`.prefix`) a
-request prefills only what its prompt does not share with cached blocks, and cached blocks
-no request reads fill free KV until a step needs it.
+Each step follows vLLM/Sarathi continuous batching: admit waiting requests while the concurrency
+cap and the KV cache allow, give decoding requests their verify tokens first, fill the rest of the
+token budget with prefill chunks (``batching: prefill_first``, SGLang without
+``--enable-mixed-chunk``: a step with prompt work pending prefills only, and decoding requests
+wait; under DP attention per rank, :mod:`.ranks`), preempt the newest requests (recompute) when the
+KV cache would overflow, cost the step, advance time, then draw acceptance and emit tokens. A
+request no engine would serve (longer than the context, or than the cache holds for it alone) is
+rejected on arrival (:mod:`dspark_sim.serving.admission`), so every admitted request fits alone
+and the KV cache in use never exceeds its capacity. With a prefix cache (:mod:`.prefix`) a request
+prefills only what its prompt does not share with cached blocks, and cached blocks no request
+reads fill free KV until a step needs it.
 
 With ``overlap`` (the engine plans and launches step n+1 while step n runs: SGLang's overlap
-scheduler, vLLM's asynchronous scheduling, the decoder's ``serve``), the plan of a step is
-made when the step before it starts: a request that reaches the replica while a step is in
-flight joins the step after the next, and its ``first_scheduled_s`` is when that step's plan
-was made; what the step in flight finishes holds its place and KV through that plan, its
-unsure finishes are decoded once more (:mod:`.inflight`). When the step in flight leaves
-nothing to run after it, the engine plans anew once it lands, as after an idle wait. Token
-times stay the ends of their steps (when the engine reads them); an engine's front end
-(:mod:`dspark_sim.serving.frontend`) delivers them to the client later, and the record gives
-the client's times.
+scheduler, vLLM's asynchronous scheduling, the decoder's ``serve``), the plan of a step is made
+when the step before it starts: a request that reaches the replica while a step is in flight joins
+the step after the next, and its ``first_scheduled_s`` is when that step's plan was made; what the
+step in flight finishes holds its place and KV through that plan, its unsure finishes are decoded
+once more (:mod:`.inflight`). When the step in flight leaves nothing to run after it, the engine
+plans anew once it lands. Token times stay the ends of their steps; an engine's front end
+(:mod:`dspark_sim.serving.frontend`) delivers them to the client later, and the record gives the
+client's times.
 
 An engine that reserves KV at admission for output still to come (TensorRT-LLM's whole output,
 SGLang's falling new-token ratio: :class:`~dspark_sim.engines.KvReserve`) admits a request only
@@ -59,6 +58,9 @@ class Replica:
         self.max_tokens = dep.max_batched_tokens
         self.prefill_cap = dep.chunked_prefill_tokens or dep.max_batched_tokens
         self.prefill_first = dep.batching == "prefill_first"
+        # DP attention: each rank its own requests and a share of the prefill chunk (serving/ranks.py)
+        self.ranks = dep.parallel.dp_ranks
+        self.rank_cap = max(1, min(self.max_tokens, self.prefill_cap // self.ranks))
         self.kv_capacity = ctx.kv_capacity_tokens
         self.kv_per_request = ctx.kv_request_tokens  # window and compressor state (DeepSeek-V4)
         self.admission, self.policy, self.prefix = ctx.admission, ctx.make_policy(), ctx.make_prefix_cache()

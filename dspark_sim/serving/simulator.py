@@ -65,8 +65,8 @@ def build_context(scenario: Scenario, collector: Collector, skip_ahead: bool = T
             from dspark_sim.acceptance.sts import load_sts_temperatures
 
             acceptance = acceptance.with_sts(load_sts_temperatures(spec.sts, file=scenario.file))
-    kv = kv_capacity_tokens(model, gpu, dep, file=scenario.file)
     engine = scenario.engine
+    kv = engine.held_kv_tokens(kv_capacity_tokens(model, gpu, dep, file=scenario.file), model, dep.kv_block_tokens)
     cap = engine.running_cap(kv, model.max_context)
     per_request = kv_request_tokens(model, dep)
     block = dep.prefix_block(model)  # divides hash_block_tokens whenever requests carry hash ids (Scenario)

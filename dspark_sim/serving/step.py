@@ -12,6 +12,7 @@ import numpy as np
 
 from dspark_sim.cost.base import DraftWork, StepWork
 from dspark_sim.serving.inflight import Ghosts, planned_rows
+from dspark_sim.serving.ranks import busiest_rank_tokens, rank_of, rank_prefill
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,21 +71,32 @@ def plan_step(rep, ghosts: Ghosts | None, ahead) -> PlannedStep:
         dec = slice(0, num_dec) if pre[0] == num_dec else decoding.nonzero()[0]
         if rep.prefill_first:
             dec, num_dec = slice(0, 0), 0  # decoding requests wait while prompts are prefilled
+    ranked = rank = None
+    if pre is not None and rep.ranks > 1:  # DP attention: each rank its own prompts (:mod:`.ranks`)
+        rank = rank_of(c["rid"][:n], rep.ranks)
+        ranked = rank_prefill(rank[pre], left[pre], rep.ranks, rep.rank_cap)
+        if rep.prefill_first:  # a rank that prefills does not decode; the other ranks do
+            dec = (decoding & (ranked[1] == 0)[rank]).nonzero()[0]
+            num_dec = dec.size
     d, ahead = planned_rows(rep, c, dec, num_dec, kv[dec], ghosts, ahead)  # (dec indexes the first n rows)
     prefill_tokens, chunk, attn2, prefill_reqs = 0, None, 0.0, 0
-    if pre is not None:
+    if ranked is not None:
+        chunk = ranked[0]
+    elif pre is not None:
         rem = left[pre]
         # a decoding row takes its whole window from the budget: its drafts are scheduled
         # before their verify lengths are known (the decoder, vLLM's spec tokens)
         room = max(0, min(rep.max_tokens - d.count * (d.drafts + 1), rep.prefill_cap))
         chunk = np.minimum(np.maximum(room - (np.cumsum(rem) - rem), 0), rem)  # np.clip, without its overhead
+    if pre is not None:
         prefill_tokens = int(chunk.sum())
         prefill_reqs = int(np.count_nonzero(chunk))
         attn2 = float((chunk * (c["prefilled"][pre] + chunk / 2.0)).sum())
     dec_ctx = int(d.kv_tokens.sum())
     draft = DraftWork(rep.policy.draft_kind, d.count, d.drafts, dec_ctx) if d.drafts else None
+    busiest = busiest_rank_tokens(ranked[1], rank[dec], d.verify_tokens / max(d.count, 1)) if ranked else 0
     work = StepWork(d.count, d.verify_tokens, dec_ctx, prefill_tokens, prefill_reqs, attn2, draft,
-                    int(d.kv_tokens.max()) if num_dec else 0, n)
+                    int(d.kv_tokens.max()) if num_dec else 0, n, busiest)
     parts = rep.ctx.cost.breakdown(work)
     held = int(kv.sum()) + (int(ghosts.kv_tokens.sum()) if ghosts and num_dec else 0)
     return PlannedStep(dec, pre, num_dec, chunk, d.verify_len, d.p_true, ahead, d.budget,
