@@ -9,7 +9,7 @@ steps (:class:`StepWorks`) in one vectorised call, with the numbers
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -175,13 +175,6 @@ def each(fn, x):
         return fn(x)
     distinct, where = np.unique(x, return_inverse=True)
     return np.array([fn(v) for v in distinct.tolist()], dtype=np.float64)[where]
-
-
-def breakdown_steps(cost, works: StepWorks) -> dict[str, np.ndarray]:
-    """``cost.breakdown`` of each of ``works``' steps, float64 [N] per part: the plain
-    ``breakdown_array`` of a cost model that has no vectorised one."""
-    rows = [cost.breakdown(works.at(i)) for i in range(len(works))]
-    return {name: np.array([r[name] for r in rows], dtype=np.float64) for name in rows[0]}
 
 
 @runtime_checkable

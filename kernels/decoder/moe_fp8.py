@@ -123,6 +123,8 @@ def grouped_gemm_fp8(a, w: BlockFp8, sorted_ids, block_expert, num_padded, pairs
     """:func:`.moe.grouped_gemm` on FP8 blocks: ``a [T or pairs, K]`` (bf16/fp32) quantised per
     row and group here, times ``w``; ``out [pairs, N]`` in ``out_dtype``."""
     N, K = w.q.shape[1], w.q.shape[2]
+    if a.device.type == "cuda" and w.group < 32:  # the interpreter takes any edge; a GPU's FP8 dot does not
+        raise ValueError(f"block-FP8 MoE: block edge {w.group} < 32, the least K of an FP8 dot on a GPU")
     aq, a_s = quantize_rows(a, w.group)
     out = torch.empty(pairs, N, dtype=out_dtype, device=a.device)
     bn = min(w.group, 64, max(16, triton.next_power_of_2(N)))
