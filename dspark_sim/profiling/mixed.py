@@ -26,10 +26,11 @@ from pathlib import Path
 import numpy as np
 
 from dspark_sim.cost.jsonio import read_json
-from dspark_sim.cost.profile_format import HeldOut, Profile
+from dspark_sim.cost.profile_format import Profile
 from dspark_sim.cost.shapes import ARRAY
 from dspark_sim.cost.terms import TargetFit
 from dspark_sim.errors import InputError
+from dspark_sim.profiling.heldout import as_held_out, signed_summary
 
 POINT_KEYS = ("reqs", "chunk", "cached", "context_sum", "context_max", "gpu_s")
 LEVEL_AXES = ("reqs", "chunk")
@@ -108,15 +109,9 @@ def held_out_levels(rows: dict[str, np.ndarray]) -> dict[str, dict]:
             test = rows[axis] == level
             k = fit_term(rows, ~test)
             pred[test] = rows["base_s"][test] + k * rows["tiles"][test]
-        out[axis] = {"with": _summary(pred / rows["step_s"] - 1.0),
-                     "without": _summary(rows["base_s"] / rows["step_s"] - 1.0)}
+        out[axis] = {"with": signed_summary(pred / rows["step_s"] - 1.0),
+                     "without": signed_summary(rows["base_s"] / rows["step_s"] - 1.0)}
     return out
-
-
-def _summary(signed: np.ndarray) -> dict:
-    err = np.abs(signed)
-    return {"median": float(np.median(err)), "p90": float(np.percentile(err, 90)), "max": float(err.max()),
-            "mean_signed": float(signed.mean()), "median_signed": float(np.median(signed)), "points": int(err.size)}
 
 
 def with_mixed_term(fit: TargetFit, path: Path) -> tuple[TargetFit, dict]:
@@ -141,7 +136,5 @@ def with_mixed_steps(profile: Profile, path: Path) -> Profile:
     errors (``mixed@reqs``, ``mixed@chunk``: each level held out whole, the step's price)."""
     target, report = with_mixed_term(profile.target, path)
     shipped = "with" if target.mixed_s_per_row_tile else "without"  # the errors of the prices the profile gives
-    held = {f"mixed@{axis}": HeldOut(e[shipped]["median"], e[shipped]["p90"], e[shipped]["max"], e[shipped]["points"],
-                                     e[shipped]["median_signed"])
-            for axis, e in report["held_out"].items()}
+    held = {f"mixed@{axis}": as_held_out(e[shipped]) for axis, e in report["held_out"].items()}
     return replace(profile, target=target, held_out={**profile.held_out, **held})

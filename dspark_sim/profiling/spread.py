@@ -20,10 +20,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from dspark_sim.cost.profile_format import HeldOut, Profile
+from dspark_sim.cost.profile_format import Profile
 from dspark_sim.cost.shapes import SCALAR, spread_tail
 from dspark_sim.cost.terms import TargetFit
 from dspark_sim.errors import InputError
+from dspark_sim.profiling.heldout import as_held_out, signed_summary
 
 ROW_KEYS = ("reqs", "tokens", "context", "max_context", "step_s")
 SLOTS = tuple(2.0 ** k for k in range(3, 11))  # 8 .. 1024 request x split programs per KV head
@@ -79,13 +80,7 @@ def held_out_levels(cols: dict[str, np.ndarray]) -> dict:
         ratio, slots = fit_term(cols, ~test)
         j = SLOTS.index(slots) if slots else 0
         pred[test] = cols["base_s"][test] + ratio * cols["tails"][test, j]
-    return {"with": _summary(pred / cols["step_s"] - 1.0), "without": _summary(cols["base_s"] / cols["step_s"] - 1.0)}
-
-
-def _summary(signed: np.ndarray) -> dict:
-    err = np.abs(signed)
-    return {"median": float(np.median(err)), "p90": float(np.percentile(err, 90)), "max": float(err.max()),
-            "mean_signed": float(signed.mean()), "median_signed": float(np.median(signed)), "points": int(err.size)}
+    return {"with": signed_summary(pred / cols["step_s"] - 1.0), "without": signed_summary(cols["base_s"] / cols["step_s"] - 1.0)}
 
 
 def with_spread_term(profile: Profile, raw: dict, file=None) -> tuple[Profile, dict | None]:
@@ -99,8 +94,6 @@ def with_spread_term(profile: Profile, raw: dict, file=None) -> tuple[Profile, d
     if not math.isfinite(ratio):
         raise InputError(file, "spread", ratio, "the spread term did not fit")
     held = held_out_levels(cols)
-    e = held["with"]
     target = replace(profile.target, spread_ratio=ratio, spread_slots=slots)
-    return (replace(profile, target=target, held_out={
-        **profile.held_out, "spread@reqs": HeldOut(e["median"], e["p90"], e["max"], e["points"], e["median_signed"])}),
-        {"spread_ratio": ratio, "spread_slots": slots, "held_out": held})
+    return (replace(profile, target=target, held_out={**profile.held_out, "spread@reqs": as_held_out(held["with"])}),
+            {"spread_ratio": ratio, "spread_slots": slots, "held_out": held})

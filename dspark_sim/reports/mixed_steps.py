@@ -39,6 +39,18 @@ def table(data: dict) -> list[str]:
     return lines
 
 
+HELD_HEAD = ["| held out (whole levels) | median | p90 | max | mean signed | without the term: median / mean signed |",
+             "|---|---|---|---|---|---|"]
+
+
+def held_row(level: str, e: dict) -> str:
+    """A held-out table's row: the term's errors with every level of ``level`` held out whole, and
+    the prices' without it (``e``: the ``with``/``without`` summaries of a post-fit term)."""
+    w, o = e["with"], e["without"]
+    return (f"| every level of {level} | {w['median']:.1%} | {w['p90']:.1%} | {w['max']:.1%} | {w['mean_signed']:+.1%} | "
+            f"{o['median']:.1%} / {o['mean_signed']:+.1%} |")
+
+
 def block_text(probe: Path, profile: Path) -> str:
     """docs/profiles.md's block: the probe's mixed steps priced by the shipped profile without
     and with its mixed-step term, and the term's error with each level held out whole."""
@@ -66,12 +78,7 @@ def block_text(probe: Path, profile: Path) -> str:
         lines.append(f"| {rows['reqs'][i]:.0f} | {rows['chunk'][i]:.0f} | {rows['cached'][i]:.0f} | {step * 1e3:.2f} | "
                      f"{rows['excess'][i] * 1e3:+.2f} | {base / step - 1:+.1%} | "
                      f"{(base + fitted * rows['tiles'][i]) / step - 1:+.1%} |")
-    held = ["| held out (whole levels) | median | p90 | max | mean signed | without the term: median / mean signed |",
-            "|---|---|---|---|---|---|"]
-    for axis, e in held_out_levels(rows).items():
-        w, o = e["with"], e["without"]
-        held.append(f"| every level of {'R' if axis == 'reqs' else 'the chunk'} | {w['median']:.1%} | {w['p90']:.1%} | "
-                    f"{w['max']:.1%} | {w['mean_signed']:+.1%} | {o['median']:.1%} / {o['mean_signed']:+.1%} |")
+    held = HELD_HEAD + [held_row("R" if axis == "reqs" else "the chunk", e) for axis, e in held_out_levels(rows).items()]
     return "\n".join([head, "", *lines, "", *held])
 
 
@@ -92,15 +99,10 @@ def spread_block_text(raw: Path, profile: Path) -> str:
             f"{fit.spread_ratio:.3f}, `spread_slots` = {fit.spread_slots:g}.")
     lines = ["| R | verify tokens | context mean / longest | measured ms | at the mean ms | priced without | with the term |",
              "|---|---|---|---|---|---|---|"]
-    for r, c in sorted(zip(rows, range(len(rows))), key=lambda x: (x[0]["reqs"], x[0]["tokens"])):
-        step, base = cols["step_s"][c], cols["base_s"][c]
+    for c in sorted(range(len(rows)), key=lambda i: (rows[i]["reqs"], rows[i]["tokens"])):
+        r, step, base = rows[c], cols["step_s"][c], cols["base_s"][c]
         uniform = f"{r['uniform_s'] * 1e3:.2f}" if "uniform_s" in r else "-"
         lines.append(f"| {r['reqs']} | {r['tokens']} | {r['context']} / {r['max_context']} | {step * 1e3:.2f} | {uniform} | "
                      f"{base / step - 1:+.1%} | {(base + tail[c]) / step - 1:+.1%} |")
-    e = held_out_levels(cols)
-    w, o = e["with"], e["without"]
-    held = ["| held out (whole levels) | median | p90 | max | mean signed | without the term: median / mean signed |",
-            "|---|---|---|---|---|---|",
-            f"| every level of R | {w['median']:.1%} | {w['p90']:.1%} | {w['max']:.1%} | {w['mean_signed']:+.1%} | "
-            f"{o['median']:.1%} / {o['mean_signed']:+.1%} |"]
+    held = HELD_HEAD + [held_row("R", held_out_levels(cols))]
     return "\n".join([head, "", *lines, "", *held])
