@@ -33,7 +33,7 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
-from outputs import begin_probe, code_commit, probe_parser, probe_result, write_result
+from outputs import begin_probe, code_commit, probe_main, probe_parser, write_result
 
 from dspark_sim.reports.mixed_steps import CONTEXT_MAX, CONTEXT_MEAN, CONTEXT_MIN, CONTEXT_SIGMA, contexts, table
 
@@ -239,14 +239,7 @@ def fail(out: dict, points: list, err) -> None:
 def main() -> int:
     ap = probe_parser(__doc__, "mixed_steps")
     ap.add_argument("--reps", type=int, default=5)
-    args = ap.parse_args()
-    if args.run:
-        run(args)
-    data = probe_result(args, "mixed_steps")
-    if data is None:
-        return 2
-    print("\n".join(table(data)))
-    return 0
+    return probe_main(ap.parse_args(), "mixed_steps", run, table)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -65,6 +65,18 @@ def probe_result(args, name: str):
     return json.loads(path.read_text())
 
 
+def probe_main(args, name: str, run, table) -> int:
+    """A probe's main after its arguments: ``run(args)`` with ``--run``, then the lines of
+    ``table(result)`` printed; 2 when there is no result to show."""
+    if args.run:
+        run(args)
+    data = probe_result(args, name)
+    if data is None:
+        return 2
+    print("\n".join(table(data)))
+    return 0
+
+
 def begin_probe(args, name: str, header: dict, build, t0: float):
     """``(result, built)``: a probe's result started with ``header`` as its provenance and
     written to ``args.out``, and what ``build(args)`` gave; a failing build is said in the

@@ -22,7 +22,7 @@ import statistics
 import sys
 import time
 
-from outputs import begin_probe, code_commit, probe_parser, probe_result, write_result
+from outputs import begin_probe, code_commit, probe_main, probe_parser, write_result
 
 from dspark_sim.reports.mixed_steps import CONTEXT_MAX, CONTEXT_MEAN, CONTEXT_MIN, CONTEXT_SIGMA, contexts
 
@@ -106,13 +106,8 @@ def main() -> int:
     ap = probe_parser(__doc__, "spread_steps", kv_tokens=600_000, budget_s=200.0)
     ap.add_argument("--steps", type=int, default=12)
     args = ap.parse_args()
-    if args.run:
-        run(args)
-    data = probe_result(args, "spread_steps")
-    if data is None:
-        return 2
-    print("\n".join(table(data, None if args.tiny or data["provenance"]["model"] == "tiny" else "h200")))
-    return 0
+    return probe_main(args, "spread_steps", run,
+                      lambda data: table(data, None if args.tiny or data["provenance"]["model"] == "tiny" else "h200"))
 
 if __name__ == "__main__":
     sys.exit(main())

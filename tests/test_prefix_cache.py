@@ -119,3 +119,18 @@ def test_a_cached_block_of_another_length_is_not_matched():
 def test_block_sizes_must_nest(block, hash_block):
     with pytest.raises(ValueError):
         PrefixCache(block, hash_block)
+
+
+def test_repeat_tokens_count_each_shared_block_past_its_first_reader():
+    cache = _cache()
+    _admit(cache, 1, [1, 2], 128)
+    assert cache.repeat_tokens == 0  # nothing cached yet, nothing read twice
+    _compute(cache, 1, 128)
+    assert cache.repeat_tokens == 0  # one reader of its own blocks
+    _admit(cache, 2, [1, 2, 7], 180)  # reads both blocks again
+    _admit(cache, 3, [1, 5], 128)     # reads the first again
+    assert cache.repeat_tokens == 128 + 64
+    cache.release(1, finished=True)   # request 2 is now the first reader of both blocks
+    assert cache.repeat_tokens == 64
+    cache.release(3, finished=True)
+    assert cache.repeat_tokens == 0

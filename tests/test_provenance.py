@@ -13,7 +13,7 @@ from dspark_sim.cli import main
 from dspark_sim.cost import DraftWork, StepWork, get_cost_model, substitute
 from dspark_sim.cost.profile import ProfileCost, load_profile, shipped_profile_path
 from dspark_sim.cost.substitute import RATIO_REQS, fill_host_terms, host_date
-from dspark_sim.cost.terms import HostFit
+from dspark_sim.cost.host_terms import HostFit
 from dspark_sim.provenance import basis, provenance_line, scenario_provenance
 from dspark_sim.scenario import Scenario
 

@@ -52,6 +52,10 @@ class StepWork:
     rank_tokens: under DP attention, the tokens of the step's busiest attention rank (its prompt
         chunks and its decoding rows' verify tokens; :mod:`dspark_sim.serving.ranks`); 0: the
         step's tokens spread evenly over the ranks.
+    shared_kv_tokens: KV tokens the decoding requests read from prefix-cache pages another
+        running request reads too (each page counted past its first reader: the prefix
+        cache's :attr:`~dspark_sim.serving.prefix.PrefixCache.repeat_tokens`); the GPU's L2
+        serves part of those reads (``TargetFit.shared_kv_ratio``).
     """
 
     decode_reqs: int = 0
@@ -64,6 +68,7 @@ class StepWork:
     decode_max_context: int = 0
     running_reqs: int = 0
     rank_tokens: int = 0
+    shared_kv_tokens: int = 0
 
     @property
     def batch_tokens(self) -> int:
@@ -93,6 +98,7 @@ class StepWorks:
     draft_context_tokens: np.ndarray | int = 0
     decode_max_context: np.ndarray | int = 0
     running_reqs: np.ndarray | int = 0
+    shared_kv_tokens: np.ndarray | int = 0
     size: int = field(init=False, default=1)
 
     def __post_init__(self) -> None:
@@ -129,7 +135,7 @@ class StepWorks:
                  for w in works]
         columns = {name: [getattr(w, name) for w in works] for name in
                    ("decode_reqs", "verify_tokens", "decode_context_tokens", "prefill_tokens", "prefill_reqs",
-                    "prefill_attn_tokens2", "decode_max_context", "running_reqs")}
+                    "prefill_attn_tokens2", "decode_max_context", "running_reqs", "shared_kv_tokens")}
         return cls(**columns, draft_kind=kinds.pop() if kinds else None, draft_reqs=[d[0] for d in draft],
                    block_size=[d[1] for d in draft], draft_context_tokens=[d[2] for d in draft])
 
@@ -145,7 +151,7 @@ class StepWorks:
                               get("draft_context_tokens"))
         return StepWork(get("decode_reqs"), get("verify_tokens"), get("decode_context_tokens"),
                         get("prefill_tokens"), get("prefill_reqs"), get("prefill_attn_tokens2"), draft,
-                        get("decode_max_context"), get("running_reqs"))
+                        get("decode_max_context"), get("running_reqs"), shared_kv_tokens=get("shared_kv_tokens"))
 
 
 _WORK_FIELDS = tuple(name for name in StepWorks.__dataclass_fields__ if name not in ("draft_kind", "size"))

@@ -129,10 +129,10 @@ class ProfileCost:
         total = 0.0
         tokens = work.verify_tokens + work.prefill_tokens
         if tokens:
-            ctx, longest = self._rank_context(work)
+            ctx, longest, shared = self._rank_context(work)
             over, linear, per_req, attn = self._target.parts(
                 work.decode_reqs, work.verify_tokens, work.prefill_tokens, ctx,
-                work.prefill_attn_tokens2, work.prefill_reqs, SCALAR, longest)
+                work.prefill_attn_tokens2, work.prefill_reqs, SCALAR, longest, shared)
             total = over + linear + per_req + attn + self._comm_s(tokens)
         if work.draft is not None:
             total += self.draft_s(work.draft)
@@ -166,9 +166,9 @@ class ProfileCost:
         tokens = work.verify_tokens + work.prefill_tokens
         parts = dict.fromkeys(("overhead_s", "linear_s", "per_req_s", "attn_s", "comm_s"), 0.0)
         if tokens:
-            ctx, longest = self._rank_context(work)
+            ctx, longest, shared = self._rank_context(work)
             values = self._target.parts(work.decode_reqs, work.verify_tokens, work.prefill_tokens,
-                                        ctx, work.prefill_attn_tokens2, work.prefill_reqs, SCALAR, longest)
+                                        ctx, work.prefill_attn_tokens2, work.prefill_reqs, SCALAR, longest, shared)
             parts.update(zip(("overhead_s", "linear_s", "per_req_s", "attn_s"), values))
             parts["comm_s"] = self._comm_s(tokens)
         parts["draft_s"] = self.draft_s(work.draft) if work.draft is not None else 0.0
@@ -177,13 +177,13 @@ class ProfileCost:
         return parts
 
     def _rank_context(self, work: StepWork) -> tuple:
-        """The decode context and longest context the attention prices: the step's own, or under
-        DP attention scaled to the busiest rank's share (:func:`~.parallel.rank_share`; the
-        profile's KV terms are already split evenly over the ranks)."""
+        """The decode context, longest context and shared prefix reads the attention prices: the
+        step's own, or under DP attention scaled to the busiest rank's share
+        (:func:`~.parallel.rank_share`; the profile's KV terms are already split evenly over the ranks)."""
         if self.dp_ranks == 1:
-            return work.decode_context_tokens, work.decode_max_context
+            return work.decode_context_tokens, work.decode_max_context, work.shared_kv_tokens
         g = rank_share(work.decode_reqs, self.dp_ranks)
-        return work.decode_context_tokens * g, work.decode_max_context * g
+        return work.decode_context_tokens * g, work.decode_max_context * g, work.shared_kv_tokens * g
 
     def draft_s(self, draft: DraftWork) -> float:
         """Seconds the drafter spends in one step."""
@@ -223,15 +223,16 @@ class ProfileCost:
         if isinstance(has, np.ndarray) and has.all():
             has = True  # every step has work
         dec, ctx, longest = works.decode_reqs, works.decode_context_tokens, works.decode_max_context
+        shared = works.shared_kv_tokens
         if self.dp_ranks > 1:  # the busiest rank's share, as the scalar path takes it (_rank_context)
             g = rank_share(dec, self.dp_ranks) if isinstance(dec, np.ndarray) else rank_share(int(dec), self.dp_ranks)
-            ctx, longest = ctx * g, longest * g
+            ctx, longest, shared = ctx * g, longest * g, shared * g
         given = longest > 0
         if not (given.all() if isinstance(given, np.ndarray) else given):
             # the scalar path takes the mean context where the longest is not given (0)
             longest = np.where(given, longest, ctx / np.maximum(dec, 1))
         over, linear, per_req, comm, host, sched, draft_fixed, *shape = self._fixed_terms(works)
-        attn = self._target.decode_attn(dec, works.verify_tokens, ctx, EXACT, longest, DecodeShape(*shape))
+        attn = self._target.decode_attn(dec, works.verify_tokens, ctx, EXACT, longest, DecodeShape(*shape), shared)
         pairs = works.prefill_attn_tokens2
         if isinstance(pairs, np.ndarray) or pairs:
             attn = self._target.prefill_attn(works.prefill_tokens, pairs, works.prefill_reqs, EXACT) + attn

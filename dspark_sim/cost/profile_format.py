@@ -17,7 +17,8 @@ from pathlib import Path
 
 from dspark_sim.cost.jsonio import read_json, with_file, write_json_atomic
 from dspark_sim.cost.term_checks import fail
-from dspark_sim.cost.terms import DRAFT_KINDS, STEP_KINDS, DraftFit, HostFit, ScheduleFit, TargetFit
+from dspark_sim.cost.host_terms import HostFit, ScheduleFit
+from dspark_sim.cost.terms import DRAFT_KINDS, STEP_KINDS, DraftFit, TargetFit
 from dspark_sim.errors import InputError
 
 FORMAT_VERSION = 2

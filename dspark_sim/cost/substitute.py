@@ -26,7 +26,8 @@ from statistics import median
 
 from dspark_sim.cost.jsonio import read_json
 from dspark_sim.cost.profile_format import Profile
-from dspark_sim.cost.terms import STEP_KINDS, HostFit, ScheduleFit
+from dspark_sim.cost.host_terms import HostFit, ScheduleFit
+from dspark_sim.cost.terms import STEP_KINDS
 
 RATIO_REQS = 32  # the running requests at which two drafter kinds' host times are compared
 PROFILES_PACKAGE = "dspark_sim.profiles"

@@ -1,4 +1,5 @@
-"""The fitted step formulas of a profile: the target forward and the drafters.
+"""The fitted step formulas of a profile: the target forward and the drafters (the host's
+terms: :mod:`dspark_sim.cost.host_terms`).
 
 :class:`TargetFit` and :class:`DraftFit` hold the fitted terms, check them on
 construction (errors name the key and value) and evaluate a step on Python
@@ -64,6 +65,8 @@ class TargetFit:
                    + mixed_s_per_row_tile*R*ceil(P/(Q*prefill_tile))    (decode rows beside chunks)
         dec_attn += spread_ratio * max(0, 1 - spread_slots/(R*splits(R)))
                     * kv_req_s_per_token*(C - S/R)/splits(R)*(1 + lat_width_ratio(W))
+        (in the stream, S less shared(W) * D, D the KV tokens read from prefix pages another
+         running request reads too, shared(W) ``shared_ratio`` at ``shared_widths``)
         step = gpu                                        (graph: no prefill)
              = smax(prefill_host_s, gpu, host_sharpness)  (eager: prefill chunks)
 
@@ -89,7 +92,12 @@ class TargetFit:
     once (R x splits(R) past ``spread_slots``): the last ones queue behind the stream, and the
     step runs over the smooth maximum by ``spread_ratio`` of the longest request's lag over the
     mean one's, scaled by the share of programs that queue (fitted on steps of long-tailed
-    contexts, :mod:`dspark_sim.profiling.spread`; 0 where none were). m_ratio, r_delta,
+    contexts, :mod:`dspark_sim.profiling.spread`; 0 where none were). Requests whose first pages
+    are the same cached pages (the prefix cache) read them once from memory and again, in
+    part, from the L2: a step streams ``shared_ratio`` of those repeated tokens less, by the
+    query tile's width (``shared_widths``; wider windows do more work per byte and gain less),
+    fitted on steps of requests sharing prefixes (:mod:`dspark_sim.profiling.shared`; none
+    where none were). m_ratio, r_delta,
     the width ratios and the kv_ratio table interpolate their knots, clamped.
     """
 
@@ -128,6 +136,8 @@ class TargetFit:
     mixed_s_per_row_tile: float = 0.0
     spread_ratio: float = 0.0
     spread_slots: float = 0.0
+    shared_widths: tuple[float, ...] = ()
+    shared_ratio: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         check_terms(self, [n for n in TARGET_BOUNDS if n != "r_delta_s"],
@@ -138,6 +148,8 @@ class TargetFit:
             fail("prefill_graph_tokens", self.prefill_graph_tokens, "must be a number >= 0 (0: prompt steps eager)")
         if not (math.isfinite(self.prefill_graph_min) and self.prefill_graph_min >= 1):
             fail("prefill_graph_min", self.prefill_graph_min, "must be a number >= 1")
+        if len(self.shared_ratio) != len(self.shared_widths) or not all(0.0 <= r <= 1.0 for r in self.shared_ratio):
+            fail("shared_ratio", self.shared_ratio, "must hold a number from 0 to 1 for each of shared_widths")
         check_knots("moe_tokens", self.moe_tokens, "moe_fraction", self.moe_fraction)
         check_knots("m_knots", self.m_knots, "m_ratio", self.m_ratio)
         check_knots("r_knots", self.r_knots, "r_delta_s", self.r_delta_s)
@@ -167,17 +179,18 @@ class TargetFit:
             else min(wanted, self.max_splits)
 
     def parts(self, reqs, verify_tokens, prefill_tokens, ctx, pairs, prefill_reqs, ops: Ops,
-              max_ctx=None):
+              max_ctx=None, shared=0):
         """(overhead_s, linear_s, per_req_s, attn_s); floats or arrays, ``ops`` to match.
 
         ``prefill_reqs`` > 0 marks the eager path (see the class docstring);
         overhead_s holds ``bias_s`` and, there, the time the GPU waits for the host.
-        ``max_ctx``: the longest decoding request's context (None or 0: the mean, S/R).
+        ``max_ctx``: the longest decoding request's context (None or 0: the mean, S/R);
+        ``shared``: the KV tokens read from prefix pages another running request reads too.
         """
         eager = prefill_reqs > 0
         over, linear, per_req = self.fixed_parts(reqs, verify_tokens, prefill_tokens, eager, ops)
         attn = self.prefill_attn(prefill_tokens, pairs, prefill_reqs, ops) \
-            + self.decode_attn(reqs, verify_tokens, ctx, ops, max_ctx) \
+            + self.decode_attn(reqs, verify_tokens, ctx, ops, max_ctx, shared=shared) \
             + self.mixed_attn(reqs, prefill_tokens, prefill_reqs, ops)
         if self.prefill_host_s and eager is not False:  # False: a float step on the graph path
             gpu = over + linear + per_req + attn
@@ -275,10 +288,13 @@ class TargetFit:
             shape.table = 1.0 + ops.interp2(self.kv_r_knots, self.width_knots, self.kv_ratio, reqs, width)
         return shape
 
-    def decode_attn(self, reqs, verify_tokens, ctx, ops: Ops, max_ctx=None, shape: DecodeShape | None = None):
+    def decode_attn(self, reqs, verify_tokens, ctx, ops: Ops, max_ctx=None, shape: DecodeShape | None = None,
+                    shared=0):
         """Decode (verify) attention seconds: the KV stream, floored by the longest request's
         (``max_ctx``; the mean S/R when not given), times the tile. ``shape``: the
-        :meth:`decode_shape` of these requests, when known."""
+        :meth:`decode_shape` of these requests, when known; ``shared``: the KV tokens read from
+        prefix pages another running request reads too (the stream reads ``shared_ratio`` of
+        them, at the query tile's width, from the L2)."""
         if not isinstance(reqs, np.ndarray):
             if reqs <= 0:
                 return 0.0
@@ -288,7 +304,10 @@ class TargetFit:
         if shape is None:
             shape = self.decode_shape(r, verify_tokens, ops)
         longest = ctx / r if max_ctx is None or (np.isscalar(max_ctx) and not max_ctx) else max_ctx
-        stream = self.kv_s_per_token * ctx
+        streamed = ctx
+        if self.shared_ratio and (isinstance(shared, np.ndarray) or shared):
+            streamed = ctx - ops.interp(self.shared_widths, self.shared_ratio, ops.pow2(verify_tokens / r)) * shared
+        stream = self.kv_s_per_token * streamed
         latency = self.kv_req_s_per_token * longest / shape.splits
         if shape.stream is not None:
             stream = stream * shape.stream
@@ -370,44 +389,4 @@ class DraftFit:
         return _scaled(self, DRAFT_BOUNDS, ratio)
 
 
-@dataclass(frozen=True)
-class HostFit:
-    """The engine's time per decode step outside the graphs it replays, by drafter kind:
-    sampling, ``schedule_verify`` and ``accept`` launches, host syncs, the commit of
-    accepted tokens and page bookkeeping. ``seconds = bias_s + req_s * R``, fitted to
-    whole decode steps as served (the part the target and drafter fits do not explain).
-    Host time: "fixed" under projection and tensor parallelism."""
-
-    kind: str
-    bias_s: float
-    req_s: float
-
-    def __post_init__(self) -> None:
-        if self.kind not in STEP_KINDS:
-            fail("kind", self.kind, f"must be one of {STEP_KINDS}")
-        check_terms(self, ("bias_s", "req_s"), ())
-
-    def seconds(self, reqs):
-        return self.bias_s + self.req_s * reqs
-
-
-@dataclass(frozen=True)
-class ScheduleFit:
-    """The serving loop's host time between two steps: retiring finished requests,
-    admitting, and scheduling the next step over the running requests (page reservations
-    included). ``seconds = bias_s + req_s * R``, R the running requests, fitted to the gaps
-    between the steps of bursts served by the real serving loop. Host time: "fixed" under
-    projection and tensor parallelism."""
-
-    bias_s: float
-    req_s: float
-
-    def __post_init__(self) -> None:
-        check_terms(self, ("bias_s", "req_s"), ())
-
-    def seconds(self, reqs):
-        return self.bias_s + self.req_s * reqs
-
-
-__all__ = ["DRAFT_KINDS", "STEP_KINDS", "TARGET_BOUNDS", "DRAFT_BOUNDS", "DecodeShape", "TargetFit", "DraftFit",
-           "HostFit", "ScheduleFit"]
+__all__ = ["DRAFT_KINDS", "STEP_KINDS", "TARGET_BOUNDS", "DRAFT_BOUNDS", "DecodeShape", "TargetFit", "DraftFit"]

@@ -5,7 +5,7 @@ import numpy as np
 
 from dspark_sim.cost.profile_format import HostFit, TargetFit
 from dspark_sim.cost.shapes import ARRAY, SCALAR
-from dspark_sim.cost.terms import ScheduleFit
+from dspark_sim.cost.host_terms import ScheduleFit
 from dspark_sim.profiling.heldout import k_fold
 
 

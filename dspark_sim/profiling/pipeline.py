@@ -27,6 +27,7 @@ from dspark_sim.profiling.fit import fit_profile
 from dspark_sim.profiling.levels import METHOD as LEVELS_METHOD
 from dspark_sim.profiling.levels import level_errors
 from dspark_sim.profiling.mixed import with_mixed_steps
+from dspark_sim.profiling.shared import with_shared_term
 from dspark_sim.profiling.spread import with_spread_term
 from dspark_sim.profiling.slices import slice_model, whole_from_slices
 from dspark_sim.profiling.synthetic import synthetic_raw
@@ -139,17 +140,23 @@ def add_level_errors(raws: list[tuple[str, dict, Path | None]], measured, out_di
     return done
 
 
-POST_TERMS = ("spread@", "mixed@")  # held-out keys of the terms fitted after the rest
+POST_TERMS = ("spread@", "shared@", "mixed@")  # held-out keys of the terms fitted after the rest
 
 
 def with_post_terms(profile: Profile, raw: dict | None, file, raw_dir: Path | None) -> Profile:
     """``profile`` with the terms fitted after the rest, each on its own steps: the spread of
-    contexts (:mod:`.spread`, ``raw``'s spread rows) and then the mixed steps (:mod:`.mixed`,
+    contexts (:mod:`.spread`, ``raw``'s spread rows), the shared prefixes (:mod:`.shared`,
+    ``raw_dir``'s probe ``served_<model>.json``) and then the mixed steps (:mod:`.mixed`,
     ``raw_dir``'s probe ``mixed_<model>.json``), where those were timed."""
     if raw is not None:
         profile, _ = with_spread_term(profile, raw, file)
-    probe = raw_dir / f"mixed_{profile.model}.json" if raw_dir is not None else None
-    return with_mixed_steps(profile, probe) if probe is not None and probe.is_file() else profile
+    if raw_dir is None:
+        return profile
+    served = raw_dir / f"served_{profile.model}.json"
+    if served.is_file():
+        profile, _ = with_shared_term(profile, served)
+    probe = raw_dir / f"mixed_{profile.model}.json"
+    return with_mixed_steps(profile, probe) if probe.is_file() else profile
 
 
 def add_post_terms(out_dir: Path, measured, raw_dir: Path, models=None, log=print) -> list[Profile]:
@@ -157,7 +164,7 @@ def add_post_terms(out_dir: Path, measured, raw_dir: Path, models=None, log=prin
     ``out_dir`` measured on ``measured`` whose spread rows (``raw_<model>.json``) or mixed-step
     probe (``mixed_<model>.json``) lie in ``raw_dir`` (only ``models`` if given), every other
     fitted number kept; save it and its projections. Returns the profiles."""
-    names = {p.stem.removeprefix("mixed_") for p in raw_dir.glob("mixed_*.json")}
+    names = {p.stem.split("_", 1)[1] for pattern in ("mixed_*.json", "served_*.json") for p in raw_dir.glob(pattern)}
     names |= {p.stem.removeprefix("raw_") for p in raw_dir.glob("raw_*.json") if "." not in p.stem}
     done = []
     for name in sorted(names):
@@ -178,6 +185,7 @@ def add_post_terms(out_dir: Path, measured, raw_dir: Path, models=None, log=prin
         log(f"{name}: " + "; ".join(
             f"{label} held out by {axis} median {100 * held[key].median_rel_err:.1f} % p90 {100 * held[key].p90_rel_err:.1f} %"
             for label, key, axis in ((f"spread_ratio {t.spread_ratio:.3f} past {t.spread_slots:g} slots", "spread@reqs", "R"),
+                                     (f"shared_ratio {t.shared_ratio} at widths {t.shared_widths}", "shared@reqs", "R"),
                                      (f"mixed_s_per_row_tile {t.mixed_s_per_row_tile:.3e} s", "mixed@reqs", "R"),
                                      ("mixed", "mixed@chunk", "chunk")) if key in held))
         done.append(profile)

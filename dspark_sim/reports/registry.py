@@ -86,6 +86,12 @@ def spread_check() -> str:
     return block_text(_json(H200 / "validation" / "steps" / "spread_steps.json"), load_profile(H200 / "qwen3-8b.json"))
 
 
+def shared_steps() -> str:
+    from dspark_sim.reports.served_steps import block_text
+
+    return block_text(H200 / "raw" / "served_qwen3-8b.json", H200 / "qwen3-8b.json")
+
+
 def long_check() -> str:
     from dspark_sim.validation.long_prompts import JSON, block_text
 
@@ -169,6 +175,7 @@ BLOCKS = {
     ("docs/profiles.md", "mixed-steps"): mixed_steps,
     ("docs/profiles.md", "spread-steps"): spread_steps,
     ("docs/profiles.md", "spread-check"): spread_check,
+    ("docs/profiles.md", "shared-steps"): shared_steps,
     ("docs/profiles.md", "engine-roofline"): engine_roofline,
 }
 

@@ -217,6 +217,14 @@ class PrefixCache:
         referenced nodes once, less what the requests read from them."""
         return self.tree_tokens - self.idle_tokens - self.shared_tokens
 
+    @property
+    def repeat_tokens(self) -> int:
+        """Tokens the running requests read from nodes that another running request reads too,
+        each node counted past its first reader (the requests' reads less the referenced nodes'
+        tokens; a node referenced but read by none, a copy computed while it was cached, lowers
+        it: never below 0)."""
+        return max(0, -self.kv_adjust)
+
     def evict(self, tokens: int) -> int:
         """Evict unreferenced leaves, least recently used first, until ``tokens`` are freed or
         none is left; returns the engine blocks evicted."""

@@ -317,7 +317,8 @@ def _finish(rep, steps: int, taken: int, decode: np.ndarray | int, kv, verify, b
     rows = dec if rows is decode else rows[k]
     works = StepWorks(rows, dec if verify is decode else verify[k], context[k], draft_kind=rep.policy.draft_kind,
                       draft_reqs=rows if block_size else 0, block_size=block_size,
-                      draft_context_tokens=context[k], decode_max_context=max_context[k], running_reqs=dec)
+                      draft_context_tokens=context[k], decode_max_context=max_context[k], running_reqs=dec,
+                      shared_kv_tokens=rep.prefix.repeat_tokens)  # no finish inside a stretch changes it
     parts = rep.ctx.cost.breakdown_array(works)
     step_s = sum(parts.values())
     times = np.cumsum(np.concatenate(([rep.clock_s], step_s)))  # sequential sums, as step by step

@@ -88,7 +88,12 @@ def markdown(rows: list[dict], min_level: float) -> list[str]:
               "context mean / longest |", "|---|---|---|---|---|---|"]
     lines[-2:-2] = ["What would settle the rest of the price: the drafter's forward timed inside served steps "
                     "(after the target's, at the contexts a saturated run holds) beside the profiler's replay of "
-                    "it alone, and decode steps of 64-256 requests that share prefix pages timed on the GPU.", ""]
+                    "it alone, and the steps that carry prompt chunks beside decode rows, which run over their "
+                    "price although the same shapes timed apart, with their launch hidden or not, do not "
+                    "(`docs/profiles.md`). Decode steps whose requests read the same prefix pages are priced by "
+                    "the shared-prefix term (`docs/profiles.md`, timed on the GPU) in the simulator's own steps; "
+                    "the decoder's step records do not count those reads, so the replay column prices the "
+                    "session cases' steps without them.", ""]
     for r in shown:
         for span, b in r["step_prices"]["decode_by_running"].items():
             lines.append(f"| {r['case']} | {span} | {b['steps']} | {b['draft_ms']:.2f} / {b['priced_draft_ms']:.2f} | "

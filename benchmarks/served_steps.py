@@ -1,0 +1,218 @@
+"""Two things a served step has that the profiler's steps do not: requests that read the same
+cached prefix pages, and an eager step launched behind the step before it (Qwen3-8B, H200).
+
+    # on the GPU, one device call (build included, about 4 minutes):
+    OUT=... BUDGET_S=300 START_S=15; source benchmarks/visit_common.sh; export PYTHONPATH=$PYTHONPATH:$PWD/benchmarks; timeout 300 python3 benchmarks/served_steps.py --run --out $OUT/served_steps.json
+    python benchmarks/served_steps.py --json F.json      # the tables
+    TRITON_INTERPRET=1 python benchmarks/served_steps.py --run --tiny --out /tmp/served.json   # CPU dry run
+
+Shared prefixes. Multi-turn traffic with the prefix cache on holds many running requests
+whose first pages are the same physical pages (the decoder's ``PrefixPages``): R requests
+of ``CONTEXT`` tokens in G groups, each group's requests starting with the same ``PREFIX``
+tokens, admitted as the serving loop admits them (the group's first request's pages join
+the tree, the others match them). Whole decode steps as served (``time_requests``:
+overlapped, CUDA graphs) for the target alone (none) and DSpark (block 7), for G from R
+(nothing shared) down to 1; the KV the step streams is the same in every G, the distinct
+pages it reads are not.
+
+Eager steps behind a step. A step with prompt tokens beside decode rows runs eagerly: the
+host launches each kernel (tens of milliseconds for this model) while the GPU runs the step
+before it. This times such a step (the mixed-step probe's ``Point``: R decode rows beside
+one prompt chunk) behind a GPU spin of a fraction of its own launch time (0: launched on an
+idle GPU; 2: the launch wholly hidden, the profile's timing), the step's device seconds
+between its first and last events.
+
+Each point is written as soon as it is timed; a failing point is recorded and skipped, and
+no point starts after ``--budget-s`` seconds.
+"""
+from __future__ import annotations
+
+import gc
+import statistics
+import sys
+import time
+
+import numpy as np
+from outputs import begin_probe, code_commit, probe_main, probe_parser, write_result
+
+from dspark_sim.reports.served_steps import SPINS, table
+
+T0 = time.monotonic()
+CONTEXT, PREFIX = 2560, 2048
+REQS = (224, 128, 64)
+GROUPS = (0, 32, 8, 1)  # 0: every request its own prefix
+KINDS = ("none", "block")
+EAGER_REQS, EAGER_CHUNKS = (128, 64), (512, 2048)
+TINY = dict(reqs=(4,), groups=(0, 2, 1), context=48, prefix=32, eager_reqs=(3,), eager_chunks=(8,))
+
+
+def build(args):
+    """(stepper, grid): Qwen3-8B with the prefix cache on, or the tiny CPU decoder."""
+    from dspark_sim.kernels.profiler.steps import Stepper
+
+    if args.tiny:
+        from dspark_sim.kernels.decoder.tiny import tiny_decoder
+
+        dec = tiny_decoder("dspark", max_running_requests=8, max_model_len=160, kv_tokens=2048, synthetic=True,
+                           prefix_cache=True)
+        return Stepper(dec, reps=2), TINY
+    from dspark_sim.catalog import get_model
+    from dspark_sim.kernels.decoder import Decoder, DecoderConfig
+
+    conf = DecoderConfig.of(method="dspark", block_size=8, scheduler="full", max_running_requests=max(REQS),
+                            batching="prefill_first", prefix_cache=True, max_model_len=CONTEXT + max(EAGER_CHUNKS) + 1024,
+                            kv_tokens=args.kv_tokens, device="cuda")
+    dec = Decoder(get_model(args.model), conf)
+    dec.randomize_cache()
+    return Stepper(dec), dict(reqs=REQS, groups=GROUPS, context=CONTEXT, prefix=PREFIX, eager_reqs=EAGER_REQS,
+                              eager_chunks=EAGER_CHUNKS)
+
+
+def shared_requests(dec, reqs: int, groups: int, context: int, prefix: int, rng) -> list | None:
+    """``reqs`` decoding requests of ``context`` tokens in ``groups`` groups sharing their first
+    ``prefix`` tokens' pages (0: none shared), admitted through the prefix cache; None (nothing
+    held) when the pages do not hold them."""
+    from dspark_sim.kernels.decoder.sequence import Sequence
+
+    vocab, seqs = dec.spec.vocab_size, []
+    heads = [rng.integers(0, vocab, prefix).tolist() for _ in range(groups)]
+    for i in range(reqs):
+        head = heads[i % groups] if groups else rng.integers(0, vocab, prefix).tolist()
+        s = Sequence(i, head + rng.integers(0, vocab, context - prefix).tolist(), 1 << 30, 1.0, 0)
+        s.tokens.append(int(rng.integers(0, vocab)))
+        seqs.append(s)
+        if not dec.fake_prefill(s):
+            for t in seqs:
+                dec.release(t)
+            dec.pages.drop_cached()
+            return None
+        if groups and i < groups:
+            dec.pages.share([s])  # the group's first request: its pages join the tree
+    dec.pages.flush()
+    dec.rows.put(seqs)
+    return seqs
+
+
+def run_shared(out: dict, stepper, grid: dict, args, rng) -> None:
+    from dspark_sim.kernels.profiler.steps import time_requests
+
+    for reqs in grid["reqs"]:
+        for kind in KINDS:
+            for groups in grid["groups"]:
+                key = {"part": "shared", "kind": kind, "reqs": reqs, "groups": groups}
+                if time.monotonic() - T0 > args.budget_s:
+                    out["failed"].append({**key, "error": "skipped: budget"})
+                    continue
+                try:
+                    dec = stepper._step_decoder(kind, True)
+                    hits = dec.pages.hit_tokens
+                    seqs = shared_requests(dec, reqs, groups, grid["context"], grid["prefix"], rng)
+                    if seqs is None:
+                        raise RuntimeError("the pages do not hold these requests")
+                    shared = dec.pages.hit_tokens - hits
+                    distinct = len({p for s in seqs for p in s.pages})
+                    got = time_requests(dec, seqs, args.steps)
+                    dec.pages.drop_cached()
+                    if got is None:
+                        raise RuntimeError("no step timed")
+                except Exception as e:  # noqa: BLE001 - one point failing must not lose the others
+                    _fail(out, key, e)
+                    continue
+                med = lambda i: statistics.median(r[i] for r in got["steps"])  # noqa: E731
+                out["points"].append({**key, "context": grid["context"], "prefix": grid["prefix"],
+                                      "shared_tokens": shared, "distinct_pages": distinct,
+                                      "verify_tokens": med(0), "step_s": got["step_s"], "draft_s": med(2),
+                                      "verify_s": med(3), "steps": got["steps"]})
+                write_result(args.out, out)
+                print(f"{kind:5s} R {reqs:4d} G {groups:3d}: step {got['step_s'] * 1e3:8.3f} ms, verify "
+                      f"{med(3) * 1e3:7.3f} ms, shared {shared} tokens (+{time.monotonic() - T0:.0f} s)", flush=True)
+
+
+def run_eager(out: dict, stepper, grid: dict, args, rng) -> None:
+    from mixed_steps import Point, requests
+
+    from dspark_sim.reports.mixed_steps import CONTEXT_MAX, CONTEXT_MEAN
+
+    dec = stepper._step_decoder("none", True)
+    draw = {"mean": min(CONTEXT_MEAN, grid["context"] // 2), "max_context": min(CONTEXT_MAX, grid["context"])}
+    for reqs in grid["eager_reqs"]:
+        for chunk in grid["eager_chunks"]:
+            key = {"part": "eager", "reqs": reqs, "chunk": chunk}
+            if time.monotonic() - T0 > args.budget_s:
+                out["failed"].append({**key, "error": "skipped: budget"})
+                continue
+            point, seqs = None, []
+            try:
+                seqs = requests(dec, reqs, draw, rng)
+                point = Point(dec, seqs, chunk, 0, rng)
+                rows = time_spins(point, args.reps)
+            except Exception as e:  # noqa: BLE001
+                _fail(out, key, e)
+                continue
+            finally:
+                if point is not None:
+                    point.close()
+                for s in seqs:
+                    dec.release(s)
+                dec.graphs.clear()
+            out["points"].append({**key, "context_sum": sum(len(s.tokens) for s in seqs), **rows})
+            write_result(args.out, out)
+            print(f"eager R {reqs:4d} C {chunk:5d}: " + ", ".join(
+                f"spin {f:g}: {rows['gpu_s'][str(f)] * 1e3:7.3f} ms" for f in SPINS)
+                + f", launch {rows['launch_s'] * 1e3:.1f} ms (+{time.monotonic() - T0:.0f} s)", flush=True)
+
+
+def time_spins(point, reps: int) -> dict:
+    """Two warm steps, then ``reps`` rounds of one step behind each spin of :data:`SPINS`."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        launch = statistics.median(point.step()["launch_s"] for _ in range(3))
+        got = {f: [] for f in SPINS}
+        for _ in range(reps):
+            for f in SPINS:
+                got[f].append(point.step(f * launch) if f else point.step())
+    finally:
+        if was:
+            gc.enable()
+    med = lambda rows, k: statistics.median(r[k] for r in rows)  # noqa: E731
+    return {"launch_s": launch, "gpu_s": {str(f): med(r, "gpu_s") for f, r in got.items()},
+            "wall_s": {str(f): med(r, "wall_s") for f, r in got.items()},
+            "spin_s": {str(f): med(r, "spin_s") for f, r in got.items() if f and "spin_s" in r[0]},
+            "runs": {str(f): r for f, r in got.items()}}
+
+
+def _fail(out: dict, key: dict, e: Exception) -> None:
+    out["failed"].append({**key, "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"})
+    print(f"{key}: {out['failed'][-1]['error']}", flush=True)
+
+
+def header(args) -> dict:
+    from dspark_sim.kernels.profiler.provenance import provenance, sm_clocks
+
+    return {**provenance(), "tree": code_commit("benchmarks", "kernels") or None, "sm_clocks_before": sm_clocks(),
+            "model": "tiny" if args.tiny else args.model, "weights": "random", "kv_tokens": args.kv_tokens,
+            "steps": args.steps, "reps": args.reps, "block_size": {"block": 7}}
+
+
+def run(args) -> dict:
+    from dspark_sim.kernels.profiler.provenance import sm_clocks
+
+    out, (stepper, grid) = begin_probe(args, "served_steps", header(args), build, T0)
+    rng = np.random.default_rng(0)
+    run_eager(out, stepper, grid, args, rng)
+    run_shared(out, stepper, grid, args, rng)
+    out["provenance"].update(total_s=round(time.monotonic() - T0, 1), sm_clocks_after=sm_clocks())
+    write_result(args.out, out)
+    return out
+
+
+def main() -> int:
+    ap = probe_parser(__doc__, "served_steps", kv_tokens=620_000, budget_s=260.0)
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--reps", type=int, default=6)
+    return probe_main(ap.parse_args(), "served_steps", run, table)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
