@@ -1,8 +1,11 @@
-"""Two things a served step has that the profiler's steps do not: requests that read the same
-cached prefix pages, and an eager step launched behind the step before it (Qwen3-8B, H200).
+"""What a served step has that the profiler's steps do not: requests that read the same cached
+prefix pages, an eager step launched behind the step before it, KV pages scattered over the
+pool, a decode step right after a prompt step (Qwen3-8B, H200).
 
-    # on the GPU, one device call (build included, about 4 minutes):
-    OUT=... BUDGET_S=300 START_S=15; source benchmarks/visit_common.sh; export PYTHONPATH=$PYTHONPATH:$PWD/benchmarks; timeout 300 python3 benchmarks/served_steps.py --run --out $OUT/served_steps.json
+    # on the GPU, one device call per part (build included; --part all: about 6 minutes):
+    OUT=... BUDGET_S=300 START_S=15; source benchmarks/visit_common.sh; export PYTHONPATH=$PYTHONPATH:$PWD/benchmarks; timeout 300 python3 benchmarks/served_steps.py --run --part shared --out $OUT/served_steps.json
+    (--part eager | layout | after: the other parts; the shared and eager parts are in
+    profiles/h200/raw/served_qwen3-8b.json)
     python benchmarks/served_steps.py --json F.json      # the tables
     TRITON_INTERPRET=1 python benchmarks/served_steps.py --run --tiny --out /tmp/served.json   # CPU dry run
 
@@ -21,6 +24,19 @@ before it. This times such a step (the mixed-step probe's ``Point``: R decode ro
 one prompt chunk) behind a GPU spin of a fraction of its own launch time (0: launched on an
 idle GPU; 2: the launch wholly hidden, the profile's timing), the step's device seconds
 between its first and last events.
+
+Scattered pages. The profiler's timing requests take their pages in order from a fresh
+pool, each request's KV one contiguous run; a served request takes a page as it grows, from
+a free list that finishing requests have shuffled, so its KV lies scattered over the pool.
+This times whole decode steps as served (none, MTP-3, DSpark) over R requests of long-tailed
+contexts (the mixed-step probe's draw) with their pages taken in order and taken from a
+shuffled free list, the same contexts.
+
+Decode steps right after a prompt step. In served records the decode step that follows a step
+with prompt chunks runs further over its price than other decode steps. This times a decode
+step of R requests (long-tailed contexts) by device events, right after an eager prompt step
+of ``AFTER_CHUNK`` tokens and right after another decode step, alternating, for every drafter
+kind (the GPU's clock falls under a prompt step's power and may not be back for the next).
 
 Each point is written as soon as it is timed; a failing point is recorded and skipped, and
 no point starts after ``--budget-s`` seconds.
@@ -42,8 +58,10 @@ CONTEXT, PREFIX = 2560, 2048
 REQS = (224, 128, 64)
 GROUPS = (0, 32, 8, 1)  # 0: every request its own prefix
 KINDS = ("none", "block")
+LAYOUT_KINDS, LAYOUT_REQS = ("none", "chain", "block"), (192, 128, 64)  # a table row left for a prompt
+AFTER_CHUNK = 4096
 EAGER_REQS, EAGER_CHUNKS = (128, 64), (512, 2048)
-TINY = dict(reqs=(4,), groups=(0, 2, 1), context=48, prefix=32, eager_reqs=(3,), eager_chunks=(8,))
+TINY = dict(reqs=(4,), groups=(0, 2, 1), context=48, prefix=32, eager_reqs=(3,), eager_chunks=(8,), layout_reqs=(4,), after_chunk=8)
 
 
 def build(args):
@@ -65,7 +83,7 @@ def build(args):
     dec = Decoder(get_model(args.model), conf)
     dec.randomize_cache()
     return Stepper(dec), dict(reqs=REQS, groups=GROUPS, context=CONTEXT, prefix=PREFIX, eager_reqs=EAGER_REQS,
-                              eager_chunks=EAGER_CHUNKS)
+                              eager_chunks=EAGER_CHUNKS, layout_reqs=LAYOUT_REQS)
 
 
 def shared_requests(dec, reqs: int, groups: int, context: int, prefix: int, rng) -> list | None:
@@ -100,8 +118,7 @@ def run_shared(out: dict, stepper, grid: dict, args, rng) -> None:
         for kind in KINDS:
             for groups in grid["groups"]:
                 key = {"part": "shared", "kind": kind, "reqs": reqs, "groups": groups}
-                if time.monotonic() - T0 > args.budget_s:
-                    out["failed"].append({**key, "error": "skipped: budget"})
+                if _skipped(out, key, args):
                     continue
                 try:
                     dec = stepper._step_decoder(kind, True)
@@ -118,19 +135,138 @@ def run_shared(out: dict, stepper, grid: dict, args, rng) -> None:
                 except Exception as e:  # noqa: BLE001 - one point failing must not lose the others
                     _fail(out, key, e)
                     continue
-                med = lambda i: statistics.median(r[i] for r in got["steps"])  # noqa: E731
-                out["points"].append({**key, "context": grid["context"], "prefix": grid["prefix"],
-                                      "shared_tokens": shared, "distinct_pages": distinct,
-                                      "verify_tokens": med(0), "step_s": got["step_s"], "draft_s": med(2),
-                                      "verify_s": med(3), "steps": got["steps"]})
-                write_result(args.out, out)
-                print(f"{kind:5s} R {reqs:4d} G {groups:3d}: step {got['step_s'] * 1e3:8.3f} ms, verify "
-                      f"{med(3) * 1e3:7.3f} ms, shared {shared} tokens (+{time.monotonic() - T0:.0f} s)", flush=True)
+                record_steps(out, args, {**key, "context": grid["context"], "prefix": grid["prefix"],
+                                         "shared_tokens": shared, "distinct_pages": distinct}, got,
+                             f"{kind:5s} R {reqs:4d} G {groups:3d}, shared {shared} tokens")
+
+
+def record_steps(out: dict, args, point: dict, got: dict, label: str) -> None:
+    """A point of timed whole steps (``time_requests``) into ``out``, written, and its line."""
+    med = lambda i: statistics.median(r[i] for r in got["steps"])  # noqa: E731
+    out["points"].append({**point, "verify_tokens": med(0), "step_s": got["step_s"], "draft_s": med(2),
+                          "verify_s": med(3), "steps": got["steps"]})
+    write_result(args.out, out)
+    print(f"{label}: step {got['step_s'] * 1e3:8.3f} ms, draft {med(2) * 1e3:7.3f} ms, verify {med(3) * 1e3:7.3f} ms "
+          f"(+{time.monotonic() - T0:.0f} s)", flush=True)
+
+
+def run_layout(out: dict, stepper, grid: dict, args, rng) -> None:
+    """Whole decode steps over long-tailed contexts, pages in order and scattered."""
+    from dspark_sim.kernels.profiler.steps import time_requests
+    from dspark_sim.reports.mixed_steps import CONTEXT_MAX, CONTEXT_MEAN, contexts
+
+    for reqs in grid["layout_reqs"]:
+        lengths = contexts(reqs, min(CONTEXT_MEAN, grid["context"] // 2), min(CONTEXT_MAX, grid["context"]))
+        for kind in LAYOUT_KINDS:
+            for layout in ("ordered", "scattered"):
+                key = {"part": "layout", "kind": kind, "reqs": reqs, "layout": layout}
+                if _skipped(out, key, args):
+                    continue
+                try:
+                    dec = stepper._step_decoder(kind, True)
+                    order_pages(dec, layout, reqs)
+                    seqs = stepper.requests_of(lengths, dec)
+                    if seqs is None:
+                        raise RuntimeError("the pages do not hold these requests")
+                    got = time_requests(dec, seqs, args.steps)
+                    order_pages(dec, "ordered", reqs)
+                    if got is None:
+                        raise RuntimeError("no step timed")
+                except Exception as e:  # noqa: BLE001 - one point failing must not lose the others
+                    _fail(out, key, e)
+                    continue
+                record_steps(out, args, {**key, "context_sum": sum(lengths), "context_max": max(lengths)}, got,
+                             f"{kind:5s} R {reqs:4d} {layout:9s}")
+
+
+def run_layout_mixed(out: dict, stepper, grid: dict, args, rng) -> None:
+    """Eager steps (decode rows beside a prompt chunk, launch hidden) with the rows' pages in
+    order and scattered."""
+    from dspark_sim.reports.mixed_steps import CONTEXT_MAX, CONTEXT_MEAN
+
+    dec = stepper._step_decoder("none", True)
+    draw = {"mean": min(CONTEXT_MEAN, grid["context"] // 2), "max_context": min(CONTEXT_MAX, grid["context"])}
+    for reqs in grid["eager_reqs"]:
+        for layout in ("ordered", "scattered"):
+            chunk = max(grid["eager_chunks"])
+            key = {"part": "layout_mixed", "reqs": reqs, "chunk": chunk, "layout": layout}
+            if _skipped(out, key, args):
+                continue
+            try:
+                rows, context_sum = spun_point(dec, reqs, draw, chunk, np.random.default_rng(reqs), args.reps, layout)
+            except Exception as e:  # noqa: BLE001
+                _fail(out, key, e)
+                continue
+            out["points"].append({**key, "context_sum": context_sum, "gpu_s": rows["gpu_s"]["2.0"],
+                                  "launch_s": rows["launch_s"]})
+            write_result(args.out, out)
+            print(f"mixed R {reqs:4d} C {chunk:5d} {layout:9s}: gpu {rows['gpu_s']['2.0'] * 1e3:8.3f} ms "
+                  f"(+{time.monotonic() - T0:.0f} s)", flush=True)
+
+
+def run_after(out: dict, stepper, grid: dict, args, rng) -> None:
+    """Decode steps timed right after a prompt step and right after a decode step."""
+    from mixed_steps import Point
+
+    from dspark_sim.reports.mixed_steps import CONTEXT_MAX, CONTEXT_MEAN, contexts
+
+    chunk = grid.get("after_chunk", AFTER_CHUNK)
+    for reqs in grid["layout_reqs"]:
+        lengths = contexts(reqs, min(CONTEXT_MEAN, grid["context"] // 2), min(CONTEXT_MAX, grid["context"]))
+        for kind in LAYOUT_KINDS:
+            key = {"part": "after", "kind": kind, "reqs": reqs, "chunk": chunk}
+            if _skipped(out, key, args):
+                continue
+            point, seqs = None, None
+            try:
+                dec = stepper._step_decoder(kind, True)
+                seqs = stepper.requests_of(lengths, dec)
+                if seqs is None:
+                    raise RuntimeError("the pages do not hold these requests")
+                point = Point(dec, [], chunk, 0, rng)
+                got = time_after(dec, seqs, point, args.reps)
+            except Exception as e:  # noqa: BLE001
+                _fail(out, key, e)
+                continue
+            finally:
+                if point is not None:
+                    point.close()
+                for s in seqs or ():
+                    dec.release(s)
+                dec.graphs.clear()
+            out["points"].append({**key, "context_sum": sum(lengths), **got})
+            write_result(args.out, out)
+            print(f"{kind:5s} R {reqs:4d}: decode after prompt {got['after_prompt_s'] * 1e3:8.3f} ms, after decode "
+                  f"{got['after_decode_s'] * 1e3:8.3f} ms (+{time.monotonic() - T0:.0f} s)", flush=True)
+
+
+def time_after(dec, seqs: list, point, reps: int) -> dict:
+    """Three warm decode steps, then ``reps`` rounds of: a prompt step, a decode step, a decode
+    step; each decode step's device seconds (events), launched as the serving loop launches it."""
+    def decode() -> float:
+        for s in seqs:
+            dec.pages.reserve(s, len(s.tokens) + s.pending + dec.conf.block_size)
+        pending = dec.launch(seqs, [])
+        dec.finish(pending)
+        return pending.timer.seconds("start", "end")
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(3):
+            decode()
+        after_prompt, after_decode = [], []
+        for _ in range(reps):
+            point.step()
+            after_prompt.append(decode())
+            after_decode.append(decode())
+    finally:
+        if was:
+            gc.enable()
+    return {"after_prompt_s": statistics.median(after_prompt), "after_decode_s": statistics.median(after_decode),
+            "runs": {"after_prompt": after_prompt, "after_decode": after_decode}}
 
 
 def run_eager(out: dict, stepper, grid: dict, args, rng) -> None:
-    from mixed_steps import Point, requests
-
     from dspark_sim.reports.mixed_steps import CONTEXT_MAX, CONTEXT_MEAN
 
     dec = stepper._step_decoder("none", True)
@@ -138,28 +274,51 @@ def run_eager(out: dict, stepper, grid: dict, args, rng) -> None:
     for reqs in grid["eager_reqs"]:
         for chunk in grid["eager_chunks"]:
             key = {"part": "eager", "reqs": reqs, "chunk": chunk}
-            if time.monotonic() - T0 > args.budget_s:
-                out["failed"].append({**key, "error": "skipped: budget"})
+            if _skipped(out, key, args):
                 continue
-            point, seqs = None, []
             try:
-                seqs = requests(dec, reqs, draw, rng)
-                point = Point(dec, seqs, chunk, 0, rng)
-                rows = time_spins(point, args.reps)
+                rows, context_sum = spun_point(dec, reqs, draw, chunk, rng, args.reps)
             except Exception as e:  # noqa: BLE001
                 _fail(out, key, e)
                 continue
-            finally:
-                if point is not None:
-                    point.close()
-                for s in seqs:
-                    dec.release(s)
-                dec.graphs.clear()
-            out["points"].append({**key, "context_sum": sum(len(s.tokens) for s in seqs), **rows})
+            out["points"].append({**key, "context_sum": context_sum, **rows})
             write_result(args.out, out)
             print(f"eager R {reqs:4d} C {chunk:5d}: " + ", ".join(
                 f"spin {f:g}: {rows['gpu_s'][str(f)] * 1e3:7.3f} ms" for f in SPINS)
                 + f", launch {rows['launch_s'] * 1e3:.1f} ms (+{time.monotonic() - T0:.0f} s)", flush=True)
+
+
+def spun_point(dec, reqs: int, draw: dict, chunk: int, rng, reps: int, layout: str | None = None):
+    """(:func:`time_spins` of R decode rows beside a ``chunk``-token prompt, their summed context),
+    the rows' pages taken as ``layout`` says (None: as the pool holds them); nothing left held."""
+    from mixed_steps import Point, requests
+
+    point, seqs = None, []
+    try:
+        if layout is not None:
+            order_pages(dec, layout, reqs)
+        seqs = requests(dec, reqs, draw, rng)
+        point = Point(dec, seqs, chunk, 0, rng)
+        return time_spins(point, reps), sum(len(s.tokens) for s in seqs)
+    finally:
+        if point is not None:
+            point.close()
+        for s in seqs:
+            dec.release(s)
+        dec.graphs.clear()
+        if layout is not None:
+            order_pages(dec, "ordered", reqs)
+
+
+def order_pages(dec, layout: str, seed: int) -> None:
+    """Put the pool's free pages in order, or (``scattered``) in a shuffled order."""
+    import random
+    from collections import deque
+
+    pages = sorted(dec.pages.free)
+    if layout == "scattered":
+        random.Random(seed).shuffle(pages)
+    dec.pages.free = deque(pages)
 
 
 def time_spins(point, reps: int) -> dict:
@@ -182,6 +341,14 @@ def time_spins(point, reps: int) -> dict:
             "runs": {str(f): r for f, r in got.items()}}
 
 
+def _skipped(out: dict, key: dict, args) -> bool:
+    """Whether the budget is spent (the point then recorded as skipped)."""
+    if time.monotonic() - T0 <= args.budget_s:
+        return False
+    out["failed"].append({**key, "error": "skipped: budget"})
+    return True
+
+
 def _fail(out: dict, key: dict, e: Exception) -> None:
     out["failed"].append({**key, "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"})
     print(f"{key}: {out['failed'][-1]['error']}", flush=True)
@@ -200,8 +367,15 @@ def run(args) -> dict:
 
     out, (stepper, grid) = begin_probe(args, "served_steps", header(args), build, T0)
     rng = np.random.default_rng(0)
-    run_eager(out, stepper, grid, args, rng)
-    run_shared(out, stepper, grid, args, rng)
+    if args.part in ("all", "eager"):
+        run_eager(out, stepper, grid, args, rng)
+    if args.part in ("all", "shared"):
+        run_shared(out, stepper, grid, args, rng)
+    if args.part in ("all", "layout"):
+        run_layout(out, stepper, grid, args, rng)
+        run_layout_mixed(out, stepper, grid, args, rng)
+    if args.part in ("all", "after"):
+        run_after(out, stepper, grid, args, rng)
     out["provenance"].update(total_s=round(time.monotonic() - T0, 1), sm_clocks_after=sm_clocks())
     write_result(args.out, out)
     return out
@@ -211,6 +385,8 @@ def main() -> int:
     ap = probe_parser(__doc__, "served_steps", kv_tokens=620_000, budget_s=260.0)
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--reps", type=int, default=6)
+    ap.add_argument("--part", choices=("all", "eager", "shared", "layout", "after"), default="all",
+                    help="which steps to time (default: all, about 6 minutes on an H200)")
     return probe_main(ap.parse_args(), "served_steps", run, table)
 
 

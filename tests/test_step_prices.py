@@ -27,3 +27,21 @@ def test_priced_steps_give_no_replay_error_and_slower_sim_steps_show(tmp_path):
     b = out["decode_by_running"]["17-64"]
     assert b["steps"] == 5 and b["rest_ms"] == pytest.approx(b["priced_rest_ms"], rel=1e-3)
     assert b["mean_context"] == 1000 and b["longest_context"] == 1000
+
+
+def test_steps_are_split_by_kind_the_one_after_a_prompt_step_apart(tmp_path):
+    cost = get_cost_model(get_gpu("h200").name, "qwen3-8b", warn=False)
+    decode = sum(cost.breakdown(StepWork(32, 32, 32000, 0, 0, 0.0, None, 1000, 32)).values())
+    rows = _steps(32, decode)
+    rows[1] |= {"decode_reqs": 0, "verify_tokens": 0, "decode_context_tokens": 0, "decode_max_context": 0,
+                "prefill_tokens": 512, "prefill_reqs": 1, "prefill_attn_tokens2": 512 * 256.0}
+    rows[2]["step_s"] = 1.5 * decode  # the decode step right after the prompt step runs over its price
+    write_record(tmp_path / "real", [], rows)
+    write_record(tmp_path / "sim", [], rows)
+    kinds = attribution(tmp_path / "real" / "steps.csv", tmp_path / "sim" / "steps.csv",
+                        Speculation(method="none"), cost)["by_kind"]
+    assert kinds["prompt only"][2] == 1 and kinds["prompt beside decode rows"][2] == 0
+    real, priced, n = kinds["decode right after a prompt step"]
+    assert n == 1 and priced / real == pytest.approx(1 / 1.5, rel=1e-6)
+    real, priced, n = kinds["other decode"]
+    assert n == 3 and priced / real == pytest.approx(1.0, rel=1e-6)

@@ -11,24 +11,45 @@ SPINS = (0.0, 0.5, 1.0, 2.0)  # the spin ahead of an eager step, in its own laun
 
 
 def table(data: dict) -> list[str]:
-    """The shared-prefix steps against each R's unshared one, and the eager steps by spin."""
-    pts = data["points"]
-    lines = ["| kind | R | groups | shared tokens | distinct pages | step ms | target ms | target vs unshared |",
-             "|---|---|---|---|---|---|---|---|"]
-    for p in (p for p in pts if p["part"] == "shared"):
-        base = next((b for b in pts if b["part"] == "shared" and b["kind"] == p["kind"] and b["reqs"] == p["reqs"]
-                     and b["groups"] == 0), None)
-        rel = f"{p['verify_s'] / base['verify_s'] - 1:+.1%}" if base else "-"
-        lines.append(f"| {p['kind']} | {p['reqs']} | {p['groups'] or '-'} | {p['shared_tokens']:,} | "
-                     f"{p['distinct_pages']:,} | {p['step_s'] * 1e3:.3f} | {p['verify_s'] * 1e3:.3f} | {rel} |")
-    eager = [p for p in pts if p["part"] == "eager"]
-    if eager:
-        lines += ["", "| R | chunk | launch ms | " + " | ".join(f"GPU ms behind {f:g}x launch" for f in SPINS) + " |",
-                  "|---|---|---|" + "---|" * len(SPINS)]
-        for p in eager:
-            lines.append(f"| {p['reqs']} | {p['chunk']} | {p['launch_s'] * 1e3:.1f} | "
-                         + " | ".join(f"{p['gpu_s'][str(f)] * 1e3:.3f}" for f in SPINS) + " |")
+    """One table per part the probe timed: shared prefixes against each R's unshared step, pages
+    scattered against in order (whole decode steps, and eager steps), the decode step after a
+    prompt step against the one after a decode step, and eager steps by spin."""
+    pts, lines = data["points"], []
+    for part, head, row in _SECTIONS:
+        got = [p for p in pts if p["part"] == part]
+        if got or part == "shared":
+            lines += ([""] if lines else []) + ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+            lines += ["| " + " | ".join(row(got, p)) + " |" for p in got]
     return lines
+
+
+def _ms(x: float) -> str:
+    return f"{x * 1e3:.3f}"
+
+
+_SECTIONS = (
+    ("shared", ("kind", "R", "groups", "shared tokens", "distinct pages", "step ms", "target ms", "target vs unshared"),
+     lambda ps, p: (p["kind"], str(p["reqs"]), str(p["groups"] or "-"), f"{p['shared_tokens']:,}", f"{p['distinct_pages']:,}",
+                    _ms(p["step_s"]), _ms(p["verify_s"]), _against(ps, p, "verify_s", ("kind", "reqs"), groups=0))),
+    ("layout", ("kind", "R", "pages", "step ms", "drafter ms", "target ms", "step vs ordered"),
+     lambda ps, p: (p["kind"], str(p["reqs"]), p["layout"], _ms(p["step_s"]), _ms(p["draft_s"]), _ms(p["verify_s"]),
+                    _against(ps, p, "step_s", ("kind", "reqs"), layout="ordered"))),
+    ("layout_mixed", ("R", "chunk", "pages", "GPU ms (launch hidden)", "vs ordered"),
+     lambda ps, p: (str(p["reqs"]), str(p["chunk"]), p["layout"], _ms(p["gpu_s"]),
+                    _against(ps, p, "gpu_s", ("reqs",), layout="ordered"))),
+    ("after", ("kind", "R", "decode ms after a prompt step", "after a decode step", "difference"),
+     lambda ps, p: (p["kind"], str(p["reqs"]), _ms(p["after_prompt_s"]), _ms(p["after_decode_s"]),
+                    f"{p['after_prompt_s'] / p['after_decode_s'] - 1:+.1%}")),
+    ("eager", ("R", "chunk", "launch ms") + tuple(f"GPU ms behind {f:g}x launch" for f in SPINS),
+     lambda ps, p: (str(p["reqs"]), str(p["chunk"]), f"{p['launch_s'] * 1e3:.1f}")
+     + tuple(_ms(p["gpu_s"][str(f)]) for f in SPINS)),
+)
+
+
+def _against(points: list[dict], p: dict, key: str, same: tuple, **base) -> str:
+    """``p[key]`` against the point that shares ``same`` with it and has ``base``, signed; '-' without one."""
+    ref = next((b for b in points if all(b[k] == p[k] for k in same) and all(b[k] == v for k, v in base.items())), None)
+    return f"{p[key] / ref[key] - 1:+.1%}" if ref else "-"
 
 
 def block_text(probe_path: Path, profile_path: Path) -> str:

@@ -60,7 +60,33 @@ def attribution(real_steps: Path, sim_steps: Path, speculation, cost) -> dict:
                               "mean_context": float(np.median(real["decode_context_tokens"][at] / real["decode_reqs"][at])),
                               "longest_context": float(np.median(real["decode_max_context"][at]))}
     return {"replay_busy_error": float(real["priced_s"].sum() / busy - 1.0) if busy > 0 else float("nan"),
-            "sim_busy_error": sim_busy / busy - 1.0 if busy > 0 else float("nan"), "decode_by_running": bins}
+            "sim_busy_error": sim_busy / busy - 1.0 if busy > 0 else float("nan"), "decode_by_running": bins,
+            "by_kind": by_kind(real)}
+
+
+KINDS = ("prompt only", "prompt beside decode rows", "decode right after a prompt step", "other decode")
+
+
+def by_kind(real: dict) -> dict:
+    """The decoder's steps by kind (:data:`KINDS`): measured and priced seconds, and steps."""
+    pre, dec = real["prefill_tokens"] > 0, real["decode_reqs"] > 0
+    after = np.concatenate(([False], pre[:-1]))
+    masks = (pre & ~dec, pre & dec, ~pre & dec & after, ~pre & dec & ~after)
+    return {k: [float(real["step_s"][m].sum()), float(real["priced_s"][m].sum()), int(m.sum())]
+            for k, m in zip(KINDS, masks)}
+
+
+def kind_table(rows: list[dict]) -> list[str]:
+    """Busy-time error of the step replay by step kind and method, over ``rows``' cases."""
+    methods = sorted({r["method"] for r in rows})
+    lines = ["| method | " + " | ".join(KINDS) + " |", "|---|" + "---|" * len(KINDS)]
+    for m in methods:
+        cells = []
+        for k in KINDS:
+            real, priced, n = (sum(r["step_prices"]["by_kind"][k][i] for r in rows if r["method"] == m) for i in range(3))
+            cells.append(f"{priced / real - 1:+.1%} ({n} steps)" if real > 0 else "-")
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _ms(x: np.ndarray) -> float:
@@ -81,6 +107,9 @@ def markdown(rows: list[dict], min_level: float) -> list[str]:
         p = r["step_prices"]
         lines.append(f"| {r['case']} | {r['metrics']['output_throughput']['rel_error']:+.1%} | "
                      f"{p['replay_busy_error']:+.1%} | {p['sim_busy_error']:+.1%} |")
+    lines += ["", "The step replay's busy-time error by kind of step, chat and long-prompt families (the session "
+              "cases' shared prefix reads are not in the decoder's records), every level shown:", ""]
+    lines += kind_table([r for r in shown if r.get("family") != "sess" and "by_kind" in r["step_prices"]])
     lines += ["", "The decoder's decode-only steps by decoding requests (medians): the drafter's forward as the "
               "decoder timed it on the GPU (`draft_s`) and as the profile prices it, the rest of the step "
               "(target forward, sampling, acceptance) likewise; mean and longest context of a step, tokens.", "",
@@ -88,9 +117,12 @@ def markdown(rows: list[dict], min_level: float) -> list[str]:
               "context mean / longest |", "|---|---|---|---|---|---|"]
     lines[-2:-2] = ["What would settle the rest of the price: the drafter's forward timed inside served steps "
                     "(after the target's, at the contexts a saturated run holds) beside the profiler's replay of "
-                    "it alone, and the steps that carry prompt chunks beside decode rows, which run over their "
-                    "price although the same shapes timed apart, with their launch hidden or not, do not "
-                    "(`docs/profiles.md`). Decode steps whose requests read the same prefix pages are priced by "
+                    "it alone, and the steps that carry prompt chunks (and the decode step right after one, table "
+                    "above), which run over their price although the same shapes timed apart, with their launch "
+                    "hidden or not, do not (`docs/profiles.md`). `benchmarks/served_steps.py --part layout` (KV "
+                    "pages scattered over the pool, as a served pool holds them, against pages in order) and "
+                    "`--part after` (a decode step right after a prompt step against one after a decode step) "
+                    "time the two served conditions the profiler's steps lack; neither has run on a GPU yet. Decode steps whose requests read the same prefix pages are priced by "
                     "the shared-prefix term (`docs/profiles.md`, timed on the GPU) in the simulator's own steps; "
                     "the decoder's step records do not count those reads, so the replay column prices the "
                     "session cases' steps without them.", ""]
