@@ -47,17 +47,17 @@ def judge(slo: Slo, result) -> dict:
 
 
 def judge_requests(slo: Slo, req, arrived: int, rejected: int) -> dict:
-    """Verdict and latency figures of a run's finished requests ``req`` (ttft_ms, tpot_ms and
-    queue_delay_ms arrays) out of ``arrived``, ``rejected`` of them refused, under ``slo.rule``:
+    """Verdict and latency figures of a run's finished requests ``req`` (a
+    :class:`~dspark_sim.metrics.record.RequestColumns` holding ttft_ms, tpot_ms and queue_delay_ms) out of ``arrived``, ``rejected`` of them refused, under ``slo.rule``:
     the simulator's runs and the real decoder's are judged alike."""
     good = slo.good(req)
     figures = {"attainment": float(good.sum()) / max(arrived, 1),
-               "p99_ttft_ms": _p99(req["ttft_ms"]), "p99_tpot_ms": _p99(req["tpot_ms"]),
-               "p99_queue_ms": _p99(req["queue_delay_ms"])}
+               "p99_ttft_ms": _p99(req.ttft_ms), "p99_tpot_ms": _p99(req.tpot_ms),
+               "p99_queue_ms": _p99(req.queue_delay_ms)}
     if slo.rule == "attainment":
         passed = figures["attainment"] >= slo.attainment
     else:
-        passed = (rejected == 0 and req["ttft_ms"].size > 0
+        passed = (rejected == 0 and req.ttft_ms.size > 0
                   and _within(figures["p99_tpot_ms"], slo.tpot_ms)
                   and _within(figures["p99_ttft_ms"], slo.ttft_ms)
                   and _within(figures["p99_queue_ms"], slo.max_queue_ms))

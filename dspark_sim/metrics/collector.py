@@ -10,11 +10,12 @@ import heapq
 import math
 from array import array
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from dspark_sim.metrics.record import COMPLETED, RecordWriter
+from dspark_sim.metrics.record import COMPLETED, RecordWriter, RequestColumns
 from dspark_sim.names import DOMAINS
 from dspark_sim.serving.batch import Rows
 from dspark_sim.serving.request import Request
@@ -87,6 +88,32 @@ class Columns:
         return np.frombuffer(self.cols[key], dtype=self.cols[key].typecode) if self.n else np.zeros(0)
 
 
+@dataclass(frozen=True, slots=True)
+class StepLog:
+    """The simulator's steps as columns ``[S]`` (the summary's and the invariants'; the record's
+    ``steps.csv`` holds more): start and duration (of which the drafter's and the scheduler's
+    seconds), running and decode rows (an overlapping engine's ghost rows too), verify and
+    prefill tokens, the DSpark budget K, tokens emitted (first tokens too), KV tokens held."""
+
+    start_s: np.ndarray
+    step_s: np.ndarray
+    running: np.ndarray
+    decode_reqs: np.ndarray
+    verify_tokens: np.ndarray
+    prefill_tokens: np.ndarray
+    budget_k: np.ndarray
+    emitted: np.ndarray
+    draft_s: np.ndarray
+    sched_s: np.ndarray
+    kv_tokens: np.ndarray
+
+    def __len__(self) -> int:
+        return self.step_s.size
+
+
+_STEP_TYPES = {"start_s": "d", "step_s": "d", "running": "i", "decode_reqs": "i", "verify_tokens": "i",
+               "prefill_tokens": "i", "budget_k": "i", "emitted": "i", "draft_s": "d", "sched_s": "d", "kv_tokens": "q"}
+
 class InOrder:
     """Record calls of several replicas, held back and made in the order of their times.
 
@@ -138,9 +165,7 @@ class Collector:
         # finished requests not yet recorded, (rows, first token, finish) each: recorded in blocks
         self._finished: list[tuple] = []
         self._finished_reqs = 0
-        self.steps = Columns({"start_s": "d", "step_s": "d", "running": "i", "decode_reqs": "i",
-                              "verify_tokens": "i", "prefill_tokens": "i", "budget_k": "i", "emitted": "i",
-                              "draft_s": "d", "sched_s": "d", "kv_tokens": "q"})
+        self._steps = Columns(_STEP_TYPES)
         self.gaps = Growing({"gap_s": np.float64, "count": np.int64})
         self.rejected = 0
         self.rejected_by: dict[str, int] = {}  # reason (serving/admission.py) -> requests
@@ -151,10 +176,16 @@ class Collector:
         self.on_done: Callable[[int], None] | None = None  # told how many requests finished or were rejected
 
     @property
-    def requests(self) -> Growing:
-        """The finished requests' columns (the summary's; rejected requests have none)."""
+    def requests(self) -> RequestColumns:
+        """The finished requests' columns (the summary's; rejected requests have none): views of
+        the collected arrays, with no ``request_id``, ``first_scheduled_s`` or ``first_token_s``."""
         self._record_finished()
-        return self._requests
+        return RequestColumns(**{name: self._requests[name] for name in self._requests.cols})
+
+    @property
+    def steps(self) -> StepLog:
+        """The steps so far as columns (views of the collected ones)."""
+        return StepLog(**{name: self._steps[name] for name in _STEP_TYPES})
 
     def through_front_end(self, front_end) -> None:
         """Give token times as the client sees them, delivered by ``front_end``
@@ -252,9 +283,9 @@ class Collector:
             ends = self._client(replica, st.times_s[later.start:hi + 1])
             self.gaps.extend(gap_s=ends[1:] - ends[:-1], count=st.decode_reqs[later])
         k = slice(lo, hi)
-        first, runs = self.steps.n, st.decode_reqs[k]
+        first, runs = self._steps.n, st.decode_reqs[k]
         rows = runs if st.ghost_rows is None else runs + st.ghost_rows[k]  # an overlapping engine's ghosts too
-        self.steps.extend(start_s=st.times_s[k], step_s=st.step_s[k], running=runs, decode_reqs=rows,
+        self._steps.extend(start_s=st.times_s[k], step_s=st.step_s[k], running=runs, decode_reqs=rows,
                           verify_tokens=st.verify_tokens[k], prefill_tokens=np.zeros(hi - lo, np.int64),
                           budget_k=st.budget[k], emitted=st.emitted[k], draft_s=st.draft_s[k], sched_s=st.sched_s[k],
                           kv_tokens=st.kv_tokens[k])
@@ -281,12 +312,12 @@ class Collector:
         work = step.work
         num_dec = work.decode_reqs  # the rows it decoded (an overlapping engine's ghosts too)
         verify = step.verify_tokens
-        self.steps.append(start_s=step.start_s, step_s=step.step_s, running=running, decode_reqs=num_dec,
+        self._steps.append(start_s=step.start_s, step_s=step.step_s, running=running, decode_reqs=num_dec,
                           verify_tokens=verify, prefill_tokens=step.prefill_tokens, budget_k=step.budget,
                           emitted=decoded + first_tokens, draft_s=step.draft_s, sched_s=step.sched_s,
                           kv_tokens=step.kv_needed)
         if self.record is not None:
-            self.record.step(step=self.steps.n - 1, start_s=step.start_s, step_s=step.step_s,
+            self.record.step(step=self._steps.n - 1, start_s=step.start_s, step_s=step.step_s,
                              running_reqs=running, decode_reqs=num_dec, prefill_tokens=step.prefill_tokens,
                              verify_tokens=verify, budget_k=step.budget, accepted_tokens=decoded,
                              draft_s=step.draft_s, sched_s=step.sched_s,
