@@ -41,12 +41,24 @@ def describe(slo: Slo) -> str:
     return f">= {slo.attainment:.0%} of requests meet " + ", ".join(bounds)
 
 
-def judge(slo: Slo, result) -> dict:
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A run judged under an SLO rule: whether it passed, the share of arrived requests meeting
+    every bound, and the p99 TTFT, TPOT and queue delay in ms (None without data)."""
+
+    passed: bool
+    attainment: float
+    p99_ttft_ms: float | None
+    p99_tpot_ms: float | None
+    p99_queue_ms: float | None
+
+
+def judge(slo: Slo, result) -> Verdict:
     """Verdict and latency figures of a finished run (a ``RunResult``) under ``slo.rule``."""
     return judge_requests(slo, result.collector.requests, result.num_arrived, result.collector.rejected)
 
 
-def judge_requests(slo: Slo, req, arrived: int, rejected: int) -> dict:
+def judge_requests(slo: Slo, req, arrived: int, rejected: int) -> Verdict:
     """Verdict and latency figures of a run's finished requests ``req`` (a
     :class:`~dspark_sim.metrics.record.RequestColumns` holding ttft_ms, tpot_ms and queue_delay_ms) out of ``arrived``, ``rejected`` of them refused, under ``slo.rule``:
     the simulator's runs and the real decoder's are judged alike."""
@@ -61,7 +73,7 @@ def judge_requests(slo: Slo, req, arrived: int, rejected: int) -> dict:
                   and _within(figures["p99_tpot_ms"], slo.tpot_ms)
                   and _within(figures["p99_ttft_ms"], slo.ttft_ms)
                   and _within(figures["p99_queue_ms"], slo.max_queue_ms))
-    return {"passed": bool(passed), **figures}
+    return Verdict(bool(passed), **figures)
 
 
 def _p99(values: np.ndarray) -> float | None:
@@ -254,8 +266,8 @@ class Evaluator:
         self.once.replay(caught)
         verdict = judge(self.slo, result)
         done = max(summary.completed, 1)
-        probe = Probe(multiplier, multiplier * self.base_rate_rps, verdict["passed"], verdict["attainment"],
-                      verdict["p99_ttft_ms"], verdict["p99_tpot_ms"], verdict["p99_queue_ms"],
+        probe = Probe(multiplier, multiplier * self.base_rate_rps, verdict.passed, verdict.attainment,
+                      verdict.p99_ttft_ms, verdict.p99_tpot_ms, verdict.p99_queue_ms,
                       summary.output_throughput, summary.total_output_tokens / done,
                       summary.mean_accept_length)
         return self._report(probe)

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import heapq
 import math
-from array import array
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from dspark_sim.metrics.columns import STEP_TYPECODES, Columns, Growing, StepLog, TokenGaps
 from dspark_sim.metrics.record import COMPLETED, RecordWriter, RequestColumns
 from dspark_sim.names import DOMAINS
 from dspark_sim.serving.batch import Rows
@@ -24,95 +23,6 @@ from dspark_sim.serving.step import PlannedStep
 
 FINISHED_BLOCK = 1024  # finished requests recorded at once (numpy's cost per call, paid per block)
 
-
-class Growing:
-    """Append-only numeric columns backed by numpy arrays that double as they fill."""
-
-    def __init__(self, dtypes: dict[str, type]):
-        self.n, self.capacity = 0, 1024
-        self.cols = {k: np.zeros(self.capacity, dtype=t) for k, t in dtypes.items()}
-
-    def extend(self, **values) -> None:
-        size = len(next(iter(values.values())))  # arrays or lists, one entry per row
-        end = self.n + size
-        if end > self.capacity:
-            self.capacity = max(2 * end, 1024)
-            for k, col in self.cols.items():
-                new = np.zeros(self.capacity, dtype=col.dtype)
-                new[: self.n] = col[: self.n]
-                self.cols[k] = new
-        cols = self.cols
-        for k, v in values.items():
-            cols[k][self.n: end] = v
-        self.n = end
-
-    def __getitem__(self, key: str) -> np.ndarray:
-        return self.cols[key][: self.n]
-
-
-class Columns:
-    """Append-one-row-at-a-time numeric columns (``array.array``: compact and cheap to append),
-    each given by name."""
-
-    def __init__(self, typecodes: dict[str, str]):
-        self.cols = {k: array(t) for k, t in typecodes.items()}
-        self._appends = {k: c.append for k, c in self.cols.items()}
-
-    @property
-    def n(self) -> int:
-        return len(next(iter(self.cols.values())))
-
-    def append(self, **values) -> None:
-        """One row, a value per column."""
-        self._check(values)
-        appends = self._appends
-        for name, v in values.items():
-            appends[name](v)
-
-    def extend(self, **columns) -> None:
-        """Rows given as one sequence (list or array) per column."""
-        self._check(columns)
-        for name, values in columns.items():
-            col = self.cols[name]
-            if isinstance(values, np.ndarray):  # as its bytes in the column's type, not number by number
-                col.frombytes(values.astype(col.typecode, copy=False).tobytes())
-            else:
-                col.extend(values)
-
-    def _check(self, values: dict) -> None:
-        if values.keys() != self.cols.keys():  # a fault of the caller
-            raise ValueError(f"columns {', '.join(self.cols)} expected; missing {sorted(self.cols.keys() - values.keys())}, "
-                             f"unknown {sorted(values.keys() - self.cols.keys())}")
-
-    def __getitem__(self, key: str) -> np.ndarray:
-        return np.frombuffer(self.cols[key], dtype=self.cols[key].typecode) if self.n else np.zeros(0)
-
-
-@dataclass(frozen=True, slots=True)
-class StepLog:
-    """The simulator's steps as columns ``[S]`` (the summary's and the invariants'; the record's
-    ``steps.csv`` holds more): start and duration (of which the drafter's and the scheduler's
-    seconds), running and decode rows (an overlapping engine's ghost rows too), verify and
-    prefill tokens, the DSpark budget K, tokens emitted (first tokens too), KV tokens held."""
-
-    start_s: np.ndarray
-    step_s: np.ndarray
-    running: np.ndarray
-    decode_reqs: np.ndarray
-    verify_tokens: np.ndarray
-    prefill_tokens: np.ndarray
-    budget_k: np.ndarray
-    emitted: np.ndarray
-    draft_s: np.ndarray
-    sched_s: np.ndarray
-    kv_tokens: np.ndarray
-
-    def __len__(self) -> int:
-        return self.step_s.size
-
-
-_STEP_TYPES = {"start_s": "d", "step_s": "d", "running": "i", "decode_reqs": "i", "verify_tokens": "i",
-               "prefill_tokens": "i", "budget_k": "i", "emitted": "i", "draft_s": "d", "sched_s": "d", "kv_tokens": "q"}
 
 class InOrder:
     """Record calls of several replicas, held back and made in the order of their times.
@@ -165,8 +75,8 @@ class Collector:
         # finished requests not yet recorded, (rows, first token, finish) each: recorded in blocks
         self._finished: list[tuple] = []
         self._finished_reqs = 0
-        self._steps = Columns(_STEP_TYPES)
-        self.gaps = Growing({"gap_s": np.float64, "count": np.int64})
+        self._steps = Columns(STEP_TYPECODES)
+        self._token_gaps = Growing({"gap_s": np.float64, "count": np.int64})
         self.rejected = 0
         self.rejected_by: dict[str, int] = {}  # reason (serving/admission.py) -> requests
         self.record = RecordWriter(out_dir) if out_dir is not None else None
@@ -183,9 +93,14 @@ class Collector:
         return RequestColumns(**{name: self._requests[name] for name in self._requests.cols})
 
     @property
+    def gaps(self) -> TokenGaps:
+        """The inter-token gaps so far, as distinct values and how often each came."""
+        return TokenGaps(self._token_gaps["gap_s"], self._token_gaps["count"])
+
+    @property
     def steps(self) -> StepLog:
         """The steps so far as columns (views of the collected ones)."""
-        return StepLog(**{name: self._steps[name] for name in _STEP_TYPES})
+        return StepLog(**{name: self._steps[name] for name in STEP_TYPECODES})
 
     def through_front_end(self, front_end) -> None:
         """Give token times as the client sees them, delivered by ``front_end``
@@ -252,11 +167,11 @@ class Collector:
     def _gaps(self, gaps: np.ndarray) -> None:
         lo, hi = gaps.min(), gaps.max()
         if lo == hi:
-            self.gaps.extend(gap_s=[lo], count=[gaps.size])
+            self._token_gaps.extend(gap_s=[lo], count=[gaps.size])
         else:  # np.unique's values and counts, without its overhead on a batch's few gaps
             ordered = np.sort(gaps)
             starts = np.concatenate(([True], ordered[1:] != ordered[:-1])).nonzero()[0]
-            self.gaps.extend(gap_s=ordered[starts], count=np.diff(np.append(starts, ordered.size)))
+            self._token_gaps.extend(gap_s=ordered[starts], count=np.diff(np.append(starts, ordered.size)))
 
     def on_stretch(self, replica: int, st, last_s: np.ndarray) -> None:
         """The K decode steps of a :class:`~dspark_sim.serving.stretch.Stretch`, as K steps would
@@ -281,7 +196,7 @@ class Collector:
         later = slice(max(lo, 1), hi)
         if later.start < hi:
             ends = self._client(replica, st.times_s[later.start:hi + 1])
-            self.gaps.extend(gap_s=ends[1:] - ends[:-1], count=st.decode_reqs[later])
+            self._token_gaps.extend(gap_s=ends[1:] - ends[:-1], count=st.decode_reqs[later])
         k = slice(lo, hi)
         first, runs = self._steps.n, st.decode_reqs[k]
         rows = runs if st.ghost_rows is None else runs + st.ghost_rows[k]  # an overlapping engine's ghosts too

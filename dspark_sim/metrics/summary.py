@@ -25,7 +25,7 @@ from dspark_sim.metrics.run_summary import BudgetStats, DomainStats, PrefixStats
 from dspark_sim.names import DOMAINS
 
 if TYPE_CHECKING:
-    from dspark_sim.metrics.collector import StepLog
+    from dspark_sim.metrics.columns import StepLog
     from dspark_sim.serving.prefix import CacheTotals
 
 PERCENTILES = (("mean", None), ("median", 50), ("p90", 90), ("p99", 99))
@@ -129,7 +129,7 @@ def summarize(result) -> RunSummary:
     s["engine"] = None if scen.engine.is_decoder else scen.engine.label  # the decoder's runs: no key
     for name in ("ttft", "tpot", "e2el"):
         s.update(latency_stats(name, getattr(req, f"{name}_ms")))
-    s.update(token_gap_itl(gaps["gap_s"], gaps["count"]))
+    s.update(token_gap_itl(gaps.gap_s, gaps.count))
     s.update(latency_stats("queue_delay", req.queue_delay_ms))
     tpot = req.tpot_ms
     tpot = tpot[tpot > 0]  # NaN: one token; 0: a front end delivered every token at once (no rate)

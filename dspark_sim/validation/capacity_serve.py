@@ -17,6 +17,7 @@ import json
 import math
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -63,7 +64,7 @@ def serve_probe(decoder, launch, base, multiplier: float, slo, run_dir: Path | N
     verdict = judge_requests(slo, req, len(seqs), len(seqs) - len(result.requests))
     tokens = sum(r["output_tokens"] for r in result.requests)
     end = max((r["finish_s"] for r in result.requests), default=0.0)
-    return {"multiplier": multiplier, **verdict, "wall_s": round(wall, 2), "requests": len(seqs),
+    return {"multiplier": multiplier, **asdict(verdict), "wall_s": round(wall, 2), "requests": len(seqs),
             "output_tok_per_s": tokens / end if end > 0 else 0.0}
 
 
