@@ -37,12 +37,12 @@ def simulate_point(base, method: str, reqs: int, context: int) -> dict:
     summary, result = run_scenario(replace(base, workload=wl, deployment=dep, speculation=spec), None,
                                    plots=False, show_progress=False)
     steps = result.collector.steps
-    full = (steps["decode_reqs"] == reqs) & (steps["prefill_tokens"] == 0)
-    step_s = float(steps["step_s"][full].mean())
-    per_user = float(steps["emitted"][full].sum() / steps["decode_reqs"][full].sum())
+    full = (steps.decode_reqs == reqs) & (steps.prefill_tokens == 0)
+    step_s = float(steps.step_s[full].mean())
+    per_user = float(steps.emitted[full].sum() / steps.decode_reqs[full].sum())
     return {"step_ms": step_s * 1e3, "tokens_per_step_per_user": per_user,
             "tok_per_s_per_user": per_user / step_s, "tok_per_s": per_user * reqs / step_s,
-            "verify_tokens_per_step": float(steps["verify_tokens"][full].mean())}
+            "verify_tokens_per_step": float(steps.verify_tokens[full].mean())}
 
 
 def main() -> None:

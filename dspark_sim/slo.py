@@ -55,14 +55,15 @@ class Slo:
         return self.ttft_ms is not None or self.tpot_ms is not None
 
     def good(self, requests) -> np.ndarray:
-        """Which requests meet every bound given; ``requests`` maps ttft_ms, tpot_ms (and
-        queue_delay_ms when ``max_queue_ms`` is set) to float arrays [n]; bool [n]."""
-        ok = np.ones(requests["ttft_ms"].size, dtype=bool)
+        """Which requests meet every bound given; ``requests``: a
+        :class:`~dspark_sim.metrics.record.RequestColumns` holding ttft_ms, tpot_ms (and
+        queue_delay_ms when ``max_queue_ms`` is set), float arrays [n]; bool [n]."""
+        ok = np.ones(requests.ttft_ms.size, dtype=bool)
         if self.ttft_ms is not None:
-            ok &= requests["ttft_ms"] <= self.ttft_ms
+            ok &= requests.ttft_ms <= self.ttft_ms
         if self.tpot_ms is not None:
-            tpot = requests["tpot_ms"]
+            tpot = requests.tpot_ms
             ok &= np.isnan(tpot) | (tpot <= self.tpot_ms)
         if self.max_queue_ms is not None:
-            ok &= requests["queue_delay_ms"] <= self.max_queue_ms
+            ok &= requests.queue_delay_ms <= self.max_queue_ms
         return ok

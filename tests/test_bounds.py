@@ -462,13 +462,13 @@ def test_every_listed_json_key_is_still_there(tmp_path, capsys):
 
 # -- the invariants can fail ---------------------------------------------------------------------------
 @pytest.mark.parametrize("tamper,what", [
-    (lambda r: r.collector.requests["ttft_ms"].__setitem__(0, -1.0), "TTFT is negative"),
-    (lambda r: r.collector.requests["e2el_ms"].__setitem__(0, float("nan")), "E2E latency"),
-    (lambda r: r.collector.requests["finish_s"].__setitem__(0, -5.0), "finished before it arrived"),
-    (lambda r: r.collector.requests["output_tokens"].__setitem__(0, 10**6), "longer than"),
-    (lambda r: r.collector.requests["accepted_tokens"].__setitem__(0, 5), "more accepted drafts than the tokens"),
-    (lambda r: r.collector.requests["verified_drafts"].__setitem__(0, -1), "accepted more drafts than it verified"),
-    (lambda r: r.collector.steps.cols["kv_tokens"].__setitem__(0, 10**12), "above the capacity"),
+    (lambda r: r.collector.requests.ttft_ms.__setitem__(0, -1.0), "TTFT is negative"),
+    (lambda r: r.collector.requests.e2el_ms.__setitem__(0, float("nan")), "E2E latency"),
+    (lambda r: r.collector.requests.finish_s.__setitem__(0, -5.0), "finished before it arrived"),
+    (lambda r: r.collector.requests.output_tokens.__setitem__(0, 10**6), "longer than"),
+    (lambda r: r.collector.requests.accepted_tokens.__setitem__(0, 5), "more accepted drafts than the tokens"),
+    (lambda r: r.collector.requests.verified_drafts.__setitem__(0, -1), "accepted more drafts than it verified"),
+    (lambda r: r.collector.steps.kv_tokens.__setitem__(0, 10**12), "above the capacity"),
     (lambda r: setattr(r, "num_arrived", r.num_arrived + 1), "requests arrived"),
 ])
 def test_a_broken_invariant_is_an_internal_error_not_a_number(write_scenario, tamper, what):

@@ -15,6 +15,7 @@ from dspark_sim.capacity.plan import FLAGS, cost_per_mtok, plan, recommend, repl
 from dspark_sim.capacity.search import Evaluator, Probe, bisect_rate, judge, offered_rate, probe_scenario
 from dspark_sim.cli import main
 from dspark_sim.config import build
+from dspark_sim.metrics.record import RequestColumns
 from dspark_sim.methods import method_speculation
 from dspark_sim.run import run_scenario
 from dspark_sim.scenario import load_scenario
@@ -59,21 +60,11 @@ def test_bisect_is_deterministic():
 
 
 # -- the rule -----------------------------------------------------------------------
-class _Requests:
-    """The slice of ``Collector.requests`` the rule reads."""
-
-    def __init__(self, **cols):
-        self.cols = {k: np.asarray(v, dtype=float) for k, v in cols.items()}
-        self.n = len(cols["ttft_ms"])
-
-    def __getitem__(self, key):
-        return self.cols[key]
-
-
 def _fake_result(ttft_ms, tpot_ms, queue_ms, arrived=None, rejected=0):
-    req = _Requests(ttft_ms=ttft_ms, tpot_ms=tpot_ms, queue_delay_ms=queue_ms)
+    req = RequestColumns(ttft_ms=np.asarray(ttft_ms, dtype=float), tpot_ms=np.asarray(tpot_ms, dtype=float),
+                         queue_delay_ms=np.asarray(queue_ms, dtype=float))
     return SimpleNamespace(collector=SimpleNamespace(requests=req, rejected=rejected),
-                           num_arrived=arrived if arrived is not None else req.n)
+                           num_arrived=arrived if arrived is not None else len(req))
 
 
 def test_rule_attainment_counts_every_bound_and_the_queue():
@@ -84,20 +75,20 @@ def test_rule_attainment_counts_every_bound_and_the_queue():
     ttft[0], tpot[1], queue[2] = 3000.0, 60.0, 6000.0
     slo = Slo(tpot_ms=50, ttft_ms=2000, attainment=0.7, max_queue_ms=5000)
     verdict = judge(slo, _fake_result(ttft, tpot, queue))
-    assert verdict["attainment"] == pytest.approx(0.7) and verdict["passed"]
+    assert verdict.attainment == pytest.approx(0.7) and verdict.passed
     strict = Slo(tpot_ms=50, ttft_ms=2000, attainment=0.71, max_queue_ms=5000)
-    assert not judge(strict, _fake_result(ttft, tpot, queue))["passed"]
+    assert not judge(strict, _fake_result(ttft, tpot, queue)).passed
     # rejected requests count as arrived but never as good
-    assert judge(slo, _fake_result(ttft, tpot, queue, arrived=20))["attainment"] == pytest.approx(0.35)
+    assert judge(slo, _fake_result(ttft, tpot, queue, arrived=20)).attainment == pytest.approx(0.35)
 
 
 def test_rule_p99_checks_each_percentile():
     ttft, tpot, queue = [100.0] * 200, [10.0] * 200, [0.0] * 200
     slo = Slo(tpot_ms=50, ttft_ms=2000, rule="p99", max_queue_ms=5000)
-    assert judge(slo, _fake_result(ttft, tpot, queue))["passed"]
+    assert judge(slo, _fake_result(ttft, tpot, queue)).passed
     tpot[:3] = [90.0] * 3  # 1.5 % of requests above the bound: p99 is above it
-    assert not judge(slo, _fake_result(ttft, tpot, queue))["passed"]
-    assert not judge(slo, _fake_result([100.0] * 200, [10.0] * 200, queue, rejected=1))["passed"]
+    assert not judge(slo, _fake_result(ttft, tpot, queue)).passed
+    assert not judge(slo, _fake_result([100.0] * 200, [10.0] * 200, queue, rejected=1)).passed
 
 
 @pytest.mark.parametrize("kwargs,flag", [({"attainment": 1.5}, "--attainment"), ({"tpot_ms": 0}, "--slo-tpot-ms"),

@@ -138,8 +138,8 @@ def test_a_scenario_names_curves_and_the_simulator_prices_with_them(tmp_path):
     assert "communication: synthetic (h200, tp 2" in scenario_cost(sc).source
     body["deployment"].pop("comm_curves")
     (tmp_path / "plain.yaml").write_text(json.dumps(body))
-    with_curves = simulate(sc).collector.steps["step_s"].sum()
-    without = simulate(load_scenario(tmp_path / "plain.yaml")).collector.steps["step_s"].sum()
+    with_curves = simulate(sc).collector.steps.step_s.sum()
+    without = simulate(load_scenario(tmp_path / "plain.yaml")).collector.steps.step_s.sum()
     assert with_curves != without
     # another GPU (capacity's search swaps it): carried by the NVLink ratio, labelled projected
     b200 = get_cost_model("b200", "qwen3-32b", tp=2, comm_curves=tmp_path / "comm_tp2.json", warn=False)

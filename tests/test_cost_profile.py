@@ -297,7 +297,6 @@ def test_fit_reads_the_profilers_spellings():
         "draft": [(r, g, "block", 2048) for r in (1, 8, 64) for g in (4, 8)],
         "prefill": [(n, c) for n in (256, 2048) for c in (0, 4096)]})
     for row in raw["draft"]:
-        row["gamma"] = row.pop("block_size")
         del row["kind"]
     for row in raw["prefill"]:
         row["context"] = row.pop("cached")

@@ -79,7 +79,7 @@ def test_profiler_resumes_a_raw_file_and_replaces_a_part(tmp_path, monkeypatch):
     raw = tmp_path / "a" / "raw_tiny.json"
     old = {"provenance": {"date": "2026-01-01"},
            "verify": [{"reqs": 1, "tokens": 1, "context": 512, "step_s": 1.0}],
-           "draft": [{"reqs": 1, "gamma": 4, "context": 1024, "step_s": 2.0}],  # block_size's older name
+           "draft": [{"reqs": 1, "block_size": 4, "context": 1024, "step_s": 2.0}],  # no kind: the block drafter
            "prefill": [{"chunk": 64, "context": 0, "step_s": 3.0}]}
     raw.parent.mkdir()
     raw.write_text(json.dumps(old))
@@ -97,7 +97,7 @@ def test_profiler_resumes_a_raw_file_and_replaces_a_part(tmp_path, monkeypatch):
     new = json.loads((tmp_path / "b" / "raw_tiny.json").read_text())
     assert new["verify"] == old["verify"]  # untouched part kept
     kept = {"kind": "block", "reqs": 1, "block_size": 4, "context": 1024, "step_s": 2.0}
-    assert kept in new["draft"]  # kept under the current name, not re-timed
+    assert kept in new["draft"]  # kept as the block drafter's row, not re-timed
     assert new["prefill"] == []  # replaced; no time left to re-time it
     assert new["provenance"]["merged_from"] == [old["provenance"]]
     assert new["provenance"]["pad_limits"] == [8, 64, 256]

@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dspark_sim.metrics.collector import Collector, Growing, one_value
+from dspark_sim.metrics.collector import Collector, one_value
+from dspark_sim.metrics.columns import Growing
 from dspark_sim.metrics.record import REQUEST_COLUMNS, REQUEST_LINE, STEP_COLUMNS, RecordWriter
 
 
@@ -60,8 +61,8 @@ def test_gaps_are_counted_as_unique_counts_them():
     gaps = np.array([0.5, 0.25, 0.5, 0.75, 0.25, 0.5])  # binary fractions: 1 - (1 - gap) is gap
     collector.on_gaps(1.0 - gaps, 0, 1.0)  # the tokens before these came at 1 - gap
     values, counts = np.unique(gaps, return_counts=True)
-    assert collector.gaps["gap_s"].tolist() == values.tolist()
-    assert collector.gaps["count"].tolist() == counts.tolist()
+    assert collector.gaps.gap_s.tolist() == values.tolist()
+    assert collector.gaps.count.tolist() == counts.tolist()
 
 
 def test_growing_columns_keep_their_rows_past_their_capacity():
@@ -95,6 +96,6 @@ def test_requests_finishing_at_several_times_are_recorded_as_one_call_per_time(t
         for c in (one, each):
             c.close()
         for column in ("finish_s", "e2el_ms", "tpot_ms", "arrival_s"):
-            np.testing.assert_array_equal(one.requests[column], each.requests[column])  # nan == nan
+            np.testing.assert_array_equal(getattr(one.requests, column), getattr(each.requests, column))  # nan == nan
         assert (tmp_path / f"one-{replicas}" / "requests.csv").read_bytes() == \
             (tmp_path / f"each-{replicas}" / "requests.csv").read_bytes()

@@ -12,7 +12,7 @@ import pytest
 from conftest import synthetic_scenario
 
 from dspark_sim.cli import main
-from dspark_sim.metrics.record import read_columns
+from dspark_sim.metrics.record import read_requests, read_steps
 
 
 @pytest.fixture
@@ -107,14 +107,14 @@ def test_accepted_drafts_never_exceed_the_tokens_emitted(tmp_path, write_scenari
     out = tmp_path / "out"
     argv = ["run", str(path), "--out", str(out), "--quiet", "--no-plots"] + (["--exact"] if exact else [])
     assert main(argv) == 0
-    req = read_columns(out / "requests.csv", ("output_tokens", "accepted_tokens", "verified_drafts"))
-    steps = read_columns(out / "steps.csv", ("decode_reqs", "accepted_tokens"))
-    assert np.all(req["accepted_tokens"] <= req["output_tokens"] - 1)
-    assert np.all(req["accepted_tokens"] <= req["verified_drafts"])
-    emitted, decode = steps["accepted_tokens"].sum(), steps["decode_reqs"].sum()
+    req = read_requests(out / "requests.csv", ("output_tokens", "accepted_tokens", "verified_drafts"))
+    steps = read_steps(out / "steps.csv", ("decode_reqs", "accepted_tokens"))
+    assert np.all(req.accepted_tokens <= req.output_tokens - 1)
+    assert np.all(req.accepted_tokens <= req.verified_drafts)
+    emitted, decode = steps.accepted_tokens.sum(), steps.decode_reqs.sum()
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["accepted_drafts"] == req["accepted_tokens"].sum()
-    assert summary["acceptance_rate"] == pytest.approx(req["accepted_tokens"].sum() / req["verified_drafts"].sum())
+    assert summary["accepted_drafts"] == req.accepted_tokens.sum()
+    assert summary["acceptance_rate"] == pytest.approx(req.accepted_tokens.sum() / req.verified_drafts.sum())
     if overlap:
         assert emitted - decode < summary["accepted_drafts"]  # these short outputs always leave a ghost row
     else:

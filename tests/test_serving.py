@@ -43,7 +43,7 @@ def test_two_overlapping_requests_share_steps(write_scenario, tmp_path):
     # batched: far fewer steps than twice the single run, and slower steps than alone
     assert both.num_steps < 1.2 * alone.num_steps
     assert both.mean_tpot_ms > alone.mean_tpot_ms
-    assert result.collector.steps["decode_reqs"].max() == 2
+    assert result.collector.steps.decode_reqs.max() == 2
 
 
 def test_each_step_carries_the_serving_loops_gap_by_running_requests(write_scenario, tmp_path):
@@ -82,8 +82,8 @@ def test_overloaded_queue_grows(write_scenario, tmp_path):
                               deployment={"max_running_requests": 8})
     _, result = _run(write_scenario, tmp_path, data)
     req = result.collector.requests
-    order = np.argsort(req["arrival_s"])
-    queue = req["queue_delay_ms"][order]
+    order = np.argsort(req.arrival_s)
+    queue = req.queue_delay_ms[order]
     first, last = queue[:50].mean(), queue[-50:].mean()
     assert last > 5 * first + 1000
 
@@ -93,11 +93,11 @@ def test_littles_law_on_steady_load(write_scenario, tmp_path):
     summary, result = _run(write_scenario, tmp_path, data)
     steps, req = result.collector.steps, result.collector.requests
     # time-average number in the engine, measured from the step log ...
-    busy = steps["step_s"].sum()
-    in_engine = float((steps["running"] * steps["step_s"]).sum() / req["finish_s"].max())
+    busy = steps.step_s.sum()
+    in_engine = float((steps.running * steps.step_s).sum() / req.finish_s.max())
     # ... against arrival rate x mean time in system, measured from the request log
-    lam = req.n / req["arrival_s"].max()
-    w = float(np.mean(req["e2el_ms"]) / 1e3)
+    lam = len(req) / req.arrival_s.max()
+    w = float(np.mean(req.e2el_ms) / 1e3)
     assert busy > 0
     assert in_engine == pytest.approx(lam * w, rel=0.05)
 
@@ -135,7 +135,7 @@ def test_prefill_first_holds_decoding_while_prompts_are_pending(write_scenario, 
                                deployment={**over, "batching": "prefill_first"})
     sm, rm = _run(write_scenario, tmp_path, mixed, "m")
     sf, rf = _run(write_scenario, tmp_path, first, "f")
-    both = lambda steps: (steps["prefill_tokens"] > 0) & (steps["decode_reqs"] > 0)  # noqa: E731
+    both = lambda steps: (steps.prefill_tokens > 0) & (steps.decode_reqs > 0)  # noqa: E731
     assert both(rm.collector.steps).any()
     assert not both(rf.collector.steps).any()
     assert sf.completed == sm.completed == 30
@@ -153,10 +153,10 @@ def test_the_longest_decoding_request_reaches_the_cost_model(write_scenario, tmp
     data["workload"].pop("synthetic")
     summary, result = _run(write_scenario, tmp_path, data)
     steps = result.collector.steps
-    first = int(np.flatnonzero(steps["decode_reqs"] == 2)[0])
+    first = int(np.flatnonzero(steps.decode_reqs == 2)[0])
     cost = _cost(data)
     with_max = cost.step_s(StepWork(2, 2, 201 + 7901, decode_max_context=7901))
-    assert steps["step_s"][first] == pytest.approx(with_max, rel=1e-9)
+    assert steps.step_s[first] == pytest.approx(with_max, rel=1e-9)
     assert with_max > cost.step_s(StepWork(2, 2, 201 + 7901))
 
 

@@ -26,9 +26,9 @@ def test_no_evict_reserves_every_output_so_nothing_is_preempted():
     assert vllm.num_preemptions > 0  # admitted on the prompt alone, the pool overflows while decoding
     assert trtllm.num_preemptions == 0
     # every running request holds its prompt and its whole output within the pool
-    running = trtllm.collector.steps["running"]
+    running = trtllm.collector.steps.running
     assert running.max() * (600 + 400) <= trtllm.kv_capacity_tokens
-    assert running.max() < vllm.collector.steps["running"].max()
+    assert running.max() < vllm.collector.steps.running.max()
 
 
 def test_sglang_reservation_falls_from_its_initial_ratio():
@@ -38,9 +38,9 @@ def test_sglang_reservation_falls_from_its_initial_ratio():
     with pytest.raises(Exception):
         KvReserve(1.0, 0.1, 0.5)  # a floor above the start
     sglang = simulate(_burst("sglang"))
-    first = int(sglang.collector.steps["running"][0])
+    first = int(sglang.collector.steps.running[0])
     assert first * (600 + 400) <= sglang.kv_capacity_tokens  # the first plan reserves whole outputs
-    assert sglang.collector.steps["running"].max() > first  # the ratio falls: more fit later
+    assert sglang.collector.steps.running.max() > first  # the ratio falls: more fit later
 
 
 def _two_requests(multi_step: int):
@@ -51,7 +51,7 @@ def _two_requests(multi_step: int):
     first = simulate(replace(scenario, workload=replace(scenario.workload, synthetic=replace(
         scenario.workload.synthetic, num_requests=1))))
     steps = first.collector.steps
-    b_arrives = float(steps["start_s"][1]) + 1e-4  # during A's first decode step
+    b_arrives = float(steps.start_s[1]) + 1e-4  # during A's first decode step
     from dspark_sim.validation.cases import write_trace
     return scenario, b_arrives, write_trace
 
@@ -64,11 +64,11 @@ def test_a_request_joins_when_the_schedule_ends(tmp_path, multi_step):
     from dspark_sim.scenario import Workload
 
     run = simulate(replace(scenario, workload=Workload(trace=trace, format="azure", domain_mix=(("chat", 1.0),))))
-    starts = run.collector.steps["start_s"]
+    starts = run.collector.steps.start_s
     req = run.collector.requests
-    b = int(np.argmax(req["arrival_s"]))
+    b = int(np.argmax(req.arrival_s))
     # step 0 prefills A, steps 1.. decode it; B's plan is the first step after the schedule B came in
-    scheduled_s = req["arrival_s"][b] + req["queue_delay_ms"][b] / 1e3
+    scheduled_s = req.arrival_s[b] + req.queue_delay_ms[b] / 1e3
     assert scheduled_s == pytest.approx(float(starts[1 + multi_step]), abs=1e-6)
 
 
@@ -80,9 +80,9 @@ def test_a_schedule_ends_when_its_requests_do(tmp_path):
     from dspark_sim.scenario import Workload
 
     run = simulate(replace(scenario, workload=Workload(trace=trace, format="azure", domain_mix=(("chat", 1.0),))))
-    starts, req = run.collector.steps["start_s"], run.collector.requests
-    b = int(np.argmax(req["arrival_s"]))
-    assert req["arrival_s"][b] + req["queue_delay_ms"][b] / 1e3 == pytest.approx(float(starts[3]), abs=1e-6)
+    starts, req = run.collector.steps.start_s, run.collector.requests
+    b = int(np.argmax(req.arrival_s))
+    assert req.arrival_s[b] + req.queue_delay_ms[b] / 1e3 == pytest.approx(float(starts[3]), abs=1e-6)
 
 
 @pytest.mark.parametrize("engine", ["sglang", "trtllm", {"name": "vllm", "multi_step": 4, "overlap": False}])

@@ -109,8 +109,8 @@ def _audit(replica, step):
         assert n.parent is cache.root or n.parent.ref >= n.ref  # references run from the root
     assert sum(ch.shared for ch in cache.chains.values()) == cache.shared_tokens
     c, k = replica.running.cols, replica.running.n
-    held = c["prefilled"][:k] + c["generated"][:k] - c["kv_base"][:k]
-    shared = np.array([cache.chains[r].shared if r in cache.chains else 0 for r in c["rid"][:k].tolist()])
+    held = c.prefilled[:k] + c.generated[:k] - c.kv_base[:k]
+    shared = np.array([cache.chains[r].shared if r in cache.chains else 0 for r in c.rid[:k].tolist()])
     assert (shared <= held).all()
     occupancy = cache.tree_tokens + int((held - shared).sum()) + k * replica.kv_per_request + step.tokens
     assert occupancy <= replica.kv_capacity

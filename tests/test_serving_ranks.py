@@ -44,14 +44,14 @@ def test_a_rank_that_prefills_leaves_the_other_ranks_decoding():
     at most chunked_prefill_tokens / ranks (8192 / 8) of its own prompts."""
     one, ranks = _dp_run(False), _dp_run(True)
     for steps in (one, ranks):
-        assert (steps["prefill_tokens"] > 0).any()
-    prefill = one["prefill_tokens"] > 0
-    assert (one["decode_reqs"][prefill] == 0).all()
-    prefill = ranks["prefill_tokens"] > 0
-    assert (ranks["decode_reqs"][prefill] > 0).any()
+        assert (steps.prefill_tokens > 0).any()
+    prefill = one.prefill_tokens > 0
+    assert (one.decode_reqs[prefill] == 0).all()
+    prefill = ranks.prefill_tokens > 0
+    assert (ranks.decode_reqs[prefill] > 0).any()
     # each rank prefills at most 1,024 tokens a step: a step at most 8 ranks' worth
-    assert ranks["prefill_tokens"].max() <= 8192
-    assert one["prefill_tokens"].max() > ranks["prefill_tokens"][prefill].min()
+    assert ranks.prefill_tokens.max() <= 8192
+    assert one.prefill_tokens.max() > ranks.prefill_tokens[prefill].min()
 
 
 def test_the_step_waits_for_the_busiest_ranks_attention_side():

@@ -41,27 +41,39 @@ def describe(slo: Slo) -> str:
     return f">= {slo.attainment:.0%} of requests meet " + ", ".join(bounds)
 
 
-def judge(slo: Slo, result) -> dict:
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A run judged under an SLO rule: whether it passed, the share of arrived requests meeting
+    every bound, and the p99 TTFT, TPOT and queue delay in ms (None without data)."""
+
+    passed: bool
+    attainment: float
+    p99_ttft_ms: float | None
+    p99_tpot_ms: float | None
+    p99_queue_ms: float | None
+
+
+def judge(slo: Slo, result) -> Verdict:
     """Verdict and latency figures of a finished run (a ``RunResult``) under ``slo.rule``."""
     return judge_requests(slo, result.collector.requests, result.num_arrived, result.collector.rejected)
 
 
-def judge_requests(slo: Slo, req, arrived: int, rejected: int) -> dict:
-    """Verdict and latency figures of a run's finished requests ``req`` (ttft_ms, tpot_ms and
-    queue_delay_ms arrays) out of ``arrived``, ``rejected`` of them refused, under ``slo.rule``:
+def judge_requests(slo: Slo, req, arrived: int, rejected: int) -> Verdict:
+    """Verdict and latency figures of a run's finished requests ``req`` (a
+    :class:`~dspark_sim.metrics.record.RequestColumns` holding ttft_ms, tpot_ms and queue_delay_ms) out of ``arrived``, ``rejected`` of them refused, under ``slo.rule``:
     the simulator's runs and the real decoder's are judged alike."""
     good = slo.good(req)
     figures = {"attainment": float(good.sum()) / max(arrived, 1),
-               "p99_ttft_ms": _p99(req["ttft_ms"]), "p99_tpot_ms": _p99(req["tpot_ms"]),
-               "p99_queue_ms": _p99(req["queue_delay_ms"])}
+               "p99_ttft_ms": _p99(req.ttft_ms), "p99_tpot_ms": _p99(req.tpot_ms),
+               "p99_queue_ms": _p99(req.queue_delay_ms)}
     if slo.rule == "attainment":
         passed = figures["attainment"] >= slo.attainment
     else:
-        passed = (rejected == 0 and req["ttft_ms"].size > 0
+        passed = (rejected == 0 and req.ttft_ms.size > 0
                   and _within(figures["p99_tpot_ms"], slo.tpot_ms)
                   and _within(figures["p99_ttft_ms"], slo.ttft_ms)
                   and _within(figures["p99_queue_ms"], slo.max_queue_ms))
-    return {"passed": bool(passed), **figures}
+    return Verdict(bool(passed), **figures)
 
 
 def _p99(values: np.ndarray) -> float | None:
@@ -254,8 +266,8 @@ class Evaluator:
         self.once.replay(caught)
         verdict = judge(self.slo, result)
         done = max(summary.completed, 1)
-        probe = Probe(multiplier, multiplier * self.base_rate_rps, verdict["passed"], verdict["attainment"],
-                      verdict["p99_ttft_ms"], verdict["p99_tpot_ms"], verdict["p99_queue_ms"],
+        probe = Probe(multiplier, multiplier * self.base_rate_rps, verdict.passed, verdict.attainment,
+                      verdict.p99_ttft_ms, verdict.p99_tpot_ms, verdict.p99_queue_ms,
                       summary.output_throughput, summary.total_output_tokens / done,
                       summary.mean_accept_length)
         return self._report(probe)

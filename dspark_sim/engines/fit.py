@@ -92,7 +92,7 @@ def replay(scenario: Scenario) -> dict:
 
     result = simulate(scenario)
     s = summarize(result)
-    dec = result.collector.steps["decode_reqs"].astype(float)
+    dec = result.collector.steps.decode_reqs.astype(float)
     return {"token_batch": float((dec * dec).sum() / dec.sum()) if dec.sum() else 0.0,  # an output token's batch
             "median_ttft_ms": s.median_ttft_ms, "median_tpot_ms": s.median_tpot_ms,
             "mean_ttft_ms": s.mean_ttft_ms, "mean_tpot_ms": s.mean_tpot_ms,

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import heapq
 import math
-from array import array
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-from dspark_sim.metrics.record import COMPLETED, RecordWriter
+from dspark_sim.metrics.columns import STEP_TYPECODES, Columns, Growing, StepLog, TokenGaps
+from dspark_sim.metrics.record import COMPLETED, RecordWriter, RequestColumns
 from dspark_sim.names import DOMAINS
 from dspark_sim.serving.batch import Rows
 from dspark_sim.serving.request import Request
@@ -22,69 +22,6 @@ from dspark_sim.serving.step import PlannedStep
 
 
 FINISHED_BLOCK = 1024  # finished requests recorded at once (numpy's cost per call, paid per block)
-
-
-class Growing:
-    """Append-only numeric columns backed by numpy arrays that double as they fill."""
-
-    def __init__(self, dtypes: dict[str, type]):
-        self.n, self.capacity = 0, 1024
-        self.cols = {k: np.zeros(self.capacity, dtype=t) for k, t in dtypes.items()}
-
-    def extend(self, **values) -> None:
-        size = len(next(iter(values.values())))  # arrays or lists, one entry per row
-        end = self.n + size
-        if end > self.capacity:
-            self.capacity = max(2 * end, 1024)
-            for k, col in self.cols.items():
-                new = np.zeros(self.capacity, dtype=col.dtype)
-                new[: self.n] = col[: self.n]
-                self.cols[k] = new
-        cols = self.cols
-        for k, v in values.items():
-            cols[k][self.n: end] = v
-        self.n = end
-
-    def __getitem__(self, key: str) -> np.ndarray:
-        return self.cols[key][: self.n]
-
-
-class Columns:
-    """Append-one-row-at-a-time numeric columns (``array.array``: compact and cheap to append),
-    each given by name."""
-
-    def __init__(self, typecodes: dict[str, str]):
-        self.cols = {k: array(t) for k, t in typecodes.items()}
-        self._appends = {k: c.append for k, c in self.cols.items()}
-
-    @property
-    def n(self) -> int:
-        return len(next(iter(self.cols.values())))
-
-    def append(self, **values) -> None:
-        """One row, a value per column."""
-        self._check(values)
-        appends = self._appends
-        for name, v in values.items():
-            appends[name](v)
-
-    def extend(self, **columns) -> None:
-        """Rows given as one sequence (list or array) per column."""
-        self._check(columns)
-        for name, values in columns.items():
-            col = self.cols[name]
-            if isinstance(values, np.ndarray):  # as its bytes in the column's type, not number by number
-                col.frombytes(values.astype(col.typecode, copy=False).tobytes())
-            else:
-                col.extend(values)
-
-    def _check(self, values: dict) -> None:
-        if values.keys() != self.cols.keys():  # a fault of the caller
-            raise ValueError(f"columns {', '.join(self.cols)} expected; missing {sorted(self.cols.keys() - values.keys())}, "
-                             f"unknown {sorted(values.keys() - self.cols.keys())}")
-
-    def __getitem__(self, key: str) -> np.ndarray:
-        return np.frombuffer(self.cols[key], dtype=self.cols[key].typecode) if self.n else np.zeros(0)
 
 
 class InOrder:
@@ -138,10 +75,8 @@ class Collector:
         # finished requests not yet recorded, (rows, first token, finish) each: recorded in blocks
         self._finished: list[tuple] = []
         self._finished_reqs = 0
-        self.steps = Columns({"start_s": "d", "step_s": "d", "running": "i", "decode_reqs": "i",
-                              "verify_tokens": "i", "prefill_tokens": "i", "budget_k": "i", "emitted": "i",
-                              "draft_s": "d", "sched_s": "d", "kv_tokens": "q"})
-        self.gaps = Growing({"gap_s": np.float64, "count": np.int64})
+        self._steps = Columns(STEP_TYPECODES)
+        self._token_gaps = Growing({"gap_s": np.float64, "count": np.int64})
         self.rejected = 0
         self.rejected_by: dict[str, int] = {}  # reason (serving/admission.py) -> requests
         self.record = RecordWriter(out_dir) if out_dir is not None else None
@@ -151,10 +86,21 @@ class Collector:
         self.on_done: Callable[[int], None] | None = None  # told how many requests finished or were rejected
 
     @property
-    def requests(self) -> Growing:
-        """The finished requests' columns (the summary's; rejected requests have none)."""
+    def requests(self) -> RequestColumns:
+        """The finished requests' columns (the summary's; rejected requests have none): views of
+        the collected arrays, with no ``request_id``, ``first_scheduled_s`` or ``first_token_s``."""
         self._record_finished()
-        return self._requests
+        return RequestColumns(**{name: self._requests[name] for name in self._requests.cols})
+
+    @property
+    def gaps(self) -> TokenGaps:
+        """The inter-token gaps so far, as distinct values and how often each came."""
+        return TokenGaps(self._token_gaps["gap_s"], self._token_gaps["count"])
+
+    @property
+    def steps(self) -> StepLog:
+        """The steps so far as columns (views of the collected ones)."""
+        return StepLog(**{name: self._steps[name] for name in STEP_TYPECODES})
 
     def through_front_end(self, front_end) -> None:
         """Give token times as the client sees them, delivered by ``front_end``
@@ -221,11 +167,11 @@ class Collector:
     def _gaps(self, gaps: np.ndarray) -> None:
         lo, hi = gaps.min(), gaps.max()
         if lo == hi:
-            self.gaps.extend(gap_s=[lo], count=[gaps.size])
+            self._token_gaps.extend(gap_s=[lo], count=[gaps.size])
         else:  # np.unique's values and counts, without its overhead on a batch's few gaps
             ordered = np.sort(gaps)
             starts = np.concatenate(([True], ordered[1:] != ordered[:-1])).nonzero()[0]
-            self.gaps.extend(gap_s=ordered[starts], count=np.diff(np.append(starts, ordered.size)))
+            self._token_gaps.extend(gap_s=ordered[starts], count=np.diff(np.append(starts, ordered.size)))
 
     def on_stretch(self, replica: int, st, last_s: np.ndarray) -> None:
         """The K decode steps of a :class:`~dspark_sim.serving.stretch.Stretch`, as K steps would
@@ -250,11 +196,11 @@ class Collector:
         later = slice(max(lo, 1), hi)
         if later.start < hi:
             ends = self._client(replica, st.times_s[later.start:hi + 1])
-            self.gaps.extend(gap_s=ends[1:] - ends[:-1], count=st.decode_reqs[later])
+            self._token_gaps.extend(gap_s=ends[1:] - ends[:-1], count=st.decode_reqs[later])
         k = slice(lo, hi)
-        first, runs = self.steps.n, st.decode_reqs[k]
+        first, runs = self._steps.n, st.decode_reqs[k]
         rows = runs if st.ghost_rows is None else runs + st.ghost_rows[k]  # an overlapping engine's ghosts too
-        self.steps.extend(start_s=st.times_s[k], step_s=st.step_s[k], running=runs, decode_reqs=rows,
+        self._steps.extend(start_s=st.times_s[k], step_s=st.step_s[k], running=runs, decode_reqs=rows,
                           verify_tokens=st.verify_tokens[k], prefill_tokens=np.zeros(hi - lo, np.int64),
                           budget_k=st.budget[k], emitted=st.emitted[k], draft_s=st.draft_s[k], sched_s=st.sched_s[k],
                           kv_tokens=st.kv_tokens[k])
@@ -281,12 +227,12 @@ class Collector:
         work = step.work
         num_dec = work.decode_reqs  # the rows it decoded (an overlapping engine's ghosts too)
         verify = step.verify_tokens
-        self.steps.append(start_s=step.start_s, step_s=step.step_s, running=running, decode_reqs=num_dec,
+        self._steps.append(start_s=step.start_s, step_s=step.step_s, running=running, decode_reqs=num_dec,
                           verify_tokens=verify, prefill_tokens=step.prefill_tokens, budget_k=step.budget,
                           emitted=decoded + first_tokens, draft_s=step.draft_s, sched_s=step.sched_s,
                           kv_tokens=step.kv_needed)
         if self.record is not None:
-            self.record.step(step=self.steps.n - 1, start_s=step.start_s, step_s=step.step_s,
+            self.record.step(step=self._steps.n - 1, start_s=step.start_s, step_s=step.step_s,
                              running_reqs=running, decode_reqs=num_dec, prefill_tokens=step.prefill_tokens,
                              verify_tokens=verify, budget_k=step.budget, accepted_tokens=decoded,
                              draft_s=step.draft_s, sched_s=step.sched_s,

@@ -25,7 +25,8 @@ def plot_run(result, out_dir: Path, max_points: int = 4000) -> list[Path]:
 
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     for ax, key, label in zip(axes, ("ttft_ms", "tpot_ms", "e2el_ms"), ("TTFT", "TPOT", "E2E latency")):
-        v = np.sort(req[key][~np.isnan(req[key])])
+        values = getattr(req, key)
+        v = np.sort(values[~np.isnan(values)])
         if v.size:
             ax.plot(v, np.arange(1, v.size + 1) / v.size)
         ax.set_xlabel(f"{label} (ms)")
@@ -43,12 +44,12 @@ def plot_run(result, out_dir: Path, max_points: int = 4000) -> list[Path]:
     plt.close(fig)
 
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 5.5), sharex=True)
-    t = steps["start_s"] + steps["step_s"]
+    t = steps.start_s + steps.step_s
     if t.size:
         stride = max(1, t.size // max_points)
-        ax1.plot(t[::stride], steps["running"][::stride], lw=0.8)
+        ax1.plot(t[::stride], steps.running[::stride], lw=0.8)
         edges = np.linspace(0, t.max(), min(200, max(2, t.size // 10)) + 1)
-        tokens, _ = np.histogram(t, bins=edges, weights=steps["emitted"])
+        tokens, _ = np.histogram(t, bins=edges, weights=steps.emitted)
         ax2.plot(edges[1:], tokens / np.diff(edges), lw=0.9)
     ax1.set_ylabel("running requests")
     ax2.set_ylabel("output tok/s")

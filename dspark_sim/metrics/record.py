@@ -4,20 +4,22 @@ and their sidecar ``provenance.json`` (what the numbers rest on: cost model, acc
 One row per finished request and one per engine step, with the same columns and number
 formats whoever wrote them: the simulator (:mod:`dspark_sim.metrics.collector`) and the
 real decoder (``dspark_sim.kernels.decoder.engine``) write through :class:`RecordWriter`;
-``validate``, the fidelity comparison and its step replay read through :func:`read_columns`
-and :func:`read_record`. A step row names its work in the cost model's terms
+``validate``, the fidelity comparison and its step replay read them as typed column sets,
+:class:`RequestColumns` and :class:`StepColumns` (:func:`read_requests`, :func:`read_steps`,
+:func:`read_record`). A step row names its work in the cost model's terms
 (:class:`~dspark_sim.cost.base.StepWork`), so any run can be priced step by step.
 """
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
 
 import numpy as np
 
 from dspark_sim.errors import InputError
+from dspark_sim.limits import MAX_TOKENS
 
 # column -> format of its value; the order is the file's
 REQUEST_FORMATS = {
@@ -166,11 +168,49 @@ def write_record(out_dir: str | Path, requests: Iterable[dict], steps: Iterable[
         writer.close()
 
 
-def read_columns(path: Path, needs: tuple[str, ...], optional: tuple[str, ...] = (), *,
-                 rejected: bool = False) -> dict[str, np.ndarray]:
-    """Numeric columns of a record file as float64 arrays; a missing file or needed column is an
-    InputError, a missing ``optional`` column is left out. Rows of rejected requests (a
-    ``status`` other than completed) are skipped unless ``rejected``."""
+def _length(cols) -> int:
+    """Rows of a column set: the length of its first column given (0 with none)."""
+    for name in cols.__slots__:
+        column = getattr(cols, name)
+        if column is not None:
+            return len(column)
+    return 0
+
+
+def _column_set(name: str, columns: tuple[str, ...], doc: str) -> type:
+    cls = make_dataclass(name, [(c, "np.ndarray | None", field(default=None)) for c in columns], frozen=True,
+                         slots=True, namespace={"__len__": _length})
+    cls.__module__, cls.__doc__ = __name__, doc
+    return cls
+
+
+# The numeric request columns; ``status`` and ``reject_reason`` are text (a reader keeps completed rows).
+NUMERIC_REQUESTS = tuple(c for c in REQUEST_COLUMNS if c not in REQUEST_DEFAULTS)
+RequestColumns = _column_set("RequestColumns", NUMERIC_REQUESTS, """Requests as columns, one attribute per
+    numeric column of ``requests.csv`` (float64 arrays ``[N]``, ``domain`` the index into
+    :data:`~dspark_sim.names.DOMAINS`), None for a column not held: a run record's completed
+    requests (:func:`read_requests`), or the simulator's finished ones (``Collector.requests``).
+    ``len()`` is the requests held.""")
+StepColumns = _column_set("StepColumns", STEP_COLUMNS, """Steps as columns, one attribute per column of
+    ``steps.csv`` (float64 arrays ``[S]``), None for a column not read (:func:`read_steps`).
+    ``len()`` is the steps held.""")
+
+
+def read_requests(path: Path, needs: tuple[str, ...], optional: tuple[str, ...] = (), *,
+                  rejected: bool = False) -> RequestColumns:
+    """The ``needs`` and ``optional`` columns of a ``requests.csv`` (see :func:`_read`); rows of
+    rejected requests (a ``status`` other than completed) are skipped unless ``rejected``."""
+    return RequestColumns(**_read(path, needs, optional, rejected))
+
+
+def read_steps(path: Path, needs: tuple[str, ...], optional: tuple[str, ...] = ()) -> StepColumns:
+    """The ``needs`` and ``optional`` columns of a ``steps.csv`` (see :func:`_read`)."""
+    return StepColumns(**_read(path, needs, optional, True))
+
+
+def _read(path: Path, needs: tuple[str, ...], optional: tuple[str, ...], rejected: bool) -> dict[str, np.ndarray]:
+    """Numeric columns of a record file as float64 arrays by name; a missing file or needed column
+    is an InputError, a missing ``optional`` column is left out."""
     from dspark_sim.userfiles import text_lines
 
     with text_lines(path) as lines_of:
@@ -196,12 +236,24 @@ def read_columns(path: Path, needs: tuple[str, ...], optional: tuple[str, ...] =
             raise InputError(path, f"line {reader.line_num}", None, f"malformed CSV: {err}") from None
     out = {}
     for j, name in enumerate(names):
-        try:
-            out[name] = np.array([float(r[j]) for r in rows])
-        except ValueError as err:
-            raise InputError(path, f"column {name}", None, f"not numeric ({err})") from None
+        out[name] = _numbers(path, name, [r[j] for r in rows], lines)
         _check_physical(path, name, out[name], lines)
     return out
+
+
+def _numbers(path: Path, name: str, cells: list[str], lines: list[int]) -> np.ndarray:
+    """A column's cells as float64 (a domain by its index into names.DOMAINS)."""
+    if name == "domain":
+        from dspark_sim.names import DOMAINS
+
+        for cell, line in zip(cells, lines):
+            if cell not in DOMAINS:
+                raise InputError(path, f"line {line}: domain", cell, f"unknown domain; expected one of {DOMAINS}")
+        return np.array([DOMAINS.index(c) for c in cells], dtype=np.float64)
+    try:
+        return np.array([float(c) for c in cells])
+    except ValueError as err:
+        raise InputError(path, f"column {name}", None, f"not numeric ({err})") from None
 
 
 # What a completed request's columns may hold: (least value, NaN allowed). A file breaking them
@@ -225,13 +277,13 @@ def _check_physical(path: Path, name: str, values: np.ndarray, lines: list[int])
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    """A run's numeric request and step columns, float64 arrays by column name."""
+    """A run's completed requests and its steps, the columns read."""
 
-    requests: dict[str, np.ndarray]
-    steps: dict[str, np.ndarray]
+    requests: RequestColumns
+    steps: StepColumns
 
 
-# The request columns a record is held to when it has them (invariants.request_faults), and the
+# The request columns a record is held to when it has them (request_faults), and the
 # step columns that count requests or tokens.
 CHECKED_REQUESTS = ("request_id", "arrival_s", "first_token_s", "finish_s", "queue_delay_ms", "ttft_ms", "e2el_ms",
                     "prompt_tokens", "output_tokens")
@@ -241,24 +293,22 @@ STEP_COUNTS = ("running_reqs", "decode_reqs", "prefill_tokens", "verify_tokens",
 def read_record(run_dir: Path, request_columns: tuple[str, ...], step_columns: tuple[str, ...]) -> Record:
     """The named columns of ``run_dir``'s ``requests.csv`` and ``steps.csv`` (with the columns
     :func:`check_record` reads), held to what every run keeps, a real engine's included."""
-    requests = read_columns(run_dir / "requests.csv", request_columns,
-                            tuple(c for c in CHECKED_REQUESTS if c not in request_columns))
-    steps = read_columns(run_dir / "steps.csv", step_columns,
-                         tuple(c for c in STEP_COUNTS if c not in step_columns))
-    check_record(requests, steps, run_dir)
-    return Record(requests, steps)
+    record = Record(read_requests(run_dir / "requests.csv", request_columns,
+                                  tuple(c for c in CHECKED_REQUESTS if c not in request_columns)),
+                    read_steps(run_dir / "steps.csv", step_columns,
+                               tuple(c for c in STEP_COUNTS if c not in step_columns)))
+    check_record(record, run_dir)
+    return record
 
 
-def check_record(requests: dict[str, np.ndarray], steps: dict[str, np.ndarray], run_dir: Path) -> None:
+def check_record(record: Record, run_dir: Path) -> None:
     """A record no run can leave is one InputError: no completed request or no decode step (every
     metric would be NaN), a request id given twice, a request breaking
-    :func:`~dspark_sim.metrics.invariants.request_faults`, a step count that is not a whole number."""
-    from dspark_sim.limits import MAX_TOKENS
-    from dspark_sim.metrics.invariants import request_faults
-
+    :func:`request_faults`, a step count that is not a whole number."""
+    requests, steps = record.requests, record.steps
     path = run_dir / "requests.csv"
-    ids = requests.get("request_id")
-    n = len(next(iter(requests.values()))) if requests else 0
+    ids = requests.request_id
+    n = len(requests)
     if n == 0:
         raise InputError(path, None, None, "no completed request: nothing to compare")
     name = (lambda i: f"request {_id(ids[i])}") if ids is not None else (lambda i: f"completed row {i + 1}")
@@ -271,13 +321,48 @@ def check_record(requests: dict[str, np.ndarray], steps: dict[str, np.ndarray], 
             raise InputError(path, name(int(np.argmax(bad))), None, what)
     path = run_dir / "steps.csv"
     for column in STEP_COUNTS:
-        if column in steps:
-            v = steps[column]
+        v = getattr(steps, column)
+        if v is not None:
             bad = ~((v >= 0) & (v <= MAX_TOKENS * n) & (v == np.floor(v)))
             if bad.any():
                 raise InputError(path, f"column {column}", float(v[np.argmax(bad)]), "not a whole count within bounds")
-    if "decode_reqs" in steps and not (steps["decode_reqs"] > 0).any():
+    if steps.decode_reqs is not None and not (steps.decode_reqs > 0).any():
         raise InputError(path, "decode_reqs", None, "no decode step: no inter-token latency or accept length")
+
+
+_LATENCIES = (("ttft_ms", "TTFT"), ("e2el_ms", "E2E latency"), ("queue_delay_ms", "queue delay"))
+
+
+def request_faults(req: RequestColumns) -> Iterator[tuple[np.ndarray, str]]:
+    """(the requests breaking it, what it says) for each invariant of completed requests, over
+    the columns ``req`` holds: latencies finite and non-negative; arrival <= first step <= first
+    token <= finish; whole token counts in [1, MAX_TOKENS]; no more accepted drafts than the tokens
+    decode steps emitted (the first token comes from the prompt), nor than were verified."""
+    for name, label in _LATENCIES:
+        if (values := getattr(req, name)) is not None:
+            yield ~(np.isfinite(values) & (values >= 0)), f"a {label} is negative or not finite"
+    arrival, finish = req.arrival_s, req.finish_s
+    if arrival is not None:
+        yield ~(np.isfinite(arrival) & (arrival >= 0)), "an arrival time is negative or not finite"
+    if arrival is not None and finish is not None:
+        yield ~(finish >= arrival), "a request finished before it arrived"
+    if req.ttft_ms is not None and req.e2el_ms is not None:
+        queue = 0.0 if req.queue_delay_ms is None else req.queue_delay_ms
+        yield ~((queue <= req.ttft_ms) & (req.ttft_ms <= req.e2el_ms)), (
+            "a request's first step, first token and finish are out of order (arrival <= first step <= "
+            "first token <= finish)")
+    if req.first_token_s is not None and arrival is not None and finish is not None:
+        first = req.first_token_s
+        yield ~((arrival <= first) & (first <= finish)), "a first token is before its arrival or after its finish"
+    for name in ("prompt_tokens", "output_tokens"):
+        if (count := getattr(req, name)) is not None:
+            yield ~((count >= 1) & (count <= MAX_TOKENS) & (count == np.floor(count))), (
+                f"{name} is not a whole number in [1, {MAX_TOKENS}]")
+    if req.accepted_tokens is not None and req.output_tokens is not None:
+        yield ~(req.accepted_tokens <= req.output_tokens - 1), (
+            "a request counted more accepted drafts than the tokens its decode steps emitted")
+    if req.accepted_tokens is not None and req.verified_drafts is not None:
+        yield ~(req.accepted_tokens <= req.verified_drafts), "a request accepted more drafts than it verified"
 
 
 def _id(value: float) -> int | float:

@@ -143,6 +143,35 @@ class RunSummary:
         return cls(**values)
 
 
+@dataclass(frozen=True, slots=True)
+class RecordMetrics:
+    """The metrics of any run record, simulated or served, that ``validate`` and the fidelity
+    comparison set side by side (:func:`dspark_sim.metrics.summary.record_metrics`); latencies in
+    ms (ITL over decode steps, each step's duration once per request it decoded), NaN where a
+    record has no data for one."""
+
+    requests: int
+    output_throughput: float
+    mean_ttft_ms: float
+    p50_ttft_ms: float
+    p99_ttft_ms: float
+    mean_tpot_ms: float
+    p50_tpot_ms: float
+    p99_tpot_ms: float
+    mean_e2el_ms: float
+    p50_e2el_ms: float
+    p99_e2el_ms: float
+    mean_itl_ms: float
+    p50_itl_ms: float
+    p99_itl_ms: float
+    mean_accept_length: float
+    mean_verify_tokens_per_step: float
+
+    def compared(self) -> dict[str, float]:
+        """The metrics a comparison sets side by side (every one but the request count), by name."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "requests"}
+
+
 def _plain(value):
     """``value`` with the summary's records as mappings, for JSON."""
     if isinstance(value, (BudgetStats, DomainStats, PrefixStats)):

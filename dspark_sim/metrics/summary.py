@@ -16,12 +16,17 @@ in a record.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from dspark_sim.metrics.record import Record
-from dspark_sim.metrics.run_summary import BudgetStats, DomainStats, PrefixStats, RunSummary
+from dspark_sim.metrics.record import Record, RequestColumns
+from dspark_sim.metrics.run_summary import BudgetStats, DomainStats, PrefixStats, RecordMetrics, RunSummary
 from dspark_sim.names import DOMAINS
+
+if TYPE_CHECKING:
+    from dspark_sim.metrics.columns import StepLog
+    from dspark_sim.serving.prefix import CacheTotals
 
 PERCENTILES = (("mean", None), ("median", 50), ("p90", 90), ("p99", 99))
 RECORD_STATS = (("mean", None), ("p50", 50), ("p99", 99))
@@ -85,22 +90,22 @@ def step_itl(step_s: np.ndarray, decode_reqs: np.ndarray) -> dict:
     return out
 
 
-def record_metrics(record: Record) -> dict:
+def record_metrics(record: Record) -> RecordMetrics:
     """Throughput, latency statistics, accept length and verify tokens of a run record
     (columns ``RECORD_REQUESTS`` and ``RECORD_STEPS``)."""
     req, steps = record.requests, record.steps
-    duration = req["finish_s"].max() - req["arrival_s"].min() if req["finish_s"].size else 0.0
-    m = {"requests": int(req["request_id"].size),
-         "output_throughput": float(req["output_tokens"].sum() / duration) if duration > 0 else 0.0}
+    duration = req.finish_s.max() - req.arrival_s.min() if req.finish_s.size else 0.0
+    m = {"requests": int(req.request_id.size),
+         "output_throughput": float(req.output_tokens.sum() / duration) if duration > 0 else 0.0}
     for name in ("ttft", "tpot", "e2el"):
-        m.update(latency_stats(name, req[f"{name}_ms"], RECORD_STATS, math.nan))
-    dec = steps["decode_reqs"]
-    m.update(step_itl(steps["step_s"], dec))
+        m.update(latency_stats(name, getattr(req, f"{name}_ms"), RECORD_STATS, math.nan))
+    dec = steps.decode_reqs
+    m.update(step_itl(steps.step_s, dec))
     # steps.csv accepted_tokens: tokens the decoding requests emitted (accepted drafts + bonus)
-    m["mean_accept_length"] = float(steps["accepted_tokens"].sum() / dec.sum()) if dec.sum() else math.nan
+    m["mean_accept_length"] = float(steps.accepted_tokens.sum() / dec.sum()) if dec.sum() else math.nan
     has = dec > 0
-    m["mean_verify_tokens_per_step"] = float(steps["verify_tokens"][has].mean()) if has.any() else math.nan
-    return m
+    m["mean_verify_tokens_per_step"] = float(steps.verify_tokens[has].mean()) if has.any() else math.nan
+    return RecordMetrics(**m)
 
 
 def summarize(result) -> RunSummary:
@@ -108,10 +113,10 @@ def summarize(result) -> RunSummary:
     col, scen = result.collector, result.scenario
     req, steps, gaps = col.requests, col.steps, col.gaps
     num_gpus = scen.deployment.num_gpus
-    done = req.n
-    duration = float(req["finish_s"].max()) if done else 0.0
-    out_tok = int(req["output_tokens"].sum())
-    in_tok = int(req["prompt_tokens"].sum())
+    done = len(req)
+    duration = float(req.finish_s.max()) if done else 0.0
+    out_tok = int(req.output_tokens.sum())
+    in_tok = int(req.prompt_tokens.sum())
     rate = (lambda x: x / duration) if duration > 0 else (lambda x: 0.0)
     s = {"name": scen.name, "model": scen.model, "gpu": scen.gpu, "num_gpus": num_gpus,
          "method": scen.speculation.method, "seed": scen.seed,
@@ -123,10 +128,10 @@ def summarize(result) -> RunSummary:
          "output_throughput_per_gpu": rate(out_tok) / num_gpus}
     s["engine"] = None if scen.engine.is_decoder else scen.engine.label  # the decoder's runs: no key
     for name in ("ttft", "tpot", "e2el"):
-        s.update(latency_stats(name, req[f"{name}_ms"]))
-    s.update(token_gap_itl(gaps["gap_s"], gaps["count"]))
-    s.update(latency_stats("queue_delay", req["queue_delay_ms"]))
-    tpot = req["tpot_ms"]
+        s.update(latency_stats(name, getattr(req, f"{name}_ms")))
+    s.update(token_gap_itl(gaps.gap_s, gaps.count))
+    s.update(latency_stats("queue_delay", req.queue_delay_ms))
+    tpot = req.tpot_ms
     tpot = tpot[tpot > 0]  # NaN: one token; 0: a front end delivered every token at once (no rate)
     s["mean_tok_per_s_per_user"] = float((1e3 / tpot).mean()) if tpot.size else None
     s["request_goodput"] = s["slo_attainment"] = None
@@ -135,9 +140,9 @@ def summarize(result) -> RunSummary:
         s["request_goodput"] = rate(int(good.sum()))
         s["slo_attainment"] = float(good.mean()) if done else 0.0
     s.update(_speculation_stats(req, steps))
-    s["num_steps"] = steps.n
-    s["mean_batch_size"] = float(steps["running"].mean()) if steps.n else 0.0
-    s["mean_decode_batch_size"] = float(steps["decode_reqs"].mean()) if steps.n else 0.0
+    s["num_steps"] = len(steps)
+    s["mean_batch_size"] = float(steps.running.mean()) if len(steps) else 0.0
+    s["mean_decode_batch_size"] = float(steps.decode_reqs.mean()) if len(steps) else 0.0
     s["num_preemptions"] = result.num_preemptions
     s["kv_capacity_tokens"] = result.kv_capacity_tokens
     s["kv_peak_fraction"] = result.kv_peak_tokens / result.kv_capacity_tokens
@@ -147,13 +152,14 @@ def summarize(result) -> RunSummary:
     return RunSummary(**s)
 
 
-def _speculation_stats(req, steps) -> dict:
-    decode_steps = int(steps["decode_reqs"].sum())
-    accepted = int(req["accepted_tokens"].sum())
-    verified = int(req["verified_drafts"].sum())
-    budget = steps["budget_k"][steps["decode_reqs"] > 0]
-    dec = steps["decode_reqs"]
-    verify = steps["verify_tokens"]
+def _speculation_stats(req: RequestColumns, steps: StepLog) -> dict:
+    """The summary's speculation keys, by name."""
+    decode_steps = int(steps.decode_reqs.sum())
+    accepted = int(req.accepted_tokens.sum())
+    verified = int(req.verified_drafts.sum())
+    dec = steps.decode_reqs
+    budget = steps.budget_k[dec > 0]
+    verify = steps.verify_tokens
     return {
         "mean_accept_length": (accepted + decode_steps) / decode_steps if decode_steps else None,
         "acceptance_rate": accepted / verified if verified else None,
@@ -169,36 +175,35 @@ def _speculation_stats(req, steps) -> dict:
     }
 
 
-def prefix_stats(counters: dict, req, steps) -> PrefixStats:
+def prefix_stats(totals: CacheTotals, req: RequestColumns, steps: StepLog) -> PrefixStats:
     """The prefix cache's effect (a run whose requests carried prefix hash ids): the share of
     completed requests' prompt tokens their first prefill read from the cache (``hit_rate``)
     and of their hash blocks found cached (``block_hit_rate``), prompt tokens served from the
     cache over every admission (preempted requests' too) and those computed, evictions."""
-    prompt = int(req["prompt_tokens"].sum())
-    cached = int(req["cached_tokens"].sum())
-    c = counters
-    return PrefixStats(enabled=c["enabled"], block_tokens=c["block_tokens"], hash_block_tokens=c["hash_block_tokens"],
-                       hit_rate=cached / prompt if prompt else 0.0,
-                       block_hit_rate=c["first_hit_blocks"] / c["first_blocks"] if c["first_blocks"] else 0.0,
-                       mean_cached_tokens_per_request=cached / req.n if req.n else 0.0,
-                       prefill_tokens_saved=c["hit_tokens"],
-                       prefill_tokens_computed=int(steps["prefill_tokens"].sum()),
-                       evicted_blocks=c["evicted_blocks"], evicted_tokens=c["evicted_tokens"],
-                       peak_cached_tokens=c["peak_tokens"])
+    prompt = int(req.prompt_tokens.sum())
+    cached = int(req.cached_tokens.sum())
+    c = totals.counters
+    return PrefixStats(enabled=totals.enabled, block_tokens=totals.block_tokens,
+                       hash_block_tokens=totals.hash_block_tokens, hit_rate=cached / prompt if prompt else 0.0,
+                       block_hit_rate=c.first_hit_blocks / c.first_blocks if c.first_blocks else 0.0,
+                       mean_cached_tokens_per_request=cached / len(req) if len(req) else 0.0,
+                       prefill_tokens_saved=c.hit_tokens, prefill_tokens_computed=int(steps.prefill_tokens.sum()),
+                       evicted_blocks=c.evicted_blocks, evicted_tokens=c.evicted_tokens,
+                       peak_cached_tokens=c.peak_tokens)
 
 
-def _per_domain(req) -> dict[str, DomainStats]:
+def _per_domain(req: RequestColumns) -> dict[str, DomainStats]:
     out = {}
     for i, name in enumerate(DOMAINS):
-        sel = req["domain"] == i
+        sel = req.domain == i
         if not sel.any():
             continue
-        acc = int(req["accepted_tokens"][sel].sum())
-        ver = int(req["verified_drafts"][sel].sum())
-        tpot = req["tpot_ms"][sel]
+        acc = int(req.accepted_tokens[sel].sum())
+        ver = int(req.verified_drafts[sel].sum())
+        tpot = req.tpot_ms[sel]
         tpot = tpot[~np.isnan(tpot)]
         out[name] = DomainStats(completed=int(sel.sum()), acceptance_rate=acc / ver if ver else None,
                                 accepted_drafts=acc, verified_drafts=ver,
                                 mean_tpot_ms=float(tpot.mean()) if tpot.size else None,
-                                mean_ttft_ms=float(req["ttft_ms"][sel].mean()))
+                                mean_ttft_ms=float(req.ttft_ms[sel].mean()))
     return out

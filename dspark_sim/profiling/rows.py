@@ -5,10 +5,9 @@ import numpy as np
 
 from dspark_sim.profiling.stages import Rows
 
-# The profiler's spellings (kernels/profiler) of the canonical columns (``gamma``: block_size as
-# raw files before the scenario's name spelled it); a draft row without a kind is the DSpark
-# block drafter (older raw files time no other).
-RAW_ALIASES = {"draft": {"gamma": "block_size"}, "prefill": {"context": "cached"}}
+# The profiler's spellings (kernels/profiler) of the canonical columns; a draft row without a
+# kind is the DSpark block drafter (older raw files time no other).
+RAW_ALIASES = {"prefill": {"context": "cached"}}
 # Mixed-context verify steps (one long request among short ones; or lognormal contexts, as
 # served traffic holds them) are verify rows with a max_context; their context is the mean.
 MIXED_COLUMNS = ("reqs", "tokens", "context", "max_context", "step_s")

@@ -1,7 +1,7 @@
 """Requests as columns of numpy arrays, so one engine step is a few array ops."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, make_dataclass
 from operator import attrgetter
 
 import numpy as np
@@ -47,14 +47,11 @@ class Table:
 
     def _views(self) -> None:
         floats, ints = self._blocks[np.float64], self._blocks[np.int64]
-        self.cols = {name: floats[i] for i, name in enumerate(_FLOATS)}
-        self.cols |= {name: ints[i] for i, name in enumerate(_INTS)}
+        views = {name: floats[i] for i, name in enumerate(_FLOATS)} | {name: ints[i] for i, name in enumerate(_INTS)}
+        self.cols = TableColumns(**views)
 
     def __len__(self) -> int:
         return self.n
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        return self.cols[name][: self.n]
 
     def append(self, requests: list[Request]) -> None:
         """Add a row per request, in order (one array write per block for them all)."""
@@ -71,7 +68,7 @@ class Table:
 
     def row(self, i: int) -> Request:
         """Row ``i`` as a :class:`~dspark_sim.serving.request.Request`."""
-        return Request(**{name: self.cols[name][i].item() for name in COLUMNS})
+        return Request(**{name: getattr(self.cols, name)[i].item() for name in COLUMNS})
 
     def take(self, rows: np.ndarray) -> Rows:
         """Copies of the rows selected by a mask, or given by indices (in their order)."""
@@ -100,6 +97,12 @@ class Table:
             self._blocks[kind] = new
         self._views()
 
+
+TableColumns = make_dataclass("TableColumns", [(name, np.ndarray) for name in COLUMNS], frozen=True, slots=True)
+TableColumns.__module__ = __name__
+TableColumns.__doc__ = """A :class:`Table`'s columns, one attribute per name of :data:`COLUMNS` (``cols.rid``): views
+of its blocks over their whole capacity, the first ``table.n`` entries its rows (replaced when
+the table grows: read them from ``table.cols`` again after :meth:`Table.append`)."""
 
 _FLOATS = tuple(name for name, kind in COLUMNS.items() if kind is np.float64)
 _INTS = tuple(name for name, kind in COLUMNS.items() if kind is not np.float64)

@@ -34,7 +34,7 @@ import math
 
 import numpy as np
 
-from dspark_sim.metrics.collector import Growing
+from dspark_sim.metrics.columns import Growing
 
 
 class FrontEnd:

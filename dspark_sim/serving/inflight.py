@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dspark_sim.serving.batch import TableColumns
+
 
 @dataclass(frozen=True, slots=True)
 class Ghosts:
@@ -54,14 +56,14 @@ class InFlight:
         """The next step is planned: what the step before it held is free for the plan after it."""
         self.slots = self.kv_tokens = 0
 
-    def finished(self, cols: dict, rows: np.ndarray, left_before: np.ndarray, kv_tokens: np.ndarray) -> None:
+    def finished(self, cols: TableColumns, rows: np.ndarray, left_before: np.ndarray, kv_tokens: np.ndarray) -> None:
         """Requests ``rows`` (indices into the running table's columns ``cols``) finished in the
         step just ended, having had ``left_before`` tokens left when it was planned and holding
         ``kv_tokens``: those with two or more left are decoded again in the next step."""
         unsure = left_before >= 2
         if unsure.any():
             rows = rows[unsure]
-            self.ghosts = Ghosts(kv_tokens[unsure], cols["difficulty"][rows].copy(), cols["domain"][rows].copy())
+            self.ghosts = Ghosts(kv_tokens[unsure], cols.difficulty[rows].copy(), cols.domain[rows].copy())
 
     def take_ghosts(self) -> Ghosts | None:
         """The ghost rows of the step being planned, once (a later step does not see them)."""
@@ -77,7 +79,7 @@ class Landed(InFlight):
     def retired(self, count: int, kv_tokens: int) -> None:
         pass
 
-    def finished(self, cols: dict, rows: np.ndarray, left_before: np.ndarray, kv_tokens: np.ndarray) -> None:
+    def finished(self, cols: TableColumns, rows: np.ndarray, left_before: np.ndarray, kv_tokens: np.ndarray) -> None:
         pass
 
 
@@ -102,7 +104,7 @@ class DecodeRows:
     kv_tokens: np.ndarray
 
 
-def decode_rows(rep, cols: dict, dec, kv_tokens: np.ndarray, ghosts: Ghosts | None) -> DecodeRows:
+def decode_rows(rep, cols: TableColumns, dec, kv_tokens: np.ndarray, ghosts: Ghosts | None) -> DecodeRows:
     """The decode rows of replica ``rep``'s step: the running requests ``dec`` (indices or a slice
     into ``cols``, holding ``kv_tokens``) and ``ghosts`` (None: none). The drafts' confidences
     of all are drawn together (a DSpark budget counts the ghosts), the tokens of the ghosts dropped."""
@@ -113,7 +115,7 @@ def decode_rows(rep, cols: dict, dec, kv_tokens: np.ndarray, ghosts: Ghosts | No
     drafts = rep.policy.block_size_for(count) if num_dec else 0
     if not drafts:
         return DecodeRows(count, 0, count, None, None, 0, kv_tokens)
-    difficulty, domain = cols["difficulty"][dec], cols["domain"][dec]
+    difficulty, domain = cols.difficulty[dec], cols.domain[dec]
     if ghosts:
         difficulty, domain = np.concatenate((difficulty, ghosts.difficulty)), np.concatenate((domain, ghosts.domain))
     p_true, conf = rep.ctx.acceptance.step(difficulty, domain, drafts, rep.rng)
@@ -121,13 +123,13 @@ def decode_rows(rep, cols: dict, dec, kv_tokens: np.ndarray, ghosts: Ghosts | No
     return DecodeRows(count, drafts, int(verify_len.sum()), p_true[:num_dec], verify_len[:num_dec], budget, kv_tokens)
 
 
-def planned_rows(rep, cols: dict, dec, num_dec: int, kv_tokens: np.ndarray, ghosts: Ghosts | None, ahead):
+def planned_rows(rep, cols: TableColumns, dec, num_dec: int, kv_tokens: np.ndarray, ghosts: Ghosts | None, ahead):
     """``(the decode rows of replica rep's step, the drawn step it took or None)``: ``ahead``, the
     step drawn with the stretch before (:class:`~dspark_sim.serving.stretch.Ahead`), where the same
     requests decode in it and no ghost row joins them; else :func:`decode_rows` draws them now.
     ``cols``: the running table's columns (``rid``, ``difficulty`` and ``domain`` read)."""
     drafts = rep.policy.block_size_for(num_dec) if num_dec else 0
-    if drafts and not ghosts and ahead is not None and ahead.fits(cols["rid"][dec]):
+    if drafts and not ghosts and ahead is not None and ahead.fits(cols.rid[dec]):
         p_true, verify_len, budget = ahead.take(rep)
         return DecodeRows(num_dec, drafts, int(verify_len.sum()), p_true, verify_len, budget, kv_tokens), ahead
     return decode_rows(rep, cols, dec, kv_tokens, ghosts if num_dec else None), None

@@ -79,6 +79,17 @@ class Counters:
     peak_tokens: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class CacheTotals:
+    """A run's prefix caches together: their :class:`Counters` summed (``peak_tokens`` the fullest
+    replica's), whether any was on, the cache's block and the workload's hash block in tokens."""
+
+    counters: Counters
+    enabled: bool
+    block_tokens: int
+    hash_block_tokens: int
+
+
 class PrefixCache:
     """The prefix tree of one replica and the tokens it holds.
 

@@ -130,9 +130,9 @@ class Replica:
         was scheduled then."""
         run, waiting, prefix, reserve = self.running, self.waiting, self.prefix, self.reserve
         c, n = run.cols, run.n
-        pending = int((c["prefill_len"][:n] - c["prefilled"][:n]).sum()) if n else 0
+        pending = int((c.prefill_len[:n] - c.prefilled[:n]).sum()) if n else 0
         if reserve is not None:  # the output the running requests may still write
-            pending += int(self.reserve_ratio * reserve.output_left(run["output_tokens"] - run["generated"]).sum())
+            pending += int(self.reserve_ratio * reserve.output_left(c.output_tokens[:n] - c.generated[:n]).sum())
         ready_by_s = math.inf if plan_s is None else plan_s
         scheduled_s = self.clock_s if plan_s is None else plan_s
         room = self.kv_capacity - kv_used - self.inflight.kv_tokens - pending
@@ -214,7 +214,7 @@ class Replica:
         messages = step.num_dec
         if step.pre is not None:
             c, pre = self.running.cols, step.pre
-            messages += int(np.count_nonzero(c["prefilled"][pre] + step.chunk >= c["prefill_len"][pre]))
+            messages += int(np.count_nonzero(c.prefilled[pre] + step.chunk >= c.prefill_len[pre]))
         if messages:
             self.frontend.streamed(end_s, messages, self.index)
 
@@ -222,7 +222,7 @@ class Replica:
         """Steady decode steps from now (every request decoding; the caller admitted what fits,
         and the rest stays out until a request finishes)."""
         c, n = self.running.cols, self.running.n
-        if not n or (c["prefilled"][:n] < c["prefill_len"][:n]).any():
+        if not n or (c.prefilled[:n] < c.prefill_len[:n]).any():
             return None
         # a request came after this step's plan, or waits while the step in flight holds places:
         # the next plan may take it (the step in flight's unsure finishes: the stretch's first step)
@@ -239,7 +239,7 @@ class Replica:
     def kv_tokens(self) -> np.ndarray:
         """KV tokens each running request holds (prefilled plus decoded since)."""
         c, n = self.running.cols, self.running.n
-        return c["prefilled"][:n] + c["generated"][:n] - c["kv_base"][:n]
+        return c.prefilled[:n] + c.generated[:n] - c.kv_base[:n]
 
     def _plan(self) -> PlannedStep | None:
         ghosts, ahead, self._ahead = self.inflight.take_ghosts(), self._ahead, None
@@ -286,20 +286,20 @@ class Replica:
         c, n, now = self.running.cols, self.running.n, self.clock_s
         dec, pre = step.dec, step.pre
         emitted = 0
-        steps = c["num_steps"][:n]
+        steps = c.num_steps[:n]
         if step.num_dec:
-            generated = c["generated"][:n]
+            generated = c.generated[:n]
             new = np.ones(step.num_dec, dtype=np.int64)
             if step.p_true is not None:
                 drafts = step.verify_len - 1
                 accepted = step.ahead.accept(self) if step.ahead is not None else \
                     self.ctx.acceptance.accept(step.p_true, drafts, self.rng)
                 new += accepted
-                c["verified_drafts"][dec] += drafts  # (dec indexes the first n rows)
-            left = c["output_tokens"][dec] - generated[dec]
+                c.verified_drafts[dec] += drafts  # (dec indexes the first n rows)
+            left = c.output_tokens[dec] - generated[dec]
             np.minimum(new, left, out=new)
             if step.p_true is not None:  # accepted drafts that were emitted (a last step may accept more)
-                c["accepted_tokens"][dec] += new - 1
+                c.accepted_tokens[dec] += new - 1
                 if (done := new == left).any():  # the next plan could not know
                     rows = np.arange(n)[dec][done]
                     self.inflight.finished(c, rows, left[done], self.kv_tokens()[rows] + left[done])
@@ -307,7 +307,7 @@ class Replica:
             self._decoded[0] += emitted
             self._decoded[1] += step.num_dec
             self._decay_reserve(1)
-            last = c["last_token_s"][:n]
+            last = c.last_token_s[:n]
             self.ctx.collector.on_gaps(last[dec], self.index, now)
             generated[dec] += new
             last[dec] = now
@@ -329,17 +329,17 @@ class Replica:
         """
         c, n = self.running.cols, self.running.n
         times, collector = st.times_s, self.ctx.collector
-        last = c["last_token_s"][:n]
+        last = c.last_token_s[:n]
         collector.on_stretch(self.index, st, last)
-        c["generated"][:n] = st.generated
+        c.generated[:n] = st.generated
         if st.left_last is not None:  # finished in its last step: decoded once more where unsure (overlap)
-            done = (st.generated >= c["output_tokens"][:n]).nonzero()[0]
+            done = (st.generated >= c.output_tokens[:n]).nonzero()[0]
             self.inflight.finished(c, done, st.left_last[done], self.kv_tokens()[done])
         if st.accepted is not None:
-            c["accepted_tokens"][:n] += st.accepted
-            c["verified_drafts"][:n] += st.verified
+            c.accepted_tokens[:n] += st.accepted
+            c.verified_drafts[:n] += st.verified
         last[:] = times[st.steps_run]
-        c["num_steps"][:n] += st.steps_run
+        c.num_steps[:n] += st.steps_run
         self.kv_peak = max(self.kv_peak, st.kv_peak)
         self._decoded[0] += int(st.emitted.sum())
         self._decoded[1] += int(st.decode_reqs.sum())
@@ -365,7 +365,7 @@ class Replica:
     def _retire(self, now: float) -> None:
         """Finished requests leave the batch (and go to the record)."""
         c, n = self.running.cols, self.running.n
-        finished = c["generated"][:n] >= c["output_tokens"][:n]
+        finished = c.generated[:n] >= c.output_tokens[:n]
         if finished.any():
             rows = self.running.take(finished)
             kv = rows.prefilled + rows.generated - rows.kv_base
@@ -378,19 +378,19 @@ class Replica:
         """Apply prefill chunks; a request whose prefill completes emits one token. (``pre`` indexes
         the running table's first rows: its columns are indexed whole.)"""
         c = self.running.cols
-        prefilled = c["prefilled"]
+        prefilled = c.prefilled
         prefilled[pre] += chunk
-        c["num_steps"][pre[chunk > 0]] += 1
+        c.num_steps[pre[chunk > 0]] += 1
         if self.prefix.chains:
-            self.prefix.advance(c["rid"][pre], prefilled[pre], now)
-        done = pre[prefilled[pre] >= c["prefill_len"][pre]]
+            self.prefix.advance(c.rid[pre], prefilled[pre], now)
+        done = pre[prefilled[pre] >= c.prefill_len[pre]]
         if not done.size:
             return 0
-        generated, last = c["generated"], c["last_token_s"]
+        generated, last = c.generated, c.last_token_s
         resumed = generated[done] > 0  # re-prefill after a preemption: an inter-token gap
         if resumed.any():
             self.ctx.collector.on_gaps(last[done[resumed]], self.index, now)
-        c["first_token_s"][done[~resumed]] = now
+        c.first_token_s[done[~resumed]] = now
         generated[done] += 1
         last[done] = now
         return int(done.size)

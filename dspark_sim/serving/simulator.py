@@ -18,6 +18,7 @@ from dspark_sim.serving.admission import Admission
 from dspark_sim.serving.client import ClosedLoop
 from dspark_sim.serving.frontend import FrontEnd
 from dspark_sim.serving.kv import kv_capacity_tokens, kv_request_tokens
+from dspark_sim.serving.prefix import CacheTotals, Counters
 from dspark_sim.serving.context import SimContext
 from dspark_sim.serving.replica import Replica
 from dspark_sim.serving.request import Request
@@ -43,7 +44,7 @@ class RunResult:
     kv_capacity_tokens: int
     kv_peak_tokens: int
     num_preemptions: int
-    prefix: dict | None = None  # the prefix caches' counters, when requests carried hash ids
+    prefix: CacheTotals | None = None  # the prefix caches' counters, when requests carried hash ids
     longest_request_tokens: int | None = None  # prompt + output a replica serves at most
     provenance: dict | None = None  # where the cost and acceptance come from (dspark_sim.provenance)
 
@@ -149,7 +150,7 @@ def simulate(scenario: Scenario, out_dir: Path | None = None, progress=None, *,
     from dspark_sim.provenance import scenario_provenance
 
     result = RunResult(scenario, collector, counter["arrived"], env.now, ctx.kv_capacity_tokens,
-                       max(r.kv_peak for r in replicas), int(collector.requests["num_preemptions"].sum()),
+                       max(r.kv_peak for r in replicas), int(collector.requests.num_preemptions.sum()),
                        prefix_counters(ctx, replicas) if ctx.arrivals.saw_prefixes else None, ctx.admission.longest_tokens,
                        scenario_provenance(scenario, ctx.cost))
     check_run(result)
@@ -204,18 +205,14 @@ def check_work_bound(scenario: Scenario, admission: Admission) -> None:
                          "simulate: split the workload")
 
 
-def prefix_counters(ctx: SimContext, replicas) -> dict:
+def prefix_counters(ctx: SimContext, replicas) -> CacheTotals:
     """The replicas' prefix-cache counters summed (all zero with the cache off), and its block."""
     from dataclasses import fields
 
-    from dspark_sim.serving.prefix import Counters
-
     caches = [r.prefix.counters for r in replicas if r.prefix.enabled]
-    out = {f.name: sum(getattr(c, f.name) for c in caches) for f in fields(Counters)}
-    out["peak_tokens"] = max((c.peak_tokens for c in caches), default=0)  # the fullest replica's
-    out.update(enabled=bool(caches), block_tokens=ctx.prefix_block_tokens,
-               hash_block_tokens=ctx.scenario.workload.hash_block_tokens)
-    return out
+    summed = Counters(**{f.name: sum(getattr(c, f.name) for c in caches) for f in fields(Counters)})
+    summed.peak_tokens = max((c.peak_tokens for c in caches), default=0)  # the fullest replica's
+    return CacheTotals(summed, bool(caches), ctx.prefix_block_tokens, ctx.scenario.workload.hash_block_tokens)
 
 
 def _arrivals(env: simpy.Environment, chunks: Iterator, ctx: SimContext, router, rng, counter, progress,

@@ -59,7 +59,7 @@ def plan_step(rep, ghosts: Ghosts | None, ahead) -> PlannedStep:
     batch's token budget less every decoding request's whole window."""
     c, n = rep.running.cols, rep.running.n
     kv = rep.kv_tokens()
-    left = c["prefill_len"][:n] - c["prefilled"][:n]
+    left = c.prefill_len[:n] - c.prefilled[:n]
     decoding = left <= 0
     # slices where they serve (cheaper than index arrays)
     if decoding.all():
@@ -73,7 +73,7 @@ def plan_step(rep, ghosts: Ghosts | None, ahead) -> PlannedStep:
             dec, num_dec = slice(0, 0), 0  # decoding requests wait while prompts are prefilled
     ranked = rank = None
     if pre is not None and rep.ranks > 1:  # DP attention: each rank its own prompts (:mod:`.ranks`)
-        rank = rank_of(c["rid"][:n], rep.ranks)
+        rank = rank_of(c.rid[:n], rep.ranks)
         ranked = rank_prefill(rank[pre], left[pre], rep.ranks, rep.rank_cap)
         if rep.prefill_first:  # a rank that prefills does not decode; the other ranks do
             dec = (decoding & (ranked[1] == 0)[rank]).nonzero()[0]
@@ -91,7 +91,7 @@ def plan_step(rep, ghosts: Ghosts | None, ahead) -> PlannedStep:
     if pre is not None:
         prefill_tokens = int(chunk.sum())
         prefill_reqs = int(np.count_nonzero(chunk))
-        attn2 = float((chunk * (c["prefilled"][pre] + chunk / 2.0)).sum())
+        attn2 = float((chunk * (c.prefilled[pre] + chunk / 2.0)).sum())
     dec_ctx = int(d.kv_tokens.sum())
     draft = DraftWork(rep.policy.draft_kind, d.count, d.drafts, dec_ctx) if d.drafts else None
     busiest = busiest_rank_tokens(ranked[1], rank[dec], d.verify_tokens / max(d.count, 1)) if ranked else 0

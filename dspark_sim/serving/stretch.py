@@ -78,9 +78,9 @@ def plan_stretch(rep, stop_s: float, tokens_per_step: float) -> Stretch | None:
     tokens a request emitted per step so far, to guess how far to draw.
     """
     c, n = rep.running.cols, rep.running.n
-    generated = c["generated"][:n]
-    left = c["output_tokens"][:n] - generated
-    kv0 = c["prefilled"][:n] + generated - c["kv_base"][:n]
+    generated = c.generated[:n]
+    left = c.output_tokens[:n] - generated
+    kv0 = c.prefilled[:n] + generated - c.kv_base[:n]
     block_size = rep.policy.block_size_for(n)
     if block_size:
         return _drafting(rep, n, block_size, left, kv0, generated, stop_s, tokens_per_step)
@@ -131,7 +131,7 @@ def _drafting(rep, n: int, block_size: int, left, kv0, generated, stop_s: float,
     if steps < 2 or ghosts is not None and rep.policy.block_size_for(n + len(ghosts)) != block_size:
         return None  # (the ghost rows' step drafts as many as its rows get: step by step takes it)
     c = rep.running.cols
-    difficulty, domain = c["difficulty"][:n], c["domain"][:n]
+    difficulty, domain = c.difficulty[:n], c.domain[:n]
     segments = Segments(rep, n)
     live = np.arange(n)
     left_live = left.copy()
@@ -177,7 +177,7 @@ def _drafting(rep, n: int, block_size: int, left, kv0, generated, stop_s: float,
     times, taken, step_s, parts, kv_tokens, context, max_context = st
     segments.keep(taken)
     rep.inflight.take_ghosts()  # the step in flight's ghost rows, where it left any: its first step's
-    ahead = segments.ahead(taken, rep.running.cols["rid"][:n])
+    ahead = segments.ahead(taken, rep.running.cols.rid[:n])
     capped = np.minimum(cum[:taken], left)  # a finishing request emits up to its output
     emitted = np.diff(capped.sum(axis=1), prepend=0)
     run = np.minimum(segments.runs, taken) if several else taken

@@ -17,6 +17,7 @@ import json
 import math
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +44,7 @@ def serve_probe(decoder, launch, base, multiplier: float, slo, run_dir: Path | N
     """Serve one probe on ``decoder`` (its first ``max_requests`` requests, when given: a dry run)
     and judge it; its record into ``run_dir`` when given."""
     from dspark_sim.capacity.search import judge_requests
+    from dspark_sim.metrics.record import RequestColumns
     from dspark_sim.kernels.decoder.engine import serve, write_csvs
     from dspark_sim.kernels.decoder.launch import trace_sequences
 
@@ -57,11 +59,12 @@ def serve_probe(decoder, launch, base, multiplier: float, slo, run_dir: Path | N
     wall = time.perf_counter() - t0
     if run_dir is not None:
         write_csvs(result, run_dir)
-    req = {k: np.array([r[k] for r in result.requests], dtype=float) for k in ("ttft_ms", "tpot_ms", "queue_delay_ms")}
+    req = RequestColumns(**{k: np.array([r[k] for r in result.requests], dtype=float)
+                            for k in ("ttft_ms", "tpot_ms", "queue_delay_ms")})
     verdict = judge_requests(slo, req, len(seqs), len(seqs) - len(result.requests))
     tokens = sum(r["output_tokens"] for r in result.requests)
     end = max((r["finish_s"] for r in result.requests), default=0.0)
-    return {"multiplier": multiplier, **verdict, "wall_s": round(wall, 2), "requests": len(seqs),
+    return {"multiplier": multiplier, **asdict(verdict), "wall_s": round(wall, 2), "requests": len(seqs),
             "output_tok_per_s": tokens / end if end > 0 else 0.0}
 
 

@@ -21,7 +21,7 @@ from dspark_sim.catalog import get_gpu
 from dspark_sim.errors import InputError
 from dspark_sim.cost import get_cost_model
 from dspark_sim.metrics.outdir import atomic_dir
-from dspark_sim.metrics.record import read_columns
+from dspark_sim.metrics.record import read_requests
 from dspark_sim.run import run_scenario
 from dspark_sim.scenario import Speculation, load_scenario
 from dspark_sim.validation.cases import CASE_METHODS, GPU, MODEL, write_trace
@@ -45,15 +45,15 @@ def trace_of_run(run_dir: Path, path: Path, source: Path | None = None) -> int:
     output tokens of every request, in id order); returns the number of requests. With
     ``source`` (the case's Mooncake trace, whose request ``i`` the decoder served as id ``i``)
     it is a Mooncake trace keeping each request's prefix ``hash_ids``."""
-    req = read_columns(run_dir / "requests.csv", ("request_id", "arrival_s", "prompt_tokens", "output_tokens"))
-    order = np.argsort(req["request_id"], kind="stable")
-    arrival, prompt = req["arrival_s"][order], req["prompt_tokens"][order].astype(np.int64)
-    output = req["output_tokens"][order].astype(np.int64)
+    req = read_requests(run_dir / "requests.csv", ("request_id", "arrival_s", "prompt_tokens", "output_tokens"))
+    order = np.argsort(req.request_id, kind="stable")
+    arrival, prompt = req.arrival_s[order], req.prompt_tokens[order].astype(np.int64)
+    output = req.output_tokens[order].astype(np.int64)
     if source is None:
         write_trace(path, arrival, prompt, output)
         return int(order.size)
     ids = [h for c in read_trace(source, fmt="mooncake") for h in c.hash_ids]
-    rid = req["request_id"][order].astype(np.int64)
+    rid = req.request_id[order].astype(np.int64)
     if rid.size and (rid.min() < 0 or rid.max() >= len(ids)):
         raise InputError(run_dir / "requests.csv", "request_id", int(rid.max()), f"past the {len(ids)} requests of {source}")
     write_mooncake(path, [RequestChunk(arrival, prompt, output, [ids[i] for i in rid.tolist()])])
@@ -116,8 +116,8 @@ def _simulate_case(path: Path, real_dir: Path, cases_dir: Path, tmp: Path, plots
 
 def _hit_rate(requests: Path) -> float:
     """Prompt tokens read from the prefix cache over all prompt tokens of a run."""
-    req = read_columns(requests, ("prompt_tokens", "cached_tokens"))
-    return float(req["cached_tokens"].sum() / max(req["prompt_tokens"].sum(), 1))
+    req = read_requests(requests, ("prompt_tokens", "cached_tokens"))
+    return float(req.cached_tokens.sum() / max(req.prompt_tokens.sum(), 1))
 
 
 def _row(case: str, real_dir: Path, metrics: list[dict], cost) -> dict:

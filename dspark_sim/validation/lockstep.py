@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dspark_sim.cost.base import DraftWork, StepWork
+from dspark_sim.metrics.record import RequestColumns, StepColumns
 
 # the columns of a step's composition (steps.csv), independent of timing; the running count is
 # left out: the simulator counts a request from admission, the decoder from its first chunk
@@ -132,26 +133,26 @@ def serve_priced(decoder, seqs: list, cost, draft_kind: str | None, block_size: 
     return serve(priced, seqs, clock=clock)
 
 
-def first_difference(real: dict, sim: dict, columns=COMPOSITION) -> int | None:
+def first_difference(real: StepColumns, sim: StepColumns, columns=COMPOSITION) -> int | None:
     """The first step (row index) whose composition differs between two ``steps.csv`` column
     sets, or None when they agree over the shorter one and have as many rows."""
-    n = min(len(real["step_s"]), len(sim["step_s"]))
+    n = min(len(real), len(sim))
     for i in range(n):
-        if any(int(real[c][i]) != int(sim[c][i]) for c in columns):
+        if any(int(getattr(real, c)[i]) != int(getattr(sim, c)[i]) for c in columns):
             return i
-    return None if len(real["step_s"]) == len(sim["step_s"]) else n
+    return None if len(real) == len(sim) else n
 
 
-def composition(steps: dict) -> dict:
+def composition(steps: StepColumns) -> dict:
     """How a run's steps were filled: counts of prefill-only, mixed and decode-only steps,
     mean decode requests, verify and prefill tokens per step, and the total time."""
-    pre, dec = np.asarray(steps["prefill_tokens"]), np.asarray(steps["decode_reqs"])
+    pre, dec = steps.prefill_tokens, steps.decode_reqs
     n = max(len(pre), 1)
     return {"steps": int(len(pre)), "prefill_only": int(((pre > 0) & (dec == 0)).sum()),
             "mixed": int(((pre > 0) & (dec > 0)).sum()), "decode_only": int(((pre == 0) & (dec > 0)).sum()),
-            "mean_decode_reqs": float(dec.sum() / n), "mean_verify_tokens": float(np.sum(steps["verify_tokens"]) / n),
-            "mean_prefill_tokens": float(pre.sum() / n), "busy_s": float(np.sum(steps["step_s"])),
-            "mean_running": float(np.sum(steps["running_reqs"]) / n)}
+            "mean_decode_reqs": float(dec.sum() / n), "mean_verify_tokens": float(np.sum(steps.verify_tokens) / n),
+            "mean_prefill_tokens": float(pre.sum() / n), "busy_s": float(np.sum(steps.step_s)),
+            "mean_running": float(np.sum(steps.running_reqs) / n)}
 
 
 
@@ -169,7 +170,7 @@ def lockstep_case(out, arrival, prompt, output, method: str, batching: str, **de
     from dspark_sim.serving.simulator import build_context
     from dspark_sim.kernels.decoder.engine import write_csvs
     from dspark_sim.metrics.collector import Collector
-    from dspark_sim.metrics.record import read_columns
+    from dspark_sim.metrics.record import read_requests, read_steps
     from dspark_sim.run import run_scenario
     from dspark_sim.scenario import load_scenario
     from dspark_sim.validation.cases import CASE_METHODS, DEPLOYMENT, GPU, MODEL, write_trace
@@ -194,8 +195,8 @@ def lockstep_case(out, arrival, prompt, output, method: str, batching: str, **de
     write_csvs(serve_priced(decoder, _sequences(arrival, prompt, output), ctx.cost, kind, block), out / "decoder")
     sides = {}
     for side in ("decoder", "sim"):
-        steps = read_columns(out / side / "steps.csv", STEP_COLUMNS)
-        req = read_columns(out / side / "requests.csv", REQUEST_COLUMNS)
+        steps = read_steps(out / side / "steps.csv", STEP_COLUMNS)
+        req = read_requests(out / side / "requests.csv", REQUEST_COLUMNS)
         sides[side] = {"steps": steps, "summary": {**composition(steps), **_request_metrics(req)}}
     dec, sim = sides["decoder"]["summary"], sides["sim"]["summary"]
     first = first_difference(sides["decoder"]["steps"], sides["sim"]["steps"])
@@ -205,11 +206,11 @@ def lockstep_case(out, arrival, prompt, output, method: str, batching: str, **de
             "error": {k: sim[k] / dec[k] - 1.0 for k in ERROR_KEYS if dec.get(k)}}
 
 
-def excerpt(steps: dict, first: int, before: int = 2, after: int = 4) -> list[dict]:
+def excerpt(steps: StepColumns, first: int, before: int = 2, after: int = 4) -> list[dict]:
     """The composition of the steps around step ``first`` (its index and start included)."""
-    lo, hi = max(0, first - before), min(len(steps["step_s"]), first + after)
-    return [{"step": i, "start_s": round(float(steps["start_s"][i]), 6),
-             **{c: int(steps[c][i]) for c in ("running_reqs",) + COMPOSITION}} for i in range(lo, hi)]
+    lo, hi = max(0, first - before), min(len(steps), first + after)
+    return [{"step": i, "start_s": round(float(steps.start_s[i]), 6),
+             **{c: int(getattr(steps, c)[i]) for c in ("running_reqs",) + COMPOSITION}} for i in range(lo, hi)]
 
 
 ERROR_KEYS = ("output_throughput", "mean_ttft_ms", "p50_tpot_ms", "steps", "mean_decode_reqs",
@@ -247,7 +248,7 @@ def _sequences(arrival, prompt, output) -> list:
             for i, (a, p, o) in enumerate(zip(arrival, prompt, output))]
 
 
-def _request_metrics(req: dict) -> dict:
-    return {"mean_ttft_ms": float(np.mean(req["ttft_ms"])), "p50_tpot_ms": float(np.nanmedian(req["tpot_ms"])),
-            "output_throughput": float(req["output_tokens"].sum() / req["finish_s"].max()),
-            "preemptions": int(req["num_preemptions"].sum())}
+def _request_metrics(req: RequestColumns) -> dict:
+    return {"mean_ttft_ms": float(np.mean(req.ttft_ms)), "p50_tpot_ms": float(np.nanmedian(req.tpot_ms)),
+            "output_throughput": float(req.output_tokens.sum() / req.finish_s.max()),
+            "preemptions": int(req.num_preemptions.sum())}

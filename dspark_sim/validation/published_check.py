@@ -212,12 +212,12 @@ def time_split(result) -> dict:
     together) spent in steps that prefill a chunk of some prompt, and the engine's busy share of
     the run (its steps' time over the last finish)."""
     steps = result.collector.steps
-    step_s = steps["step_s"].astype(float)
+    step_s = steps.step_s.astype(float)
     total = float(step_s.sum())
     if total <= 0:
         return {"prefill_step_share": None, "busy_share": None}
-    prefill = steps["prefill_tokens"] > 0
-    finish = result.collector.requests["finish_s"]
+    prefill = steps.prefill_tokens > 0
+    finish = result.collector.requests.finish_s
     end = float(np.nanmax(finish)) if finish.size else 0.0
     return {"prefill_step_share": float(step_s[prefill].sum() / total),
             "busy_share": float(total / end) if end > 0 else None}

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from dspark_sim.cost.base import DraftWork, StepWork
-from dspark_sim.metrics.record import STEP_COLUMNS, WORK_COLUMNS, read_columns
+from dspark_sim.metrics.record import STEP_COLUMNS, WORK_COLUMNS, read_steps
 from dspark_sim.speculation.config import Speculation
 
 REPLAY_COLUMNS = ("step_s", "running_reqs", "decode_reqs", "prefill_tokens", "verify_tokens", "sched_s")
@@ -20,22 +20,21 @@ def step_replay(run_dir: Path, speculation: Speculation, cost) -> dict | None:
     prefill steps without the gap before them, and of that gap (``sched_s``, the serving loop's
     host time), by running requests; None for runs that do not record their steps' work.
     ``speculation`` names the drafter the run used."""
-    present = read_columns(run_dir / "steps.csv", (), optional=STEP_COLUMNS)
-    if not all(c in present for c in WORK_COLUMNS) or not present["step_s"].size:
+    present = read_steps(run_dir / "steps.csv", (), optional=STEP_COLUMNS)
+    if any(getattr(present, c) is None for c in WORK_COLUMNS) or not len(present):
         return None
-    rows = read_columns(run_dir / "steps.csv", REPLAY_COLUMNS + WORK_COLUMNS)
+    rows = read_steps(run_dir / "steps.csv", REPLAY_COLUMNS + WORK_COLUMNS)
     kind = speculation.draft_kind
     out = {"decode": [], "mixed": [], "prefill": [], "sched": []}
-    for i in range(rows["step_s"].size):
-        r = {name: col[i] for name, col in rows.items()}
-        dec, running, ctx = int(r["decode_reqs"]), int(r["running_reqs"]), int(r["decode_context_tokens"])
+    for i in range(len(rows)):
+        dec, running, ctx = int(rows.decode_reqs[i]), int(rows.running_reqs[i]), int(rows.decode_context_tokens[i])
         draft = DraftWork(kind, dec, speculation.block_size, ctx) if dec and kind else None
-        work = StepWork(dec, int(r["verify_tokens"]), ctx, int(r["prefill_tokens"]), int(r["prefill_reqs"]),
-                        float(r["prefill_attn_tokens2"]), draft, int(r["decode_max_context"]), running)
+        work = StepWork(dec, int(rows.verify_tokens[i]), ctx, int(rows.prefill_tokens[i]), int(rows.prefill_reqs[i]),
+                        float(rows.prefill_attn_tokens2[i]), draft, int(rows.decode_max_context[i]), running)
         parts = cost.breakdown(work)
-        sched, real_sched = parts.pop("sched_s", 0.0), float(r["sched_s"])
-        real = float(r["step_s"]) - real_sched
-        part = ("mixed" if int(r["prefill_tokens"]) else "decode") if dec else "prefill"
+        sched, real_sched = parts.pop("sched_s", 0.0), float(rows.sched_s[i])
+        real = float(rows.step_s[i]) - real_sched
+        part = ("mixed" if int(rows.prefill_tokens[i]) else "decode") if dec else "prefill"
         out[part].append((running, sum(parts.values()) / real - 1.0 if real > 0 else math.nan))
         out["sched"].append((running, sched / real_sched - 1.0 if real_sched > 0 else math.nan))
     return {part: _medians(errs) for part, errs in out.items()}

@@ -17,63 +17,61 @@ from pathlib import Path
 import numpy as np
 
 from dspark_sim.cost.base import DraftWork, StepWork
-from dspark_sim.metrics.record import WORK_COLUMNS, read_columns
+from dspark_sim.metrics.record import WORK_COLUMNS, StepColumns, read_steps
 
 COLUMNS = ("step_s", "sched_s", "draft_s", "running_reqs", "decode_reqs", "prefill_tokens", "verify_tokens")
 BINS = ((1, 16), (17, 64), (65, 128), (129, 256))
 
 
-def priced_steps(steps: Path, speculation, cost) -> dict:
+def priced_steps(steps: Path, speculation, cost) -> tuple[StepColumns, np.ndarray, np.ndarray]:
     """The columns of ``steps`` (:data:`COLUMNS` and the work columns) and, per step, what the
-    profile prices it at: ``priced_s`` (the whole step) and ``priced_draft_s`` (the drafter's)."""
-    r = read_columns(steps, COLUMNS + WORK_COLUMNS)
+    profile prices it at: the whole step and the drafter's part, seconds ``[S]`` each."""
+    r = read_steps(steps, COLUMNS + WORK_COLUMNS)
     kind, whole, draft = speculation.draft_kind, [], []
-    for i in range(r["step_s"].size):
-        dec, ctx = int(r["decode_reqs"][i]), int(r["decode_context_tokens"][i])
-        work = StepWork(dec, int(r["verify_tokens"][i]), ctx, int(r["prefill_tokens"][i]), int(r["prefill_reqs"][i]),
-                        float(r["prefill_attn_tokens2"][i]),
+    for i in range(len(r)):
+        dec, ctx = int(r.decode_reqs[i]), int(r.decode_context_tokens[i])
+        work = StepWork(dec, int(r.verify_tokens[i]), ctx, int(r.prefill_tokens[i]), int(r.prefill_reqs[i]),
+                        float(r.prefill_attn_tokens2[i]),
                         DraftWork(kind, dec, speculation.block_size, ctx) if dec and kind else None,
-                        int(r["decode_max_context"][i]), int(r["running_reqs"][i]))
+                        int(r.decode_max_context[i]), int(r.running_reqs[i]))
         parts = cost.breakdown(work)
         whole.append(sum(parts.values()))
         draft.append(parts.get("draft_s", 0.0))
-    return r | {"priced_s": np.array(whole), "priced_draft_s": np.array(draft)}
+    return r, np.array(whole), np.array(draft)
 
 
 def attribution(real_steps: Path, sim_steps: Path, speculation, cost) -> dict:
     """One case: the busy-time errors of the step replay and of the simulator's own steps, and the
     decode-only steps by running requests (see the module docstring)."""
-    real = priced_steps(real_steps, speculation, cost)
-    busy = float(real["step_s"].sum())
-    sim_busy = float(read_columns(sim_steps, ("step_s",))["step_s"].sum())
-    decode = (real["decode_reqs"] > 0) & (real["prefill_tokens"] == 0)
+    real, priced_s, priced_draft_s = priced_steps(real_steps, speculation, cost)
+    busy = float(real.step_s.sum())
+    sim_busy = float(read_steps(sim_steps, ("step_s",)).step_s.sum())
+    decode = (real.decode_reqs > 0) & (real.prefill_tokens == 0)
     bins = {}
     for lo, hi in BINS:
-        at = decode & (real["decode_reqs"] >= lo) & (real["decode_reqs"] <= hi)
+        at = decode & (real.decode_reqs >= lo) & (real.decode_reqs <= hi)
         if at.sum() < 3:
             continue
-        target, priced_target = (real["step_s"] - real["sched_s"] - real["draft_s"])[at], \
-            (real["priced_s"] - real["priced_draft_s"])[at]
-        bins[f"{lo}-{hi}"] = {"steps": int(at.sum()), "draft_ms": _ms(real["draft_s"][at]),
-                              "priced_draft_ms": _ms(real["priced_draft_s"][at]),
+        target, priced_target = (real.step_s - real.sched_s - real.draft_s)[at], (priced_s - priced_draft_s)[at]
+        bins[f"{lo}-{hi}"] = {"steps": int(at.sum()), "draft_ms": _ms(real.draft_s[at]),
+                              "priced_draft_ms": _ms(priced_draft_s[at]),
                               "rest_ms": _ms(target), "priced_rest_ms": _ms(priced_target),
-                              "mean_context": float(np.median(real["decode_context_tokens"][at] / real["decode_reqs"][at])),
-                              "longest_context": float(np.median(real["decode_max_context"][at]))}
-    return {"replay_busy_error": float(real["priced_s"].sum() / busy - 1.0) if busy > 0 else float("nan"),
+                              "mean_context": float(np.median(real.decode_context_tokens[at] / real.decode_reqs[at])),
+                              "longest_context": float(np.median(real.decode_max_context[at]))}
+    return {"replay_busy_error": float(priced_s.sum() / busy - 1.0) if busy > 0 else float("nan"),
             "sim_busy_error": sim_busy / busy - 1.0 if busy > 0 else float("nan"), "decode_by_running": bins,
-            "by_kind": by_kind(real)}
+            "by_kind": by_kind(real, priced_s)}
 
 
 KINDS = ("prompt only", "prompt beside decode rows", "decode right after a prompt step", "other decode")
 
 
-def by_kind(real: dict) -> dict:
+def by_kind(real: StepColumns, priced_s: np.ndarray) -> dict:
     """The decoder's steps by kind (:data:`KINDS`): measured and priced seconds, and steps."""
-    pre, dec = real["prefill_tokens"] > 0, real["decode_reqs"] > 0
+    pre, dec = real.prefill_tokens > 0, real.decode_reqs > 0
     after = np.concatenate(([False], pre[:-1]))
     masks = (pre & ~dec, pre & dec, ~pre & dec & after, ~pre & dec & ~after)
-    return {k: [float(real["step_s"][m].sum()), float(real["priced_s"][m].sum()), int(m.sum())]
-            for k, m in zip(KINDS, masks)}
+    return {k: [float(real.step_s[m].sum()), float(priced_s[m].sum()), int(m.sum())] for k, m in zip(KINDS, masks)}
 
 
 def kind_table(rows: list[dict]) -> list[str]:

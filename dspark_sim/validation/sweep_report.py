@@ -22,7 +22,7 @@ import numpy as np
 
 from dspark_sim.catalog import get_gpu
 from dspark_sim.cost import get_cost_model
-from dspark_sim.metrics.record import read_columns
+from dspark_sim.metrics.record import read_steps
 from dspark_sim.scenario import Speculation
 from dspark_sim.validation.cases import CASE_METHODS, GPU, MODEL
 from dspark_sim.validation.fidelity import compare_cases
@@ -70,7 +70,7 @@ def sweep_rows(cases_dir: Path, visits: list[Path]) -> tuple[list[dict], dict]:
         cost = get_cost_model(get_gpu(GPU).name, MODEL, warn=False)
         for r in rows:
             runs = Path(tmp) / "out" / "runs" / r["case"]
-            r["composition"] = {side: composition(read_columns(runs / side / "steps.csv", STEP_COLUMNS))
+            r["composition"] = {side: composition(read_steps(runs / side / "steps.csv", STEP_COLUMNS))
                                 for side in ("real", "sim")}
             spec = Speculation(**{k: v for k, v in CASE_METHODS[r["method"]].items()
                                   if k in ("method", "drafter", "block_size")})

@@ -190,7 +190,7 @@ def estimate_saturation(fam: Family, batching: str, method: str, *, precision: f
             _, result = run_scenario(load_scenario(Path(tmp) / f"probe__{method}.yaml"), None, plots=False,
                                      show_progress=False)
         req = result.collector.requests
-        ttft = req["ttft_ms"][np.argsort(req["arrival_s"], kind="stable")]
+        ttft = req.ttft_ms[np.argsort(req.arrival_s, kind="stable")]
         quarters = [q.mean() for q in np.array_split(ttft, 4) if q.size]
         return Probe(x, rps, max(quarters[1:], default=0.0) <= GROWTH * quarters[0], 1.0)
     return bisect_rate(evaluate, start=1.0, precision=precision, max_sims=12).rate_rps
@@ -217,7 +217,7 @@ def write_cases(cases_dir, azure_trace, families=FAMILIES) -> list:
     estimate = {}
     for path in paths:
         _, result = run_scenario(load_scenario(path), None, plots=False, show_progress=False)
-        estimate[path.stem] = round(float(np.sum(result.collector.steps["step_s"])), 2)
+        estimate[path.stem] = round(float(np.sum(result.collector.steps.step_s)), 2)
     plan = {"what": "seconds each sweep case keeps the decoder busy, as the simulator estimates them "
                     "(shipped profile): the budget of a device call (dspark_sim/validation/budget.py)",
             "made_by": "python benchmarks/fidelity.py cases --sweeps", "warmup_s": WARMUP_S,

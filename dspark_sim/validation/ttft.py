@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dspark_sim.metrics.record import read_columns
+from dspark_sim.metrics.record import read_requests, read_steps
 
 PARTS = ("queue", "to_step", "step", "read")
 TOL_S = 2e-6  # the record's times are written to the microsecond
@@ -31,16 +31,16 @@ TOL_S = 2e-6  # the record's times are written to the microsecond
 def request_parts(run_dir: Path) -> dict[str, np.ndarray]:
     """Per request of a run (``requests.csv`` order): the four parts in ms, ``ttft`` in ms,
     ``first`` (the earliest arrival) and ``idle`` (arrived while no step ran)."""
-    req = read_columns(run_dir / "requests.csv", ("arrival_s", "first_scheduled_s", "first_token_s", "ttft_ms"))
-    st = read_columns(run_dir / "steps.csv", ("start_s", "step_s"))
-    start, end = st["start_s"], st["start_s"] + st["step_s"]
-    arrival, sched, first = req["arrival_s"], req["first_scheduled_s"], req["first_token_s"]
+    req = read_requests(run_dir / "requests.csv", ("arrival_s", "first_scheduled_s", "first_token_s", "ttft_ms"))
+    st = read_steps(run_dir / "steps.csv", ("start_s", "step_s"))
+    start, end = st.start_s, st.start_s + st.step_s
+    arrival, sched, first = req.arrival_s, req.first_scheduled_s, req.first_token_s
     k = np.clip(np.searchsorted(end, first + TOL_S, side="right") - 1, 0, max(end.size - 1, 0))
     j = np.clip(np.searchsorted(start, arrival - TOL_S, side="left") - 1, 0, max(end.size - 1, 0))
     busy = (start[j] < arrival - TOL_S) & (end[j] > arrival)
     ms = 1e3
     out = {"queue": (sched - arrival) * ms, "to_step": (start[k] - sched) * ms, "step": (end[k] - start[k]) * ms,
-           "read": (first - end[k]) * ms, "ttft": req["ttft_ms"], "idle": ~busy,
+           "read": (first - end[k]) * ms, "ttft": req.ttft_ms, "idle": ~busy,
            "first": np.arange(arrival.size) == int(np.argmin(arrival)) if arrival.size else np.zeros(0, bool)}
     return out
 

@@ -15,24 +15,24 @@ import numpy as np
 
 from dspark_sim.metrics.outdir import atomic_dir
 from dspark_sim.metrics.plots import pyplot
-from dspark_sim.metrics.record import read_columns, read_record
+from dspark_sim.metrics.record import read_record, read_requests
+from dspark_sim.metrics.run_summary import RecordMetrics
 from dspark_sim.metrics.summary import RECORD_REQUESTS, RECORD_STEPS, record_metrics
 from dspark_sim.run import run_scenario
 from dspark_sim.scenario import load_scenario
 
 
-def run_metrics(run_dir: Path) -> dict:
+def run_metrics(run_dir: Path) -> RecordMetrics:
     """:func:`record_metrics` of the run record in ``run_dir``."""
     return record_metrics(read_record(run_dir, RECORD_REQUESTS, RECORD_STEPS))
 
 
-def compare_metrics(sim: dict, real: dict) -> list[dict]:
-    """Relative error (sim - real) / real of every shared metric."""
+def compare_metrics(sim: RecordMetrics, real: RecordMetrics) -> list[dict]:
+    """Relative error (sim - real) / real of every compared metric, a row each (validate.json's)."""
     rows = []
-    for key in real:
-        if key == "requests" or key not in sim:
-            continue
-        r, s = real[key], sim[key]
+    sims = sim.compared()
+    for key, r in real.compared().items():
+        s = sims[key]
         err = (s - r) / r if r and not math.isnan(r) and not math.isnan(s) else math.nan
         rows.append({"metric": key, "real": r, "sim": s, "rel_error": err})
     return rows
@@ -49,20 +49,20 @@ def plot(sim_dir: Path, real_dir: Path, out: Path) -> None:
     """Per-request scatter (sim against real) and latency CDFs of both runs."""
     plt = pyplot()
     cols = ("request_id", "ttft_ms", "tpot_ms", "e2el_ms")
-    sim = read_columns(sim_dir / "requests.csv", cols)
-    real = read_columns(real_dir / "requests.csv", cols)
+    sim = read_requests(sim_dir / "requests.csv", cols)
+    real = read_requests(real_dir / "requests.csv", cols)
     fig, axes = plt.subplots(2, 3, figsize=(13, 7.5))
-    common, si, ri = np.intersect1d(sim["request_id"], real["request_id"], return_indices=True)
+    common, si, ri = np.intersect1d(sim.request_id, real.request_id, return_indices=True)
     for j, key in enumerate(cols[1:]):
         ax = axes[0, j]
-        x, y = real[key][ri], sim[key][si]
+        x, y = getattr(real, key)[ri], getattr(sim, key)[si]
         ax.scatter(x, y, s=4, alpha=0.5)
         hi = np.nanmax(np.concatenate([x, y, [1e-9]]))
         ax.plot([0, hi], [0, hi], color="grey", lw=0.8)
         ax.set_xlabel(f"real {key}")
         ax.set_ylabel(f"simulated {key}")
         ax = axes[1, j]
-        for label, data in (("real", real[key]), ("sim", sim[key])):
+        for label, data in (("real", getattr(real, key)), ("sim", getattr(sim, key))):
             v = np.sort(data[~np.isnan(data)])
             if v.size:
                 ax.plot(v, np.arange(1, v.size + 1) / v.size, label=label)

@@ -124,19 +124,7 @@ def parse_args(argv=None):
             p.error(f"argument --resume: {args.resume}: {type(err).__name__}")
         if not isinstance(args.old, dict):
             p.error(f"argument --resume: {args.resume}: not a raw profile (a JSON object)")
-        _rename_block_size(args.old)
     return args
-
-
-def _rename_block_size(raw: dict) -> None:
-    """A resumed file's draft and kernel rows with ``block_size`` under its older name renamed
-    (the fit reads either, :data:`~dspark_sim.profiling.rows.RAW_ALIASES`)."""
-    from dspark_sim.profiling.rows import RAW_ALIASES
-
-    for section in ("draft", "kernels"):
-        if isinstance(raw.get(section), list):
-            raw[section] = [{RAW_ALIASES["draft"].get(k, k): v for k, v in r.items()} if isinstance(r, dict) else r
-                            for r in raw[section]]
 
 
 def _shares(p, text: str) -> dict:
