@@ -1,6 +1,6 @@
 """DP attention's ranks inside a replica: each rank prefills its own requests within its share of
-the chunk, a rank that prefills does not decode while the others do, and the step waits for the
-busiest rank's attention side; SGLang's DeepSeek-V4 window pool bounds the KV the running
+the chunk, a rank that prefills does not decode while the others do (with SGLang's speculative
+decoding no rank decodes while any prefills), and the step waits for the busiest rank's attention side; SGLang's DeepSeek-V4 window pool bounds the KV the running
 requests hold."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from dspark_sim.cost.parallel import Parallel
 from dspark_sim.engines.model import Engine
 from dspark_sim.errors import InputError
 from dspark_sim.scenario import Scenario
-from dspark_sim.serving.ranks import busiest_rank_tokens, rank_of, rank_prefill
+from dspark_sim.serving.ranks import busiest_rank_tokens, rank_decoders, rank_of, rank_prefill
 from dspark_sim.serving.simulator import simulate
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -31,11 +31,38 @@ def test_each_rank_prefills_its_own_requests_within_its_share_of_the_chunk():
     assert busiest_rank_tokens(np.zeros(4, np.int64), np.array([3, 3, 3]), 2.0) == 6
 
 
-def _dp_run(dp_attention: bool):
+def test_ranks_kept_apart_decode_nowhere_while_any_rank_prefills():
+    decoding = np.array([True, True, False, True, True])
+    rank = rank_of(np.arange(5), 4)  # ranks 0, 1, 2, 3, 0
+    per_rank = np.array([0, 0, 700, 0])
+    assert rank_decoders(decoding, rank, per_rank, apart=False).tolist() == [0, 1, 3, 4]
+    assert rank_decoders(decoding, rank, per_rank, apart=True).tolist() == []
+    assert rank_decoders(decoding, rank, np.zeros(4, np.int64), apart=True).tolist() == [0, 1, 3, 4]
+
+
+def test_sglang_keeps_the_ranks_prefill_apart_only_when_speculating():
+    assert Engine.from_dict({"name": "sglang"}).ranks_prefill_apart(speculating=True)
+    assert not Engine.from_dict({"name": "sglang"}).ranks_prefill_apart(speculating=False)
+    assert not Engine.from_dict({"name": "vllm"}).ranks_prefill_apart(speculating=True)
+
+
+def _dp_run(dp_attention: bool, **over):
     raw = synthetic_scenario(num_requests=24, rate_per_s=40.0, prompt=6000, output=40, model="deepseek-v3",
                              engine="sglang",
-                             deployment={"tp": 8, "dp_attention": dp_attention, "chunked_prefill_tokens": 8192})
+                             deployment={"tp": 8, "dp_attention": dp_attention, "chunked_prefill_tokens": 8192},
+                             **over)
     return simulate(Scenario.from_dict(raw)).collector.steps
+
+
+def test_with_mtp_no_rank_decodes_in_a_step_any_rank_prefills():
+    """SGLang with speculative decoding under DP attention runs the ranks without prompt work idle
+    in a step that prefills: no decode rows beside prefill chunks, so the run decodes in fewer,
+    later steps than the same run without the rule would."""
+    steps = _dp_run(True, speculation={"method": "static", "drafter": "mtp", "block_size": 1})
+    prefill = steps["prefill_tokens"] > 0
+    assert prefill.any() and (steps["decode_reqs"] > 0).any()
+    assert (steps["decode_reqs"][prefill] == 0).all()
+    assert (steps["prefill_tokens"][prefill] <= 8192).all()
 
 
 def test_a_rank_that_prefills_leaves_the_other_ranks_decoding():

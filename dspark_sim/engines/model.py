@@ -235,6 +235,12 @@ class Engine:
         return KvReserve(reserve.new_ratio, reserve.running_init * k, reserve.running_min * k, reserve.decay_steps,
                          reserve.clip_tokens)
 
+    def ranks_prefill_apart(self, speculating: bool) -> bool:
+        """Whether, under DP attention, a step in which any rank prefills decodes on none: SGLang
+        with speculative decoding gathers the ranks' new prefill batches first and runs the others
+        idle (DEFAULT_SOURCES' "DP attention with speculative decoding")."""
+        return speculating and self.name == "sglang"
+
     @property
     def label(self) -> str:
         """``name version`` as outputs name the engine (and the modelled release standing in for

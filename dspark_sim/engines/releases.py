@@ -94,6 +94,15 @@ DEFAULT_SOURCES = {
          "rank's attention, attention projections and host work", "sglang 0.5.23 sglang/srt/arg_groups/"
          "serving_hook.py:217-236 (load_balance_method round_robin), parallel_hook.py:326-336 (chunked prefill "
          "/ attn_dp_size); sglang/srt/model_executor/pool_configurator.py:956"),
+        ("DP attention with speculative decoding", "prefill and decode are never in one step: the ranks first "
+         "exchange their new prefill batches, and when any rank prefills, every rank without a prompt to prefill "
+         "runs an idle batch, so no rank decodes in that step (a step lasts as long as its busiest rank's "
+         "prefill); the ranks' decode steps wait for every rank's prompts (SGLANG_ENABLE_DP_SPEC_PREFILL_"
+         "COORDINATION, off by default, would let them decode beside)", "sglang 0.5.23 sglang/srt/managers/"
+         "scheduler.py:3979-3990 (get_next_batch_to_run); scheduler_components/dp_attn.py:662-676 "
+         "(prepare_mlp_sync_batch_raw: an idle batch where any rank has tokens); speculative/eagle_worker_v2.py:"
+         "1423-1426 (forward_batch_generation: a step with extend in batch runs prefill only); "
+         "sglang/srt/environ.py:1558"),
     ],
     "vllm": [
         ("max_batched_tokens", "8192 (>= 70 GiB, not A100), 16384 (>= 160 GiB), else 2048 (OpenAI server)",

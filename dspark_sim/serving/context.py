@@ -48,6 +48,7 @@ class SimContext:
     overlap: bool = False  # step n+1 planned while step n runs (engines.Engine.overlapped)
     kv_reserve: KvReserve | None = None  # KV the engine reserves at admission for output to come
     multi_step: int = 1  # decode steps run per schedule (engines.Engine.multi_step)
+    ranks_prefill_apart: bool = False  # DP attention: no rank decodes while any prefills (serving/ranks.py)
     intake_latency_s: float = 0.0  # a latency every request's intake takes, shared rather than queued
     arrivals: Arrivals = field(default_factory=Arrivals)
 

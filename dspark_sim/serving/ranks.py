@@ -8,7 +8,10 @@ every rank's tokens, so a step lasts as long as its busiest rank. Each rank plan
 * its prefill takes at most ``chunked_prefill_size / ranks`` tokens a step (SGLang divides the
   chunk among the attention ranks), from its own requests in admission order;
 * without mixed chunks (SGLang's default) a rank that prefills does not decode in that step,
-  while the other ranks decode beside it.
+  while the other ranks decode beside it;
+* with speculative decoding SGLang keeps prefill and decode out of one step across the ranks
+  (``apart``): when any rank prefills, the others run idle batches, and no rank decodes until
+  every rank's prompts are in (engines DEFAULT_SOURCES' "DP attention with speculative decoding").
 
 The replica keeps one table of requests; a request's rank is its arrival index modulo the ranks
 (:func:`rank_of`), and :func:`rank_prefill` plans the ranks' prefill chunks of one step. The
@@ -40,6 +43,16 @@ def rank_prefill(rank: np.ndarray, rem: np.ndarray, ranks: int, cap: int) -> tup
     return chunk, per_rank
 
 
+def rank_decoders(decoding: np.ndarray, rank: np.ndarray, per_rank_prefill: np.ndarray, apart: bool) -> np.ndarray:
+    """Indices of the requests that decode beside the step's prefill chunks (``decoding`` the
+    running requests done prefilling, ``rank`` their ranks, ``per_rank_prefill`` each rank's prompt
+    tokens this step): those of the ranks that do not prefill, or none when the ranks keep prefill
+    and decode ``apart``."""
+    if apart and per_rank_prefill.any():
+        return np.zeros(0, dtype=np.intp)
+    return (decoding & (per_rank_prefill == 0)[rank]).nonzero()[0]
+
+
 def busiest_rank_tokens(per_rank_prefill: np.ndarray, dec_rank: np.ndarray, verify_per_row: float) -> int:
     """Tokens of the step's busiest rank: its prompt tokens and its decoding rows' verify tokens
     (``verify_per_row`` each, the step's mean)."""
@@ -47,4 +60,4 @@ def busiest_rank_tokens(per_rank_prefill: np.ndarray, dec_rank: np.ndarray, veri
     return int(np.ceil((per_rank_prefill + decode).max())) if per_rank_prefill.size else 0
 
 
-__all__ = ["busiest_rank_tokens", "rank_of", "rank_prefill"]
+__all__ = ["busiest_rank_tokens", "rank_decoders", "rank_of", "rank_prefill"]

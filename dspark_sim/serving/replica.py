@@ -61,6 +61,7 @@ class Replica:
         # DP attention: each rank its own requests and a share of the prefill chunk (serving/ranks.py)
         self.ranks = dep.parallel.dp_ranks
         self.rank_cap = max(1, min(self.max_tokens, self.prefill_cap // self.ranks))
+        self.ranks_prefill_apart = ctx.ranks_prefill_apart  # no rank decodes while any prefills
         self.kv_capacity = ctx.kv_capacity_tokens
         self.kv_per_request = ctx.kv_request_tokens  # window and compressor state (DeepSeek-V4)
         self.admission, self.policy, self.prefix = ctx.admission, ctx.make_policy(), ctx.make_prefix_cache()

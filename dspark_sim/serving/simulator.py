@@ -80,6 +80,7 @@ def build_context(scenario: Scenario, collector: Collector, skip_ahead: bool = T
                       frontend=front_end(engine, dep), skip_ahead=skip_ahead,
                       overlap=engine.overlapped, kv_reserve=engine.kv_reserve_for(dep.dp_attention),
                       multi_step=engine.multi_step,
+                      ranks_prefill_apart=engine.ranks_prefill_apart(spec.method != "none"),
                       # the engines' MoE roofline: the first token's latency beyond its steps (cost/roofline.py)
                       intake_latency_s=getattr(cost, "first_token_s", 0.0))
 

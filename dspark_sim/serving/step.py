@@ -12,7 +12,7 @@ import numpy as np
 
 from dspark_sim.cost.base import DraftWork, StepWork
 from dspark_sim.serving.inflight import Ghosts, planned_rows
-from dspark_sim.serving.ranks import busiest_rank_tokens, rank_of, rank_prefill
+from dspark_sim.serving.ranks import busiest_rank_tokens, rank_decoders, rank_of, rank_prefill
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,8 +75,8 @@ def plan_step(rep, ghosts: Ghosts | None, ahead) -> PlannedStep:
     if pre is not None and rep.ranks > 1:  # DP attention: each rank its own prompts (:mod:`.ranks`)
         rank = rank_of(c.rid[:n], rep.ranks)
         ranked = rank_prefill(rank[pre], left[pre], rep.ranks, rep.rank_cap)
-        if rep.prefill_first:  # a rank that prefills does not decode; the other ranks do
-            dec = (decoding & (ranked[1] == 0)[rank]).nonzero()[0]
+        if rep.prefill_first:  # a rank that prefills does not decode; the other ranks do, unless kept apart
+            dec = rank_decoders(decoding, rank, ranked[1], rep.ranks_prefill_apart)
             num_dec = dec.size
     d, ahead = planned_rows(rep, c, dec, num_dec, kv[dec], ghosts, ahead)  # (dec indexes the first n rows)
     prefill_tokens, chunk, attn2, prefill_reqs = 0, None, 0.0, 0
