@@ -59,10 +59,10 @@ def test_with_mtp_no_rank_decodes_in_a_step_any_rank_prefills():
     in a step that prefills: no decode rows beside prefill chunks, so the run decodes in fewer,
     later steps than the same run without the rule would."""
     steps = _dp_run(True, speculation={"method": "static", "drafter": "mtp", "block_size": 1})
-    prefill = steps["prefill_tokens"] > 0
-    assert prefill.any() and (steps["decode_reqs"] > 0).any()
-    assert (steps["decode_reqs"][prefill] == 0).all()
-    assert (steps["prefill_tokens"][prefill] <= 8192).all()
+    prefill = steps.prefill_tokens > 0
+    assert prefill.any() and (steps.decode_reqs > 0).any()
+    assert (steps.decode_reqs[prefill] == 0).all()
+    assert (steps.prefill_tokens[prefill] <= 8192).all()
 
 
 def test_a_rank_that_prefills_leaves_the_other_ranks_decoding():
