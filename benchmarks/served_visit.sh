@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# One device call (one H200, at most 540 s): the served conditions the profiler's steps lack.
+#   layout   benchmarks/served_steps.py --part layout: whole decode steps (none, MTP-3, DSpark) over
+#            long-tailed contexts with KV pages in order and scattered over the pool, and eager
+#            steps (decode rows beside a prompt chunk) likewise -> $OUT/served_layout.json (200 s)
+#   after    benchmarks/served_steps.py --part after: a decode step right after a prompt step
+#            against one right after a decode step -> $OUT/served_after.json (150 s)
+#   fp8      tests/test_decoder_moe_fp8.py on the GPU (60 s)
+# Usage (repository root, on the device machine):
+#   bash benchmarks/served_visit.sh                # all three, in this order
+#   bash benchmarks/served_visit.sh after fp8      # some of them
+# Afterwards (no GPU): merge the points into profiles/h200/raw/served_qwen3-8b.json beside the
+# shared-prefix and eager points, and read the tables with
+#   python benchmarks/served_steps.py --json RES/served_layout.json
+set -u
+: "${OUT:=/tmp/served_visit}" "${BUDGET_S:=540}" "${START_S:=15}"
+source benchmarks/visit_common.sh
+export PYTHONPATH=$PYTHONPATH:$PWD/benchmarks
+nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,power.draw --format=csv > "$OUT/gpu.txt" 2>&1
+for stage in "${@:-layout after fp8}"; do
+  for s in $stage; do
+    case $s in
+      layout) run layout 200 python3 benchmarks/served_steps.py --run --part layout --budget-s 180 --out "$OUT/served_layout.json" ;;
+      after) run after 150 python3 benchmarks/served_steps.py --run --part after --budget-s 130 --out "$OUT/served_after.json" ;;
+      fp8) run fp8 60 python3 -m pytest -q tests/test_decoder_moe_fp8.py -p no:cacheprovider ;;
+      *) say "unknown stage $s (layout, after, fp8)"; exit 2 ;;
+    esac
+  done
+done
+say "done"
