@@ -83,7 +83,7 @@ def build(args):
     dec = Decoder(get_model(args.model), conf)
     dec.randomize_cache()
     return Stepper(dec), dict(reqs=REQS, groups=GROUPS, context=CONTEXT, prefix=PREFIX, eager_reqs=EAGER_REQS,
-                              eager_chunks=EAGER_CHUNKS, layout_reqs=LAYOUT_REQS)
+                              eager_chunks=EAGER_CHUNKS, layout_reqs=LAYOUT_REQS, after_chunk=AFTER_CHUNK)
 
 
 def shared_requests(dec, reqs: int, groups: int, context: int, prefix: int, rng) -> list | None:
@@ -210,7 +210,7 @@ def run_after(out: dict, stepper, grid: dict, args, rng) -> None:
 
     from dspark_sim.reports.mixed_steps import CONTEXT_MAX, CONTEXT_MEAN, contexts
 
-    chunk = grid.get("after_chunk", AFTER_CHUNK)
+    chunk = grid["after_chunk"]
     for reqs in grid["layout_reqs"]:
         lengths = contexts(reqs, min(CONTEXT_MEAN, grid["context"] // 2), min(CONTEXT_MAX, grid["context"]))
         for kind in LAYOUT_KINDS:

@@ -64,6 +64,9 @@ def test_bad_probe_points_name_the_file_and_key(tmp_path):
                                             "shared_tokens": -1, "verify_tokens": 64, "verify_s": 0.01}]}))
     with pytest.raises(InputError, match="shared_tokens"):
         with_shared_term(BARE, path)
+    path.write_text(json.dumps({"points": [{"part": "shared", "reqs": 64}]}))
+    with pytest.raises(InputError, match="kind"):
+        with_shared_term(BARE, path)
     path.write_text("{not json")
     with pytest.raises(InputError, match="served.json"):
         with_shared_term(BARE, path)

@@ -34,6 +34,8 @@ def shared_points(probe: dict, file=None) -> list[dict]:
     ``base_s``; the points of a (kind, R) without an unshared point are left out."""
     pts = [p for p in probe.get("points", []) if isinstance(p, dict) and p.get("part") == "shared"]
     for i, p in enumerate(pts):
+        if not isinstance(p.get("kind"), str):
+            raise InputError(file, f"points[{i}].kind", p.get("kind"), "must name the step's drafter kind")
         for key in KEYS:
             v = p.get(key)
             if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
@@ -47,13 +49,13 @@ def columns(fit: TargetFit, points: list[dict]) -> dict:
     """Per point: R, its query-tile width, the measured and unshared target seconds, and
     ``gain(ratio)``: the decode attention's change when ``ratio`` of its repeated tokens come
     off the stream (arrays over the points)."""
-    bare = replace(fit, shared_widths=(), shared_ratio=())
+    every = replace(fit, shared_widths=(1.0,), shared_ratio=(1.0,))  # each repeated token off the stream
     shapes = [(p["reqs"], round(p["verify_tokens"]), p["reqs"] * p["context"], p["context"], p["shared_tokens"])
               for p in points]
-    unshared = np.array([bare.decode_attn(r, v, ctx, SCALAR, c) for r, v, ctx, c, _ in shapes])
+    unshared = np.array([every.decode_attn(r, v, ctx, SCALAR, c) for r, v, ctx, c, _ in shapes])
 
-    def gain(ratio: np.ndarray) -> np.ndarray:
-        return np.array([replace(bare, shared_widths=(1.0,), shared_ratio=(float(k),)).decode_attn(r, v, ctx, SCALAR, c, shared=d)
+    def gain(ratio: np.ndarray) -> np.ndarray:  # a ratio k of D off the stream: k * D with every token off
+        return np.array([every.decode_attn(r, v, ctx, SCALAR, c, shared=float(k) * d)
                          for (r, v, ctx, c, d), k in zip(shapes, np.broadcast_to(ratio, unshared.shape))]) - unshared
 
     return {"reqs": np.array([p["reqs"] for p in points], float),

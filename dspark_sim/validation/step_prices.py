@@ -107,7 +107,7 @@ def markdown(rows: list[dict], min_level: float) -> list[str]:
                      f"{p['replay_busy_error']:+.1%} | {p['sim_busy_error']:+.1%} |")
     lines += ["", "The step replay's busy-time error by kind of step, chat and long-prompt families (the session "
               "cases' shared prefix reads are not in the decoder's records), every level shown:", ""]
-    lines += kind_table([r for r in shown if r.get("family") != "sess" and "by_kind" in r["step_prices"]])
+    lines += kind_table([r for r in shown if r.get("family") != "sess"])
     lines += ["", "The decoder's decode-only steps by decoding requests (medians): the drafter's forward as the "
               "decoder timed it on the GPU (`draft_s`) and as the profile prices it, the rest of the step "
               "(target forward, sampling, acceptance) likewise; mean and longest context of a step, tokens.", "",
