@@ -56,6 +56,8 @@ class StepWork:
         running request reads too (each page counted past its first reader: the prefix
         cache's :attr:`~dspark_sim.serving.prefix.PrefixCache.repeat_tokens`); the GPU's L2
         serves part of those reads (``TargetFit.shared_kv_ratio``).
+    prefill_duty: for a step with prompt chunks, the share of the GPU's last
+        ``TargetFit.hot_window_s`` seconds spent in such steps (:mod:`dspark_sim.cost.hot`).
     """
 
     decode_reqs: int = 0
@@ -69,6 +71,7 @@ class StepWork:
     running_reqs: int = 0
     rank_tokens: int = 0
     shared_kv_tokens: int = 0
+    prefill_duty: float = 0.0
 
     @property
     def batch_tokens(self) -> int:
@@ -99,6 +102,7 @@ class StepWorks:
     decode_max_context: np.ndarray | int = 0
     running_reqs: np.ndarray | int = 0
     shared_kv_tokens: np.ndarray | int = 0
+    prefill_duty: np.ndarray | float = 0.0
     size: int = field(init=False, default=1)
 
     def __post_init__(self) -> None:
@@ -110,7 +114,7 @@ class StepWorks:
                     raise ValueError(f"StepWorks.{name} must be 1-D, got shape {value.shape}")
                 sizes.add(value.size)
             elif isinstance(value, (list, tuple)):
-                value = np.asarray(value, dtype=np.float64 if name == "prefill_attn_tokens2" else np.int64)
+                value = np.asarray(value, dtype=np.float64 if name in FLOAT_FIELDS else np.int64)
                 object.__setattr__(self, name, value)
                 sizes.add(value.size)
         if len(sizes) > 1:
@@ -135,7 +139,8 @@ class StepWorks:
                  for w in works]
         columns = {name: [getattr(w, name) for w in works] for name in
                    ("decode_reqs", "verify_tokens", "decode_context_tokens", "prefill_tokens", "prefill_reqs",
-                    "prefill_attn_tokens2", "decode_max_context", "running_reqs", "shared_kv_tokens")}
+                    "prefill_attn_tokens2", "decode_max_context", "running_reqs", "shared_kv_tokens",
+                    "prefill_duty")}
         return cls(**columns, draft_kind=kinds.pop() if kinds else None, draft_reqs=[d[0] for d in draft],
                    block_size=[d[1] for d in draft], draft_context_tokens=[d[2] for d in draft])
 
@@ -151,9 +156,11 @@ class StepWorks:
                               get("draft_context_tokens"))
         return StepWork(get("decode_reqs"), get("verify_tokens"), get("decode_context_tokens"),
                         get("prefill_tokens"), get("prefill_reqs"), get("prefill_attn_tokens2"), draft,
-                        get("decode_max_context"), get("running_reqs"), shared_kv_tokens=get("shared_kv_tokens"))
+                        get("decode_max_context"), get("running_reqs"), shared_kv_tokens=get("shared_kv_tokens"),
+                        prefill_duty=get("prefill_duty"))
 
 
+FLOAT_FIELDS = ("prefill_attn_tokens2", "prefill_duty")
 _WORK_FIELDS = tuple(name for name in StepWorks.__dataclass_fields__ if name not in ("draft_kind", "size"))
 
 

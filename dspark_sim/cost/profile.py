@@ -68,9 +68,9 @@ class ProfileCost:
         if f != {"memory": 1.0, "compute": 1.0, "weights": 1.0, "kv": 1.0}:
             self._target = _sharded(profile.target, f, ("kv_s_per_token", "kv_req_s_per_token"))
             self._drafts = {k: _sharded(d, f, ("kv_s_per_token",)) for k, d in profile.draft.items()}
-        self._comm0, self._comm1 = comm_s
-        self._comm = comm
+        self._comm0, self._comm1, self._comm = *comm_s, comm
         self.dp_ranks = dp_ranks  # attention-DP ranks: a step waits for the busiest one's attention and host
+        self.hot_window_s = profile.target.hot_window_s if profile.target.hot_ratio else 0.0  # prefill duty (.hot)
         # the decoder's host time (fixed under tp and projection); another engine brings its own
         self._host = profile.host if decoder_host else {}
         self._schedule = profile.schedule if decoder_host else None
@@ -133,7 +133,8 @@ class ProfileCost:
             over, linear, per_req, attn = self._target.parts(
                 work.decode_reqs, work.verify_tokens, work.prefill_tokens, ctx,
                 work.prefill_attn_tokens2, work.prefill_reqs, SCALAR, longest, shared)
-            total = over + linear + per_req + attn + self._comm_s(tokens)
+            hot = self._target.hot(work.prefill_duty, work.prefill_tokens, tokens)
+            total = over + linear * hot + per_req + attn + self._comm_s(tokens)  # x 1.0 is exact
         if work.draft is not None:
             total += self.draft_s(work.draft)
         return total + self.host_s(work) + self.sched_s(work)
@@ -167,9 +168,10 @@ class ProfileCost:
         parts = dict.fromkeys(("overhead_s", "linear_s", "per_req_s", "attn_s", "comm_s"), 0.0)
         if tokens:
             ctx, longest, shared = self._rank_context(work)
-            values = self._target.parts(work.decode_reqs, work.verify_tokens, work.prefill_tokens,
+            over, linear, per_req, attn = self._target.parts(work.decode_reqs, work.verify_tokens, work.prefill_tokens,
                                         ctx, work.prefill_attn_tokens2, work.prefill_reqs, SCALAR, longest, shared)
-            parts.update(zip(("overhead_s", "linear_s", "per_req_s", "attn_s"), values))
+            hot = self._target.hot(work.prefill_duty, work.prefill_tokens, tokens)
+            parts.update(overhead_s=over, linear_s=linear * hot, per_req_s=per_req, attn_s=attn)
             parts["comm_s"] = self._comm_s(tokens)
         parts["draft_s"] = self.draft_s(work.draft) if work.draft is not None else 0.0
         parts["host_s"] = self.host_s(work)

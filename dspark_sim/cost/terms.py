@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from dspark_sim.cost.hot import hot_scale
 from dspark_sim.cost.shapes import SCALAR, DecodeShape, Ops, pad_tokens, roof, smax, spread_tail
 from dspark_sim.cost.term_checks import check_knots, check_pad, check_table, check_terms, fail
 
@@ -97,7 +98,8 @@ class TargetFit:
     part, from the L2: a step streams ``shared_ratio`` of those repeated tokens less, by the
     query tile's width (``shared_widths``; wider windows do more work per byte and gain less),
     fitted on steps of requests sharing prefixes (:mod:`dspark_sim.profiling.shared`; none
-    where none were). m_ratio, r_delta,
+    where none were). On a GPU at its power limit, prompt steps run up to ``hot_ratio`` slower
+    by their prefill duty over ``hot_window_s`` past ``hot_duty0`` (:mod:`dspark_sim.cost.hot`). m_ratio, r_delta,
     the width ratios and the kv_ratio table interpolate their knots, clamped.
     """
 
@@ -138,6 +140,9 @@ class TargetFit:
     spread_slots: float = 0.0
     shared_widths: tuple[float, ...] = ()
     shared_ratio: tuple[float, ...] = ()
+    hot_ratio: float = 0.0
+    hot_window_s: float = 0.0
+    hot_duty0: float = 0.0
 
     def __post_init__(self) -> None:
         check_terms(self, [n for n in TARGET_BOUNDS if n != "r_delta_s"],
@@ -150,6 +155,11 @@ class TargetFit:
             fail("prefill_graph_min", self.prefill_graph_min, "must be a number >= 1")
         if len(self.shared_ratio) != len(self.shared_widths) or not all(0.0 <= r <= 1.0 for r in self.shared_ratio):
             fail("shared_ratio", self.shared_ratio, "must hold a number from 0 to 1 for each of shared_widths")
+        for name in ("hot_ratio", "hot_window_s"):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
+                fail(name, getattr(self, name), "must be a number >= 0")
+        if not 0.0 <= self.hot_duty0 < 1.0:
+            fail("hot_duty0", self.hot_duty0, "must be a number from 0 to below 1")
         check_knots("moe_tokens", self.moe_tokens, "moe_fraction", self.moe_fraction)
         check_knots("m_knots", self.m_knots, "m_ratio", self.m_ratio)
         check_knots("r_knots", self.r_knots, "r_delta_s", self.r_delta_s)
@@ -319,6 +329,10 @@ class TargetFit:
             out = out + spread_tail(self.spread_ratio, self.spread_slots, r,
                                     self.kv_req_s_per_token * (longest - ctx / r), shape)
         return out * (reqs > 0)
+
+    def hot(self, duty: float, prefill_tokens: int, tokens: int) -> float:
+        """The factor on a step's linear seconds at prefill ``duty`` (:mod:`.hot`)."""
+        return hot_scale(self.hot_ratio, self.hot_duty0, duty, prefill_tokens, tokens)
 
     def scaled(self, ratio: dict) -> TargetFit:
         """Terms scaled by ``ratio`` = {"memory": x, "compute": y} (missing bounds stay)."""

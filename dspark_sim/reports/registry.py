@@ -92,6 +92,12 @@ def shared_steps() -> str:
     return block_text(H200 / "raw" / "served_qwen3-8b.json", H200 / "qwen3-8b.json")
 
 
+def hot_prefill() -> str:
+    from dspark_sim.reports.hot_prefill import block_text
+
+    return block_text(H200 / "prefill_clocks.json", H200 / "qwen3-8b.json")
+
+
 def long_check() -> str:
     from dspark_sim.validation.long_prompts import JSON, block_text
 
@@ -176,6 +182,7 @@ BLOCKS = {
     ("docs/profiles.md", "spread-steps"): spread_steps,
     ("docs/profiles.md", "spread-check"): spread_check,
     ("docs/profiles.md", "shared-steps"): shared_steps,
+    ("docs/profiles.md", "hot-prefill"): hot_prefill,
     ("docs/profiles.md", "engine-roofline"): engine_roofline,
 }
 

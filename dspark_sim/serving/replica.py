@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import simpy
 
+from dspark_sim.cost.hot import PrefillDuty
 from dspark_sim.serving.batch import Rows, Table
 from dspark_sim.serving.inflight import in_flight
 from dspark_sim.serving.request import Request
@@ -82,6 +83,7 @@ class Replica:
         # clock lands on a stretch's end within a rounding; the record keeps this one).
         self.clock_s = 0.0
         self.decode_step_s = 0.0  # the last step without prefill work (how far a stretch may reach)
+        self.duty = PrefillDuty(getattr(ctx.cost, "hot_window_s", 0.0))  # prompt steps' recent share (cost.hot)
         self._decoded = [0, 0]  # tokens decoding requests emitted, request-steps they took
         self._ahead = None  # the step after the last stretch, drawn with it (stretch.Ahead)
         self._wake = env.event()
@@ -199,6 +201,8 @@ class Replica:
             if step is None:  # nothing schedulable: admission lets every request run alone
                 raise InternalError(f"replica {self.index} stalled with {len(self.waiting)} requests waiting")
             end_s = self.clock_s + step.step_s
+            if step.prefill_tokens:
+                self.duty.add(self.clock_s, end_s)
             self.plan_s = self.clock_s
             self._stream(end_s, step)
             self.ctx.collector.advance(self.index, end_s)

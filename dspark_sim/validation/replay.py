@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from dspark_sim.cost.base import DraftWork, StepWork
+from dspark_sim.cost.hot import duty_column
 from dspark_sim.metrics.record import STEP_COLUMNS, WORK_COLUMNS, read_steps
 from dspark_sim.speculation.config import Speculation
 
@@ -23,14 +24,16 @@ def step_replay(run_dir: Path, speculation: Speculation, cost) -> dict | None:
     present = read_steps(run_dir / "steps.csv", (), optional=STEP_COLUMNS)
     if any(getattr(present, c) is None for c in WORK_COLUMNS) or not len(present):
         return None
-    rows = read_steps(run_dir / "steps.csv", REPLAY_COLUMNS + WORK_COLUMNS)
+    rows = read_steps(run_dir / "steps.csv", REPLAY_COLUMNS + WORK_COLUMNS + ("start_s",))
     kind = speculation.draft_kind
+    duty = duty_column(rows.start_s, rows.step_s, rows.prefill_tokens, getattr(cost, "hot_window_s", 0.0))
     out = {"decode": [], "mixed": [], "prefill": [], "sched": []}
     for i in range(len(rows)):
         dec, running, ctx = int(rows.decode_reqs[i]), int(rows.running_reqs[i]), int(rows.decode_context_tokens[i])
         draft = DraftWork(kind, dec, speculation.block_size, ctx) if dec and kind else None
         work = StepWork(dec, int(rows.verify_tokens[i]), ctx, int(rows.prefill_tokens[i]), int(rows.prefill_reqs[i]),
-                        float(rows.prefill_attn_tokens2[i]), draft, int(rows.decode_max_context[i]), running)
+                        float(rows.prefill_attn_tokens2[i]), draft, int(rows.decode_max_context[i]), running,
+                        prefill_duty=duty[i])
         parts = cost.breakdown(work)
         sched, real_sched = parts.pop("sched_s", 0.0), float(rows.sched_s[i])
         real = float(rows.step_s[i]) - real_sched

@@ -17,23 +17,26 @@ from pathlib import Path
 import numpy as np
 
 from dspark_sim.cost.base import DraftWork, StepWork
+from dspark_sim.cost.hot import WINDOW_S, duty_column
 from dspark_sim.metrics.record import WORK_COLUMNS, StepColumns, read_steps
 
 COLUMNS = ("step_s", "sched_s", "draft_s", "running_reqs", "decode_reqs", "prefill_tokens", "verify_tokens")
 BINS = ((1, 16), (17, 64), (65, 128), (129, 256))
 
 
-def priced_steps(steps: Path, speculation, cost) -> tuple[StepColumns, np.ndarray, np.ndarray]:
-    """The columns of ``steps`` (:data:`COLUMNS` and the work columns) and, per step, what the
-    profile prices it at: the whole step and the drafter's part, seconds ``[S]`` each."""
-    r = read_steps(steps, COLUMNS + WORK_COLUMNS)
+def priced_steps(steps: Path, speculation, cost, hot: bool = True) -> tuple[StepColumns, np.ndarray, np.ndarray]:
+    """The columns of ``steps`` (:data:`COLUMNS`, the work columns and ``start_s``) and, per step,
+    what the profile prices it at: the whole step and the drafter's part, seconds ``[S]`` each;
+    ``hot``: with the prefill duty each step had in the run (:mod:`dspark_sim.cost.hot`), else none."""
+    r = read_steps(steps, COLUMNS + WORK_COLUMNS + ("start_s",))
     kind, whole, draft = speculation.draft_kind, [], []
+    duty = duty_column(r.start_s, r.step_s, r.prefill_tokens, getattr(cost, "hot_window_s", 0.0) if hot else 0.0)
     for i in range(len(r)):
         dec, ctx = int(r.decode_reqs[i]), int(r.decode_context_tokens[i])
         work = StepWork(dec, int(r.verify_tokens[i]), ctx, int(r.prefill_tokens[i]), int(r.prefill_reqs[i]),
                         float(r.prefill_attn_tokens2[i]),
                         DraftWork(kind, dec, speculation.block_size, ctx) if dec and kind else None,
-                        int(r.decode_max_context[i]), int(r.running_reqs[i]))
+                        int(r.decode_max_context[i]), int(r.running_reqs[i]), prefill_duty=duty[i])
         parts = cost.breakdown(work)
         whole.append(sum(parts.values()))
         draft.append(parts.get("draft_s", 0.0))
@@ -58,9 +61,10 @@ def attribution(real_steps: Path, sim_steps: Path, speculation, cost) -> dict:
                               "rest_ms": _ms(target), "priced_rest_ms": _ms(priced_target),
                               "mean_context": float(np.median(real.decode_context_tokens[at] / real.decode_reqs[at])),
                               "longest_context": float(np.median(real.decode_max_context[at]))}
+    cool_s = priced_steps(real_steps, speculation, cost, hot=False)[1]
     return {"replay_busy_error": float(priced_s.sum() / busy - 1.0) if busy > 0 else float("nan"),
             "sim_busy_error": sim_busy / busy - 1.0 if busy > 0 else float("nan"), "decode_by_running": bins,
-            "by_kind": by_kind(real, priced_s)}
+            "by_kind": by_kind(real, priced_s), "by_duty": by_duty(real, priced_s, cool_s)}
 
 
 KINDS = ("prompt only", "prompt beside decode rows", "decode right after a prompt step", "other decode")
@@ -72,6 +76,39 @@ def by_kind(real: StepColumns, priced_s: np.ndarray) -> dict:
     after = np.concatenate(([False], pre[:-1]))
     masks = (pre & ~dec, pre & dec, ~pre & dec & after, ~pre & dec & ~after)
     return {k: [float(real.step_s[m].sum()), float(priced_s[m].sum()), int(m.sum())] for k, m in zip(KINDS, masks)}
+
+
+DUTY_BINS = ((0.0, 0.5), (0.5, 0.75), (0.75, 1.0))
+
+
+def by_duty(real: StepColumns, priced_s: np.ndarray, cool_s: np.ndarray) -> dict:
+    """The decoder's prompt steps and decode-only steps by their prefill duty (the share of the
+    second before them the GPU spent in prompt steps, :class:`~dspark_sim.cost.hot.PrefillDuty`):
+    measured seconds, priced with and without the power-limit term, and steps."""
+    pre = real.prefill_tokens > 0
+    duty = np.array(duty_column(real.start_s, real.step_s, real.prefill_tokens, WINDOW_S, every=True))
+    out = {}
+    for name, kind in (("prompt steps", pre), ("decode steps", ~pre & (real.decode_reqs > 0))):
+        for lo, hi in DUTY_BINS:
+            m = kind & (duty >= lo) & ((duty < hi) | (hi == 1.0))
+            out[f"{name} {lo:g}-{hi:g}"] = [float(real.step_s[m].sum()), float(priced_s[m].sum()),
+                                            float(cool_s[m].sum()), int(m.sum())]
+    return out
+
+
+def duty_table(rows: list[dict]) -> list[str]:
+    """Busy-time error of the step replay by prefill duty and method, with the power-limit term
+    and without it, over ``rows``' cases."""
+    keys = list(rows[0]["step_prices"]["by_duty"]) if rows else []
+    lines = ["| method | " + " | ".join(keys) + " |", "|---|" + "---|" * len(keys)]
+    for m in sorted({r["method"] for r in rows}):
+        cells = []
+        for k in keys:
+            real, priced, cool, n = (sum(r["step_prices"]["by_duty"][k][i] for r in rows if r["method"] == m)
+                                     for i in range(4))
+            cells.append(f"{priced / real - 1:+.1%} / {cool / real - 1:+.1%} ({n})" if real > 0 else "-")
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def kind_table(rows: list[dict]) -> list[str]:
@@ -108,6 +145,12 @@ def markdown(rows: list[dict], min_level: float) -> list[str]:
     lines += ["", "The step replay's busy-time error by kind of step, chat and long-prompt families (the session "
               "cases' shared prefix reads are not in the decoder's records), every level shown:", ""]
     lines += kind_table([r for r in shown if r.get("family") != "sess"])
+    lines += ["", "The same steps by their prefill duty: the share of the second before a step the GPU spent in "
+              "steps with prompt chunks (the duty of a decode step counts the prompt steps before it as well). "
+              "Each cell: the replay's busy-time error with the power-limit term (`docs/profiles.md`, "
+              "\"Steps held for seconds\") / without it (steps). Prompt steps at a high duty run slower, as the "
+              "term prices; decode steps after prompt-heavy seconds run slower too, which no term prices yet.", ""]
+    lines += duty_table([r for r in shown if r.get("family") != "sess"])
     lines += ["", "The decoder's decode-only steps by decoding requests (medians): the drafter's forward as the "
               "decoder timed it on the GPU (`draft_s`) and as the profile prices it, the rest of the step "
               "(target forward, sampling, acceptance) likewise; mean and longest context of a step, tokens.", "",

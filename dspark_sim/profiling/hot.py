@@ -1,0 +1,104 @@
+"""The power-limit term of prompt steps (:mod:`dspark_sim.cost.hot`), fitted on prompt steps
+timed back to back against the same steps timed as the profiler times them.
+
+``benchmarks/prefill_clocks.py`` times the profiler's prompt steps (one request, a chunk after
+a cached prefix) idling ``r`` times each call's seconds after it, for r = 0 (back to back: a
+prefill duty of 1, as a saturated server runs them), the profile's own ``prefill_idle`` and
+more, the shapes interleaved over two rounds, on the GPU the profile's prompt steps were timed
+on. Per shape, the back-to-back step over the profile's one, less 1, divided by the share of
+the profile's price that its linear layers make, is that shape's ``hot_ratio``;
+the term keeps the median over the shapes. Held out by whole chunk sizes: each size's
+back-to-back steps priced from its profile-condition steps with the ratio of the other sizes.
+The steps idled longer than the profile's (a lower duty) check that below the profile's duty
+nothing changes (the term prices them at the profile's price).
+
+The window the duty is taken over is not fitted (:data:`dspark_sim.cost.hot.WINDOW_S`).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from dspark_sim.cost.base import StepWork
+from dspark_sim.cost.hot import WINDOW_S
+from dspark_sim.cost.profile_format import Profile
+from dspark_sim.cost.shapes import SCALAR
+from dspark_sim.errors import InputError
+from dspark_sim.profiling.heldout import as_held_out, signed_summary
+
+KEYS = ("round", "chunk", "cached", "idle", "step_s")
+
+
+def clock_cells(probe: dict, file=None) -> list[dict]:
+    """The probe's cells, each checked: round, chunk, cached, idle and step seconds."""
+    cells = probe.get("cells")
+    if not isinstance(cells, list):
+        raise InputError(file, "cells", type(cells).__name__, "must be a list of timed prompt steps")
+    for i, c in enumerate(cells):
+        for key in KEYS:
+            v = c.get(key) if isinstance(c, dict) else None
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0 or (key == "step_s" and v <= 0):
+                raise InputError(file, f"cells[{i}].{key}", v, "must be a number >= 0 (step_s > 0)")
+    return cells
+
+
+def shape_rows(cells: list[dict], profile_idle: float, fit) -> dict:
+    """Per (round, chunk, cached) with a back-to-back cell and one at ``profile_idle``: the
+    chunk, both step seconds, the share of the profile's price in its linear layers, and the
+    longer-idle cells' seconds over the profile-condition one (arrays)."""
+    by = {}
+    for c in cells:
+        by.setdefault((c["round"], c["chunk"], c["cached"]), {})[float(c["idle"])] = c["step_s"]
+    rows = {"chunk": [], "hot_s": [], "base_s": [], "share": [], "cooler": []}
+    for (_, chunk, cached), idle in sorted(by.items()):
+        if 0.0 not in idle or profile_idle not in idle:
+            continue
+        work = StepWork(prefill_tokens=int(chunk), prefill_reqs=1, prefill_attn_tokens2=chunk * (cached + chunk / 2))
+        over, linear, per_req, attn = fit.parts(0, 0, work.prefill_tokens, 0, work.prefill_attn_tokens2, 1, SCALAR)
+        rows["chunk"].append(chunk)
+        rows["hot_s"].append(idle[0.0])
+        rows["base_s"].append(idle[profile_idle])
+        rows["share"].append(linear / (over + linear + per_req + attn))
+        rows["cooler"] += [s / idle[profile_idle] - 1.0 for r, s in idle.items() if r > profile_idle]
+    return {k: np.array(v, float) for k, v in rows.items()}
+
+
+def ratio(rows: dict, keep: np.ndarray) -> float:
+    """The median over the rows ``keep`` of each shape's ratio (see the module docstring)."""
+    return float(np.median((rows["hot_s"] / rows["base_s"] - 1.0)[keep] / rows["share"][keep]))
+
+
+def held_out_chunks(rows: dict) -> dict:
+    """Each chunk size held out in turn; the profile's price (no term) beside."""
+    pred = np.empty_like(rows["hot_s"])
+    for chunk in np.unique(rows["chunk"]):
+        test = rows["chunk"] == chunk
+        pred[test] = (rows["base_s"] * (1.0 + ratio(rows, ~test) * rows["share"]))[test]
+    return {"with": signed_summary(pred / rows["hot_s"] - 1.0),
+            "without": signed_summary(rows["base_s"] / rows["hot_s"] - 1.0),
+            "cooler": signed_summary(-rows["cooler"] / (1.0 + rows["cooler"])) if rows["cooler"].size else None}
+
+
+def with_hot_term(profile: Profile, probe_path: Path) -> tuple[Profile, dict | None]:
+    """``profile`` with the power-limit term fitted on the probe at ``probe_path`` (when it
+    timed the profile's model at the profile's ``prefill_idle``) and its held-out error
+    (``hot@chunk``), and the report; unchanged (and None) otherwise."""
+    try:
+        probe = json.loads(probe_path.read_text())
+    except (OSError, ValueError) as e:
+        raise InputError(probe_path, "file", probe_path.name, f"cannot be read as JSON ({e})") from None
+    idle = profile.provenance.get("prefill_idle")
+    if probe.get("provenance", {}).get("model") != profile.model or not isinstance(idle, (int, float)):
+        return profile, None
+    rows = shape_rows(clock_cells(probe, probe_path), float(idle), profile.target)
+    if len(np.unique(rows["chunk"])) < 2:
+        return profile, None
+    hot = max(0.0, ratio(rows, np.ones(rows["chunk"].size, bool)))
+    held = held_out_chunks(rows)
+    target = replace(profile.target, hot_ratio=hot, hot_window_s=WINDOW_S, hot_duty0=1.0 / (1.0 + float(idle)))
+    return (replace(profile, target=target, held_out={**profile.held_out, "hot@chunk": as_held_out(held["with"])}),
+            {"hot_ratio": hot, "hot_window_s": WINDOW_S, "hot_duty0": target.hot_duty0, "held_out": held,
+             "shapes": int(rows["chunk"].size), "gpu_uuid": probe.get("provenance", {}).get("gpu_uuid")})

@@ -1,0 +1,36 @@
+"""docs/profiles.md's block on the power-limit term: the prompt steps timed back to back
+against timed as the profiler times them, and the term fitted on them (:mod:`dspark_sim.profiling.hot`)."""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+
+def block_text(probe_path: Path, profile_path: Path) -> str:
+    """Provenance, the fitted term and its held-out error against none, and the cells by shape."""
+    from dspark_sim.cost.profile import load_profile
+    from dspark_sim.profiling.hot import shape_rows, with_hot_term
+
+    data = json.loads(Path(probe_path).read_text())
+    profile = load_profile(profile_path)
+    bare = replace(profile, target=replace(profile.target, hot_ratio=0.0))
+    fitted, fit = with_hot_term(bare, Path(probe_path))
+    p, t, held = data["provenance"], fitted.target, fit["held_out"]
+    summary = lambda s: f"median {100 * s['median']:.1f} %, p90 {100 * s['p90']:.1f} %, max {100 * s['max']:.1f} %, " \
+                        f"mean signed {100 * s['mean_signed']:+.1f} %"  # noqa: E731
+    idle = float(profile.provenance["prefill_idle"])
+    rows = shape_rows(data["cells"], idle, profile.target)
+    head = (f"Measured {p['date']} on {p['gpu']} ({p['gpu_uuid']}, the GPU that timed the profile's prompt steps; "
+            f"driver {p['driver']}, torch {p['torch']}, triton {p['triton']}); {p['model']}, {p['weights']} weights. "
+            f"Made by `python benchmarks/prefill_clocks.py --run`, `{Path(probe_path).name}` under profiles/h200/. "
+            f"The profile's `hot_ratio` {t.hot_ratio:.4f} past a duty of {t.hot_duty0:g} (the profiler's "
+            f"`prefill_idle` {idle:g}), over `hot_window_s` {t.hot_window_s:g} s (`python benchmarks/fit_profiles.py "
+            f"--post-only`), prices the back-to-back steps, each chunk size held out in turn, at "
+            f"{summary(held['with'])}; taking each at its step timed as the profiler times it (no term) is {summary(held['without'])} "
+            f"over the same {fit['shapes']} shapes. Steps idled longer than the profiler's, which the term leaves at "
+            f"their price as profiled: {summary(held['cooler'])}.")
+    lines = ["| chunk | back to back ms | as profiled ms | slower | linear share of the price |", "|---|---|---|---|---|"]
+    for chunk, hot, base, share in zip(rows["chunk"], rows["hot_s"], rows["base_s"], rows["share"]):
+        lines.append(f"| {chunk:.0f} | {1e3 * hot:.2f} | {1e3 * base:.2f} | {hot / base - 1:+.1%} | {share:.2f} |")
+    return "\n".join([head, ""] + lines)
