@@ -37,6 +37,11 @@ with prompt chunks runs further over its price than other decode steps. This tim
 step of R requests (long-tailed contexts) by device events, right after an eager prompt step
 of ``AFTER_CHUNK`` tokens and right after another decode step, alternating, for every drafter
 kind (the GPU's clock falls under a prompt step's power and may not be back for the next).
+The same decode step is also timed after ``HOLD_S`` of prompt steps back to back (a prefill
+duty of 1, as a saturated server holds the GPU at its power limit) and after ``HOLD_S`` idle
+(the clock restored), ``CLOCK_REPS`` times each: what the power limit costs a decode step of
+each drafter kind, which the profile's power-limit term (``dspark_sim/cost/hot.py``) does not
+price yet.
 
 Each point is written as soon as it is timed; a failing point is recorded and skipped, and
 no point starts after ``--budget-s`` seconds.
@@ -60,8 +65,10 @@ GROUPS = (0, 32, 8, 1)  # 0: every request its own prefix
 KINDS = ("none", "block")
 LAYOUT_KINDS, LAYOUT_REQS = ("none", "chain", "block"), (192, 128, 64)  # a table row left for a prompt
 AFTER_CHUNK = 4096
+HOLD_S, CLOCK_REPS = 1.0, 3  # seconds of back-to-back prompt steps (or idle) before a decode step
 EAGER_REQS, EAGER_CHUNKS = (128, 64), (512, 2048)
-TINY = dict(reqs=(4,), groups=(0, 2, 1), context=48, prefix=32, eager_reqs=(3,), eager_chunks=(8,), layout_reqs=(4,), after_chunk=8)
+TINY = dict(reqs=(4,), groups=(0, 2, 1), context=48, prefix=32, eager_reqs=(3,), eager_chunks=(8,), layout_reqs=(4,), after_chunk=8,
+            hold_s=0.01)
 
 
 def build(args):
@@ -83,7 +90,8 @@ def build(args):
     dec = Decoder(get_model(args.model), conf)
     dec.randomize_cache()
     return Stepper(dec), dict(reqs=REQS, groups=GROUPS, context=CONTEXT, prefix=PREFIX, eager_reqs=EAGER_REQS,
-                              eager_chunks=EAGER_CHUNKS, layout_reqs=LAYOUT_REQS, after_chunk=AFTER_CHUNK)
+                              eager_chunks=EAGER_CHUNKS, layout_reqs=LAYOUT_REQS, after_chunk=AFTER_CHUNK,
+                              hold_s=HOLD_S)
 
 
 def shared_requests(dec, reqs: int, groups: int, context: int, prefix: int, rng) -> list | None:
@@ -224,7 +232,7 @@ def run_after(out: dict, stepper, grid: dict, args, rng) -> None:
                 if seqs is None:
                     raise RuntimeError("the pages do not hold these requests")
                 point = Point(dec, [], chunk, 0, rng)
-                got = time_after(dec, seqs, point, args.reps)
+                got = time_after(dec, seqs, point, args.reps, grid["hold_s"])
             except Exception as e:  # noqa: BLE001
                 _fail(out, key, e)
                 continue
@@ -237,12 +245,15 @@ def run_after(out: dict, stepper, grid: dict, args, rng) -> None:
             out["points"].append({**key, "context_sum": sum(lengths), **got})
             write_result(args.out, out)
             print(f"{kind:5s} R {reqs:4d}: decode after prompt {got['after_prompt_s'] * 1e3:8.3f} ms, after decode "
-                  f"{got['after_decode_s'] * 1e3:8.3f} ms (+{time.monotonic() - T0:.0f} s)", flush=True)
+                  f"{got['after_decode_s'] * 1e3:8.3f} ms, hot {got['hot_s'] * 1e3:8.3f} ms, cool "
+                  f"{got['cool_s'] * 1e3:8.3f} ms (+{time.monotonic() - T0:.0f} s)", flush=True)
 
 
-def time_after(dec, seqs: list, point, reps: int) -> dict:
+def time_after(dec, seqs: list, point, reps: int, hold_s: float) -> dict:
     """Three warm decode steps, then ``reps`` rounds of: a prompt step, a decode step, a decode
-    step; each decode step's device seconds (events), launched as the serving loop launches it."""
+    step; then :data:`CLOCK_REPS` rounds of: ``hold_s`` idle, a decode step (cool), ``hold_s`` of
+    prompt steps back to back, a decode step (hot). Each decode step's device seconds (events),
+    launched as the serving loop launches it."""
     def decode() -> float:
         for s in seqs:
             dec.pages.reserve(s, len(s.tokens) + s.pending + dec.conf.block_size)
@@ -259,11 +270,23 @@ def time_after(dec, seqs: list, point, reps: int) -> dict:
             point.step()
             after_prompt.append(decode())
             after_decode.append(decode())
+        cool, hot, held = [], [], []
+        for _ in range(CLOCK_REPS):
+            time.sleep(hold_s)
+            cool.append(decode())
+            t0, n = time.monotonic(), 0
+            while time.monotonic() - t0 < hold_s or not n:
+                point.step()
+                n += 1
+            held.append(n)
+            hot.append(decode())
     finally:
         if was:
             gc.enable()
     return {"after_prompt_s": statistics.median(after_prompt), "after_decode_s": statistics.median(after_decode),
-            "runs": {"after_prompt": after_prompt, "after_decode": after_decode}}
+            "cool_s": statistics.median(cool), "hot_s": statistics.median(hot), "hold_s": hold_s,
+            "runs": {"after_prompt": after_prompt, "after_decode": after_decode, "cool": cool, "hot": hot,
+                     "prompt_steps_held": held}}
 
 
 def run_eager(out: dict, stepper, grid: dict, args, rng) -> None:

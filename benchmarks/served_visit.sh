@@ -4,7 +4,8 @@
 #            long-tailed contexts with KV pages in order and scattered over the pool, and eager
 #            steps (decode rows beside a prompt chunk) likewise -> $OUT/served_layout.json (200 s)
 #   after    benchmarks/served_steps.py --part after: a decode step right after a prompt step
-#            against one right after a decode step -> $OUT/served_after.json (150 s)
+#            against one right after a decode step, and after a second of prompt steps back to
+#            back against after a second idle (the power limit) -> $OUT/served_after.json (200 s)
 #   fp8      tests/test_decoder_moe_fp8.py on the GPU (60 s)
 # Usage (repository root, on the device machine):
 #   bash benchmarks/served_visit.sh                # all three, in this order
@@ -21,7 +22,7 @@ for stage in "${@:-layout after fp8}"; do
   for s in $stage; do
     case $s in
       layout) run layout 200 python3 benchmarks/served_steps.py --run --part layout --budget-s 180 --out "$OUT/served_layout.json" ;;
-      after) run after 150 python3 benchmarks/served_steps.py --run --part after --budget-s 130 --out "$OUT/served_after.json" ;;
+      after) run after 200 python3 benchmarks/served_steps.py --run --part after --budget-s 170 --out "$OUT/served_after.json" ;;
       fp8) run fp8 60 python3 -m pytest -q tests/test_decoder_moe_fp8.py -p no:cacheprovider ;;
       *) say "unknown stage $s (layout, after, fp8)"; exit 2 ;;
     esac

@@ -37,9 +37,11 @@ _SECTIONS = (
     ("layout_mixed", ("R", "chunk", "pages", "GPU ms (launch hidden)", "vs ordered"),
      lambda ps, p: (str(p["reqs"]), str(p["chunk"]), p["layout"], _ms(p["gpu_s"]),
                     _against(ps, p, "gpu_s", ("reqs",), layout="ordered"))),
-    ("after", ("kind", "R", "decode ms after a prompt step", "after a decode step", "difference"),
+    ("after", ("kind", "R", "decode ms after a prompt step", "after a decode step", "difference",
+               "after a second of prompt steps", "after a second idle", "hot vs cool"),
      lambda ps, p: (p["kind"], str(p["reqs"]), _ms(p["after_prompt_s"]), _ms(p["after_decode_s"]),
-                    f"{p['after_prompt_s'] / p['after_decode_s'] - 1:+.1%}")),
+                    f"{p['after_prompt_s'] / p['after_decode_s'] - 1:+.1%}")
+     + ((_ms(p["hot_s"]), _ms(p["cool_s"]), f"{p['hot_s'] / p['cool_s'] - 1:+.1%}") if "hot_s" in p else ("-",) * 3)),
     ("eager", ("R", "chunk", "launch ms") + tuple(f"GPU ms behind {f:g}x launch" for f in SPINS),
      lambda ps, p: (str(p["reqs"]), str(p["chunk"]), f"{p['launch_s'] * 1e3:.1f}")
      + tuple(_ms(p["gpu_s"][str(f)]) for f in SPINS)),
