@@ -30,9 +30,9 @@ forward is launched kernel by kernel, the host's ``forward_s`` at least. With an
 backend (DeepEP, ``ep`` > 1) such a step dispatches in DeepEP's normal mode, whose dispatch hands
 the tokens each expert receives back to the host: the host waits for the GPU at every MoE layer,
 so the launches add to the GPU's time instead of running beside it (``serial``). With
-speculative decoding the MTP module's draft pass over the prompt tokens (its ``draft_layers``)
-follows the target's forward in the same step. Sources: docs/engine_defaults.md, "DP attention:
-steps with an idle rank run eager".
+speculative decoding the MTP module's draft pass over the prompt tokens follows the target's
+forward in the same step (its layers count in ``layers``). Sources: docs/engine_defaults.md, "DP
+attention: a step with prompt tokens and an idle rank runs eager".
 """
 from __future__ import annotations
 
