@@ -114,3 +114,14 @@ def test_the_eager_layer_time_is_fitted_on_dp_runs_with_speculation_only():
             scenario(1024, MTP, True)]
     measured = [{"mean_ttft_ms": 1.0, "mean_tpot_ms": 1.0, "output_throughput": 1.0}] * 4
     assert groups(runs, measured)["eager_layer_s:v4"] == [(0, "mean_tpot_ms"), (0, "output_throughput")]
+
+
+def test_the_diagnostic_replays_without_step_host_time_leave_the_eager_layers_out():
+    from dspark_sim.validation.published_check import variant_scenario
+
+    scenario = _scenario()
+    for variant, kept in (("shipped", True), ("no front end", True), ("no step host time", False),
+                          ("no host terms", False)):
+        work = variant_scenario(scenario, variant).engine.gpu_work
+        assert bool(work.eager_layer_s) is kept, variant
+        assert work.layer_s == scenario.engine.gpu_work.layer_s  # the GPU work stays the check's

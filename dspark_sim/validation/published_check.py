@@ -220,6 +220,21 @@ def variant_terms(terms, variant: str):
     raise ValueError(variant)
 
 
+def variant_scenario(scenario, variant: str):
+    """``scenario`` with the host time ``variant`` names left out: its engine's terms
+    (:func:`variant_terms`) and, with the per-step host time, the engines' eager layer time of
+    SGLang's prompt steps under DP attention (``GpuWork.eager_layer_s``)."""
+    from dataclasses import replace
+
+    from dspark_sim.engines.fit import with_terms
+
+    out = with_terms(scenario, variant_terms(scenario.engine.terms, variant))
+    work = out.engine.gpu_work
+    if variant in ("no step host time", "no host terms") and work is not None and work.eager_layer_s:
+        out = replace(out, engine=replace(out.engine, gpu_work=replace(work, eager_layer_s=())))
+    return out
+
+
 def time_split(result) -> dict:
     """Where one replay's engine time goes: the share of its steps' time (GPU work and host time
     together) spent in steps that prefill a chunk of some prompt, and the engine's busy share of
@@ -241,7 +256,6 @@ def diagnose_case(case: dict, seeds=SEEDS) -> dict:
     errors of each, and the time split of the shipped replay at the first seed."""
     from dspark_sim.serving.simulator import simulate
     from dspark_sim.metrics.summary import summarize
-    from dspark_sim.engines.fit import with_terms
 
     warnings.simplefilter("ignore", UserWarning)
     started = time.perf_counter()
@@ -254,7 +268,7 @@ def diagnose_case(case: dict, seeds=SEEDS) -> dict:
         preds = []
         for seed in seeds:
             scenario = case_scenario(case, seed)
-            result = simulate(with_terms(scenario, variant_terms(scenario.engine.terms, variant)))
+            result = simulate(variant_scenario(scenario, variant))
             s = summarize(result)
             preds.append({name: getattr(s, key) for name, key in keys.items()})
             if variant == "shipped" and seed == seeds[0]:
