@@ -2,6 +2,9 @@
 
     python benchmarks/external.py calibrate   # fit each engine's host terms on the 'calibrate' cases
                                               #   -> dspark_sim/engines/terms.json
+    python benchmarks/external.py calibrate --only eager_layer_s
+                                              # fit only these terms of the engines' MoE roofline
+                                              #   again, everything else in terms.json held
     python benchmarks/external.py check       # replay every case with the shipped terms
                                               #   -> docs/external.md, docs/external.json
     python benchmarks/external.py             # both
@@ -23,7 +26,11 @@ import warnings
 
 from dspark_sim.cost.jsonio import write_json_atomic
 from dspark_sim.validation.published import CASES, ROOT, load_cases
-from dspark_sim.validation.published_check import SEEDS, SUMMARY_GROUPS, TERMS, calibrate, check, diagnose, summary
+from dspark_sim.validation.published_check import (SEEDS, SUMMARY_GROUPS, TERMS, calibrate, calibrate_only, check,
+                                                   diagnose, summary)
+from dspark_sim.profiling.gpu_work_fit import BOUNDS
+
+ONLY_TERMS = tuple(BOUNDS)
 from dspark_sim.validation.published_page import (DIAG_DOC, DIAG_JSON, DOC, DOC_JSON, write_defaults_doc,
                                                   write_diagnose_doc, write_doc)
 
@@ -36,6 +43,9 @@ def main(argv=None) -> int:
                         f"{len(SEEDS)})")
     parser.add_argument("--jobs", type=int, default=1, help="processes replaying cases (default 1)")
     parser.add_argument("--cases", nargs="+", metavar="ID", help="diagnose only these cases (default: all)")
+    parser.add_argument("--only", nargs="+", metavar="TERM", choices=ONLY_TERMS,
+                        help="calibrate: fit only these terms of the engines' MoE roofline, the rest of "
+                        "terms.json held")
     args = parser.parse_args(argv)
     seeds = tuple(range(args.seeds))
     warnings.simplefilter("ignore", UserWarning)  # the roofline's "no measured profile": named in the table
@@ -46,7 +56,14 @@ def main(argv=None) -> int:
             print(f"{CASES.relative_to(ROOT)}: cases: unknown case {name!r}", file=sys.stderr)
             return 2
     write_defaults_doc()
-    if args.what in ("all", "calibrate"):
+    if args.only:
+        if args.what != "calibrate" or not TERMS.is_file():
+            print("--only: refits terms of an existing dspark_sim/engines/terms.json with 'calibrate'",
+                  file=sys.stderr)
+            return 2
+        write_json_atomic(TERMS, calibrate_only(cases, tuple(args.only), json.loads(TERMS.read_text())))
+        print(f"wrote {TERMS.relative_to(ROOT)}", file=sys.stderr)
+    elif args.what in ("all", "calibrate"):
         write_json_atomic(TERMS, calibrate(cases))
         print(f"wrote {TERMS.relative_to(ROOT)}", file=sys.stderr)
     if args.what == "report":  # the simulated numbers as they are, the gaps as the YAML has them now

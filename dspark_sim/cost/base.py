@@ -52,6 +52,9 @@ class StepWork:
     rank_tokens: under DP attention, the tokens of the step's busiest attention rank (its prompt
         chunks and its decoding rows' verify tokens; :mod:`dspark_sim.serving.ranks`); 0: the
         step's tokens spread evenly over the ranks.
+    idle_ranks: under DP attention, the attention ranks with no tokens in this step (no prompt
+        chunk and no decoding row): SGLang runs a step with prompt tokens eagerly on every rank
+        when one of them is idle (:class:`~dspark_sim.engines.step_cost.EngineCost`).
     shared_kv_tokens: KV tokens the decoding requests read from prefix-cache pages another
         running request reads too (each page counted past its first reader: the prefix
         cache's :attr:`~dspark_sim.serving.prefix.PrefixCache.repeat_tokens`); the GPU's L2
@@ -71,6 +74,7 @@ class StepWork:
     running_reqs: int = 0
     rank_tokens: int = 0
     shared_kv_tokens: int = 0
+    idle_ranks: int = 0
     prefill_duty: float = 0.0
 
     @property

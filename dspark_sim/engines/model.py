@@ -105,7 +105,10 @@ class GpuWork:
     steps that compute it, the same for requests taken in together; moe_bw_eff: the share of HBM
     bandwidth the expert GEMMs reach; flops_eff: (served weight format, share) pairs, the share of
     the tensor cores' FLOP/s the GEMMs reach at a large batch, by the kernels a format runs on (a
-    format not named keeps the roofline's); fitted_from: the published runs it was fitted on.
+    format not named keeps the roofline's); eager_layer_s: (kind, seconds) pairs, the host's time
+    to run one layer of a forward eagerly (SGLang's steps with prompt tokens in which a DP-attention
+    rank is idle: :class:`~dspark_sim.engines.step_cost.EngineCost`); fitted_from: the published
+    runs it was fitted on.
     """
 
     layer_s: tuple[tuple[str, float], ...] = ()
@@ -113,17 +116,19 @@ class GpuWork:
     moe_bw_eff: float | None = None
     fitted_from: tuple[str, ...] = ()
     flops_eff: tuple[tuple[str, float], ...] = ()
+    eager_layer_s: tuple[tuple[str, float], ...] = ()
 
     def to_json_dict(self) -> dict:
         return {"layer_s": dict(self.layer_s), "first_token_s": dict(self.first_token_s),
                 "moe_bw_eff": self.moe_bw_eff, "flops_eff": dict(self.flops_eff),
-                "fitted_from": list(self.fitted_from)}
+                "eager_layer_s": dict(self.eager_layer_s), "fitted_from": list(self.fitted_from)}
 
     @classmethod
     def from_json_dict(cls, raw: dict) -> GpuWork:
         return cls(tuple(sorted(raw.get("layer_s", {}).items())), tuple(sorted(raw.get("first_token_s", {}).items())),
                    raw.get("moe_bw_eff"), tuple(raw.get("fitted_from", ())),
-                   tuple(sorted(raw.get("flops_eff", {}).items())))
+                   tuple(sorted(raw.get("flops_eff", {}).items())),
+                   tuple(sorted(raw.get("eager_layer_s", {}).items())))
 
 
 @dataclass(frozen=True, slots=True)

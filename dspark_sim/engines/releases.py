@@ -103,6 +103,25 @@ DEFAULT_SOURCES = {
          "(prepare_mlp_sync_batch_raw: an idle batch where any rank has tokens); speculative/eagle_worker_v2.py:"
          "1423-1426 (forward_batch_generation: a step with extend in batch runs prefill only); "
          "sglang/srt/environ.py:1558"),
+        ("DP attention: a step with prompt tokens and an idle rank runs eager", "prompt steps replay breakable CUDA "
+         "graphs by default, but under DP attention the ranks' graph votes are a minimum over the ranks and the "
+         "prefill graph runner refuses a batch in which any rank has no tokens (with speculative decoding every "
+         "prompt step in which not all ranks prefill), so the step is launched kernel by kernel on every rank: it "
+         "lasts at least the host's eager forward (eager_layer_s a layer, fitted: docs/external.md), with MTP its "
+         "draft pass over the prompt too; with DeepEP (ep > 1) such a step dispatches in normal mode, whose "
+         "dispatch returns each expert's received-token counts to the host, so the host waits for the GPU at "
+         "every MoE layer and the launches add to the GPU's time. Not priced: MegaMoE's exception (no "
+         "scenario key), and the host all-gather of the ranks' batches (twice an iteration with speculation; "
+         "host time, hidden behind the GPU's steps by the overlap scheduler)", "sglang 0.5.23 sglang/srt/"
+         "model_executor/cuda_graph_config.py:119-123 (default_prefill_backend: breakable on CUDA); "
+         "managers/scheduler_components/dp_attn.py:290-294 (votes min-reduced), 384-398 (an idle rank votes "
+         "yes), 777-808 (maybe_convert_decode_to_extend: an idle rank leaves the step eager); model_executor/"
+         "runner/prefill_cuda_graph_runner.py:978-994 (_has_inactive_dp_rank), 1425-1436 (can_run_graph); "
+         "model_executor/forward_batch_info.py:400-414 (MegaMoE's exception); layers/moe/utils.py:278-285 "
+         "(DeepEP auto mode: normal with extend in batch); layers/moe/token_dispatcher/deepep.py:123, 611-618 "
+         "(num_recv_tokens_per_expert a host list); speculative/eagle_worker_v2.py:1595-1601 "
+         "(_draft_extend_for_prefill after the target's prefill); managers/scheduler.py:3979-3990 and "
+         "scheduler_components/dp_attn.py:609-652 (the gathers, on the CPU group with the overlap scheduler)"),
     ],
     "vllm": [
         ("max_batched_tokens", "8192 (>= 70 GiB, not A100), 16384 (>= 160 GiB), else 2048 (OpenAI server)",

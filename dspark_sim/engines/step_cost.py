@@ -21,21 +21,66 @@ overlap the host time adds to the GPU's.
 Under DP attention (``dp_ranks`` > 1) every rank runs its own scheduler over the requests dealt
 to it, in parallel with the others: a step's host time per request is the busiest rank's
 (``ceil(R / ranks)`` requests), its bias each rank's own.
+
+SGLang under DP attention runs a step with prompt tokens in which some rank is idle without CUDA
+graphs, on every rank (``eager_prefill``, :class:`EagerPrefill`, ``eager_s`` in the breakdown):
+its prompt steps replay breakable CUDA graphs by default, but the ranks' graph vote is a minimum
+over them and the prefill graph runner refuses a batch with an inactive rank, so the step's
+forward is launched kernel by kernel, the host's ``forward_s`` at least. With an all-to-all MoE
+backend (DeepEP, ``ep`` > 1) such a step dispatches in DeepEP's normal mode, whose dispatch hands
+the tokens each expert receives back to the host: the host waits for the GPU at every MoE layer,
+so the launches add to the GPU's time instead of running beside it (``serial``). With
+speculative decoding the MTP module's draft pass over the prompt tokens follows the target's
+forward in the same step (its layers count in ``layers``). Sources: docs/engine_defaults.md, "DP
+attention: a step with prompt tokens and an idle rank runs eager".
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from dspark_sim.cost.base import CostModel, StepWork
 from dspark_sim.cost.parallel import busiest_rank
 from dspark_sim.engines.model import EngineTerms
 
 
+@dataclass(frozen=True, slots=True)
+class EagerPrefill:
+    """SGLang's eager steps under DP attention (see the module docstring): ``forward_s``, the host's
+    seconds to run one forward of ``layers`` layers (the target's and the MTP module's draft pass)
+    eagerly at ``layer_s`` a layer; ``serial``: the host waits for the GPU at every MoE layer
+    (DeepEP's normal-mode dispatch), so its time adds to the GPU's."""
+
+    layer_s: float
+    layers: int
+    serial: bool
+
+    @property
+    def forward_s(self) -> float:
+        return self.layer_s * self.layers
+
+    def seconds(self, gpu_s: float) -> float:
+        """What the eager launches add to a step whose GPU work takes ``gpu_s``."""
+        return self.forward_s if self.serial else max(0.0, self.forward_s - gpu_s)
+
+
+def eager_prefill(engine, model, parallel, speculation, layer_s: float | None) -> EagerPrefill | None:
+    """:class:`EagerPrefill` of ``engine`` serving ``model`` over ``parallel`` (None: its steps keep
+    their CUDA graphs, or no eager layer time is fitted for the model's kind: ``layer_s``)."""
+    if engine.name != "sglang" or parallel.dp_ranks <= 1 or not layer_s:
+        return None
+    draft = model.mtp_layers if speculation.method != "none" and speculation.drafter == "mtp" else 0
+    return EagerPrefill(layer_s, model.num_layers + draft, parallel.ep > 1)
+
+
 class EngineCost:
     """:class:`CostModel` of ``gpu`` plus an engine's host terms (see the module docstring)."""
 
     def __init__(self, gpu: CostModel, terms: EngineTerms, *, label: str, graph_max_tokens: int | None = None,
-                 overlap: bool = False, multi_step: int = 1, dp_ranks: int = 1):
+                 overlap: bool = False, multi_step: int = 1, dp_ranks: int = 1,
+                 eager_prefill: EagerPrefill | None = None):
         self.gpu, self.terms, self.graph_max_tokens, self.label = gpu, terms, graph_max_tokens, label
         self.overlap, self.multi_step, self.dp_ranks = overlap, multi_step, dp_ranks
+        self.eager_prefill = eager_prefill
         self.name = f"{gpu.name}+{label.replace(' ', '-')}"
         self.source = f"{gpu.source}; engine {label}: {terms.source}"
 
@@ -68,6 +113,8 @@ class EngineCost:
             limit = self.graph_max_tokens
             if limit is not None and not work.prefill_reqs and work.verify_tokens > limit and t.eager_step_s:
                 eager = max(0.0, t.eager_step_s - sum(parts.values()))
+            if self.eager_prefill is not None and work.prefill_tokens and work.idle_ranks:
+                eager = max(eager, self.eager_prefill.seconds(sum(parts.values())))
             if self.overlap:  # hidden behind the GPU's work up to its length
                 engine = max(0.0, engine - sum(parts.values()) - eager)
         parts["engine_s"] = engine
@@ -75,7 +122,8 @@ class EngineCost:
         return parts
 
     def breakdown_array(self, works) -> dict:
-        """:meth:`breakdown` of N steps (the skip-ahead path): the GPU's arrays plus the engine's."""
+        """:meth:`breakdown` of N steps (the skip-ahead path, decode steps only: no eager prompt
+        step): the GPU's arrays plus the engine's."""
         import numpy as np
 
         parts = self.gpu.breakdown_array(works)
@@ -105,4 +153,4 @@ class EngineCost:
         return sum(self.breakdown(work).values())
 
 
-__all__ = ["EngineCost"]
+__all__ = ["EagerPrefill", "EngineCost", "eager_prefill"]

@@ -20,10 +20,15 @@ runs it shows in:
   share of the tensor cores' FLOP/s the GEMMs reach at a large batch, fitted on the TPOT and
   output throughput of the runs without speculation at ``HUGE`` (the engine's batch at its cap,
   its prompts' prefill beside it; a run at a higher concurrency of the same source is the same
-  steady state and is checked, not fitted on).
+  steady state and is checked, not fitted on);
+* ``eager_layer_s`` by attention kind: the host's time to run one layer of a forward eagerly,
+  which SGLang does in a step with prompt tokens in which a DP-attention rank is idle
+  (:class:`~dspark_sim.engines.step_cost.EagerPrefill`), fitted on the TPOT and output throughput
+  of the runs with DP attention and speculative decoding up to ``LARGE`` (where every prompt step
+  keeps the other ranks idle).
 
 So each regime of batch has its term: a few requests the layer floors, tens the expert
-bandwidth, the engine's cap the compute efficiency.
+bandwidth, the engine's cap the compute efficiency, DP attention's prompt steps the eager launches.
 
 Each term in turn (coordinate descent, ``ROUNDS`` rounds) minimises the squared log errors of
 its runs, every candidate replayed in full by the simulator (bounded Brent search on the
@@ -50,8 +55,8 @@ ROUNDS = 2
 DEFAULT_FLOPS_EFF = RooflineParams().flops_eff  # a format's GEMMs before the fit (the plain roofline's)
 KINDS = ("gqa", "mla", "v4")
 BOUNDS = {"layer_s": (0.0, 400e-6), "first_token_s": (0.0, 1.0), "moe_bw_eff": (0.15, 1.0),
-          "flops_eff": (0.05, 1.0)}
-XATOL = {"layer_s": 1e-6, "first_token_s": 2e-3, "moe_bw_eff": 0.01, "flops_eff": 0.01}
+          "flops_eff": (0.05, 1.0), "eager_layer_s": (0.0, 20e-3)}
+XATOL = {"layer_s": 1e-6, "first_token_s": 2e-3, "moe_bw_eff": 0.01, "flops_eff": 0.01, "eager_layer_s": 1e-4}
 
 
 def with_gpu_work(scenario: Scenario, work: GpuWork) -> Scenario:
@@ -91,6 +96,9 @@ def groups(scenarios: list[Scenario], measured: list[dict]) -> dict[str, list[tu
                 [(i, k) for k in (tpot, "output_throughput") if k and m.get(k)])
         if concurrency > LARGE:
             continue
+        if scenario.deployment.dp_attention and scenario.speculation.method != "none":
+            out.setdefault(f"eager_layer_s:{kind}", []).extend(
+                [(i, k) for k in (tpot, "output_throughput") if k and m.get(k)])
         if small:
             out.setdefault(f"layer_s:{kind}", []).extend([(i, tpot)] if tpot else [])
             out.setdefault(f"first_token_s:{kind}", []).extend([(i, ttft)] if ttft else [])
@@ -99,13 +107,16 @@ def groups(scenarios: list[Scenario], measured: list[dict]) -> dict[str, list[tu
     return {term: pairs for term, pairs in out.items() if pairs}
 
 
-def fit_gpu_work(scenarios: list[Scenario], measured: list[dict], start: GpuWork, progress=None) -> GpuWork:
-    """``start`` with each term fitted on its runs (see the module docstring); ``fitted_from``
+def fit_gpu_work(scenarios: list[Scenario], measured: list[dict], start: GpuWork, progress=None,
+                 only: tuple[str, ...] = ()) -> GpuWork:
+    """``start`` with each term fitted on its runs (see the module docstring); ``only``: fit just
+    the terms of these names (``eager_layer_s``), the others held at ``start``'s; ``fitted_from``
     names the scenarios."""
     from scipy.optimize import minimize_scalar
 
     work = replace(start, fitted_from=tuple(s.name for s in scenarios))
-    plan = groups(scenarios, measured)
+    plan = {term: pairs for term, pairs in groups(scenarios, measured).items()
+            if not only or term.split(":")[0] in only}
 
     def cost(candidate: GpuWork, pairs) -> float:
         total, sims = 0.0, {}

@@ -16,7 +16,9 @@ every rank's tokens, so a step lasts as long as its busiest rank. Each rank plan
 The replica keeps one table of requests; a request's rank is its arrival index modulo the ranks
 (:func:`rank_of`), and :func:`rank_prefill` plans the ranks' prefill chunks of one step. The
 busiest rank's tokens go to the cost model (``StepWork.rank_tokens``): the attention side of a
-step (its projections and attention, whose weights every rank holds whole) waits for them.
+step (its projections and attention, whose weights every rank holds whole) waits for them, and
+:func:`idle_ranks` counts the ranks with nothing to do in a step with prompt tokens (SGLang runs
+such a step eagerly on every rank: :class:`~dspark_sim.engines.step_cost.EngineCost`).
 """
 from __future__ import annotations
 
@@ -60,4 +62,12 @@ def busiest_rank_tokens(per_rank_prefill: np.ndarray, dec_rank: np.ndarray, veri
     return int(np.ceil((per_rank_prefill + decode).max())) if per_rank_prefill.size else 0
 
 
-__all__ = ["busiest_rank_tokens", "rank_decoders", "rank_of", "rank_prefill"]
+def idle_ranks(per_rank_prefill: np.ndarray, dec_rank: np.ndarray) -> int:
+    """Ranks with no tokens in the step: no prompt tokens (``per_rank_prefill``) and no decoding
+    row (``dec_rank``, the decoding rows' ranks)."""
+    busy = per_rank_prefill > 0
+    busy[dec_rank] = True
+    return int(busy.size - np.count_nonzero(busy))
+
+
+__all__ = ["busiest_rank_tokens", "idle_ranks", "rank_decoders", "rank_of", "rank_prefill"]

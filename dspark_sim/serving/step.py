@@ -12,7 +12,7 @@ import numpy as np
 
 from dspark_sim.cost.base import DraftWork, StepWork
 from dspark_sim.serving.inflight import Ghosts, planned_rows
-from dspark_sim.serving.ranks import busiest_rank_tokens, rank_decoders, rank_of, rank_prefill
+from dspark_sim.serving.ranks import busiest_rank_tokens, idle_ranks, rank_decoders, rank_of, rank_prefill
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +97,8 @@ def plan_step(rep, ghosts: Ghosts | None, ahead) -> PlannedStep:
     busiest = busiest_rank_tokens(ranked[1], rank[dec], d.verify_tokens / max(d.count, 1)) if ranked else 0
     work = StepWork(d.count, d.verify_tokens, dec_ctx, prefill_tokens, prefill_reqs, attn2, draft,
                     int(d.kv_tokens.max()) if num_dec else 0, n, busiest,
-                    rep.prefix.repeat_tokens if num_dec else 0, rep.duty.at(rep.clock_s) if prefill_tokens else 0.0)
+                    rep.prefix.repeat_tokens if num_dec else 0, idle_ranks(ranked[1], rank[dec]) if ranked else 0,
+                    prefill_duty=rep.duty.at(rep.clock_s) if prefill_tokens else 0.0)
     parts = rep.ctx.cost.breakdown(work)
     held = int(kv.sum()) + (int(ghosts.kv_tokens.sum()) if ghosts and num_dec else 0)
     return PlannedStep(dec, pre, num_dec, chunk, d.verify_len, d.p_true, ahead, d.budget,

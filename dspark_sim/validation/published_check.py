@@ -70,9 +70,22 @@ def fits_gpu_work(case: dict) -> bool:
     return load_cases()[0][case["source"]].get("fits") == "gpu_work"
 
 
-def calibrate_gpu_work(cases: list[dict], engines: dict):
+def calibrate_only(cases: list[dict], names: tuple[str, ...], shipped: dict) -> dict:
+    """``shipped`` (terms.json as it stands) with only the engines' MoE roofline terms ``names``
+    fitted again on the same 'calibrate' cases, the host terms and every other term held."""
+    from dspark_sim.engines.model import GpuWork
+
+    start = GpuWork.from_json_dict(shipped["gpu_work"])
+    work = calibrate_gpu_work(cases, shipped["engines"], start, names)
+    by = shipped["generated_by"].split("; ")[0]
+    return {**shipped, "generated_by": f"{by}; {', '.join(names)} again by {by} --only {' '.join(names)}",
+            "gpu_work": work.to_json_dict()}
+
+
+def calibrate_gpu_work(cases: list[dict], engines: dict, start=None, only: tuple[str, ...] = ()):
     """The engines' MoE roofline fitted on the 'calibrate' cases whose source calibrates it, each
-    replayed under its engine's host terms just fitted (``engines``); None without such cases."""
+    replayed under its engine's host terms just fitted (``engines``), from ``start`` (None: the
+    fit's own start), ``only`` these terms when given; None without such cases."""
     from dspark_sim.engines.model import EngineTerms, GpuWork
     from dspark_sim.engines.fit import with_terms
     from dspark_sim.profiling.gpu_work_fit import KINDS, fit_gpu_work
@@ -86,14 +99,14 @@ def calibrate_gpu_work(cases: list[dict], engines: dict):
         scenario = case_scenario(c)
         terms = engines.get(c["engine"], {}).get("terms")
         scenarios.append(with_terms(scenario, EngineTerms.from_json_dict(terms) if terms else EngineTerms()))
-    start = GpuWork(tuple((k, 1e-4) for k in KINDS), tuple((k, 1e-3) for k in KINDS), 0.8)
+    start = start or GpuWork(tuple((k, 1e-4) for k in KINDS), tuple((k, 1e-3) for k in KINDS), 0.8)
     calls = [0]
 
     def progress(_work) -> None:
         calls[0] += 1
         print(f"\r  replayed the cases {calls[0]} times", end="", file=sys.stderr, flush=True)
 
-    work = fit_gpu_work(scenarios, [c["measured"] for c in chosen], start, progress)
+    work = fit_gpu_work(scenarios, [c["measured"] for c in chosen], start, progress, only)
     print(file=sys.stderr)
     return work
 
@@ -207,6 +220,21 @@ def variant_terms(terms, variant: str):
     raise ValueError(variant)
 
 
+def variant_scenario(scenario, variant: str):
+    """``scenario`` with the host time ``variant`` names left out: its engine's terms
+    (:func:`variant_terms`) and, with the per-step host time, the engines' eager layer time of
+    SGLang's prompt steps under DP attention (``GpuWork.eager_layer_s``)."""
+    from dataclasses import replace
+
+    from dspark_sim.engines.fit import with_terms
+
+    out = with_terms(scenario, variant_terms(scenario.engine.terms, variant))
+    work = out.engine.gpu_work
+    if variant in ("no step host time", "no host terms") and work is not None and work.eager_layer_s:
+        out = replace(out, engine=replace(out.engine, gpu_work=replace(work, eager_layer_s=())))
+    return out
+
+
 def time_split(result) -> dict:
     """Where one replay's engine time goes: the share of its steps' time (GPU work and host time
     together) spent in steps that prefill a chunk of some prompt, and the engine's busy share of
@@ -228,7 +256,6 @@ def diagnose_case(case: dict, seeds=SEEDS) -> dict:
     errors of each, and the time split of the shipped replay at the first seed."""
     from dspark_sim.serving.simulator import simulate
     from dspark_sim.metrics.summary import summarize
-    from dspark_sim.engines.fit import with_terms
 
     warnings.simplefilter("ignore", UserWarning)
     started = time.perf_counter()
@@ -241,7 +268,7 @@ def diagnose_case(case: dict, seeds=SEEDS) -> dict:
         preds = []
         for seed in seeds:
             scenario = case_scenario(case, seed)
-            result = simulate(with_terms(scenario, variant_terms(scenario.engine.terms, variant)))
+            result = simulate(variant_scenario(scenario, variant))
             s = summarize(result)
             preds.append({name: getattr(s, key) for name, key in keys.items()})
             if variant == "shipped" and seed == seeds[0]:
