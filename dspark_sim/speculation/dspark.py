@@ -223,13 +223,26 @@ def _budgets(cands: list[Candidates], num_reqs: int, sps: SpsFn, limits: VerifyL
     forced = {int(c.forced_reqs.sum()) for c in cands}
     if len(cands) == 1 or len(forced) > 1:
         return [production_budget(c, num_reqs, sps, limits) for c in cands]
-    count = np.array([c.survival.size for c in cands])
-    survival = np.zeros((len(cands), int(count.max())))
-    for i, c in enumerate(cands):
-        survival[i, :c.survival.size] = c.survival
-    stacked = Ranked(None, survival, count, cands[0].forced_reqs, np.array([c.forced_tau for c in cands]),
-                     forced.pop())
+    stacked = _stacked(None, cands, forced.pop())
     return np.argmax(theta_many(stacked, num_reqs, sps, limits), axis=1)
+
+
+def _stacked(ranks: Ranked | None, cands: list[Candidates], forced_total: int) -> Ranked:
+    """The steps of ``ranks`` (None: none) and then ``cands``, one row each, padded to one width
+    (for Theta alone: a row's places past its count are none of its candidates)."""
+    own = 0 if ranks is None else ranks.count.size
+    count = np.array([c.survival.size for c in cands])
+    width = max(int(count.max()), 0 if ranks is None else ranks.survival.shape[1])
+    survival = np.zeros((own + len(cands), width))
+    tau = np.empty(own + len(cands))
+    for i, c in enumerate(cands, own):
+        survival[i, :c.survival.size] = c.survival
+        tau[i] = c.forced_tau
+    if ranks is None:
+        return Ranked(None, survival, count, cands[0].forced_reqs, tau, forced_total)
+    survival[:own, :ranks.survival.shape[1]] = ranks.survival
+    tau[:own] = ranks.forced_tau
+    return Ranked(None, survival, np.concatenate((ranks.count, count)), ranks.forced_reqs, tau, forced_total)
 
 
 def verify_lengths_many(ranks: Ranked, budget: np.ndarray) -> np.ndarray:
@@ -262,40 +275,39 @@ def algorithm1_many(survival: np.ndarray, sps: SpsFn, limits: VerifyLimits) -> t
     return verify_lengths_many(ranks, budget), budget
 
 
-def best_budgets(ranks: Ranked, sps: SpsFn, limits: VerifyLimits) -> np.ndarray:
-    """:func:`production_budget` of every step's own candidates, int64 [K]."""
-    return np.argmax(theta_many(ranks, ranks.forced_reqs.size, sps, limits), axis=1)
+def best_budgets(ranks: Ranked, sps: SpsFn, limits: VerifyLimits, held: list[Candidates] = ()) -> np.ndarray:
+    """:func:`production_budget` of every step's own candidates, int64 [K], then of each of
+    ``held`` (candidates kept from before) for as many requests: one evaluation where those
+    force as many drafts as the steps."""
+    num_reqs = ranks.forced_reqs.size
+    if held and all(int(c.forced_reqs.sum()) == ranks.forced_total for c in held):
+        ranks = _stacked(ranks, held, ranks.forced_total)
+    elif held:
+        return np.concatenate((best_budgets(ranks, sps, limits), _budgets(held, num_reqs, sps, limits)))
+    return np.argmax(theta_many(ranks, num_reqs, sps, limits), axis=1)
 
 
 def production_many(ranks: Ranked, held: list[Candidates], lag: int, sps: SpsFn, limits: VerifyLimits,
-                    tiers: tuple[int, ...] = (), best: np.ndarray | None = None,
-                    held_best: list[tuple[int, int] | None] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                    tiers: tuple[int, ...] = (), held_best: list[tuple[int, int] | None] | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`production` of every step, each budget from the candidates ``lag`` steps before
     (``held``: those of the steps before these, oldest first, at most ``lag``; fewer while
-    warming up, when the oldest there is serves, or the step's own when there is none).
-    ``best``: :func:`best_budgets` of ``ranks`` where known; ``held_best``: beside each of
-    ``held``, (requests, budget) where its budget for that many requests is known, else None."""
-    num_reqs = ranks.forced_reqs.size
-    if best is None:
-        best = best_budgets(ranks, sps, limits)
-    steps, kept = best.size, len(held)
+    warming up, when the oldest there is serves, or the step's own when there is none):
+    (verify lengths [K, R], budgets [K], :func:`best_budgets` of the steps' own candidates [K]).
+    ``held_best``: beside each of ``held``, (requests, budget) where its budget for that many
+    requests is known, else None; those not known are evaluated with the steps' own."""
+    num_reqs, steps, kept = ranks.forced_reqs.size, ranks.count.size, len(held)
+    source = [max(0, kept + k - lag) for k in range(min(lag, steps))]  # in held + these steps
+    known = [held_best[i] if held_best is not None and i < kept else None for i in source]
+    missing = sorted({i for i, b in zip(source, known) if i < kept and (b is None or b[0] != num_reqs)})
+    best = best_budgets(ranks, sps, limits, [held[i] for i in missing])
+    found = dict(zip(missing, best[steps:].tolist()))
+    best = best[:steps]
     budget = np.empty(steps, dtype=np.int64)
     if steps > lag:
         budget[lag:] = best[:steps - lag]  # from these steps' own candidates
-    missing = []
-    for k in range(min(lag, steps)):  # from the steps before these (the oldest there is while warming up)
-        i = max(0, kept + k - lag)  # in held + these steps
-        known = held_best[i] if held_best is not None and i < kept else None
-        if i >= kept:
-            budget[k] = best[i - kept]
-        elif known is not None and known[0] == num_reqs:
-            budget[k] = known[1]
-        else:
-            missing.append((k, i))
-    if missing:  # candidates kept from before whose budget for this many requests is not known
-        found = _budgets([held[i] for _, i in missing], num_reqs, sps, limits)
-        for (k, _), b in zip(missing, found):
-            budget[k] = b
+    for k, (i, b) in enumerate(zip(source, known)):  # from the steps before these
+        budget[k] = best[i - kept] if i >= kept else found[i] if i in found else b[1]
     budget = np.minimum(budget, ranks.count)
     if tiers:
         base = num_reqs + ranks.forced_total
@@ -305,4 +317,4 @@ def production_many(ranks: Ranked, held: list[Candidates], lag: int, sps: SpsFn,
         target = np.minimum(np.asarray(tiers + (0,))[tier], limits.max_batch_tokens)
         grown = budget + np.maximum(0, np.minimum(target - tokens, ranks.count - budget))
         budget = np.where(above, budget, grown)
-    return verify_lengths_many(ranks, budget), budget
+    return verify_lengths_many(ranks, budget), budget, best

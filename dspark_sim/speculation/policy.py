@@ -138,9 +138,10 @@ class DSparkPolicy(Policy):
         # step k's budget reads the candidates of step k - lag_steps, drawn in this same call
         # (or kept from before it).
         self._ranked = dspark.ranked(survival, self.limits)
-        self._best = dspark.best_budgets(self._ranked, self.sps, self.limits)
-        return dspark.production_many(self._ranked, list(self._lagged), self.spec.lag_steps, self.sps,
-                                      self.limits, self._tiers, self._best, list(self._lagged_best))
+        verify_len, budget, self._best = dspark.production_many(
+            self._ranked, list(self._lagged), self.spec.lag_steps, self.sps, self.limits, self._tiers,
+            list(self._lagged_best))
+        return verify_len, budget
 
     def commit(self, taken):
         if self._ranked is not None and self.spec.lag_steps:
