@@ -119,9 +119,9 @@ class AcceptanceModel:
         (leading axes: steps); the same operations on every step, so the numbers do not depend
         on how many steps are evaluated together."""
         g = block_size
-        t = np.take(self._table[g], domain_idx, axis=1)  # [4, R, g]
-        sigma = np.take(self._sigma_t, domain_idx, axis=1)
-        by_request = np.swapaxes(z, -1, -2)  # [..., R, 2 g + 1]: computed in the layout returned
+        t = self._table[g].take(domain_idx, axis=1)  # [4, R, g]
+        sigma = self._sigma_t.take(domain_idx, axis=1)
+        by_request = z.swapaxes(-1, -2)  # [..., R, 2 g + 1]: computed in the layout returned
         out = np.empty((2, *z.shape[:-2], z.shape[-1], g))
         neg_x, neg_logit = out[0], out[1]
         np.multiply(by_request[..., 1:g + 1], sigma[2][:, None], out=neg_x)

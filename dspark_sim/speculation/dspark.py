@@ -128,7 +128,7 @@ def algorithm1(survival: np.ndarray, sps: SpsFn, limits: VerifyLimits) -> tuple[
 def production_budget(lagged: Candidates, num_reqs: int, sps: SpsFn, limits: VerifyLimits) -> int:
     """Budget K: the unconstrained argmax of Theta over (lagged) candidates."""
     th = theta(lagged, num_reqs, sps, limits)
-    return int(np.argmax(th))  # first maximum: the smallest budget among ties
+    return int(th.argmax())  # first maximum: the smallest budget among ties
 
 
 def production(cands: Candidates, lagged: Candidates | None, sps: SpsFn,
@@ -156,7 +156,7 @@ def pad_to_tier(budget: int, base_tokens: int, available: int, tiers: tuple[int,
 
 def survival_of(conf: np.ndarray) -> np.ndarray:
     """Prefix survival probabilities from per-position confidences [..., R, block_size]."""
-    return np.cumprod(conf, axis=-1)
+    return conf.cumprod(axis=-1)
 
 
 # -- K steps of one batch at once (the simulator's stretches of steady decode steps) ----------
@@ -190,12 +190,14 @@ def ranked(survival: np.ndarray, limits: VerifyLimits) -> Ranked:
     min_drafts = min(limits.min_drafts, max_drafts)
     pairs = survival[:, :, min_drafts:max_drafts]
     flat = pairs.reshape(steps, -1)
-    ordered = np.sort(flat, axis=1)[:, ::-1]  # values only: verify_lengths_many says which of equal ones
+    ordered = flat.copy()
+    ordered.sort(axis=1)
+    ordered = ordered[:, ::-1]  # values only: verify_lengths_many says which of equal ones
     full = bool(flat.size) and ordered[:, -1].min() >= limits.survival_eps
     if full:
         count = np.full(steps, flat.shape[1])
     else:  # pairs below survival_eps are no candidates: they sort last
-        count = np.count_nonzero(flat >= limits.survival_eps, axis=1)
+        count = (flat >= limits.survival_eps).sum(axis=1)
     # the forced pairs' sum as one step sums them (a 2-D slice of that step's survival)
     forced_tau = np.array([float(s[:, :min_drafts].sum()) for s in survival]) if min_drafts else 0.0
     return Ranked(pairs, ordered, count, np.full(num_reqs, min_drafts, dtype=np.int64), forced_tau,
@@ -207,7 +209,7 @@ def theta_many(ranks: Ranked, num_reqs: int, sps: SpsFn, limits: VerifyLimits) -
     steps, width = ranks.survival.shape
     cum = np.empty((steps, width + 1))
     cum[:, 0] = 0.0
-    np.cumsum(ranks.survival, axis=1, out=cum[:, 1:])
+    ranks.survival.cumsum(axis=1, out=cum[:, 1:])
     tau = num_reqs + ranks.forced_tau
     cum += tau if isinstance(tau, float) else tau[:, None]
     first = num_reqs + ranks.forced_total
@@ -224,7 +226,7 @@ def _budgets(cands: list[Candidates], num_reqs: int, sps: SpsFn, limits: VerifyL
     if len(cands) == 1 or len(forced) > 1:
         return [production_budget(c, num_reqs, sps, limits) for c in cands]
     stacked = _stacked(None, cands, forced.pop())
-    return np.argmax(theta_many(stacked, num_reqs, sps, limits), axis=1)
+    return theta_many(stacked, num_reqs, sps, limits).argmax(axis=1)
 
 
 def _stacked(ranks: Ranked | None, cands: list[Candidates], forced_total: int) -> Ranked:
@@ -257,7 +259,7 @@ def verify_lengths_many(ranks: Ranked, budget: np.ndarray) -> np.ndarray:
         counts = (ranks.pairs > last) @ ones
         tied = ranks.pairs == last
         ties = budget - counts.sum(axis=1)  # taken among the pairs equal to the last, per step
-        order = np.cumsum(tied.reshape(steps, -1), axis=1).reshape(tied.shape)  # in request order
+        order = tied.reshape(steps, -1).cumsum(axis=1).reshape(tied.shape)  # in request order
         counts += (tied & (order <= ties[:, None, None])) @ ones
     return 1 + ranks.forced_reqs + counts
 
@@ -271,7 +273,7 @@ def algorithm1_many(survival: np.ndarray, sps: SpsFn, limits: VerifyLimits) -> t
     with np.errstate(invalid="ignore"):  # -inf - -inf past a step's count, masked below
         rises = np.diff(th, axis=1) > 0
     worse[:, :width] = ~rises | (np.arange(width) >= ranks.count[:, None])
-    budget = np.argmax(worse, axis=1)
+    budget = worse.argmax(axis=1)
     return verify_lengths_many(ranks, budget), budget
 
 
@@ -284,7 +286,7 @@ def best_budgets(ranks: Ranked, sps: SpsFn, limits: VerifyLimits, held: list[Can
         ranks = _stacked(ranks, held, ranks.forced_total)
     elif held:
         return np.concatenate((best_budgets(ranks, sps, limits), _budgets(held, num_reqs, sps, limits)))
-    return np.argmax(theta_many(ranks, num_reqs, sps, limits), axis=1)
+    return theta_many(ranks, num_reqs, sps, limits).argmax(axis=1)
 
 
 def production_many(ranks: Ranked, held: list[Candidates], lag: int, sps: SpsFn, limits: VerifyLimits,

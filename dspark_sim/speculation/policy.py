@@ -41,6 +41,18 @@ class Policy:
         verify_len, budget = self.plan(None, num_reqs)
         return np.broadcast_to(verify_len, (steps, num_reqs)), np.full(steps, budget, dtype=np.int64)
 
+    def plan_segment(self, conf: np.ndarray, steps: int, num_reqs: int) -> tuple[np.ndarray, np.ndarray, object]:
+        """:meth:`plan_many` and the :meth:`checkpoint` after it, from which :meth:`commit` keeps the
+        steps taken. One step (mostly an overlapping engine's ghost rows' step) is planned by
+        :meth:`plan`, as step by step (cheaper), which keeps the step at once: the checkpoint is
+        taken before it."""
+        if steps > 1:
+            verify_len, budget = self.plan_many(conf, steps, num_reqs)
+            return verify_len, budget, self.checkpoint()
+        state = self.checkpoint()
+        verify_len, budget = self.plan(conf[0], num_reqs)
+        return verify_len[None], np.array([budget], dtype=np.int64), state
+
     def commit(self, taken: int) -> None:
         """The first ``taken`` steps of the last :meth:`plan_many` ran (state for later steps)."""
 
