@@ -35,6 +35,7 @@ class Candidates:
     # float64 [R, W]: every request's survival past its forced drafts, where :func:`verify_lengths`
     # finds the first k pairs (None where only Theta is wanted)
     free: np.ndarray | None = None
+    forced_total: int = 0  # forced_reqs summed
 
 
 def candidates(survival: np.ndarray, limits: VerifyLimits) -> Candidates:
@@ -47,7 +48,8 @@ def candidates(survival: np.ndarray, limits: VerifyLimits) -> Candidates:
     flat = free.ravel()
     # values only: which pair of equal survival comes first is verify_lengths' to say
     ordered = np.sort(flat[flat >= limits.survival_eps])[::-1]
-    return Candidates(ordered, np.full(num_reqs, min_drafts, dtype=np.int64), float(forced.sum()), free)
+    return Candidates(ordered, np.full(num_reqs, min_drafts, dtype=np.int64), float(forced.sum()), free,
+                      num_reqs * min_drafts)
 
 
 class SpsRows:
@@ -92,7 +94,7 @@ def theta(cands: Candidates, num_reqs: int, sps: SpsFn, limits: VerifyLimits) ->
     """Predicted throughput ``tau * SPS(B)`` for admitting the first k candidates, k = 0..n
     (-inf where B passes ``limits.max_batch_tokens``)."""
     tau = num_reqs + cands.forced_tau + np.concatenate(([0.0], np.cumsum(cands.survival)))
-    first = num_reqs + int(cands.forced_reqs.sum())
+    first = num_reqs + cands.forced_total
     return tau * rates_row(sps, num_reqs, first, tau.size, limits)[:tau.size]
 
 
@@ -138,7 +140,7 @@ def production(cands: Candidates, lagged: Candidates | None, sps: SpsFn,
     num_reqs = cands.forced_reqs.size
     budget = min(production_budget(lagged or cands, num_reqs, sps, limits), cands.survival.size)
     if tiers:
-        budget = pad_to_tier(budget, num_reqs + int(cands.forced_reqs.sum()), cands.survival.size, tiers,
+        budget = pad_to_tier(budget, num_reqs + cands.forced_total, cands.survival.size, tiers,
                              limits.max_batch_tokens)
     return verify_lengths(cands, budget), budget
 
@@ -180,7 +182,7 @@ class Ranked:
         """Step ``k``'s :class:`Candidates`, for Theta."""
         n = int(self.count[k])
         tau = self.forced_tau if isinstance(self.forced_tau, float) else float(self.forced_tau[k])
-        return Candidates(self.survival[k, :n].copy(), self.forced_reqs, tau)
+        return Candidates(self.survival[k, :n].copy(), self.forced_reqs, tau, None, self.forced_total)
 
 
 def ranked(survival: np.ndarray, limits: VerifyLimits) -> Ranked:
@@ -222,7 +224,7 @@ def theta_many(ranks: Ranked, num_reqs: int, sps: SpsFn, limits: VerifyLimits) -
 def _budgets(cands: list[Candidates], num_reqs: int, sps: SpsFn, limits: VerifyLimits) -> list[int]:
     """:func:`production_budget` of each of ``cands``, in one evaluation where they share their
     forced drafts' count."""
-    forced = {int(c.forced_reqs.sum()) for c in cands}
+    forced = {c.forced_total for c in cands}
     if len(cands) == 1 or len(forced) > 1:
         return [production_budget(c, num_reqs, sps, limits) for c in cands]
     stacked = _stacked(None, cands, forced.pop())
@@ -282,7 +284,7 @@ def best_budgets(ranks: Ranked, sps: SpsFn, limits: VerifyLimits, held: list[Can
     ``held`` (candidates kept from before) for as many requests: one evaluation where those
     force as many drafts as the steps."""
     num_reqs = ranks.forced_reqs.size
-    if held and all(int(c.forced_reqs.sum()) == ranks.forced_total for c in held):
+    if held and all(c.forced_total == ranks.forced_total for c in held):
         ranks = _stacked(ranks, held, ranks.forced_total)
     elif held:
         return np.concatenate((best_budgets(ranks, sps, limits), _budgets(held, num_reqs, sps, limits)))
