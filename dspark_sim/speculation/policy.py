@@ -70,7 +70,8 @@ class Policy:
         steps committed (a step a stretch drew past its end): keep what :meth:`plan` of it keeps."""
 
     def restore(self, state) -> None:
-        """Back to a :meth:`checkpoint` (taken after a :meth:`plan_many`, before its commit)."""
+        """Back to a :meth:`checkpoint` (taken after a :meth:`plan_many`, before its commit, or
+        before the :meth:`plan` of a one-step segment, :meth:`plan_segment`)."""
 
 
 class StaticPolicy(Policy):
