@@ -58,11 +58,10 @@ class AcceptanceModel:
     def _use(self, presets: list[AcceptancePreset]) -> None:
         """Pack the presets into per-block-size arrays laid out for ``step``.
 
-        ``step`` works position-major ([block_size, R], contiguous over requests,
-        far faster in numpy than rows of block_size) and on negated logits, since
-        sigmoid(v) = 1 / (1 + exp(-v)). So table[b] is [4, b, domain]:
-        -mu, then the head's slope, -bias and -noise, the last three divided
-        by the STS temperature (not for raw confidences).
+        ``probs`` works on negated logits, since sigmoid(v) = 1 / (1 + exp(-v)), and
+        request-major, as it returns them. So table[b] is [4, domain, b]: -mu, then
+        the head's slope, -bias and -noise, the last three divided by the STS
+        temperature (not for raw confidences).
         """
         self.presets = tuple(presets)
         self._sigma = np.array([[p.difficulty_sigma, p.step_sigma, p.position_sigma] for p in presets])
@@ -72,7 +71,7 @@ class AcceptanceModel:
             rows.append(np.stack([np.negative(p.mu), np.multiply(p.conf_slope, inv_temp),
                                   np.multiply(p.conf_bias, -inv_temp), np.multiply(p.conf_noise, -inv_temp)]))
         table = np.stack(rows, axis=-1)
-        self._table = {g: np.ascontiguousarray(table[:, :g]) for g in range(1, MAX_POSITIONS + 1)}
+        self._table = {g: np.ascontiguousarray(np.swapaxes(table[:, :g], 1, 2)) for g in range(1, MAX_POSITIONS + 1)}
         self._sigma_t = np.ascontiguousarray(self._sigma.T)
 
     def new_requests(self, domain_idx: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -120,21 +119,21 @@ class AcceptanceModel:
         (leading axes: steps); the same operations on every step, so the numbers do not depend
         on how many steps are evaluated together."""
         g = block_size
-        t = np.take(self._table[g], domain_idx, axis=2)
-        sigma = np.take(self._sigma_t, domain_idx, axis=1)
-        out = np.empty((2, *z.shape[:-2], g, z.shape[-1]))
+        t = self._table[g].take(domain_idx, axis=1)  # [4, R, g]
+        sigma = self._sigma_t.take(domain_idx, axis=1)
+        by_request = z.swapaxes(-1, -2)  # [..., R, 2 g + 1]: computed in the layout returned
+        out = np.empty((2, *z.shape[:-2], z.shape[-1], g))
         neg_x, neg_logit = out[0], out[1]
-        np.multiply(z[..., 1:g + 1, :], sigma[2], out=neg_x)
+        np.multiply(by_request[..., 1:g + 1], sigma[2][:, None], out=neg_x)
         neg_x += t[0]
-        neg_x -= (z[..., 0, :] * sigma[1] + difficulty)[..., None, :]
-        np.multiply(z[..., g + 1:, :], t[3], out=neg_logit)
+        neg_x -= (z[..., 0, :] * sigma[1] + difficulty)[..., None]
+        np.multiply(by_request[..., g + 1:], t[3], out=neg_logit)
         neg_logit += t[2]
         neg_logit += np.multiply(t[1], neg_x)
         np.exp(out, out=out)  # logits stay far inside exp's range: the noise is bounded
         out += 1.0
         np.reciprocal(out, out=out)
-        p_true, conf = np.swapaxes(out, -1, -2).copy()
-        return p_true, conf
+        return out[0], out[1]
 
     def accept(self, p_true: np.ndarray, num_drafts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Accepted drafts per request, int64 [R]: sequential Bernoulli(p_true), stopped by the first

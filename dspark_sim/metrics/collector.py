@@ -169,9 +169,10 @@ class Collector:
         if lo == hi:
             self._token_gaps.extend(gap_s=[lo], count=[gaps.size])
         else:  # np.unique's values and counts, without its overhead on a batch's few gaps
-            ordered = np.sort(gaps)
-            starts = np.concatenate(([True], ordered[1:] != ordered[:-1])).nonzero()[0]
-            self._token_gaps.extend(gap_s=ordered[starts], count=np.diff(np.append(starts, ordered.size)))
+            ordered = gaps.copy()
+            ordered.sort()
+            bounds = np.concatenate(([True], ordered[1:] != ordered[:-1], [True])).nonzero()[0]  # and the end
+            self._token_gaps.extend(gap_s=ordered[bounds[:-1]], count=bounds[1:] - bounds[:-1])
 
     def on_stretch(self, replica: int, st, last_s: np.ndarray) -> None:
         """The K decode steps of a :class:`~dspark_sim.serving.stretch.Stretch`, as K steps would

@@ -87,10 +87,10 @@ def plan_step(rep, ghosts: Ghosts | None, ahead) -> PlannedStep:
         # a decoding row takes its whole window from the budget: its drafts are scheduled
         # before their verify lengths are known (the decoder, vLLM's spec tokens)
         room = max(0, min(rep.max_tokens - d.count * (d.drafts + 1), rep.prefill_cap))
-        chunk = np.minimum(np.maximum(room - (np.cumsum(rem) - rem), 0), rem)  # np.clip, without its overhead
+        chunk = np.minimum(np.maximum(room - (rem.cumsum() - rem), 0), rem)  # np.clip, without its overhead
     if pre is not None:
         prefill_tokens = int(chunk.sum())
-        prefill_reqs = int(np.count_nonzero(chunk))
+        prefill_reqs = int((chunk != 0).sum())
         attn2 = float((chunk * (c.prefilled[pre] + chunk / 2.0)).sum())
     dec_ctx = int(d.kv_tokens.sum())
     draft = DraftWork(rep.policy.draft_kind, d.count, d.drafts, dec_ctx) if d.drafts else None

@@ -138,7 +138,7 @@ def _drafting(rep, n: int, block_size: int, left, kv0, generated, stop_s: float,
     while True:
         draw = _Draw(rep, 1 if ghosts else steps, live.size, block_size, difficulty[live], domain[live], ghosts)
         new = draw.accepted + 1
-        cum = np.cumsum(new, axis=0)  # tokens each request emitted after step k
+        cum = new.cumsum(axis=0)  # tokens each request emitted after step k
         done = (cum >= left_live).any(axis=1)
         first = int(done.argmax())
         taken = first + 1 if done[first] else draw.steps
@@ -161,7 +161,7 @@ def _drafting(rep, n: int, block_size: int, left, kv0, generated, stop_s: float,
             break
     total, several = segments.steps, len(segments.draws) > 1
     new, _, verify_len = segments.matrices()
-    cum = np.cumsum(new, axis=0)
+    cum = new.cumsum(axis=0)
     kv = kv0 + (cum - new)
     if several:  # a request holds no KV of the step once it has left (every running one verifies)
         kv *= verify_len > 0
@@ -179,7 +179,8 @@ def _drafting(rep, n: int, block_size: int, left, kv0, generated, stop_s: float,
     rep.inflight.take_ghosts()  # the step in flight's ghost rows, where it left any: its first step's
     ahead = segments.ahead(taken, rep.running.cols.rid[:n])
     capped = np.minimum(cum[:taken], left)  # a finishing request emits up to its output
-    emitted = np.diff(capped.sum(axis=1), prepend=0)
+    emitted = capped.sum(axis=1)
+    emitted[1:] -= emitted[:-1]  # each step's own (np.diff, without its overhead; numpy buffers the overlap)
     run = np.minimum(segments.runs, taken) if several else taken
     left_last = left - capped[-2] if taken > 1 else left
     decode = decode[:taken] if several else np.full(taken, decode)
@@ -223,7 +224,7 @@ class Segments:
 
     def add(self, draw, taken: int, live, new, cum, left, ghosts: Ghosts | None = None) -> None:
         """Keep the first ``taken`` steps of ``draw`` (with its one step's ``ghosts``, if any)."""
-        self.states.append(self.rep.policy.checkpoint())
+        self.states.append(draw.state)
         if ghosts:
             self.ghosts.append((self.steps, ghosts, int(draw.ghost_verify[0])))
         draw.keep(taken)
@@ -321,12 +322,12 @@ def _finish(rep, steps: int, taken: int, decode: np.ndarray | int, kv, verify, b
                       shared_kv_tokens=rep.prefix.repeat_tokens)  # no finish inside a stretch changes it
     parts = rep.ctx.cost.breakdown_array(works)
     step_s = sum(parts.values())
-    times = np.cumsum(np.concatenate(([rep.clock_s], step_s)))  # sequential sums, as step by step
+    times = np.concatenate(([rep.clock_s], step_s)).cumsum()  # sequential sums, as step by step
     # a step that would start at or after the next arrival is not taken, unless (engine
     # overlap) its plan was made when the step before it started, before the arrival: the
     # newcomer joins the step after it. Not where a request would leave the batch at or after
     # the arrival while the stretch is applied before it (a router reads the batch then).
-    cut = int(np.searchsorted(times[1:taken], stop_s)) + 1
+    cut = int(times[1:taken].searchsorted(stop_s)) + 1
     if rep.overlap and cut < taken and (finishes is None or not (finishes == cut).any()):
         cut += 1
     taken = cut
@@ -351,7 +352,7 @@ class _Draw:
         self.per_step = noise + n * block_size
         words = rep.rng.bit_generator.random_raw(steps * self.per_step).reshape(steps, self.per_step)
         p_true, conf = acc.steps(difficulty, domain, block_size, words[:, :noise])
-        verify_len, self.budget = rep.policy.plan_many(conf, steps, rows)
+        verify_len, self.budget, self.state = rep.policy.plan_segment(conf, steps, rows)
         self.p_true, self.verify_len = (p_true[:, :n], verify_len[:, :n]) if rows > n else (p_true, verify_len)
         self.ghost_verify = verify_len[:, n:].sum(axis=1) if rows > n else None
         self.planned = rep.policy.planned()

@@ -35,6 +35,7 @@ class Candidates:
     # float64 [R, W]: every request's survival past its forced drafts, where :func:`verify_lengths`
     # finds the first k pairs (None where only Theta is wanted)
     free: np.ndarray | None = None
+    forced_total: int = 0  # forced_reqs summed
 
 
 def candidates(survival: np.ndarray, limits: VerifyLimits) -> Candidates:
@@ -47,7 +48,8 @@ def candidates(survival: np.ndarray, limits: VerifyLimits) -> Candidates:
     flat = free.ravel()
     # values only: which pair of equal survival comes first is verify_lengths' to say
     ordered = np.sort(flat[flat >= limits.survival_eps])[::-1]
-    return Candidates(ordered, np.full(num_reqs, min_drafts, dtype=np.int64), float(forced.sum()), free)
+    return Candidates(ordered, np.full(num_reqs, min_drafts, dtype=np.int64), float(forced.sum()), free,
+                      num_reqs * min_drafts)
 
 
 class SpsRows:
@@ -92,7 +94,7 @@ def theta(cands: Candidates, num_reqs: int, sps: SpsFn, limits: VerifyLimits) ->
     """Predicted throughput ``tau * SPS(B)`` for admitting the first k candidates, k = 0..n
     (-inf where B passes ``limits.max_batch_tokens``)."""
     tau = num_reqs + cands.forced_tau + np.concatenate(([0.0], np.cumsum(cands.survival)))
-    first = num_reqs + int(cands.forced_reqs.sum())
+    first = num_reqs + cands.forced_total
     return tau * rates_row(sps, num_reqs, first, tau.size, limits)[:tau.size]
 
 
@@ -128,7 +130,7 @@ def algorithm1(survival: np.ndarray, sps: SpsFn, limits: VerifyLimits) -> tuple[
 def production_budget(lagged: Candidates, num_reqs: int, sps: SpsFn, limits: VerifyLimits) -> int:
     """Budget K: the unconstrained argmax of Theta over (lagged) candidates."""
     th = theta(lagged, num_reqs, sps, limits)
-    return int(np.argmax(th))  # first maximum: the smallest budget among ties
+    return int(th.argmax())  # first maximum: the smallest budget among ties
 
 
 def production(cands: Candidates, lagged: Candidates | None, sps: SpsFn,
@@ -138,7 +140,7 @@ def production(cands: Candidates, lagged: Candidates | None, sps: SpsFn,
     num_reqs = cands.forced_reqs.size
     budget = min(production_budget(lagged or cands, num_reqs, sps, limits), cands.survival.size)
     if tiers:
-        budget = pad_to_tier(budget, num_reqs + int(cands.forced_reqs.sum()), cands.survival.size, tiers,
+        budget = pad_to_tier(budget, num_reqs + cands.forced_total, cands.survival.size, tiers,
                              limits.max_batch_tokens)
     return verify_lengths(cands, budget), budget
 
@@ -156,7 +158,7 @@ def pad_to_tier(budget: int, base_tokens: int, available: int, tiers: tuple[int,
 
 def survival_of(conf: np.ndarray) -> np.ndarray:
     """Prefix survival probabilities from per-position confidences [..., R, block_size]."""
-    return np.cumprod(conf, axis=-1)
+    return conf.cumprod(axis=-1)
 
 
 # -- K steps of one batch at once (the simulator's stretches of steady decode steps) ----------
@@ -180,7 +182,7 @@ class Ranked:
         """Step ``k``'s :class:`Candidates`, for Theta."""
         n = int(self.count[k])
         tau = self.forced_tau if isinstance(self.forced_tau, float) else float(self.forced_tau[k])
-        return Candidates(self.survival[k, :n].copy(), self.forced_reqs, tau)
+        return Candidates(self.survival[k, :n].copy(), self.forced_reqs, tau, None, self.forced_total)
 
 
 def ranked(survival: np.ndarray, limits: VerifyLimits) -> Ranked:
@@ -190,12 +192,14 @@ def ranked(survival: np.ndarray, limits: VerifyLimits) -> Ranked:
     min_drafts = min(limits.min_drafts, max_drafts)
     pairs = survival[:, :, min_drafts:max_drafts]
     flat = pairs.reshape(steps, -1)
-    ordered = np.sort(flat, axis=1)[:, ::-1]  # values only: verify_lengths_many says which of equal ones
+    ordered = flat.copy()
+    ordered.sort(axis=1)
+    ordered = ordered[:, ::-1]  # values only: verify_lengths_many says which of equal ones
     full = bool(flat.size) and ordered[:, -1].min() >= limits.survival_eps
     if full:
         count = np.full(steps, flat.shape[1])
     else:  # pairs below survival_eps are no candidates: they sort last
-        count = np.count_nonzero(flat >= limits.survival_eps, axis=1)
+        count = (flat >= limits.survival_eps).sum(axis=1)
     # the forced pairs' sum as one step sums them (a 2-D slice of that step's survival)
     forced_tau = np.array([float(s[:, :min_drafts].sum()) for s in survival]) if min_drafts else 0.0
     return Ranked(pairs, ordered, count, np.full(num_reqs, min_drafts, dtype=np.int64), forced_tau,
@@ -207,7 +211,7 @@ def theta_many(ranks: Ranked, num_reqs: int, sps: SpsFn, limits: VerifyLimits) -
     steps, width = ranks.survival.shape
     cum = np.empty((steps, width + 1))
     cum[:, 0] = 0.0
-    np.cumsum(ranks.survival, axis=1, out=cum[:, 1:])
+    ranks.survival.cumsum(axis=1, out=cum[:, 1:])
     tau = num_reqs + ranks.forced_tau
     cum += tau if isinstance(tau, float) else tau[:, None]
     first = num_reqs + ranks.forced_total
@@ -220,16 +224,29 @@ def theta_many(ranks: Ranked, num_reqs: int, sps: SpsFn, limits: VerifyLimits) -
 def _budgets(cands: list[Candidates], num_reqs: int, sps: SpsFn, limits: VerifyLimits) -> list[int]:
     """:func:`production_budget` of each of ``cands``, in one evaluation where they share their
     forced drafts' count."""
-    forced = {int(c.forced_reqs.sum()) for c in cands}
+    forced = {c.forced_total for c in cands}
     if len(cands) == 1 or len(forced) > 1:
         return [production_budget(c, num_reqs, sps, limits) for c in cands]
+    stacked = _stacked(None, cands, forced.pop())
+    return theta_many(stacked, num_reqs, sps, limits).argmax(axis=1)
+
+
+def _stacked(ranks: Ranked | None, cands: list[Candidates], forced_total: int) -> Ranked:
+    """The steps of ``ranks`` (None: none) and then ``cands``, one row each, padded to one width
+    (for Theta alone: a row's places past its count are none of its candidates)."""
+    own = 0 if ranks is None else ranks.count.size
     count = np.array([c.survival.size for c in cands])
-    survival = np.zeros((len(cands), int(count.max())))
-    for i, c in enumerate(cands):
+    width = max(int(count.max()), 0 if ranks is None else ranks.survival.shape[1])
+    survival = np.zeros((own + len(cands), width))
+    tau = np.empty(own + len(cands))
+    for i, c in enumerate(cands, own):
         survival[i, :c.survival.size] = c.survival
-    stacked = Ranked(None, survival, count, cands[0].forced_reqs, np.array([c.forced_tau for c in cands]),
-                     forced.pop())
-    return np.argmax(theta_many(stacked, num_reqs, sps, limits), axis=1)
+        tau[i] = c.forced_tau
+    if ranks is None:
+        return Ranked(None, survival, count, cands[0].forced_reqs, tau, forced_total)
+    survival[:own, :ranks.survival.shape[1]] = ranks.survival
+    tau[:own] = ranks.forced_tau
+    return Ranked(None, survival, np.concatenate((ranks.count, count)), ranks.forced_reqs, tau, forced_total)
 
 
 def verify_lengths_many(ranks: Ranked, budget: np.ndarray) -> np.ndarray:
@@ -244,7 +261,7 @@ def verify_lengths_many(ranks: Ranked, budget: np.ndarray) -> np.ndarray:
         counts = (ranks.pairs > last) @ ones
         tied = ranks.pairs == last
         ties = budget - counts.sum(axis=1)  # taken among the pairs equal to the last, per step
-        order = np.cumsum(tied.reshape(steps, -1), axis=1).reshape(tied.shape)  # in request order
+        order = tied.reshape(steps, -1).cumsum(axis=1).reshape(tied.shape)  # in request order
         counts += (tied & (order <= ties[:, None, None])) @ ones
     return 1 + ranks.forced_reqs + counts
 
@@ -258,44 +275,43 @@ def algorithm1_many(survival: np.ndarray, sps: SpsFn, limits: VerifyLimits) -> t
     with np.errstate(invalid="ignore"):  # -inf - -inf past a step's count, masked below
         rises = np.diff(th, axis=1) > 0
     worse[:, :width] = ~rises | (np.arange(width) >= ranks.count[:, None])
-    budget = np.argmax(worse, axis=1)
+    budget = worse.argmax(axis=1)
     return verify_lengths_many(ranks, budget), budget
 
 
-def best_budgets(ranks: Ranked, sps: SpsFn, limits: VerifyLimits) -> np.ndarray:
-    """:func:`production_budget` of every step's own candidates, int64 [K]."""
-    return np.argmax(theta_many(ranks, ranks.forced_reqs.size, sps, limits), axis=1)
+def best_budgets(ranks: Ranked, sps: SpsFn, limits: VerifyLimits, held: list[Candidates] = ()) -> np.ndarray:
+    """:func:`production_budget` of every step's own candidates, int64 [K], then of each of
+    ``held`` (candidates kept from before) for as many requests: one evaluation where those
+    force as many drafts as the steps."""
+    num_reqs = ranks.forced_reqs.size
+    if held and all(c.forced_total == ranks.forced_total for c in held):
+        ranks = _stacked(ranks, held, ranks.forced_total)
+    elif held:
+        return np.concatenate((best_budgets(ranks, sps, limits), _budgets(held, num_reqs, sps, limits)))
+    return theta_many(ranks, num_reqs, sps, limits).argmax(axis=1)
 
 
 def production_many(ranks: Ranked, held: list[Candidates], lag: int, sps: SpsFn, limits: VerifyLimits,
-                    tiers: tuple[int, ...] = (), best: np.ndarray | None = None,
-                    held_best: list[tuple[int, int] | None] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                    tiers: tuple[int, ...] = (), held_best: list[tuple[int, int] | None] | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`production` of every step, each budget from the candidates ``lag`` steps before
     (``held``: those of the steps before these, oldest first, at most ``lag``; fewer while
-    warming up, when the oldest there is serves, or the step's own when there is none).
-    ``best``: :func:`best_budgets` of ``ranks`` where known; ``held_best``: beside each of
-    ``held``, (requests, budget) where its budget for that many requests is known, else None."""
-    num_reqs = ranks.forced_reqs.size
-    if best is None:
-        best = best_budgets(ranks, sps, limits)
-    steps, kept = best.size, len(held)
+    warming up, when the oldest there is serves, or the step's own when there is none):
+    (verify lengths [K, R], budgets [K], :func:`best_budgets` of the steps' own candidates [K]).
+    ``held_best``: beside each of ``held``, (requests, budget) where its budget for that many
+    requests is known, else None; those not known are evaluated with the steps' own."""
+    num_reqs, steps, kept = ranks.forced_reqs.size, ranks.count.size, len(held)
+    source = [max(0, kept + k - lag) for k in range(min(lag, steps))]  # in held + these steps
+    known = [held_best[i] if held_best is not None and i < kept else None for i in source]
+    missing = sorted({i for i, b in zip(source, known) if i < kept and (b is None or b[0] != num_reqs)})
+    best = best_budgets(ranks, sps, limits, [held[i] for i in missing])
+    found = dict(zip(missing, best[steps:].tolist()))
+    best = best[:steps]
     budget = np.empty(steps, dtype=np.int64)
     if steps > lag:
         budget[lag:] = best[:steps - lag]  # from these steps' own candidates
-    missing = []
-    for k in range(min(lag, steps)):  # from the steps before these (the oldest there is while warming up)
-        i = max(0, kept + k - lag)  # in held + these steps
-        known = held_best[i] if held_best is not None and i < kept else None
-        if i >= kept:
-            budget[k] = best[i - kept]
-        elif known is not None and known[0] == num_reqs:
-            budget[k] = known[1]
-        else:
-            missing.append((k, i))
-    if missing:  # candidates kept from before whose budget for this many requests is not known
-        found = _budgets([held[i] for _, i in missing], num_reqs, sps, limits)
-        for (k, _), b in zip(missing, found):
-            budget[k] = b
+    for k, (i, b) in enumerate(zip(source, known)):  # from the steps before these
+        budget[k] = best[i - kept] if i >= kept else found[i] if i in found else b[1]
     budget = np.minimum(budget, ranks.count)
     if tiers:
         base = num_reqs + ranks.forced_total
@@ -305,4 +321,4 @@ def production_many(ranks: Ranked, held: list[Candidates], lag: int, sps: SpsFn,
         target = np.minimum(np.asarray(tiers + (0,))[tier], limits.max_batch_tokens)
         grown = budget + np.maximum(0, np.minimum(target - tokens, ranks.count - budget))
         budget = np.where(above, budget, grown)
-    return verify_lengths_many(ranks, budget), budget
+    return verify_lengths_many(ranks, budget), budget, best

@@ -41,6 +41,18 @@ class Policy:
         verify_len, budget = self.plan(None, num_reqs)
         return np.broadcast_to(verify_len, (steps, num_reqs)), np.full(steps, budget, dtype=np.int64)
 
+    def plan_segment(self, conf: np.ndarray, steps: int, num_reqs: int) -> tuple[np.ndarray, np.ndarray, object]:
+        """:meth:`plan_many` and the :meth:`checkpoint` after it, from which :meth:`commit` keeps the
+        steps taken. One step (mostly an overlapping engine's ghost rows' step) is planned by
+        :meth:`plan`, as step by step (cheaper), which keeps the step at once: the checkpoint is
+        taken before it."""
+        if steps > 1:
+            verify_len, budget = self.plan_many(conf, steps, num_reqs)
+            return verify_len, budget, self.checkpoint()
+        state = self.checkpoint()
+        verify_len, budget = self.plan(conf[0], num_reqs)
+        return verify_len[None], np.array([budget], dtype=np.int64), state
+
     def commit(self, taken: int) -> None:
         """The first ``taken`` steps of the last :meth:`plan_many` ran (state for later steps)."""
 
@@ -58,7 +70,8 @@ class Policy:
         steps committed (a step a stretch drew past its end): keep what :meth:`plan` of it keeps."""
 
     def restore(self, state) -> None:
-        """Back to a :meth:`checkpoint` (taken after a :meth:`plan_many`, before its commit)."""
+        """Back to a :meth:`checkpoint` (taken after a :meth:`plan_many`, before its commit, or
+        before the :meth:`plan` of a one-step segment, :meth:`plan_segment`)."""
 
 
 class StaticPolicy(Policy):
@@ -138,9 +151,10 @@ class DSparkPolicy(Policy):
         # step k's budget reads the candidates of step k - lag_steps, drawn in this same call
         # (or kept from before it).
         self._ranked = dspark.ranked(survival, self.limits)
-        self._best = dspark.best_budgets(self._ranked, self.sps, self.limits)
-        return dspark.production_many(self._ranked, list(self._lagged), self.spec.lag_steps, self.sps,
-                                      self.limits, self._tiers, self._best, list(self._lagged_best))
+        verify_len, budget, self._best = dspark.production_many(
+            self._ranked, list(self._lagged), self.spec.lag_steps, self.sps, self.limits, self._tiers,
+            list(self._lagged_best))
+        return verify_len, budget
 
     def commit(self, taken):
         if self._ranked is not None and self.spec.lag_steps:
