@@ -1,8 +1,11 @@
 """Mixed steps as the decoder serves them: the decode rows of R requests beside one prompt
-chunk of C tokens after K cached, one target forward (Qwen3-8B, no speculation, H200).
+chunk of C tokens after K cached, one target forward (Qwen3-8B, no speculation, H200; with
+``--method mtp3`` or ``dspark`` the drafter's forward before it and the decode rows' windows,
+as the decoder serves those methods, on the smaller grid ``SPEC_GRID``).
 
     # on the GPU, one device call (build included, under 200 s):
     OUT=... BUDGET_S=240 START_S=15; source benchmarks/visit_common.sh; export PYTHONPATH=$PYTHONPATH:$PWD/benchmarks; timeout 220 python3 benchmarks/mixed_steps.py --run --out $OUT/mixed_steps.json
+    timeout 150 python3 benchmarks/mixed_steps.py --run --method dspark --budget-s 120 --out $OUT/spec_mixed_dspark.json
     python benchmarks/mixed_steps.py --json F.json      # the table
     TRITON_INTERPRET=1 python benchmarks/mixed_steps.py --run --tiny --out /tmp/mixed.json   # CPU dry run
 
@@ -46,6 +49,9 @@ WARM = 2
 SPIN_S = 0.03  # GPU spin ahead of a timed step, seconds (lengthened when a launch takes longer)
 PREFILL_ID = 1 << 20  # the prompt's sequence id, apart from the decode requests' 0..R-1
 TINY = dict(reqs=(0, 3), chunks=(8,), cached=(0, 16), mean=20, max_context=48)
+# with a drafter: the light-load shapes where served DSpark steps with a prompt chunk ran over
+# their price (docs/validation_sweeps.md), then a saturated one
+SPEC_GRID = dict(reqs=(16, 4, 64, 0), chunks=(512, 1024, 2048), cached=(0,))
 
 
 def build(args):
@@ -53,16 +59,18 @@ def build(args):
     if args.tiny:
         from dspark_sim.kernels.decoder.tiny import tiny_decoder
 
-        dec = tiny_decoder("none", max_running_requests=8, max_model_len=160, kv_tokens=2048, synthetic=True,
+        tiny = {"none": "none", "mtp3": "static", "dspark": "dspark"}[args.method]
+        dec = tiny_decoder(tiny, max_running_requests=8, max_model_len=160, kv_tokens=2048, synthetic=True,
                            kernels="triton", attention="triton")
         return dec, TINY
     sys.path.insert(0, str(HERE))
     from bench_targets import make_decoder
 
-    context = max(CHUNKS) + max(CACHED) + 1024  # the prompt fits under max_model_len
+    grid = dict(reqs=REQS, chunks=CHUNKS, cached=CACHED) if args.method == "none" else SPEC_GRID
+    context = max(grid["chunks"]) + max(grid["cached"]) + 1024  # the prompt fits under max_model_len
     # a row for the prompt beside the largest R (request tiers are those of max(REQS))
-    dec = make_decoder("none", args.model, context, max(REQS) + 1, args.kv_tokens, "cuda")
-    return dec, dict(reqs=REQS, chunks=CHUNKS, cached=CACHED, mean=CONTEXT_MEAN, max_context=CONTEXT_MAX)
+    dec = make_decoder(args.method, args.model, context, max(REQS) + 1, args.kv_tokens, "cuda")
+    return dec, dict(grid, mean=CONTEXT_MEAN, max_context=CONTEXT_MAX)
 
 
 class Point:
@@ -166,7 +174,7 @@ def header(args) -> dict:
     from dspark_sim.kernels.profiler.provenance import provenance, sm_clocks
 
     return {**provenance(), "tree": code_commit("benchmarks", "kernels") or None, "sm_clocks_before": sm_clocks(),
-            "model": "tiny" if args.tiny else args.model, "weights": "random", "method": "none",
+            "model": "tiny" if args.tiny else args.model, "weights": "random", "method": args.method,
             "kv_tokens": args.kv_tokens, "reps": args.reps, "warm": WARM,
             "contexts": f"lognormal mean {CONTEXT_MEAN}, log-sd {CONTEXT_SIGMA}, {CONTEXT_MIN}..{CONTEXT_MAX} "
                         "(verify_spread's draw)"}
@@ -239,6 +247,8 @@ def fail(out: dict, points: list, err) -> None:
 def main() -> int:
     ap = probe_parser(__doc__, "mixed_steps")
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--method", choices=("none", "mtp3", "dspark"), default="none",
+                    help="the decoder's method (default none: the points the profile's mixed term is fitted on)")
     return probe_main(ap.parse_args(), "mixed_steps", run, table)
 
 if __name__ == "__main__":

@@ -7,6 +7,9 @@
 #            against one right after a decode step, and after a second of prompt steps back to
 #            back against after a second idle (the power limit) -> $OUT/served_after.json (200 s)
 #   fp8      tests/test_decoder_moe_fp8.py on the GPU (60 s)
+#   spec_mixed  (not in the default set: a second call) benchmarks/mixed_steps.py --method dspark
+#            and --method mtp3: steps with a prompt chunk beside decode rows as the decoder serves
+#            those methods, drafter included -> $OUT/spec_mixed_{dspark,mtp3}.json (2 x 150 s)
 # Usage (repository root, on the device machine):
 #   bash benchmarks/served_visit.sh                # all three, in this order
 #   bash benchmarks/served_visit.sh after fp8      # some of them
@@ -24,7 +27,10 @@ for stage in "${@:-layout after fp8}"; do
       layout) run layout 200 python3 benchmarks/served_steps.py --run --part layout --budget-s 180 --out "$OUT/served_layout.json" ;;
       after) run after 200 python3 benchmarks/served_steps.py --run --part after --budget-s 170 --out "$OUT/served_after.json" ;;
       fp8) run fp8 60 python3 -m pytest -q tests/test_decoder_moe_fp8.py -p no:cacheprovider ;;
-      *) say "unknown stage $s (layout, after, fp8)"; exit 2 ;;
+      spec_mixed) for m in dspark mtp3; do
+          run "mixed_$m" 150 python3 benchmarks/mixed_steps.py --run --method "$m" --budget-s 120 --out "$OUT/spec_mixed_$m.json"
+        done ;;
+      *) say "unknown stage $s (layout, after, fp8, spec_mixed)"; exit 2 ;;
     esac
   done
 done

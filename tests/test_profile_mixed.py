@@ -62,6 +62,14 @@ def test_a_probe_without_its_points_is_refused(tmp_path):
         mixed.with_mixed_term(PROFILE.target, tmp_path / "p.json")
 
 
+def test_steps_served_with_a_drafter_are_not_fitted_as_target_only_steps(tmp_path):
+    _probe(tmp_path / "p.json", 1.5e-7)
+    probe = json.loads((tmp_path / "p.json").read_text())
+    (tmp_path / "p.json").write_text(json.dumps({**probe, "provenance": {"method": "dspark"}}))
+    with pytest.raises(InputError, match=r"provenance\.method.*dspark"):
+        mixed.with_mixed_term(PROFILE.target, tmp_path / "p.json")
+
+
 def test_post_only_refits_the_term_of_a_profile_from_its_probe_and_keeps_the_rest(tmp_path):
     from dspark_sim.profiling.cli import fit, fit_parser
 

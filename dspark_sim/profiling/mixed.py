@@ -42,6 +42,9 @@ def read_probe(path: Path) -> list[dict]:
     points = data.get("points") if isinstance(data, dict) else None
     if not isinstance(points, list) or not points:
         raise InputError(path, "points", points, "must be a non-empty list of measured steps")
+    method = (data.get("provenance") or {}).get("method", "none")
+    if method != "none":
+        raise InputError(path, "provenance.method", method, "must be none: the term is fitted on target-only steps")
     for i, p in enumerate(points):
         for key in POINT_KEYS:
             if not isinstance(p.get(key), (int, float)) or isinstance(p.get(key), bool) or p[key] < 0:
