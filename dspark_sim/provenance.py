@@ -74,7 +74,7 @@ def caveats(cost_block: dict, acceptance: dict, uses: tuple[str, ...]) -> list[s
         out.append(f"cost model: roofline for {cost_block['gpu']}/{cost_block['model']} (no measured profile)")
     else:
         by_kind: dict[str, list[str]] = {}
-        for name in uses + (("comm",) if "comm" in terms else ()):
+        for name in uses + tuple(t for t in ("comm", "power_limit") if t in terms):
             term = terms.get(name)
             if term is not None and term["kind"] != MEASURED:
                 if term.get("caveat"):  # a term that says what it assumes in its own words

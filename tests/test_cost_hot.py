@@ -95,3 +95,12 @@ def test_the_simulators_prompt_steps_are_priced_at_their_own_duty(tmp_path):
         cool = COST.step_s(work)
         assert float(r["step_s"]) == pytest.approx(COST.step_s(replace(work, prefill_duty=duty[i])), rel=1e-5)
         assert float(r["step_s"]) > cool
+
+
+def test_the_term_is_named_in_a_runs_provenance_measured_or_carried():
+    measured = COST.provenance()["terms"]["power_limit"]
+    assert measured["kind"] == "measured" and "prefill_clocks.json" in measured["detail"]
+    projected = get_cost_model("b300", "qwen3-8b", warn=False).provenance()["terms"]["power_limit"]
+    assert projected["kind"] == "projected" and "carried unchanged from h200" in projected["caveat"]
+    bare = replace(COST.profile, target=replace(COST.profile.target, hot_ratio=0.0))
+    assert "power_limit" not in ProfileCost(bare).provenance()["terms"]

@@ -77,3 +77,19 @@ def duty_column(start_s, step_s, prefill_tokens, window_s: float, every: bool = 
         if tokens:
             duty.add(float(start), float(start) + float(seconds))
     return out
+
+
+def provenance_term(target, projected_from: str | None, base: str) -> dict:
+    """The run provenance's ``power_limit`` term of a profile whose ``target`` (a TargetFit) has one
+    (empty without): measured on ``base``, or carried unchanged to a profile projected from it."""
+    if not target.hot_ratio:
+        return {}
+    what = (f"the prompt share of a step's linear layers {100 * target.hot_ratio:.1f} % slower at a prefill "
+            f"duty of 1, past {target.hot_duty0:g}, over {target.hot_window_s:g} s")
+    if projected_from:
+        return {"power_limit": {"kind": "projected", "detail": f"{what}: measured on {projected_from}, carried "
+                                f"unchanged", "caveat": f"prompt steps' power-limit slowdown carried unchanged "
+                                f"from {projected_from}"}}
+    return {"power_limit": {"kind": "measured", "detail": f"{what}: prompt steps timed back to back against as "
+                            f"profiled on {base} (profiles/{base}/prefill_clocks.json)"}}
+

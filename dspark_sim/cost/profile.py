@@ -18,6 +18,7 @@ from dspark_sim.catalog import GpuSpec, get_gpu, get_model, served_format
 from dspark_sim.cost.base import CostModel, DraftWork, StepWork, StepWorks, per_step, pick
 from dspark_sim.cost.comm import CommParams, provenance_term as comm_provenance
 from dspark_sim.cost.comm_curves import measured_comm
+from dspark_sim.cost.hot import provenance_term
 from dspark_sim.cost.moe import Routing
 from dspark_sim.cost.parallel import Parallel, busiest_rank, rank_share, shard_factors, tp_block, tp_note
 from dspark_sim.cost.projection import curves_for, project_profile, time_scaled
@@ -80,9 +81,8 @@ class ProfileCost:
         self._memo: dict[tuple, tuple] = {}  # per batch shape: the terms without context (breakdown_array)
 
     def provenance(self) -> dict:
-        """Where each term of this cost model comes from (the ``cost_model`` block of a run's
-        provenance, :mod:`dspark_sim.provenance`): measured, projected, substituted, roofline
-        or missing, with the measurement it rests on."""
+        """Where each term of this cost model comes from (the ``cost_model`` block of a run's provenance,
+        :mod:`dspark_sim.provenance`): measured, projected, substituted, roofline or missing, and why."""
         p, proj = self.profile, self.profile.projection
         base = proj.measured_gpu.name if proj else p.gpu
         timed = "projected" if proj else "measured"
@@ -98,6 +98,7 @@ class ProfileCost:
             name = f"host_{kind}"
             terms[name] = self._host_term(name, kind in self._host, host_how)
         terms["sched"] = self._host_term("sched", self._schedule is not None, host_how)
+        terms.update(provenance_term(self._target, base if proj else None, base))
         if self.tp > 1:
             # the link model's assumptions are the fallback roofline's, whose comm terms these are
             terms["comm"] = comm_provenance(getattr(self.fallback, "comm_params", CommParams()), self._comm)
