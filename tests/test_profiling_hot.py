@@ -64,3 +64,12 @@ def test_the_shipped_profile_carries_the_term_fitted_on_the_shipped_cells():
     fitted, report = with_hot_term(BARE, SHIPPED)
     assert fitted.target.hot_ratio == PROFILE.target.hot_ratio > 0
     assert report["shapes"] == 10 and report["gpu_uuid"].startswith("GPU-fb021b3e")
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", "{not json"])
+def test_a_probe_that_is_not_a_json_object_is_one_line(tmp_path, text):
+    path = tmp_path / "clocks.json"
+    path.write_text(text)
+    with pytest.raises(InputError) as e:
+        with_hot_term(BARE, path)
+    assert "clocks.json" in str(e.value) and "\n" not in str(e.value)

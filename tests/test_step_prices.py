@@ -45,3 +45,18 @@ def test_steps_are_split_by_kind_the_one_after_a_prompt_step_apart(tmp_path):
     assert n == 1 and priced / real == pytest.approx(1 / 1.5, rel=1e-6)
     real, priced, n = kinds["other decode"]
     assert n == 3 and priced / real == pytest.approx(1.0, rel=1e-6)
+
+
+def test_prompt_steps_at_a_duty_are_priced_with_and_without_the_power_limit_term(tmp_path):
+    cost = get_cost_model(get_gpu("h200").name, "qwen3-8b", warn=False)
+    cool = sum(cost.breakdown(StepWork(0, 0, 0, 4096, 1, 4096 * 2048.0)).values())
+    rows = [{"step": i, "start_s": i * cool, "step_s": cool, "running_reqs": 1, "prefill_tokens": 4096,
+             "prefill_reqs": 1, "prefill_attn_tokens2": 4096 * 2048.0} for i in range(20)]
+    write_record(tmp_path / "real", [], rows)
+    write_record(tmp_path / "sim", [], rows)
+    duty = attribution(tmp_path / "real" / "steps.csv", tmp_path / "sim" / "steps.csv",
+                       Speculation(method="none"), cost)["by_duty"]
+    real, priced, unpriced, n = duty["prompt steps 0.75-1"]  # back to back: a duty of 1 after the first second
+    assert n > 5 and unpriced == pytest.approx(real, rel=1e-6) and priced > unpriced
+    real, priced, unpriced, n = duty["prompt steps 0-0.5"]
+    assert n >= 1 and priced == unpriced

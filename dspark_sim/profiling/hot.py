@@ -16,7 +16,6 @@ The window the duty is taken over is not fitted (:data:`dspark_sim.cost.hot.WIND
 """
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import numpy as np
 
 from dspark_sim.cost.base import StepWork
 from dspark_sim.cost.hot import WINDOW_S
+from dspark_sim.cost.jsonio import read_json
 from dspark_sim.cost.profile_format import Profile
 from dspark_sim.cost.shapes import SCALAR
 from dspark_sim.errors import InputError
@@ -86,12 +86,12 @@ def with_hot_term(profile: Profile, probe_path: Path) -> tuple[Profile, dict | N
     """``profile`` with the power-limit term fitted on the probe at ``probe_path`` (when it
     timed the profile's model at the profile's ``prefill_idle``) and its held-out error
     (``hot@chunk``), and the report; unchanged (and None) otherwise."""
-    try:
-        probe = json.loads(probe_path.read_text())
-    except (OSError, ValueError) as e:
-        raise InputError(probe_path, "file", probe_path.name, f"cannot be read as JSON ({e})") from None
-    idle = profile.provenance.get("prefill_idle")
-    if probe.get("provenance", {}).get("model") != profile.model or not isinstance(idle, (int, float)):
+    probe = read_json(probe_path)
+    if not isinstance(probe, dict):
+        raise InputError(probe_path, "file", type(probe).__name__, "must be a JSON object (the probe's result)")
+    idle, prov = profile.provenance.get("prefill_idle"), probe.get("provenance")
+    prov = prov if isinstance(prov, dict) else {}
+    if prov.get("model") != profile.model or not isinstance(idle, (int, float)):
         return profile, None
     rows = shape_rows(clock_cells(probe, probe_path), float(idle), profile.target)
     if len(np.unique(rows["chunk"])) < 2:
@@ -101,4 +101,4 @@ def with_hot_term(profile: Profile, probe_path: Path) -> tuple[Profile, dict | N
     target = replace(profile.target, hot_ratio=hot, hot_window_s=WINDOW_S, hot_duty0=1.0 / (1.0 + float(idle)))
     return (replace(profile, target=target, held_out={**profile.held_out, "hot@chunk": as_held_out(held["with"])}),
             {"hot_ratio": hot, "hot_window_s": WINDOW_S, "hot_duty0": target.hot_duty0, "held_out": held,
-             "shapes": int(rows["chunk"].size), "gpu_uuid": probe.get("provenance", {}).get("gpu_uuid")})
+             "shapes": int(rows["chunk"].size), "gpu_uuid": prov.get("gpu_uuid")})

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dspark_sim.cost.jsonio import read_json
 from dspark_sim.cost.profile_format import Profile
 from dspark_sim.cost.shapes import SCALAR
 from dspark_sim.cost.terms import TargetFit
@@ -99,12 +100,10 @@ def held_out_levels(cols: dict) -> dict:
 def with_shared_term(profile: Profile, probe_path: Path) -> tuple[Profile, dict | None]:
     """``profile`` with the shared-prefix ratios fitted on the probe at ``probe_path`` and their
     held-out error (``shared@reqs``), and the report; unchanged (and None) without points."""
-    import json
-
-    try:
-        probe = json.loads(probe_path.read_text())
-    except (OSError, ValueError) as e:
-        raise InputError(probe_path, "file", probe_path.name, f"cannot be read as JSON ({e})") from None
+    
+    probe = read_json(probe_path)
+    if not isinstance(probe, dict):
+        raise InputError(probe_path, "file", type(probe).__name__, "must be a JSON object (the probe's result)")
     points = shared_points(probe, probe_path)
     if not points:
         return profile, None

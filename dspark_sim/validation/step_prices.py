@@ -12,6 +12,7 @@ Two readings of one sweep case, both from its run records (``steps.csv``):
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -24,13 +25,14 @@ COLUMNS = ("step_s", "sched_s", "draft_s", "running_reqs", "decode_reqs", "prefi
 BINS = ((1, 16), (17, 64), (65, 128), (129, 256))
 
 
-def priced_steps(steps: Path, speculation, cost, hot: bool = True) -> tuple[StepColumns, np.ndarray, np.ndarray]:
+def priced_steps(steps: Path, speculation, cost) -> tuple[StepColumns, np.ndarray, np.ndarray, np.ndarray]:
     """The columns of ``steps`` (:data:`COLUMNS`, the work columns and ``start_s``) and, per step,
-    what the profile prices it at: the whole step and the drafter's part, seconds ``[S]`` each;
-    ``hot``: with the prefill duty each step had in the run (:mod:`dspark_sim.cost.hot`), else none."""
+    what the profile prices it at, seconds ``[S]`` each: the whole step at the prefill duty it had
+    in the run (:mod:`dspark_sim.cost.hot`), the drafter's part, and the whole step without the
+    power-limit term (the same but for prompt steps at a duty)."""
     r = read_steps(steps, COLUMNS + WORK_COLUMNS + ("start_s",))
-    kind, whole, draft = speculation.draft_kind, [], []
-    duty = duty_column(r.start_s, r.step_s, r.prefill_tokens, getattr(cost, "hot_window_s", 0.0) if hot else 0.0)
+    kind, whole, draft, cool = speculation.draft_kind, [], [], []
+    duty = duty_column(r.start_s, r.step_s, r.prefill_tokens, getattr(cost, "hot_window_s", 0.0))
     for i in range(len(r)):
         dec, ctx = int(r.decode_reqs[i]), int(r.decode_context_tokens[i])
         work = StepWork(dec, int(r.verify_tokens[i]), ctx, int(r.prefill_tokens[i]), int(r.prefill_reqs[i]),
@@ -40,13 +42,14 @@ def priced_steps(steps: Path, speculation, cost, hot: bool = True) -> tuple[Step
         parts = cost.breakdown(work)
         whole.append(sum(parts.values()))
         draft.append(parts.get("draft_s", 0.0))
-    return r, np.array(whole), np.array(draft)
+        cool.append(sum(cost.breakdown(replace(work, prefill_duty=0.0)).values()) if duty[i] else whole[-1])
+    return r, np.array(whole), np.array(draft), np.array(cool)
 
 
 def attribution(real_steps: Path, sim_steps: Path, speculation, cost) -> dict:
     """One case: the busy-time errors of the step replay and of the simulator's own steps, and the
     decode-only steps by running requests (see the module docstring)."""
-    real, priced_s, priced_draft_s = priced_steps(real_steps, speculation, cost)
+    real, priced_s, priced_draft_s, cool_s = priced_steps(real_steps, speculation, cost)
     busy = float(real.step_s.sum())
     sim_busy = float(read_steps(sim_steps, ("step_s",)).step_s.sum())
     decode = (real.decode_reqs > 0) & (real.prefill_tokens == 0)
@@ -61,7 +64,6 @@ def attribution(real_steps: Path, sim_steps: Path, speculation, cost) -> dict:
                               "rest_ms": _ms(target), "priced_rest_ms": _ms(priced_target),
                               "mean_context": float(np.median(real.decode_context_tokens[at] / real.decode_reqs[at])),
                               "longest_context": float(np.median(real.decode_max_context[at]))}
-    cool_s = priced_steps(real_steps, speculation, cost, hot=False)[1]
     return {"replay_busy_error": float(priced_s.sum() / busy - 1.0) if busy > 0 else float("nan"),
             "sim_busy_error": sim_busy / busy - 1.0 if busy > 0 else float("nan"), "decode_by_running": bins,
             "by_kind": by_kind(real, priced_s), "by_duty": by_duty(real, priced_s, cool_s)}
@@ -100,27 +102,23 @@ def duty_table(rows: list[dict]) -> list[str]:
     """Busy-time error of the step replay by prefill duty and method, with the power-limit term
     and without it, over ``rows``' cases."""
     keys = list(rows[0]["step_prices"]["by_duty"]) if rows else []
-    lines = ["| method | " + " | ".join(keys) + " |", "|---|" + "---|" * len(keys)]
-    for m in sorted({r["method"] for r in rows}):
-        cells = []
-        for k in keys:
-            real, priced, cool, n = (sum(r["step_prices"]["by_duty"][k][i] for r in rows if r["method"] == m)
-                                     for i in range(4))
-            cells.append(f"{priced / real - 1:+.1%} / {cool / real - 1:+.1%} ({n})" if real > 0 else "-")
-        lines.append(f"| {m} | " + " | ".join(cells) + " |")
-    return lines
+    return _by_method(rows, "by_duty", keys, lambda real, priced, cool, n: (
+        f"{priced / real - 1:+.1%} / {cool / real - 1:+.1%} ({n})" if real > 0 else "-"))
 
 
 def kind_table(rows: list[dict]) -> list[str]:
     """Busy-time error of the step replay by step kind and method, over ``rows``' cases."""
-    methods = sorted({r["method"] for r in rows})
-    lines = ["| method | " + " | ".join(KINDS) + " |", "|---|" + "---|" * len(KINDS)]
-    for m in methods:
-        cells = []
-        for k in KINDS:
-            real, priced, n = (sum(r["step_prices"]["by_kind"][k][i] for r in rows if r["method"] == m) for i in range(3))
-            cells.append(f"{priced / real - 1:+.1%} ({n} steps)" if real > 0 else "-")
-        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    return _by_method(rows, "by_kind", KINDS, lambda real, priced, n: (
+        f"{priced / real - 1:+.1%} ({n} steps)" if real > 0 else "-"))
+
+
+def _by_method(rows: list[dict], field: str, keys, cell) -> list[str]:
+    """A table, a row per method and a column per key: ``cell`` of a key's sums over the method's
+    cases of ``step_prices[field][key]`` (seconds measured, priced ..., steps)."""
+    lines = ["| method | " + " | ".join(keys) + " |", "|---|" + "---|" * len(keys)]
+    for m in sorted({r["method"] for r in rows}):
+        mine = [r["step_prices"][field] for r in rows if r["method"] == m]
+        lines.append(f"| {m} | " + " | ".join(cell(*map(sum, zip(*(b[k] for b in mine)))) for k in keys) + " |")
     return lines
 
 
@@ -163,7 +161,8 @@ def markdown(rows: list[dict], min_level: float) -> list[str]:
                     "hidden or not, do not (`docs/profiles.md`). `benchmarks/served_steps.py --part layout` (KV "
                     "pages scattered over the pool, as a served pool holds them, against pages in order) and "
                     "`--part after` (a decode step right after a prompt step against one after a decode step) "
-                    "time the two served conditions the profiler's steps lack; neither has run on a GPU yet. Decode steps whose requests read the same prefix pages are priced by "
+                    "time the two served conditions the profiler's steps lack; neither has run on a GPU yet. "
+                    "Decode steps whose requests read the same prefix pages are priced by "
                     "the shared-prefix term (`docs/profiles.md`, timed on the GPU) in the simulator's own steps; "
                     "the decoder's step records do not count those reads, so the replay column prices the "
                     "session cases' steps without them.", ""]
