@@ -12,9 +12,13 @@ runs it shows in:
 * ``first_token_s`` by attention kind: the first token's latency beyond its steps, fitted on the
   TTFT of the runs of that kind at a concurrency of at most ``SMALL`` (where it is most of it);
 * ``moe_bw_eff``: the share of HBM bandwidth the expert GEMMs reach, fitted on the TPOT of the
-  runs without speculation above ``SMALL`` and up to ``LARGE`` (beyond it a run's batch is the
+  runs without speculation from ``SMALL`` up to ``LARGE`` (beyond it a run's batch is the
   engine's cap and its queue sets its TTFT; with speculation the accept length, not published
-  for DeepSeek-V4's MTP, confounds the step's time: those runs are checked, not fitted on);
+  for DeepSeek-V4's MTP, confounds the step's time: those runs are checked, not fitted on). The
+  runs at ``SMALL`` count for both this share and the floors: 16 requests' tokens already pick
+  100-200 of a model's 128-256 experts, so their step reads most of the expert weights a batch
+  of a hundred does, and a share fitted on the runs above ``SMALL`` alone priced it 10-35 % over
+  the engines' (DeepSeek-R1 and Qwen3-235B at 16 requests, calibration and check alike);
 * ``flops_eff`` by the weight format a run's GPU serves its model in (the MoE kernels it runs:
   DeepSeek-V4's FP4 experts on Blackwell's FP4 path, or through Marlin's W4A16 on Hopper): the
   share of the tensor cores' FLOP/s the GEMMs reach at a large batch, fitted on the TPOT and
@@ -27,8 +31,8 @@ runs it shows in:
   of the runs with DP attention and speculative decoding up to ``LARGE`` (where every prompt step
   keeps the other ranks idle).
 
-So each regime of batch has its term: a few requests the layer floors, tens the expert
-bandwidth, the engine's cap the compute efficiency, DP attention's prompt steps the eager launches.
+So each regime of batch has its term: a few requests the layer floors, from 16 to hundreds the
+expert bandwidth, the engine's cap the compute efficiency, DP attention's prompt steps the eager launches.
 
 Each term in turn (coordinate descent, ``ROUNDS`` rounds) minimises the squared log errors of
 its runs, every candidate replayed in full by the simulator (bounded Brent search on the
@@ -102,7 +106,7 @@ def groups(scenarios: list[Scenario], measured: list[dict]) -> dict[str, list[tu
         if small:
             out.setdefault(f"layer_s:{kind}", []).extend([(i, tpot)] if tpot else [])
             out.setdefault(f"first_token_s:{kind}", []).extend([(i, ttft)] if ttft else [])
-        elif scenario.speculation.method == "none" and tpot:  # no acceptance to confound the step's time
+        if concurrency >= SMALL and scenario.speculation.method == "none" and tpot:  # no acceptance to confound
             out.setdefault("moe_bw_eff", []).append((i, tpot))
     return {term: pairs for term, pairs in out.items() if pairs}
 

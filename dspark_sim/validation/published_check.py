@@ -72,13 +72,16 @@ def fits_gpu_work(case: dict) -> bool:
 
 def calibrate_only(cases: list[dict], names: tuple[str, ...], shipped: dict) -> dict:
     """``shipped`` (terms.json as it stands) with only the engines' MoE roofline terms ``names``
-    fitted again on the same 'calibrate' cases, the host terms and every other term held."""
+    fitted again on the same 'calibrate' cases, the host terms and every other term held; its
+    ``generated_by`` keeps the notes of earlier such refits of other terms."""
     from dspark_sim.engines.model import GpuWork
 
     start = GpuWork.from_json_dict(shipped["gpu_work"])
     work = calibrate_gpu_work(cases, shipped["engines"], start, names)
-    by = shipped["generated_by"].split("; ")[0]
-    return {**shipped, "generated_by": f"{by}; {', '.join(names)} again by {by} --only {' '.join(names)}",
+    by, *again = shipped["generated_by"].split("; ")
+    kept = [part for part in again if not set(part.split(" again by ")[0].split(", ")) <= set(names)]
+    return {**shipped, "generated_by": "; ".join([by, *kept, f"{', '.join(names)} again by {by} --only "
+                                                  f"{' '.join(names)}"]),
             "gpu_work": work.to_json_dict()}
 
 
