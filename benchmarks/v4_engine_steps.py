@@ -89,6 +89,12 @@ def speedup_rows(model: str = "deepseek-v4-flash", gpu: str = "b200", tp: int = 
     return rows
 
 
+def reference(steps: list[dict], model: str) -> dict | None:
+    """The row a model's batch-1 steps are compared by: its B200 cell at the TP SGLang published it."""
+    return next((r for r in steps if r["model"] == model and r["gpu"] == "b200" and "error" not in r
+                 and r["published_tpot_ms"]), None)
+
+
 def write(steps: list[dict], speedups: list[dict]) -> None:
     from dspark_sim.cost.jsonio import write_json_atomic
     from dspark_sim.metrics.outdir import atomic_write_text
@@ -103,15 +109,22 @@ def write(steps: list[dict], speedups: list[dict]) -> None:
              "[external.md](external.md)) beside the decoder's own cost model (V4-Flash's profile is scaled from "
              "layer slices of the project's kernels, launch-bound; other pairs project it). The published column "
              "is SGLang's low-latency cookbook cell at concurrency 1 (MTP 3 steps): its TPOT, the step over the "
-             "accept length, so compare how it moves with the GPU and TP, not its value.", "",
-             "| model | TP | GPU | engines' step ms | decoder's step ms | published TPOT ms (MTP 3) |",
-             "|---|---|---|---|---|---|"]
+             "accept length, so compare how it moves with the GPU and TP, not its value: the two `/ B200` "
+             "columns divide the engines' step and the published TPOT by the model's B200 cell at the TP SGLang "
+             "published it (V4-Flash TP 4, V4-Pro TP 8), so where both are given they should agree.", "",
+             "| model | TP | GPU | engines' step ms | decoder's step ms | published TPOT ms (MTP 3) "
+             "| engines' step / B200 | published / B200 |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in steps:
         if "error" in r:
-            lines.append(f"| {r['model']} | {r['tp']} | {r['gpu']} | - | - | - |")
+            lines.append(f"| {r['model']} | {r['tp']} | {r['gpu']} | - | - | - | - | - |")
             continue
         pub = f"{r['published_tpot_ms']:.2f}" if r["published_tpot_ms"] else "-"
-        lines.append(f"| {r['model']} | {r['tp']} | {r['gpu']} | {r['engines_ms']:.2f} | {r['decoder_ms']:.2f} | {pub} |")
+        ref = reference(steps, r["model"])
+        ours = f"{r['engines_ms'] / ref['engines_ms']:.2f}" if ref else "-"
+        theirs = f"{r['published_tpot_ms'] / ref['published_tpot_ms']:.2f}" if ref and r["published_tpot_ms"] else "-"
+        lines.append(f"| {r['model']} | {r['tp']} | {r['gpu']} | {r['engines_ms']:.2f} | {r['decoder_ms']:.2f} | {pub} "
+                     f"| {ours} | {theirs} |")
     lines += ["", "## DSpark against no speculation by concurrency", "",
               "Closed loop at each concurrency (random prompts of up to 8,192 tokens, outputs of up to 1,024, chat "
               "acceptance), SGLang's defaults, DSpark at block 7 with the V4 preset by domain "
