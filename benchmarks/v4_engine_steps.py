@@ -16,10 +16,8 @@ Two tables, from the simulator's cost models and closed-loop runs (no GPU needed
 """
 from __future__ import annotations
 
-import json
 import sys
 import warnings
-from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
