@@ -16,9 +16,10 @@ runs it shows in:
   engine's cap and its queue sets its TTFT; with speculation the accept length, not published
   for DeepSeek-V4's MTP, confounds the step's time: those runs are checked, not fitted on). The
   runs at ``SMALL`` count for both this share and the floors: 16 requests' tokens already pick
-  100-200 of a model's 128-256 experts, so their step reads most of the expert weights a batch
-  of a hundred does, and a share fitted on the runs above ``SMALL`` alone priced it 10-35 % over
-  the engines' (DeepSeek-R1 and Qwen3-235B at 16 requests, calibration and check alike);
+  80-100 of a model's 128-384 experts (a quarter to two thirds of those a batch of a hundred
+  reads), so their step is mostly expert reads, and a share fitted on the runs above ``SMALL``
+  alone priced it 10-35 % over the engines' (DeepSeek-R1 and Qwen3-235B at 16 requests,
+  calibration and check alike);
 * ``flops_eff`` by the weight format a run's GPU serves its model in (the MoE kernels it runs:
   DeepSeek-V4's FP4 experts on Blackwell's FP4 path, or through Marlin's W4A16 on Hopper): the
   share of the tensor cores' FLOP/s the GEMMs reach at a large batch, fitted on the TPOT and
