@@ -29,10 +29,10 @@ from dspark_sim.validation.published import CASES, ROOT, load_cases
 from dspark_sim.validation.published_check import (SEEDS, SUMMARY_GROUPS, TERMS, calibrate, calibrate_only, check,
                                                    diagnose, summary)
 from dspark_sim.profiling.gpu_work_fit import BOUNDS
-
-ONLY_TERMS = tuple(BOUNDS)
 from dspark_sim.validation.published_page import (DIAG_DOC, DIAG_JSON, DOC, DOC_JSON, write_defaults_doc,
                                                   write_diagnose_doc, write_doc)
+
+ONLY_TERMS = tuple(BOUNDS)
 
 
 def main(argv=None) -> int:

@@ -92,4 +92,3 @@ def provenance_term(target, projected_from: str | None, base: str) -> dict:
                                 f"from {projected_from}"}}
     return {"power_limit": {"kind": "measured", "detail": f"{what}: prompt steps timed back to back against as "
                             f"profiled on {base} (profiles/{base}/prefill_clocks.json)"}}
-

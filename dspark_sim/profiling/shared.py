@@ -100,7 +100,6 @@ def held_out_levels(cols: dict) -> dict:
 def with_shared_term(profile: Profile, probe_path: Path) -> tuple[Profile, dict | None]:
     """``profile`` with the shared-prefix ratios fitted on the probe at ``probe_path`` and their
     held-out error (``shared@reqs``), and the report; unchanged (and None) without points."""
-    
     probe = read_json(probe_path)
     if not isinstance(probe, dict):
         raise InputError(probe_path, "file", type(probe).__name__, "must be a JSON object (the probe's result)")
