@@ -90,7 +90,7 @@ def build(args):
     dec = Decoder(get_model(args.model), conf)
     dec.randomize_cache()
     return Stepper(dec), dict(reqs=REQS, groups=GROUPS, context=CONTEXT, prefix=PREFIX, eager_reqs=EAGER_REQS,
-                              eager_chunks=EAGER_CHUNKS, layout_reqs=LAYOUT_REQS, after_chunk=AFTER_CHUNK,
+                              eager_chunks=EAGER_CHUNKS, layout_reqs=LAYOUT_REQS, after_chunk=args.after_chunk,
                               hold_s=HOLD_S)
 
 
@@ -222,7 +222,8 @@ def run_after(out: dict, stepper, grid: dict, args, rng) -> None:
     for reqs in grid["layout_reqs"]:
         lengths = contexts(reqs, min(CONTEXT_MEAN, grid["context"] // 2), min(CONTEXT_MAX, grid["context"]))
         for kind in LAYOUT_KINDS:
-            key = {"part": "after", "kind": kind, "reqs": reqs, "chunk": chunk}
+            key = {"part": "after", "kind": kind, "reqs": reqs, "chunk": chunk,
+                   "hold": "mixed" if args.hold_mixed else "prompt"}
             if _skipped(out, key, args):
                 continue
             point, seqs = None, None
@@ -231,7 +232,7 @@ def run_after(out: dict, stepper, grid: dict, args, rng) -> None:
                 seqs = stepper.requests_of(lengths, dec)
                 if seqs is None:
                     raise RuntimeError("the pages do not hold these requests")
-                point = Point(dec, [], chunk, 0, rng)
+                point = Point(dec, seqs if args.hold_mixed else [], chunk, 0, rng)
                 got = time_after(dec, seqs, point, args.reps, grid["hold_s"])
             except Exception as e:  # noqa: BLE001
                 _fail(out, key, e)
@@ -270,23 +271,27 @@ def time_after(dec, seqs: list, point, reps: int, hold_s: float) -> dict:
             point.step()
             after_prompt.append(decode())
             after_decode.append(decode())
-        cool, hot, held = [], [], []
+        cool, hot, held, cool_step, hot_step = [], [], [], [], []
         for _ in range(CLOCK_REPS):
             time.sleep(hold_s)
             cool.append(decode())
+            time.sleep(hold_s)
+            cool_step.append(point.step()["gpu_s"])  # the held step itself, cool
             t0, n = time.monotonic(), 0
             while time.monotonic() - t0 < hold_s or not n:
-                point.step()
+                last = point.step()["gpu_s"]
                 n += 1
             held.append(n)
+            hot_step.append(last)  # and after a second of its kind back to back
             hot.append(decode())
     finally:
         if was:
             gc.enable()
     return {"after_prompt_s": statistics.median(after_prompt), "after_decode_s": statistics.median(after_decode),
             "cool_s": statistics.median(cool), "hot_s": statistics.median(hot), "hold_s": hold_s,
+            "held_cool_s": statistics.median(cool_step), "held_hot_s": statistics.median(hot_step),
             "runs": {"after_prompt": after_prompt, "after_decode": after_decode, "cool": cool, "hot": hot,
-                     "prompt_steps_held": held}}
+                     "prompt_steps_held": held, "held_cool": cool_step, "held_hot": hot_step}}
 
 
 def run_eager(out: dict, stepper, grid: dict, args, rng) -> None:
@@ -410,6 +415,9 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=6)
     ap.add_argument("--part", choices=("all", "eager", "shared", "layout", "after"), default="all",
                     help="which steps to time (default: all, about 6 minutes on an H200)")
+    ap.add_argument("--after-chunk", type=int, default=AFTER_CHUNK, help="--part after: the held prompt chunk")
+    ap.add_argument("--hold-mixed", action="store_true",
+                    help="--part after: the held steps carry the decode rows beside the chunk, as served mixed steps do")
     return probe_main(ap.parse_args(), "served_steps", run, table)
 
 

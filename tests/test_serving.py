@@ -8,6 +8,7 @@ from conftest import synthetic_scenario
 
 from dspark_sim.cost import get_cost_model
 from dspark_sim.cost.base import StepWork
+from dspark_sim.cost.hot import duty_column
 from dspark_sim.run import run_scenario
 from dspark_sim.scenario import load_scenario
 
@@ -26,7 +27,10 @@ def test_one_request_alone(write_scenario, tmp_path):
     summary, _ = _run(write_scenario, tmp_path, data)
     cost = _cost(data)
     prefill_s = cost.step_s(StepWork(prefill_tokens=700, prefill_reqs=1, prefill_attn_tokens2=700 * 350.0))
-    decode_s = [cost.step_s(StepWork(1, 1, 700 + g)) for g in range(1, 20)]
+    # the decode steps follow the prompt step within the duty's window: they carry the decode
+    # steps' power-limit term at the duty it left (cost/hot.py)
+    duty = prefill_s / cost.hot_window_s if cost.decode_hot is not None else 0.0
+    decode_s = [sum(cost.breakdown(StepWork(1, 1, 700 + g, prefill_duty=duty)).values()) for g in range(1, 20)]
     assert summary.completed == 1
     assert summary.mean_ttft_ms == pytest.approx(prefill_s * 1e3, rel=1e-9)
     assert summary.mean_tpot_ms == pytest.approx(np.mean(decode_s) * 1e3, rel=1e-9)
@@ -155,7 +159,9 @@ def test_the_longest_decoding_request_reaches_the_cost_model(write_scenario, tmp
     steps = result.collector.steps
     first = int(np.flatnonzero(steps.decode_reqs == 2)[0])
     cost = _cost(data)
-    with_max = cost.step_s(StepWork(2, 2, 201 + 7901, decode_max_context=7901))
+    # at the prefill duty the prompt steps before it left (the decode steps' power-limit term)
+    duty = duty_column(steps.start_s, steps.step_s, steps.prefill_tokens, cost.hot_window_s, every=True)[first]
+    with_max = sum(cost.breakdown(StepWork(2, 2, 201 + 7901, decode_max_context=7901, prefill_duty=duty)).values())
     assert steps.step_s[first] == pytest.approx(with_max, rel=1e-9)
     assert with_max > cost.step_s(StepWork(2, 2, 201 + 7901))
 

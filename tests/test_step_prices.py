@@ -4,6 +4,7 @@ import pytest
 from dspark_sim.catalog import get_gpu
 from dspark_sim.cost import get_cost_model
 from dspark_sim.cost.base import StepWork
+from dspark_sim.cost.hot import duty_column
 from dspark_sim.metrics.record import write_record
 from dspark_sim.scenario import Speculation
 from dspark_sim.validation.step_prices import attribution
@@ -41,10 +42,15 @@ def test_steps_are_split_by_kind_the_one_after_a_prompt_step_apart(tmp_path):
     kinds = attribution(tmp_path / "real" / "steps.csv", tmp_path / "sim" / "steps.csv",
                         Speculation(method="none"), cost)["by_kind"]
     assert kinds["prompt only"][2] == 1 and kinds["prompt beside decode rows"][2] == 0
+    # the decode steps after the prompt step at the duty it left (the decode steps' power-limit term)
+    duty = duty_column([r["start_s"] for r in rows], [r["step_s"] for r in rows], [r.get("prefill_tokens", 0) for r in rows],
+                       cost.hot_window_s, every=True)
+    hot = [sum(cost.breakdown(StepWork(32, 32, 32000, 0, 0, 0.0, None, 1000, 32, prefill_duty=d)).values()) for d in duty]
+    assert duty[2] > 0 and hot[2] > decode
     real, priced, n = kinds["decode right after a prompt step"]
-    assert n == 1 and priced / real == pytest.approx(1 / 1.5, rel=1e-6)
+    assert n == 1 and priced / real == pytest.approx(hot[2] / (1.5 * decode), rel=1e-6)
     real, priced, n = kinds["other decode"]
-    assert n == 3 and priced / real == pytest.approx(1.0, rel=1e-6)
+    assert n == 3 and priced / real == pytest.approx((hot[0] + hot[3] + hot[4]) / (3 * decode), rel=1e-6)
 
 
 def test_prompt_steps_at_a_duty_are_priced_with_and_without_the_power_limit_term(tmp_path):

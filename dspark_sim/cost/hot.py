@@ -17,10 +17,21 @@ The attention keeps its price: prompt steps after 10-32 thousand cached tokens, 
 mostly attention, ran no slower at a high duty than at a low one in served runs on a host the
 profile never saw (docs/validation.md). Decode steps held for seconds keep their price too
 (docs/profiles.md, "Steps held for seconds").
+
+Decode steps after prompt steps do not: a decode step right after a second of prompt steps back
+to back runs slower than one after a second of idle, the clock not yet back
+(``benchmarks/served_steps.py --part after``, fitted by :mod:`dspark_sim.profiling.hot`). The
+term (:class:`DecodeHot`): a step without prompt chunks, its GPU seconds (target and drafter)
+``ratio`` x ``duty`` longer, ``ratio`` the measured one at a duty of 1 for the step's drafter kind
+and decoding requests (interpolated, clamped), linear in the duty down to the idle GPU's price
+at 0 (the profile times decode steps cool).
 """
 from __future__ import annotations
 
+import math
 from collections import deque
+
+import numpy as np
 
 # The window the duty is taken over, seconds; not fitted: the SM clock falls within the first
 # call of a long prompt step held back to back (profiles/h200/sustained_clocks.json) and a
@@ -58,6 +69,82 @@ class PrefillDuty:
             busy += max(0.0, min(end, now_s) - max(start, lo))
         return min(1.0, busy / self.window_s)
 
+    def last_end(self) -> float:
+        """When the last step added ended (-inf: none)."""
+        return self._spans[-1][1] if self._spans else -math.inf
+
+    def peek(self, now_s: float) -> float:
+        """:meth:`at` without forgetting the spans before the window (the same number: those add 0)."""
+        busy, lo = 0.0, now_s - self.window_s
+        for start, end in self._spans:
+            busy += max(0.0, min(end, now_s) - max(start, lo))
+        return min(1.0, busy / self.window_s) if self._spans else 0.0
+
+
+class DecodeHot:
+    """Decode steps' power-limit term (see the module docstring): ``knots`` decoding requests,
+    ``ratios`` per drafter kind (:data:`KINDS`) the slowdown at a duty of 1 at each knot."""
+
+    KINDS = ("none", "chain", "block")
+
+    def __init__(self, knots: tuple[float, ...], ratios: tuple[tuple[float, ...], ...]):
+        self.knots, self.ratios = np.asarray(knots, float), [np.asarray(r, float) for r in ratios]
+
+    @classmethod
+    def of(cls, target) -> DecodeHot | None:
+        """The term of a profile's target fit; None where it has none."""
+        return cls(target.hot_decode_reqs, target.hot_decode) if target.hot_decode_reqs else None
+
+    def scaled_gpu(self, gpu_s, reqs, kind: str | None):
+        """The step's GPU seconds times the ratio at a duty of 1: numbers or arrays, the same
+        operations (:meth:`seconds` multiplies it by the duty)."""
+        return gpu_s * np.interp(reqs, self.knots, self.ratios[self.KINDS.index(kind or "none")])
+
+    def seconds(self, parts: dict, work) -> float:
+        """The seconds a decode step (a :class:`~dspark_sim.cost.base.StepWork` whose parts, by
+        :meth:`~dspark_sim.cost.profile.ProfileCost.breakdown`, are ``parts``) runs longer at its duty."""
+        kind = work.draft.kind if work.draft is not None and work.draft.block_size else None
+        return float(self.scaled_gpu(gpu_seconds(parts), work.decode_reqs, kind)) * work.prefill_duty
+
+
+GPU_PARTS = ("overhead_s", "linear_s", "per_req_s", "attn_s", "comm_s", "draft_s")
+
+
+def gpu_seconds(parts: dict):
+    """A step's GPU seconds (target and drafter) from its parts, summed in one order."""
+    total = parts[GPU_PARTS[0]]
+    for name in GPU_PARTS[1:]:
+        total = total + parts[name]
+    return total
+
+
+def stretch_times(clock_s: float, step_s: np.ndarray, parts: dict, works, hot: DecodeHot | None,
+                  duty: PrefillDuty) -> tuple[np.ndarray, np.ndarray]:
+    """Start times [K + 1] and seconds [K] of a stretch of K decode steps from ``clock_s`` whose
+    seconds without the term are ``step_s`` (``parts``: their :meth:`breakdown_array`, ``works``
+    their work): with the decode steps' power-limit term where the profile has one and the duty
+    is not yet 0, each step at the duty at its start, as step by step prices it."""
+    if hot is None or duty.last_end() + duty.window_s <= clock_s:
+        return np.concatenate(([clock_s], step_s)).cumsum(), step_s  # sequential sums, as step by step
+    kind = works.draft_kind if np.any(works.block_size) else None
+    scaled = np.broadcast_to(hot.scaled_gpu(gpu_seconds(parts), works.decode_reqs, kind), step_s.shape)
+    times, seconds = decode_hot_times(clock_s, step_s, scaled, duty)
+    return np.array(times), np.array(seconds)
+
+
+def decode_hot_times(clock_s: float, step_s, scaled, duty: PrefillDuty) -> tuple[list[float], list[float]]:
+    """Start times and seconds of consecutive decode steps from ``clock_s``, each ``step_s[k]`` plus
+    ``scaled[k]`` (:meth:`DecodeHot.scaled_gpu`) times the duty at its start, as step by step
+    prices them one at a time (no prompt step among them: the duty only falls)."""
+    times, seconds, t = [clock_s], [], clock_s
+    cool_from = duty.last_end() + duty.window_s  # from then on the duty is 0 (and adds nothing)
+    for base, extra in zip(step_s.tolist(), scaled.tolist()):
+        s = base + extra * duty.peek(t) if t < cool_from else base
+        seconds.append(s)
+        t = t + s
+        times.append(t)
+    return times, seconds
+
 
 def hot_scale(hot_ratio: float, duty0: float, duty: float, prefill_tokens: int, batch_tokens: int) -> float:
     """The factor on a step's linear seconds: 1 + ``hot_ratio`` x the duty past
@@ -80,10 +167,29 @@ def duty_column(start_s, step_s, prefill_tokens, window_s: float, every: bool = 
 
 
 def provenance_term(target, projected_from: str | None, base: str) -> dict:
-    """The run provenance's ``power_limit`` term of a profile whose ``target`` (a TargetFit) has one
-    (empty without): measured on ``base``, or carried unchanged to a profile projected from it."""
+    """The run provenance's ``power_limit`` term (prompt steps) and ``decode_power_limit`` term of a
+    profile whose ``target`` (a TargetFit) has them (empty without): measured on ``base``, or carried
+    unchanged to a profile projected from it."""
+    out = _decode_term(target, projected_from, base) if target.hot_decode_reqs else {}
     if not target.hot_ratio:
-        return {}
+        return out
+    return {**_prompt_term(target, projected_from, base), **out}
+
+
+def _decode_term(target, projected_from: str | None, base: str) -> dict:
+    what = (f"a decode step's GPU seconds up to {100 * max(map(max, target.hot_decode)):.1f} % longer at a prefill "
+            f"duty of 1 (by drafter kind and requests {', '.join(f'{r:g}' for r in target.hot_decode_reqs)}), "
+            f"linear in the duty")
+    if projected_from:
+        return {"decode_power_limit": {"kind": "projected", "detail": f"{what}: measured on {projected_from}, "
+                                       "carried unchanged", "caveat": "decode steps' power-limit slowdown carried "
+                                       f"unchanged from {projected_from}"}}
+    return {"decode_power_limit": {"kind": "measured", "detail": f"{what}: decode steps timed after a second of "
+                                   f"prompt steps against after a second idle on {base} "
+                                   f"(profiles/{base}/raw/after_<model>.json)"}}
+
+
+def _prompt_term(target, projected_from: str | None, base: str) -> dict:
     what = (f"the prompt share of a step's linear layers {100 * target.hot_ratio:.1f} % slower at a prefill "
             f"duty of 1, past {target.hot_duty0:g}, over {target.hot_window_s:g} s")
     if projected_from:

@@ -18,7 +18,7 @@ from dspark_sim.catalog import GpuSpec, get_gpu, get_model, served_format
 from dspark_sim.cost.base import CostModel, DraftWork, StepWork, StepWorks, per_step, pick
 from dspark_sim.cost.comm import CommParams, provenance_term as comm_provenance
 from dspark_sim.cost.comm_curves import measured_comm
-from dspark_sim.cost.hot import provenance_term
+from dspark_sim.cost.hot import DecodeHot, provenance_term
 from dspark_sim.cost.moe import Routing
 from dspark_sim.cost.parallel import Parallel, busiest_rank, rank_share, shard_factors, tp_block, tp_note
 from dspark_sim.cost.projection import curves_for, project_profile, time_scaled
@@ -46,12 +46,11 @@ class ProfileCost:
     and keeps the fixed terms; at tp > 1 a communication time ``comm_s[0] + comm_s[1] * tokens`` is
     added (a rank's profile has no collectives). ``factors`` (:func:`~.parallel.shard_factors`,
     relative to the measured split) replaces the plain ratio by what one GPU of the deployment holds
-    and reads (expert parallel, DP attention, KV copies, served format); ``note`` says so in ``source``. Drafter kinds the profile
-    lacks are costed by ``fallback`` (or raise ``ValueError`` without one). ``substitutes``:
-    the host terms filled from sibling profiles and how (:mod:`.substitute`), for
-    :meth:`provenance`. ``comm``, when
-    given, prices the communication instead of ``comm_s`` (an object with ``seconds(tokens)``:
-    :class:`~.comm_curves.MeasuredComm`, measured collectives).
+    and reads (expert parallel, DP attention, KV copies, served format); ``note`` says so in ``source``.
+    Drafter kinds the profile lacks are costed by ``fallback`` (or raise ``ValueError`` without one).
+    ``substitutes``: the host terms filled from sibling profiles and how (:mod:`.substitute`), for
+    :meth:`provenance`. ``comm``, when given, prices the communication instead of ``comm_s`` (an
+    object with ``seconds(tokens)``: :class:`~.comm_curves.MeasuredComm`, measured collectives).
     """
 
     def __init__(self, profile: Profile, *, tp: int | None = None, comm_s: tuple[float, float] = (0.0, 0.0),
@@ -72,12 +71,12 @@ class ProfileCost:
         self._comm0, self._comm1, self._comm = *comm_s, comm
         self.dp_ranks = dp_ranks  # attention-DP ranks: a step waits for the busiest one's attention and host
         self.hot_window_s = profile.target.hot_window_s if profile.target.hot_ratio else 0.0  # prefill duty (.hot)
+        self.decode_hot = DecodeHot.of(profile.target)  # decode steps after prompt steps (.hot)
         # the decoder's host time (fixed under tp and projection); another engine brings its own
         self._host = profile.host if decoder_host else {}
         self._schedule = profile.schedule if decoder_host else None
-        self._warn_fallback = warn
+        self._warn_fallback, self.decoder_host = warn, decoder_host
         self.substitutes = dict(substitutes or {}) if decoder_host else {}
-        self.decoder_host = decoder_host
         self._memo: dict[tuple, tuple] = {}  # per batch shape: the terms without context (breakdown_array)
 
     def provenance(self) -> dict:
@@ -172,11 +171,12 @@ class ProfileCost:
             over, linear, per_req, attn = self._target.parts(work.decode_reqs, work.verify_tokens, work.prefill_tokens,
                                         ctx, work.prefill_attn_tokens2, work.prefill_reqs, SCALAR, longest, shared)
             hot = self._target.hot(work.prefill_duty, work.prefill_tokens, tokens)
-            parts.update(overhead_s=over, linear_s=linear * hot, per_req_s=per_req, attn_s=attn)
-            parts["comm_s"] = self._comm_s(tokens)
+            parts.update(overhead_s=over, linear_s=linear * hot, per_req_s=per_req, attn_s=attn,
+                         comm_s=self._comm_s(tokens))
         parts["draft_s"] = self.draft_s(work.draft) if work.draft is not None else 0.0
-        parts["host_s"] = self.host_s(work)
-        parts["sched_s"] = self.sched_s(work)
+        parts["host_s"], parts["sched_s"] = self.host_s(work), self.sched_s(work)
+        if self.decode_hot is not None and work.prefill_duty and tokens and not work.prefill_tokens:  # last
+            parts["hot_s"] = self.decode_hot.seconds(parts, work)
         return parts
 
     def _rank_context(self, work: StepWork) -> tuple:

@@ -17,6 +17,14 @@ def check_knots(knots_key: str, knots: tuple, values_key: str, values: tuple) ->
     check_increasing(knots_key, knots)
 
 
+def check_rows(knots_key: str, knots: tuple, rows_key: str, rows: tuple, count: int) -> None:
+    """``count`` rows of numbers >= 0, each as long as the increasing ``knots``."""
+    if len(rows) != count or any(not all(math.isfinite(v) and v >= 0 for v in row) for row in rows):
+        fail(rows_key, [list(r) for r in rows], f"must hold {count} rows of numbers >= 0")
+    for row in rows:
+        check_knots(knots_key, knots, rows_key, row)
+
+
 def check_increasing(key: str, values: tuple) -> None:
     if any(b <= a for a, b in zip(values, values[1:])):
         fail(key, list(values), "must be strictly increasing")

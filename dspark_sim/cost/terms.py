@@ -17,7 +17,7 @@ import numpy as np
 
 from dspark_sim.cost.hot import hot_scale
 from dspark_sim.cost.shapes import SCALAR, DecodeShape, Ops, pad_tokens, roof, smax, spread_tail
-from dspark_sim.cost.term_checks import check_knots, check_pad, check_table, check_terms, fail
+from dspark_sim.cost.term_checks import check_knots, check_pad, check_rows, check_table, check_terms, fail
 
 DRAFT_KINDS = ("block", "chain")
 STEP_KINDS = ("none",) + DRAFT_KINDS  # a decode step: no drafter, or which one
@@ -143,6 +143,8 @@ class TargetFit:
     hot_ratio: float = 0.0
     hot_window_s: float = 0.0
     hot_duty0: float = 0.0
+    hot_decode_reqs: tuple[float, ...] = ()  # decode steps' power-limit term (.hot.DecodeHot): knots
+    hot_decode: tuple[tuple[float, ...], ...] = ()  # its ratios per drafter kind (none, chain, block)
 
     def __post_init__(self) -> None:
         check_terms(self, [n for n in TARGET_BOUNDS if n != "r_delta_s"],
@@ -161,6 +163,8 @@ class TargetFit:
         if not 0.0 <= self.hot_duty0 < 1.0:
             fail("hot_duty0", self.hot_duty0, "must be a number from 0 to below 1")
         check_knots("moe_tokens", self.moe_tokens, "moe_fraction", self.moe_fraction)
+        if self.hot_decode_reqs or self.hot_decode:
+            check_rows("hot_decode_reqs", self.hot_decode_reqs, "hot_decode", self.hot_decode, 3)
         check_knots("m_knots", self.m_knots, "m_ratio", self.m_ratio)
         check_knots("r_knots", self.r_knots, "r_delta_s", self.r_delta_s)
         check_knots("width_knots", self.width_knots, "kv_width_ratio", self.kv_width_ratio)

@@ -75,6 +75,8 @@ def eager_prefill(engine, model, parallel, speculation, layer_s: float | None) -
 class EngineCost:
     """:class:`CostModel` of ``gpu`` plus an engine's host terms (see the module docstring)."""
 
+    decode_hot = None  # the decoder's decode steps after prompt steps (cost.hot): not under an engine's terms
+
     def __init__(self, gpu: CostModel, terms: EngineTerms, *, label: str, graph_max_tokens: int | None = None,
                  overlap: bool = False, multi_step: int = 1, dp_ranks: int = 1,
                  eager_prefill: EagerPrefill | None = None):

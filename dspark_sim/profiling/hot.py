@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from dspark_sim.cost.base import StepWork
-from dspark_sim.cost.hot import WINDOW_S
+from dspark_sim.cost.hot import WINDOW_S, DecodeHot
 from dspark_sim.cost.jsonio import read_json
 from dspark_sim.cost.profile_format import Profile
 from dspark_sim.cost.shapes import SCALAR
@@ -102,3 +102,60 @@ def with_hot_term(profile: Profile, probe_path: Path) -> tuple[Profile, dict | N
     return (replace(profile, target=target, held_out={**profile.held_out, "hot@chunk": as_held_out(held["with"])}),
             {"hot_ratio": hot, "hot_window_s": WINDOW_S, "hot_duty0": target.hot_duty0, "held_out": held,
              "shapes": int(rows["chunk"].size), "gpu_uuid": prov.get("gpu_uuid")})
+
+
+def decode_hot_rows(probe: dict, file=None) -> tuple[tuple[float, ...], tuple[tuple[float, ...], ...], dict]:
+    """The decode steps' term from ``benchmarks/served_steps.py --part after``: the requests timed
+    (knots) and, per drafter kind (:attr:`DecodeHot.KINDS`), each one's decode step after a second of
+    prompt steps over the same step after a second idle, less 1 (at least 0); and the points
+    ``{(kind, reqs): (hot_s, cool_s)}``."""
+    points = {}
+    for i, p in enumerate(probe.get("points", ()) if isinstance(probe, dict) else ()):
+        if not isinstance(p, dict) or p.get("part") != "after":
+            continue
+        for key in ("hot_s", "cool_s", "reqs"):
+            if not isinstance(p.get(key), (int, float)) or isinstance(p.get(key), bool) or p[key] <= 0:
+                raise InputError(file, f"points[{i}].{key}", p.get(key), "must be a number > 0")
+        if p.get("kind") not in DecodeHot.KINDS:
+            raise InputError(file, f"points[{i}].kind", p.get("kind"), f"must be one of {', '.join(DecodeHot.KINDS)}")
+        points[(p["kind"], float(p["reqs"]))] = (float(p["hot_s"]), float(p["cool_s"]))
+    knots = tuple(sorted({r for _, r in points}))
+    if not knots or any((k, r) not in points for k in DecodeHot.KINDS for r in knots):
+        raise InputError(file, "points", len(points), "must time every drafter kind (none, chain, block) at the same requests")
+    rows = tuple(tuple(max(0.0, points[(k, r)][0] / points[(k, r)][1] - 1.0) for r in knots) for k in DecodeHot.KINDS)
+    return knots, rows, points
+
+
+def held_out_reqs(knots: tuple, rows: tuple, points: dict) -> dict:
+    """Each request count held out in turn: its hot steps priced from its cool ones with the
+    ratio the other counts interpolate (clamped), and the cool price (no term) beside."""
+    pred, real, cool = [], [], []
+    for k, row in zip(DecodeHot.KINDS, rows):
+        for i, r in enumerate(knots):
+            others = [j for j in range(len(knots)) if j != i]
+            ratio = float(np.interp(r, [knots[j] for j in others], [row[j] for j in others]))
+            hot_s, cool_s = points[(k, r)]
+            pred.append(cool_s * (1.0 + ratio))
+            real.append(hot_s)
+            cool.append(cool_s)
+    pred, real, cool = np.array(pred), np.array(real), np.array(cool)
+    return {"with": signed_summary(pred / real - 1.0), "without": signed_summary(cool / real - 1.0)}
+
+
+def with_decode_hot_term(profile: Profile, probe_path: Path) -> tuple[Profile, dict | None]:
+    """``profile`` with the decode steps' power-limit term (:class:`~dspark_sim.cost.hot.DecodeHot`)
+    from the probe at ``probe_path`` (when it timed the profile's model at two request counts or
+    more) and its held-out error (``hot_decode@reqs``), and the report; unchanged (and None) otherwise."""
+    probe = read_json(probe_path)
+    prov = probe.get("provenance") if isinstance(probe, dict) else None
+    prov = prov if isinstance(prov, dict) else {}
+    if prov.get("model") != profile.model:
+        return profile, None
+    knots, rows, points = decode_hot_rows(probe, probe_path)
+    if len(knots) < 2:
+        return profile, None
+    held = held_out_reqs(knots, rows, points)
+    target = replace(profile.target, hot_decode_reqs=knots, hot_decode=rows)
+    return (replace(profile, target=target, held_out={**profile.held_out, "hot_decode@reqs": as_held_out(held["with"])}),
+            {"knots": knots, "ratios": dict(zip(DecodeHot.KINDS, rows)), "held_out": held,
+             "gpu_uuid": prov.get("gpu_uuid"), "date": prov.get("date")})

@@ -34,3 +34,32 @@ def block_text(probe_path: Path, profile_path: Path) -> str:
     for chunk, hot, base, share in zip(rows["chunk"], rows["hot_s"], rows["base_s"], rows["share"]):
         lines.append(f"| {chunk:.0f} | {1e3 * hot:.2f} | {1e3 * base:.2f} | {hot / base - 1:+.1%} | {share:.2f} |")
     return "\n".join([head, ""] + lines)
+
+
+def decode_block_text(probe_path: Path, profile_path: Path) -> str:
+    """The decode steps' term: provenance, the ratios the profile keeps, their held-out error
+    against none, and the steps timed (``benchmarks/served_steps.py --part after``)."""
+    from dspark_sim.cost.profile import load_profile
+    from dspark_sim.profiling.hot import decode_hot_rows, held_out_reqs
+
+    data = json.loads(Path(probe_path).read_text())
+    knots, rows, points = decode_hot_rows(data, probe_path)
+    held = held_out_reqs(knots, rows, points)
+    t, p = load_profile(profile_path).target, data["provenance"]
+    summary = lambda s: f"median {100 * s['median']:.1f} %, p90 {100 * s['p90']:.1f} %, max {100 * s['max']:.1f} %, " \
+                        f"mean signed {100 * s['mean_signed']:+.1f} %"  # noqa: E731
+    kept = "the profile's" if (t.hot_decode_reqs, t.hot_decode) == (knots, rows) else "NOT the profile's (refit it)"
+    head = (f"Measured {p['date']} on {p['gpu']} ({p['gpu_uuid']}, a GPU neither the profile nor the load sweeps were "
+            f"timed on; driver {p['driver']}, torch {p['torch']}, triton {p['triton']}; tree {p['tree']}); {p['model']}, "
+            f"{p['weights']} weights, decode steps over long-tailed contexts, the prompt steps {data['points'][0]['chunk']} "
+            f"tokens. Made by `bash benchmarks/served_visit.sh after` (`python benchmarks/served_steps.py --part after`), "
+            f"`{Path(probe_path).name}` under profiles/h200/raw/. The ratios ({kept}; `python benchmarks/fit_profiles.py "
+            f"--post-only`) price the steps after a second of prompt steps from the same steps after a second idle, "
+            f"each request count held out in turn, at {summary(held['with'])}; taking each at its cool price (no term) "
+            f"is {summary(held['without'])}.")
+    lines = ["| drafter | requests | after a second idle ms | after a second of prompt steps ms | slower | right after "
+             "one prompt step ms | right after a decode step ms |", "|---|---|---|---|---|---|---|"]
+    for q in sorted(data["points"], key=lambda q: (q["kind"], q["reqs"])):
+        lines.append(f"| {q['kind']} | {q['reqs']} | {1e3 * q['cool_s']:.2f} | {1e3 * q['hot_s']:.2f} | "
+                     f"{q['hot_s'] / q['cool_s'] - 1:+.1%} | {1e3 * q['after_prompt_s']:.2f} | {1e3 * q['after_decode_s']:.2f} |")
+    return "\n".join([head, ""] + lines)

@@ -98,6 +98,25 @@ def hot_prefill() -> str:
     return block_text(H200 / "prefill_clocks.json", H200 / "qwen3-8b.json")
 
 
+def hot_decode() -> str:
+    from dspark_sim.reports.hot_prefill import decode_block_text
+
+    return decode_block_text(H200 / "raw" / "after_qwen3-8b.json", H200 / "qwen3-8b.json")
+
+
+def served_layout() -> str:
+    from dspark_sim.reports.served_steps import table
+
+    data = _json(H200 / "raw" / "layout_qwen3-8b.json")
+    p = data["provenance"]
+    head = (f"Measured {p['date']} on {p['gpu']} ({p['gpu_uuid']}; driver {p['driver']}, torch {p['torch']}, triton "
+            f"{p['triton']}; tree {p['tree']}); {p['model']}, {p['weights']} weights, median of {p['steps']} steps. Made "
+            "by `bash benchmarks/served_visit.sh layout` (`python benchmarks/served_steps.py --part layout`), "
+            "`layout_qwen3-8b.json` under profiles/h200/raw/: whole decode steps (and eager steps of decode rows beside a "
+            "prompt chunk) over long-tailed contexts, their KV pages taken in order against from a shuffled free list.")
+    return "\n".join([head] + table(data)[2:])
+
+
 def long_check() -> str:
     from dspark_sim.validation.long_prompts import JSON, block_text
 
@@ -182,6 +201,8 @@ BLOCKS = {
     ("docs/profiles.md", "spread-steps"): spread_steps,
     ("docs/profiles.md", "spread-check"): spread_check,
     ("docs/profiles.md", "shared-steps"): shared_steps,
+    ("docs/profiles.md", "hot-decode"): hot_decode,
+    ("docs/profiles.md", "served-layout"): served_layout,
     ("docs/profiles.md", "hot-prefill"): hot_prefill,
     ("docs/profiles.md", "engine-roofline"): engine_roofline,
 }

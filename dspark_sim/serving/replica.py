@@ -84,6 +84,7 @@ class Replica:
         self.clock_s = 0.0
         self.decode_step_s = 0.0  # the last step without prefill work (how far a stretch may reach)
         self.duty = PrefillDuty(getattr(ctx.cost, "hot_window_s", 0.0))  # prompt steps' recent share (cost.hot)
+        self.decode_hot = getattr(ctx.cost, "decode_hot", None)  # decode steps after prompt steps (cost.hot)
         self._decoded = [0, 0]  # tokens decoding requests emitted, request-steps they took
         self._ahead = None  # the step after the last stretch, drawn with it (stretch.Ahead)
         self._wake = env.event()

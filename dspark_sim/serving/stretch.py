@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dspark_sim.cost.base import StepWorks
+from dspark_sim.cost.hot import stretch_times
 from dspark_sim.serving.inflight import Ghosts
 
 MAX_STEPS = 512  # steps drawn at once, at most
@@ -321,8 +322,7 @@ def _finish(rep, steps: int, taken: int, decode: np.ndarray | int, kv, verify, b
                       draft_context_tokens=context[k], decode_max_context=max_context[k], running_reqs=dec,
                       shared_kv_tokens=rep.prefix.repeat_tokens)  # no finish inside a stretch changes it
     parts = rep.ctx.cost.breakdown_array(works)
-    step_s = sum(parts.values())
-    times = np.concatenate(([rep.clock_s], step_s)).cumsum()  # sequential sums, as step by step
+    times, step_s = stretch_times(rep.clock_s, sum(parts.values()), parts, works, rep.decode_hot, rep.duty)
     # a step that would start at or after the next arrival is not taken, unless (engine
     # overlap) its plan was made when the step before it started, before the arrival: the
     # newcomer joins the step after it. Not where a request would leave the batch at or after

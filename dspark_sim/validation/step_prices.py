@@ -32,7 +32,8 @@ def priced_steps(steps: Path, speculation, cost) -> tuple[StepColumns, np.ndarra
     power-limit term (the same but for prompt steps at a duty)."""
     r = read_steps(steps, COLUMNS + WORK_COLUMNS + ("start_s",))
     kind, whole, draft, cool = speculation.draft_kind, [], [], []
-    duty = duty_column(r.start_s, r.step_s, r.prefill_tokens, getattr(cost, "hot_window_s", 0.0))
+    duty = duty_column(r.start_s, r.step_s, r.prefill_tokens, getattr(cost, "hot_window_s", 0.0),
+                       every=getattr(cost, "decode_hot", None) is not None)
     for i in range(len(r)):
         dec, ctx = int(r.decode_reqs[i]), int(r.decode_context_tokens[i])
         work = StepWork(dec, int(r.verify_tokens[i]), ctx, int(r.prefill_tokens[i]), int(r.prefill_reqs[i]),
@@ -145,9 +146,11 @@ def markdown(rows: list[dict], min_level: float) -> list[str]:
     lines += kind_table([r for r in shown if r.get("family") != "sess"])
     lines += ["", "The same steps by their prefill duty: the share of the second before a step the GPU spent in "
               "steps with prompt chunks (the duty of a decode step counts the prompt steps before it as well). "
-              "Each cell: the replay's busy-time error with the power-limit term (`docs/profiles.md`, "
-              "\"Steps held for seconds\") / without it (steps). Prompt steps at a high duty run slower, as the "
-              "term prices; decode steps after prompt-heavy seconds run slower too, which no term prices yet.", ""]
+              "Each cell: the replay's busy-time error with the power-limit terms (prompt steps' and decode "
+              "steps', `docs/profiles.md`, \"Steps held for seconds\") / without them (steps). Prompt steps at a "
+              "high duty run slower, as their term prices; decode steps after prompt-heavy seconds run slower too, "
+              "as the decode steps' term prices, measured on another H200 after a second of 4,096-token prompt "
+              "steps back to back: at a middle and high duty it prices them over what these served runs show.", ""]
     lines += duty_table([r for r in shown if r.get("family") != "sess"])
     lines += ["", "The decoder's decode-only steps by decoding requests (medians): the drafter's forward as the "
               "decoder timed it on the GPU (`draft_s`) and as the profile prices it, the rest of the step "
@@ -158,10 +161,13 @@ def markdown(rows: list[dict], min_level: float) -> list[str]:
                     "(after the target's, at the contexts a saturated run holds) beside the profiler's replay of "
                     "it alone, and the steps that carry prompt chunks (and the decode step right after one, table "
                     "above), which run over their price although the same shapes timed apart, with their launch "
-                    "hidden or not, do not (`docs/profiles.md`). `benchmarks/served_steps.py --part layout` (KV "
-                    "pages scattered over the pool, as a served pool holds them, against pages in order) and "
-                    "`--part after` (a decode step right after a prompt step against one after a decode step) "
-                    "time the two served conditions the profiler's steps lack; neither has run on a GPU yet. "
+                    "hidden or not, do not (`docs/profiles.md`). Of the served conditions the profiler's steps "
+                    "lack, KV pages scattered over the pool changed a decode step by at most 1.4 % "
+                    "(`benchmarks/served_steps.py --part layout`), and a decode step after a second of prompt "
+                    "steps ran 3-13 % slower than after a second idle (`--part after`): the decode steps' "
+                    "power-limit term. The steps with prompt chunks beside decode rows still run over their "
+                    "price at a high duty; `bash benchmarks/served_visit.sh after_mixed` times such steps "
+                    "after a second of their kind against after a second idle. "
                     "Decode steps whose requests read the same prefix pages are priced by "
                     "the shared-prefix term (`docs/profiles.md`, timed on the GPU) in the simulator's own steps; "
                     "the decoder's step records do not count those reads, so the replay column prices the "
