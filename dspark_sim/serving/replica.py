@@ -309,7 +309,8 @@ class Replica:
                 if (done := new == left).any():  # the next plan could not know
                     rows = done.nonzero()[0] if isinstance(dec, slice) else dec[done]  # (a slice starts at row 0)
                     left_done = left[done]
-                    self.inflight.finished(c, rows, left_done, self.kv_tokens()[rows] + left_done)
+                    kv = c.prefilled[rows] + c.generated[rows] - c.kv_base[rows]  # (kv_tokens of these rows)
+                    self.inflight.finished(c, rows, left_done, kv + left_done)
             emitted = int(new.sum())
             self._decoded[0] += emitted
             self._decoded[1] += step.num_dec
@@ -386,12 +387,12 @@ class Replica:
         """Apply prefill chunks; a request whose prefill completes emits one token. (``pre`` indexes
         the running table's first rows: its columns are indexed whole.)"""
         c = self.running.cols
-        prefilled = c.prefilled
-        prefilled[pre] += chunk
+        prefilled = c.prefilled[pre] + chunk
+        c.prefilled[pre] = prefilled
         c.num_steps[pre[chunk > 0]] += 1
         if self.prefix.chains:
-            self.prefix.advance(c.rid[pre], prefilled[pre], now)
-        done = pre[prefilled[pre] >= c.prefill_len[pre]]
+            self.prefix.advance(c.rid[pre], prefilled, now)
+        done = pre[prefilled >= c.prefill_len[pre]]
         if not done.size:
             return 0
         generated, last = c.generated, c.last_token_s

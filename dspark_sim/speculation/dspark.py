@@ -111,7 +111,7 @@ def theta(cands: Candidates, num_reqs: int, sps: SpsFn, limits: VerifyLimits) ->
     (-inf where B passes ``limits.max_batch_tokens``)."""
     tau = np.empty(cands.survival.size + 1)
     tau[0] = 0.0
-    np.cumsum(cands.survival, out=tau[1:])
+    cands.survival.cumsum(out=tau[1:])
     tau += num_reqs + cands.forced_tau
     tau *= rates_row(sps, num_reqs, num_reqs + cands.forced_total, tau.size, limits)[:tau.size]
     return tau
