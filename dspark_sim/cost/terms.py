@@ -210,10 +210,9 @@ class TargetFit:
     def fixed_parts(self, reqs, verify_tokens, prefill_tokens, eager, ops: Ops):
         """(bias_s, linear_s, per_req_s): the terms :meth:`parts` takes before the attention
         (none depends on the context), the wait for the host apart."""
-        tokens = self.padded_tokens(verify_tokens, prefill_tokens, eager, ops)
+        tokens, own = self.padded_tokens(verify_tokens, prefill_tokens, eager, ops)
         # prefill computes no logits but the last token's (nor do a prompt graph's padding rows)
-        logits = self.padded_tokens(verify_tokens, prefill_tokens, eager, ops, prompt_graphs=False) \
-            - prefill_tokens
+        logits = own - prefill_tokens
         weights = self.weights_s
         if self.moe_tokens:
             weights = weights * ops.interp(self.moe_tokens, self.moe_fraction, tokens)
@@ -255,23 +254,25 @@ class TargetFit:
             return 0.0
         return self.mixed_s_per_row_tile * reqs * math.ceil(prefill_tokens / (prefill_reqs * tile))
 
-    def padded_tokens(self, verify_tokens, prefill_tokens, eager, ops: Ops, prompt_graphs: bool = True):
+    def padded_tokens(self, verify_tokens, prefill_tokens, eager, ops: Ops):
         """Tokens the linear layers run over: a graph step (no prefill) its token tier
         (``pad_limits``/``pad_steps``); a step with prompt tokens of at most
         ``prefill_graph_tokens`` in all a CUDA graph over the next power of two (at least
-        ``prefill_graph_min``); a larger one its own count (eager)."""
+        ``prefill_graph_min``); a larger one its own count (eager). And beside it the same
+        without the prompt graphs (their padding rows compute no logits)."""
         tokens = verify_tokens + prefill_tokens
         if self.pad_steps:
             padded = pad_tokens(self.pad_limits, self.pad_steps, tokens)
             tokens = padded + eager * (tokens - padded)
-        if prompt_graphs and self.prefill_graph_tokens:
+        own = tokens
+        if self.prefill_graph_tokens:
             raw = verify_tokens + prefill_tokens
             graph = eager * (raw <= self.prefill_graph_tokens)
             tier = ops.pow2(raw)
             tier = np.maximum(tier, self.prefill_graph_min) if isinstance(tier, np.ndarray) \
                 else max(tier, self.prefill_graph_min)
             tokens = tokens + graph * (tier - tokens)
-        return tokens
+        return tokens, own
 
     def decode_shape(self, reqs, verify_tokens, ops: Ops) -> DecodeShape:
         """The decode attention's factors of R requests verifying V tokens (R >= 1): key splits,
@@ -374,6 +375,7 @@ class DraftFit:
         check_knots("knots", self.knots, "ratio", self.ratio)
         if any(r <= -1 for r in self.ratio):
             fail("ratio", list(self.ratio), "ratios must be > -1 (a positive factor)")
+        object.__setattr__(self, "_fixed", {})  # (R, g) -> fixed_s; not a field (nor in the file)
 
     def seconds(self, reqs, block_size, ctx, ops: Ops, fixed=None):
         """Draft seconds; floats or arrays, ``ops`` to match. ``fixed``: :meth:`fixed_s` of these
@@ -387,6 +389,18 @@ class DraftFit:
     def fixed_s(self, reqs, block_size, ops: Ops):
         """The part of :meth:`seconds` before its context term: bias_s + launch_s*g + lin(R*g)
         (block) or launch_s + lin(R) (chain), R at its request tier with ``request_tiers``."""
+        if ops is not SCALAR:
+            return self._fixed_s(reqs, block_size, ops)
+        # an engine step's: a run drafts for the same few batch sizes
+        held = self._fixed
+        seconds = held.get((reqs, block_size))
+        if seconds is None:
+            if len(held) >= SHAPES_HELD:
+                held.clear()
+            seconds = held[reqs, block_size] = self._fixed_s(reqs, block_size, ops)
+        return seconds
+
+    def _fixed_s(self, reqs, block_size, ops: Ops):
         if self.request_tiers:
             reqs = ops.pow2(reqs)
         units = reqs * block_size if self.kind == "block" else reqs
