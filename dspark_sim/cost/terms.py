@@ -36,6 +36,19 @@ DRAFT_BOUNDS = {"bias_s": "fixed", "launch_s": "fixed", "weights_s": "memory",
                 "kv_s_per_token": "memory"}
 
 
+def _held(memo: dict, make, a, b, ops: Ops):
+    """``make(a, b, ops)``, kept in ``memo`` by ``(a, b)`` where ``ops`` is the engine's scalar one
+    (a run prices the same few batch shapes step after step)."""
+    if ops is not SCALAR:
+        return make(a, b, ops)
+    value = memo.get((a, b))
+    if value is None:
+        if len(memo) >= SHAPES_HELD:
+            memo.clear()
+        value = memo[a, b] = make(a, b, ops)
+    return value
+
+
 def _scaled(obj, bounds: dict, ratio: dict):
     """``obj`` with every term multiplied by ``ratio[bound]`` (bound per ``bounds``)."""
     changes = {}
@@ -278,16 +291,7 @@ class TargetFit:
         """The decode attention's factors of R requests verifying V tokens (R >= 1): key splits,
         and the tile's factors on the stream, the latency floor and the whole (not to be changed:
         the engine's steps share them)."""
-        if ops is not SCALAR:
-            return self._decode_shape(reqs, verify_tokens, ops)
-        # an engine step's: a run prices the same few batch shapes step after step
-        shapes = self._shapes
-        shape = shapes.get((reqs, verify_tokens))
-        if shape is None:
-            if len(shapes) >= SHAPES_HELD:
-                shapes.clear()
-            shape = shapes[reqs, verify_tokens] = self._decode_shape(reqs, verify_tokens, ops)
-        return shape
+        return _held(self._shapes, self._decode_shape, reqs, verify_tokens, ops)
 
     def _decode_shape(self, reqs, verify_tokens, ops: Ops) -> DecodeShape:
         width = ops.pow2(verify_tokens / reqs)
@@ -389,16 +393,7 @@ class DraftFit:
     def fixed_s(self, reqs, block_size, ops: Ops):
         """The part of :meth:`seconds` before its context term: bias_s + launch_s*g + lin(R*g)
         (block) or launch_s + lin(R) (chain), R at its request tier with ``request_tiers``."""
-        if ops is not SCALAR:
-            return self._fixed_s(reqs, block_size, ops)
-        # an engine step's: a run drafts for the same few batch sizes
-        held = self._fixed
-        seconds = held.get((reqs, block_size))
-        if seconds is None:
-            if len(held) >= SHAPES_HELD:
-                held.clear()
-            seconds = held[reqs, block_size] = self._fixed_s(reqs, block_size, ops)
-        return seconds
+        return _held(self._fixed, self._fixed_s, reqs, block_size, ops)
 
     def _fixed_s(self, reqs, block_size, ops: Ops):
         if self.request_tiers:
