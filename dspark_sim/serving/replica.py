@@ -231,7 +231,8 @@ class Replica:
         if self.held_back or self.overlap and self.waiting and self.waiting[0].ready_s > self.plan_s:
             return None
         c, n = self.running.cols, self.running.n
-        if not n or (c.prefilled[:n] < c.prefill_len[:n]).any():
+        # (the request admitted last mostly prefills while any does: a look at it first)
+        if not n or c.prefilled[n - 1] < c.prefill_len[n - 1] or (c.prefilled[:n] < c.prefill_len[:n]).any():
             return None
         # a waiting request joins at the end of this schedule's steps, or may fit after any step while
         # the reservation shrinks step by step
