@@ -166,15 +166,14 @@ class ProfileCost:
         """Step seconds split into overhead, linear, per-request, attention, comms, draft, host
         and scheduling."""
         tokens = work.verify_tokens + work.prefill_tokens
+        parts = dict.fromkeys(("overhead_s", "linear_s", "per_req_s", "attn_s", "comm_s"), 0.0)
         if tokens:
             ctx, longest, shared = self._rank_context(work)
             over, linear, per_req, attn = self._target.parts(work.decode_reqs, work.verify_tokens, work.prefill_tokens,
                                         ctx, work.prefill_attn_tokens2, work.prefill_reqs, SCALAR, longest, shared)
             hot = self._target.hot(work.prefill_duty, work.prefill_tokens, tokens)
-            parts = {"overhead_s": over, "linear_s": linear * hot, "per_req_s": per_req, "attn_s": attn,
-                     "comm_s": self._comm_s(tokens)}
-        else:
-            parts = dict.fromkeys(("overhead_s", "linear_s", "per_req_s", "attn_s", "comm_s"), 0.0)
+            parts.update(overhead_s=over, linear_s=linear * hot, per_req_s=per_req, attn_s=attn)
+            parts["comm_s"] = self._comm_s(tokens)
         parts["draft_s"] = self.draft_s(work.draft) if work.draft is not None else 0.0
         parts["host_s"] = self.host_s(work)
         parts["sched_s"] = self.sched_s(work)
