@@ -1,6 +1,8 @@
 """The noise the acceptance model draws, shared by the sampler and the fit (common random numbers)."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 
@@ -13,7 +15,7 @@ def standard_noise(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarr
     common random numbers with this same function, so the presets are fitted
     to exactly this noise.
     """
-    n = int(np.prod(shape))
+    n = math.prod(shape)
     return noise_from_words(rng.bit_generator.random_raw(noise_words(n)), n).reshape(shape)
 
 
@@ -27,13 +29,10 @@ def noise_from_words(words: np.ndarray, n: int) -> np.ndarray:
     [..., n], the same numbers for every leading index as for one draw of those words."""
     lead = words.shape[:-1]
     planes = words.view(np.uint8)[..., : 4 * n].reshape(*lead, 4, n)
-    total = planes[..., 0, :].astype(np.int16)
-    total += planes[..., 1, :]
-    total += planes[..., 2, :]
-    total += planes[..., 3, :]
-    z = np.multiply(total, _BYTE_SUM_INV_SD)
-    z -= 510.0 * _BYTE_SUM_INV_SD  # four times the byte mean 127.5
-    return z
+    return _NOISE_OF_SUM.take(np.add.reduce(planes, axis=-2, dtype=np.int16))
 
 
 _BYTE_SUM_INV_SD = 1.0 / np.sqrt(4 * (256 ** 2 - 1) / 12)
+# the noise of every sum of four bytes, 0 to 1020, centred on four times the byte mean 127.5 (looked
+# up: cheaper than the two operations that make it, which it holds the numbers of)
+_NOISE_OF_SUM = np.arange(4 * 255 + 1) * _BYTE_SUM_INV_SD - 510.0 * _BYTE_SUM_INV_SD

@@ -36,6 +36,19 @@ DRAFT_BOUNDS = {"bias_s": "fixed", "launch_s": "fixed", "weights_s": "memory",
                 "kv_s_per_token": "memory"}
 
 
+def _held(memo: dict, make, a, b, ops: Ops):
+    """``make(a, b, ops)``, kept in ``memo`` by ``(a, b)`` where ``ops`` is the engine's scalar one
+    (a run prices the same few batch shapes step after step)."""
+    if ops is not SCALAR:
+        return make(a, b, ops)
+    value = memo.get((a, b))
+    if value is None:
+        if len(memo) >= SHAPES_HELD:
+            memo.clear()
+        value = memo[a, b] = make(a, b, ops)
+    return value
+
+
 def _scaled(obj, bounds: dict, ratio: dict):
     """``obj`` with every term multiplied by ``ratio[bound]`` (bound per ``bounds``)."""
     changes = {}
@@ -214,10 +227,9 @@ class TargetFit:
     def fixed_parts(self, reqs, verify_tokens, prefill_tokens, eager, ops: Ops):
         """(bias_s, linear_s, per_req_s): the terms :meth:`parts` takes before the attention
         (none depends on the context), the wait for the host apart."""
-        tokens = self.padded_tokens(verify_tokens, prefill_tokens, eager, ops)
+        tokens, own = self.padded_tokens(verify_tokens, prefill_tokens, eager, ops)
         # prefill computes no logits but the last token's (nor do a prompt graph's padding rows)
-        logits = self.padded_tokens(verify_tokens, prefill_tokens, eager, ops, prompt_graphs=False) \
-            - prefill_tokens
+        logits = own - prefill_tokens
         weights = self.weights_s
         if self.moe_tokens:
             weights = weights * ops.interp(self.moe_tokens, self.moe_fraction, tokens)
@@ -259,38 +271,31 @@ class TargetFit:
             return 0.0
         return self.mixed_s_per_row_tile * reqs * math.ceil(prefill_tokens / (prefill_reqs * tile))
 
-    def padded_tokens(self, verify_tokens, prefill_tokens, eager, ops: Ops, prompt_graphs: bool = True):
+    def padded_tokens(self, verify_tokens, prefill_tokens, eager, ops: Ops):
         """Tokens the linear layers run over: a graph step (no prefill) its token tier
         (``pad_limits``/``pad_steps``); a step with prompt tokens of at most
         ``prefill_graph_tokens`` in all a CUDA graph over the next power of two (at least
-        ``prefill_graph_min``); a larger one its own count (eager)."""
+        ``prefill_graph_min``); a larger one its own count (eager). And beside it the same
+        without the prompt graphs (their padding rows compute no logits)."""
         tokens = verify_tokens + prefill_tokens
         if self.pad_steps:
             padded = pad_tokens(self.pad_limits, self.pad_steps, tokens)
             tokens = padded + eager * (tokens - padded)
-        if prompt_graphs and self.prefill_graph_tokens:
+        own = tokens
+        if self.prefill_graph_tokens:
             raw = verify_tokens + prefill_tokens
             graph = eager * (raw <= self.prefill_graph_tokens)
             tier = ops.pow2(raw)
             tier = np.maximum(tier, self.prefill_graph_min) if isinstance(tier, np.ndarray) \
                 else max(tier, self.prefill_graph_min)
             tokens = tokens + graph * (tier - tokens)
-        return tokens
+        return tokens, own
 
     def decode_shape(self, reqs, verify_tokens, ops: Ops) -> DecodeShape:
         """The decode attention's factors of R requests verifying V tokens (R >= 1): key splits,
         and the tile's factors on the stream, the latency floor and the whole (not to be changed:
         the engine's steps share them)."""
-        if ops is not SCALAR:
-            return self._decode_shape(reqs, verify_tokens, ops)
-        # an engine step's: a run prices the same few batch shapes step after step
-        shapes = self._shapes
-        shape = shapes.get((reqs, verify_tokens))
-        if shape is None:
-            if len(shapes) >= SHAPES_HELD:
-                shapes.clear()
-            shape = shapes[reqs, verify_tokens] = self._decode_shape(reqs, verify_tokens, ops)
-        return shape
+        return _held(self._shapes, self._decode_shape, reqs, verify_tokens, ops)
 
     def _decode_shape(self, reqs, verify_tokens, ops: Ops) -> DecodeShape:
         width = ops.pow2(verify_tokens / reqs)
@@ -378,6 +383,7 @@ class DraftFit:
         check_knots("knots", self.knots, "ratio", self.ratio)
         if any(r <= -1 for r in self.ratio):
             fail("ratio", list(self.ratio), "ratios must be > -1 (a positive factor)")
+        object.__setattr__(self, "_fixed", {})  # (R, g) -> fixed_s; not a field (nor in the file)
 
     def seconds(self, reqs, block_size, ctx, ops: Ops, fixed=None):
         """Draft seconds; floats or arrays, ``ops`` to match. ``fixed``: :meth:`fixed_s` of these
@@ -391,6 +397,9 @@ class DraftFit:
     def fixed_s(self, reqs, block_size, ops: Ops):
         """The part of :meth:`seconds` before its context term: bias_s + launch_s*g + lin(R*g)
         (block) or launch_s + lin(R) (chain), R at its request tier with ``request_tiers``."""
+        return _held(self._fixed, self._fixed_s, reqs, block_size, ops)
+
+    def _fixed_s(self, reqs, block_size, ops: Ops):
         if self.request_tiers:
             reqs = ops.pow2(reqs)
         units = reqs * block_size if self.kind == "block" else reqs

@@ -167,7 +167,7 @@ class Collector:
     def _gaps(self, gaps: np.ndarray) -> None:
         lo, hi = gaps.min(), gaps.max()
         if lo == hi:
-            self._token_gaps.extend(gap_s=[lo], count=[gaps.size])
+            self._token_gaps.append(gap_s=lo, count=gaps.size)
         else:  # np.unique's values and counts, without its overhead on a batch's few gaps
             ordered = gaps.copy()
             ordered.sort()

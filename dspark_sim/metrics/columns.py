@@ -34,6 +34,16 @@ class Growing:
             cols[k][self.n: end] = v
         self.n = end
 
+    def append(self, **values) -> None:
+        """One row, a number per column (cheaper than :meth:`extend` of one)."""
+        if self.n == self.capacity:
+            self.extend(**{k: [v] for k, v in values.items()})
+            return
+        cols = self.cols
+        for k, v in values.items():
+            cols[k][self.n] = v
+        self.n += 1
+
     def __getitem__(self, key: str) -> np.ndarray:
         return self.cols[key][: self.n]
 

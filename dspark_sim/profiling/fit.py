@@ -229,7 +229,7 @@ def _fit_target_knots(fit: TargetFit, rows: Rows) -> TargetFit:
     # an eager step moves by d(step)/d(gpu) when its GPU time does (the host-floor ridge)
     gpu = pred - over + fit.bias_s
     slope = np.where(c["pre"] > 0, (gpu / pred) ** (fit.host_sharpness - 1.0), 1.0)
-    tokens = fit.padded_tokens(c["vtok"], c["ptok"], c["pre"] > 0, ARRAY)
+    tokens = fit.padded_tokens(c["vtok"], c["ptok"], c["pre"] > 0, ARRAY)[0]
     m_knots = knots_of(linear, tokens)
     design = [hat_matrix(m_knots, tokens) * (linear * slope)[:, None]]
     has_reqs = c["reqs"] > 0

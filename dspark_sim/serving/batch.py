@@ -79,15 +79,17 @@ class Table:
     def remove(self, mask: np.ndarray) -> None:
         """Drop the selected rows, keeping the order of the rest."""
         drop, n = mask.nonzero()[0], self.n
-        if drop.size == 1:  # the usual case: the rows after it move up, a copy cheaper than a gather
-            i = int(drop[0])
+        if not drop.size:
+            return
+        first = int(drop[0])  # the rows before it stay where they are
+        if drop.size == 1:  # the rows after it move up, a copy cheaper than a gather
             for block in self._blocks.values():
-                block[:, i:n - 1] = block[:, i + 1:n]
+                block[:, first:n - 1] = block[:, first + 1:n]
             self.n = n - 1
             return
         keep = (~mask).nonzero()[0]
         for block in self._blocks.values():
-            block[:, :keep.size] = block.take(keep, axis=1)
+            block[:, first:keep.size] = block.take(keep[first:], axis=1)
         self.n = keep.size
 
     def _grow(self, capacity: int) -> None:

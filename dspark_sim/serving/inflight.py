@@ -63,7 +63,7 @@ class InFlight:
         unsure = left_before >= 2
         if unsure.any():
             rows = rows[unsure]
-            self.ghosts = Ghosts(kv_tokens[unsure], cols.difficulty[rows].copy(), cols.domain[rows].copy())
+            self.ghosts = Ghosts(kv_tokens[unsure], cols.difficulty[rows], cols.domain[rows])  # (copies: rows indexes)
 
     def take_ghosts(self) -> Ghosts | None:
         """The ghost rows of the step being planned, once (a later step does not see them)."""

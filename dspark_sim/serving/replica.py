@@ -227,12 +227,13 @@ class Replica:
     def _stretch(self) -> Stretch | None:
         """Steady decode steps from now (every request decoding; the caller admitted what fits,
         and the rest stays out until a request finishes)."""
-        c, n = self.running.cols, self.running.n
-        if not n or (c.prefilled[:n] < c.prefill_len[:n]).any():
-            return None
         # a request came after this step's plan, or waits while the step in flight holds places:
         # the next plan may take it (the step in flight's unsure finishes: the stretch's first step)
         if self.held_back or self.overlap and self.waiting and self.waiting[0].ready_s > self.plan_s:
+            return None
+        c, n = self.running.cols, self.running.n
+        # (the request admitted last mostly prefills while any does: a look at it first)
+        if not n or c.prefilled[n - 1] < c.prefill_len[n - 1] or (c.prefilled[:n] < c.prefill_len[:n]).any():
             return None
         # a waiting request joins at the end of this schedule's steps, or may fit after any step while
         # the reservation shrinks step by step
@@ -295,20 +296,23 @@ class Replica:
         steps = c.num_steps[:n]
         if step.num_dec:
             generated = c.generated[:n]
-            new = np.ones(step.num_dec, dtype=np.int64)
             if step.p_true is not None:
                 drafts = step.verify_len - 1
                 accepted = step.ahead.accept(self) if step.ahead is not None else \
                     self.ctx.acceptance.accept(step.p_true, drafts, self.rng)
-                new += accepted
+                new = accepted + 1
                 c.verified_drafts[dec] += drafts  # (dec indexes the first n rows)
+            else:
+                new = np.ones(step.num_dec, dtype=np.int64)
             left = c.output_tokens[dec] - generated[dec]
             np.minimum(new, left, out=new)
             if step.p_true is not None:  # accepted drafts that were emitted (a last step may accept more)
                 c.accepted_tokens[dec] += new - 1
                 if (done := new == left).any():  # the next plan could not know
-                    rows = np.arange(n)[dec][done]
-                    self.inflight.finished(c, rows, left[done], self.kv_tokens()[rows] + left[done])
+                    rows = done.nonzero()[0] if isinstance(dec, slice) else dec[done]  # (a slice starts at row 0)
+                    left_done = left[done]
+                    kv = c.prefilled[rows] + c.generated[rows] - c.kv_base[rows]  # (kv_tokens of these rows)
+                    self.inflight.finished(c, rows, left_done, kv + left_done)
             emitted = int(new.sum())
             self._decoded[0] += emitted
             self._decoded[1] += step.num_dec
@@ -372,10 +376,11 @@ class Replica:
         """Finished requests leave the batch (and go to the record)."""
         c, n = self.running.cols, self.running.n
         finished = c.generated[:n] >= c.output_tokens[:n]
-        if finished.any():
-            rows = self.running.take(finished)
+        done = finished.nonzero()[0]
+        if done.size:
+            rows = self.running.take(done)
             kv = rows.prefilled + rows.generated - rows.kv_base
-            self.inflight.retired(int(finished.sum()), int(kv.sum()))
+            self.inflight.retired(len(rows), int(kv.sum()))
             self._release_finished(rows)
             self.ctx.collector.on_finish(rows, now, self.index)
             self.running.remove(finished)
@@ -384,12 +389,12 @@ class Replica:
         """Apply prefill chunks; a request whose prefill completes emits one token. (``pre`` indexes
         the running table's first rows: its columns are indexed whole.)"""
         c = self.running.cols
-        prefilled = c.prefilled
-        prefilled[pre] += chunk
+        prefilled = c.prefilled[pre] + chunk
+        c.prefilled[pre] = prefilled
         c.num_steps[pre[chunk > 0]] += 1
         if self.prefix.chains:
-            self.prefix.advance(c.rid[pre], prefilled[pre], now)
-        done = pre[prefilled[pre] >= c.prefill_len[pre]]
+            self.prefix.advance(c.rid[pre], prefilled, now)
+        done = pre[prefilled >= c.prefill_len[pre]]
         if not done.size:
             return 0
         generated, last = c.generated, c.last_token_s

@@ -60,15 +60,14 @@ def plan_step(rep, ghosts: Ghosts | None, ahead) -> PlannedStep:
     c, n = rep.running.cols, rep.running.n
     kv = rep.kv_tokens()
     left = c.prefill_len[:n] - c.prefilled[:n]
-    decoding = left <= 0
+    pre = (left > 0).nonzero()[0]
     # slices where they serve (cheaper than index arrays)
-    if decoding.all():
+    if not pre.size:
         dec, pre, num_dec = slice(0, n), None, n
     else:
-        pre = (~decoding).nonzero()[0]
         num_dec = n - pre.size
         # prompts prefill in admission order, so the requests still prefilling mostly come last
-        dec = slice(0, num_dec) if pre[0] == num_dec else decoding.nonzero()[0]
+        dec = slice(0, num_dec) if pre[0] == num_dec else (left <= 0).nonzero()[0]
         if rep.prefill_first:
             dec, num_dec = slice(0, 0), 0  # decoding requests wait while prompts are prefilled
     ranked = rank = None
@@ -76,7 +75,7 @@ def plan_step(rep, ghosts: Ghosts | None, ahead) -> PlannedStep:
         rank = rank_of(c.rid[:n], rep.ranks)
         ranked = rank_prefill(rank[pre], left[pre], rep.ranks, rep.rank_cap)
         if rep.prefill_first:  # a rank that prefills does not decode; the other ranks do, unless kept apart
-            dec = rank_decoders(decoding, rank, ranked[1], rep.ranks_prefill_apart)
+            dec = rank_decoders(left <= 0, rank, ranked[1], rep.ranks_prefill_apart)
             num_dec = dec.size
     d, ahead = planned_rows(rep, c, dec, num_dec, kv[dec], ghosts, ahead)  # (dec indexes the first n rows)
     prefill_tokens, chunk, attn2, prefill_reqs = 0, None, 0.0, 0
@@ -90,7 +89,7 @@ def plan_step(rep, ghosts: Ghosts | None, ahead) -> PlannedStep:
         chunk = np.minimum(np.maximum(room - (rem.cumsum() - rem), 0), rem)  # np.clip, without its overhead
     if pre is not None:
         prefill_tokens = int(chunk.sum())
-        prefill_reqs = int((chunk != 0).sum())
+        prefill_reqs = int(np.count_nonzero(chunk))
         attn2 = float((chunk * (c.prefilled[pre] + chunk / 2.0)).sum())
     dec_ctx = int(d.kv_tokens.sum())
     draft = DraftWork(rep.policy.draft_kind, d.count, d.drafts, dec_ctx) if d.drafts else None

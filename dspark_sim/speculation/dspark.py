@@ -43,13 +43,29 @@ def candidates(survival: np.ndarray, limits: VerifyLimits) -> Candidates:
     num_reqs, block_size = survival.shape
     max_drafts = min(limits.max_drafts, block_size)
     min_drafts = min(limits.min_drafts, max_drafts)
-    forced = survival[:, :min_drafts]
     free = survival[:, min_drafts:max_drafts]
     flat = free.ravel()
     # values only: which pair of equal survival comes first is verify_lengths' to say
-    ordered = np.sort(flat[flat >= limits.survival_eps])[::-1]
-    return Candidates(ordered, np.full(num_reqs, min_drafts, dtype=np.int64), float(forced.sum()), free,
-                      num_reqs * min_drafts)
+    ordered = flat[flat >= limits.survival_eps]  # (a copy, sorted in place)
+    ordered.sort()
+    forced_tau = float(survival[:, :min_drafts].sum()) if min_drafts else 0.0
+    return Candidates(ordered[::-1], forced_drafts(num_reqs, min_drafts), forced_tau, free, num_reqs * min_drafts)
+
+
+def forced_drafts(num_reqs: int, min_drafts: int) -> np.ndarray:
+    """``min_drafts`` for each of ``num_reqs`` requests, int64 [R], read-only: made once per pair
+    (a batch's steps ask for the same few)."""
+    key = (num_reqs, min_drafts)
+    forced = _FORCED.get(key)
+    if forced is None:
+        if len(_FORCED) > 4096:
+            _FORCED.clear()
+        forced = _FORCED[key] = np.full(num_reqs, min_drafts, dtype=np.int64)
+        forced.flags.writeable = False
+    return forced
+
+
+_FORCED: dict[tuple[int, int], np.ndarray] = {}
 
 
 class SpsRows:
@@ -93,9 +109,12 @@ def rates_row(sps: SpsFn, num_reqs: int, first: int, length: int, limits: Verify
 def theta(cands: Candidates, num_reqs: int, sps: SpsFn, limits: VerifyLimits) -> np.ndarray:
     """Predicted throughput ``tau * SPS(B)`` for admitting the first k candidates, k = 0..n
     (-inf where B passes ``limits.max_batch_tokens``)."""
-    tau = num_reqs + cands.forced_tau + np.concatenate(([0.0], np.cumsum(cands.survival)))
-    first = num_reqs + cands.forced_total
-    return tau * rates_row(sps, num_reqs, first, tau.size, limits)[:tau.size]
+    tau = np.empty(cands.survival.size + 1)
+    tau[0] = 0.0
+    cands.survival.cumsum(out=tau[1:])
+    tau += num_reqs + cands.forced_tau
+    tau *= rates_row(sps, num_reqs, num_reqs + cands.forced_total, tau.size, limits)[:tau.size]
+    return tau
 
 
 def verify_lengths(cands: Candidates, budget: int) -> np.ndarray:
@@ -107,15 +126,31 @@ def verify_lengths(cands: Candidates, budget: int) -> np.ndarray:
     a prefix of its drafts)."""
     if not budget:
         return 1 + cands.forced_reqs
-    last = cands.survival[budget - 1]
-    ones = np.ones(cands.free.shape[1], dtype=np.int64)  # a row's count as a product: faster than sum(axis=1)
+    survival = cands.survival
+    last = survival[budget - 1]
+    ones = _ones(cands.free.shape[1])  # a row's count as a product: faster than sum(axis=1)
+    if budget == survival.size or survival[budget] != last:  # every pair equal to the last is taken
+        counts = (cands.free >= last) @ ones  # (mostly the last alone)
+        counts += cands.forced_reqs
+        counts += 1
+        return counts
     above = (cands.free > last) @ ones
     tied = (cands.free == last) @ ones
     ties = budget - int(above.sum())  # taken among the pairs equal to the last
-    if ties == int(tied.sum()):  # all of them (mostly the last alone)
-        return 1 + cands.forced_reqs + above + tied
     before = np.cumsum(tied) - tied  # tied pairs of the requests before each
     return 1 + cands.forced_reqs + above + np.minimum(np.maximum(ties - before, 0), tied)
+
+
+def _ones(width: int) -> np.ndarray:
+    """int64 ones [width], read-only, made once per width."""
+    ones = _ONES.get(width)
+    if ones is None:
+        ones = _ONES[width] = np.ones(width, dtype=np.int64)
+        ones.flags.writeable = False
+    return ones
+
+
+_ONES: dict[int, np.ndarray] = {}
 
 
 def algorithm1(survival: np.ndarray, sps: SpsFn, limits: VerifyLimits) -> tuple[np.ndarray, int]:
@@ -202,7 +237,7 @@ def ranked(survival: np.ndarray, limits: VerifyLimits) -> Ranked:
         count = (flat >= limits.survival_eps).sum(axis=1)
     # the forced pairs' sum as one step sums them (a 2-D slice of that step's survival)
     forced_tau = np.array([float(s[:, :min_drafts].sum()) for s in survival]) if min_drafts else 0.0
-    return Ranked(pairs, ordered, count, np.full(num_reqs, min_drafts, dtype=np.int64), forced_tau,
+    return Ranked(pairs, ordered, count, forced_drafts(num_reqs, min_drafts), forced_tau,
                   num_reqs * min_drafts, full)
 
 
