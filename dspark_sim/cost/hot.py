@@ -64,8 +64,11 @@ class PrefillDuty:
         lo = now_s - self.window_s
         while spans and spans[0][1] <= lo:
             spans.popleft()
-        busy = 0.0
-        for start, end in spans:  # max(0, min(end, now_s) - max(start, lo)), without the calls' overhead
+        return self._share(now_s)
+
+    def _share(self, now_s: float) -> float:
+        busy, lo = 0.0, now_s - self.window_s
+        for start, end in self._spans:  # max(0, min(end, now_s) - max(start, lo)), without the calls' overhead
             span = (end if end < now_s else now_s) - (start if start > lo else lo)
             if span > 0.0:
                 busy += span
@@ -77,10 +80,7 @@ class PrefillDuty:
 
     def peek(self, now_s: float) -> float:
         """:meth:`at` without forgetting the spans before the window (the same number: those add 0)."""
-        busy, lo = 0.0, now_s - self.window_s
-        for start, end in self._spans:
-            busy += max(0.0, min(end, now_s) - max(start, lo))
-        return min(1.0, busy / self.window_s) if self._spans else 0.0
+        return self._share(now_s) if self._spans else 0.0
 
 
 class DecodeHot:
