@@ -45,15 +45,14 @@ def test_the_ratio_goes_by_drafter_kind_and_requests():
     assert np.allclose(hot.scaled_gpu(np.array([10.0, 10.0]), np.array([64, 128]), "block"), [3.0, 1.0])
 
 
-def test_peek_is_at_without_forgetting():
+def test_the_duty_forgets_spans_past_the_window():
     duty = PrefillDuty(1.0)
     for span in ((0.0, 0.2), (0.3, 0.35), (0.9, 1.4)):
         duty.add(*span)
-    assert duty.last_end() == 1.4 and PrefillDuty(1.0).last_end() == -np.inf
-    times = [1.4, 1.45, 1.9, 2.2, 2.5]
-    peeked = [duty.peek(t) for t in times]
-    assert peeked == [duty.at(t) for t in times]  # the same numbers, bit for bit
-    assert duty.last_end() == -np.inf  # at() forgot every span past the window: the duty stays 0
+    assert duty.last_end() == 1.4 and duty.spans() == ((0.0, 0.2), (0.3, 0.35), (0.9, 1.4))
+    assert duty.at(1.25) == pytest.approx(0.05 + 0.35)  # [0.25, 1.25]: the second span and part of the third
+    assert duty.spans() == ((0.3, 0.35), (0.9, 1.4))  # the first ended before the window
+    assert duty.at(2.5) == 0.0 and duty.last_end() == -np.inf and PrefillDuty(1.0).last_end() == -np.inf
 
 
 def test_a_stretch_of_decode_steps_is_priced_as_step_by_step():

@@ -64,23 +64,20 @@ class PrefillDuty:
         lo = now_s - self.window_s
         while spans and spans[0][1] <= lo:
             spans.popleft()
-        return self._share(now_s)
-
-    def _share(self, now_s: float) -> float:
-        busy, lo = 0.0, now_s - self.window_s
-        for start, end in self._spans:  # max(0, min(end, now_s) - max(start, lo)), without the calls' overhead
+        busy = 0.0
+        for start, end in spans:  # max(0, min(end, now_s) - max(start, lo)), without the calls' overhead
             span = (end if end < now_s else now_s) - (start if start > lo else lo)
             if span > 0.0:
                 busy += span
         return min(1.0, busy / self.window_s)
 
+    def spans(self) -> tuple[tuple[float, float], ...]:
+        """The steps added and not yet forgotten, (start, end) in order."""
+        return tuple(self._spans)
+
     def last_end(self) -> float:
         """When the last step added ended (-inf: none)."""
         return self._spans[-1][1] if self._spans else -math.inf
-
-    def peek(self, now_s: float) -> float:
-        """:meth:`at` without forgetting the spans before the window (the same number: those add 0)."""
-        return self._share(now_s) if self._spans else 0.0
 
 
 class DecodeHot:
@@ -137,11 +134,29 @@ def stretch_times(clock_s: float, step_s: np.ndarray, parts: dict, works, hot: D
 def decode_hot_times(clock_s: float, step_s, scaled, duty: PrefillDuty) -> tuple[list[float], list[float]]:
     """Start times and seconds of consecutive decode steps from ``clock_s``, each ``step_s[k]`` plus
     ``scaled[k]`` (:meth:`DecodeHot.scaled_gpu`) times the duty at its start, as step by step
-    prices them one at a time (no prompt step among them: the duty only falls)."""
-    times, seconds, t = [clock_s], [], clock_s
-    cool_from = duty.last_end() + duty.window_s  # from then on the duty is 0 (and adds nothing)
-    for base, extra in zip(step_s.tolist(), scaled.tolist()):
-        s = base + extra * duty.peek(t) if t < cool_from else base
+    prices them one at a time (no prompt step among them: the duty only falls). The duty is
+    :meth:`PrefillDuty.at`'s, its sums in its order, over the spans still in the window."""
+    spans, window = duty.spans(), duty.window_s
+    bases, extras = step_s.tolist(), scaled.tolist()
+    times, seconds, t, first = [clock_s], [], clock_s, 0
+    cool_from = duty.last_end() + window  # from then on the duty is 0 (and adds nothing)
+    for k, base in enumerate(bases):
+        if t >= cool_from:  # the rest at their own price
+            for base in bases[k:]:
+                seconds.append(base)
+                t = t + base
+                times.append(t)
+            break
+        lo = t - window
+        while spans[first][1] <= lo:  # out of the window: adds nothing (at() forgets it)
+            first += 1
+        busy = 0.0
+        for i in range(first, len(spans)):
+            start, end = spans[i]
+            span = (end if end < t else t) - (start if start > lo else lo)
+            if span > 0.0:
+                busy += span
+        s = base + extras[k] * min(1.0, busy / window)
         seconds.append(s)
         t = t + s
         times.append(t)
