@@ -22,23 +22,26 @@ DECODE = StepWork(64, 64 * 8, 64 * 1000, draft=DraftWork("block", 64, 7, 64 * 10
 def test_a_decode_step_at_a_duty_runs_its_gpu_seconds_the_ratio_longer():
     assert COST.decode_hot is not None
     cool = COST.breakdown(DECODE)
-    hot = COST.breakdown(replace(DECODE, prefill_duty=0.5))
+    hot = COST.breakdown(replace(DECODE, prefill_duty=0.8))
     ratio = float(np.interp(64, COST.decode_hot.knots, COST.decode_hot.ratios[DecodeHot.KINDS.index("block")]))
-    assert ratio > 0
-    assert hot["hot_s"] == pytest.approx(gpu_seconds(cool) * ratio * 0.5, rel=1e-12)
+    d0 = COST.decode_hot.duty0
+    assert ratio > 0 and d0 == COST.profile.target.hot_duty0 == 0.5  # the prompt steps' threshold
+    assert hot["hot_s"] == pytest.approx(gpu_seconds(cool) * ratio * (0.8 - d0) / (1 - d0), rel=1e-12)
     assert {k: v for k, v in hot.items() if k != "hot_s"} == cool  # the other parts keep their price
     assert list(hot)[-1] == "hot_s"  # last: a stretch adds it to the sum of the others, as here
 
 
 def test_a_cool_gpu_and_a_prompt_step_take_no_decode_term():
     assert "hot_s" not in COST.breakdown(DECODE)  # duty 0: the profile's cool price
+    assert "hot_s" not in COST.breakdown(replace(DECODE, prefill_duty=0.5))  # up to the threshold, nor
     prompt = StepWork(4, 4, 4000, prefill_tokens=512, prefill_reqs=1, prefill_attn_tokens2=512 * 256.0,
                       prefill_duty=0.9)
     assert "hot_s" not in COST.breakdown(prompt)  # prompt steps have their own term
 
 
 def test_the_ratio_goes_by_drafter_kind_and_requests():
-    hot = DecodeHot((64.0, 128.0), ((0.1, 0.05), (0.2, 0.2), (0.3, 0.1)))
+    hot = DecodeHot((64.0, 128.0), ((0.1, 0.05), (0.2, 0.2), (0.3, 0.1)), 0.5)
+    assert (hot.excess(0.25), hot.excess(0.5), hot.excess(0.75), hot.excess(1.0)) == (0.0, 0.0, 0.5, 1.0)
     assert hot.scaled_gpu(10.0, 96, None) == pytest.approx(0.75)  # none, halfway between the knots
     assert hot.scaled_gpu(10.0, 16, "chain") == pytest.approx(2.0)  # clamped below the first knot
     assert hot.scaled_gpu(10.0, 512, "block") == pytest.approx(1.0)  # and past the last
@@ -58,17 +61,18 @@ def test_the_duty_forgets_spans_past_the_window():
 def test_a_stretch_of_decode_steps_is_priced_as_step_by_step():
     """Each step at the duty at its start, the clock moved by each step's own price."""
     step_s, scaled = np.array([0.01, 0.012, 0.011, 0.02] * 30), np.full(120, 0.001)
+    hot = DecodeHot((64.0,), ((0.1,),) * 3, 0.2)
     duty, again = PrefillDuty(1.0), PrefillDuty(1.0)
     for d in (duty, again):
         d.add(0.1, 0.4)
         d.add(0.5, 0.55)
-    times, seconds = decode_hot_times(0.55, step_s, scaled, duty)
+    times, seconds = decode_hot_times(0.55, step_s, scaled, duty, hot.excess)
     t, one_by_one = 0.55, []
     for base, extra in zip(step_s.tolist(), scaled.tolist()):
-        one_by_one.append(base + extra * again.at(t))
+        one_by_one.append(base + extra * hot.excess(again.at(t)))
         t = t + one_by_one[-1]
     assert seconds == one_by_one and times[-1] == t
-    assert seconds[0] > step_s[0] and seconds[-1] == step_s[-1]  # the duty falls to 0 within the stretch
+    assert seconds[0] > step_s[0] and seconds[-1] == step_s[-1]  # the duty falls past the threshold within it
 
 
 def probe(points, model="qwen3-8b"):

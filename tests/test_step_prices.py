@@ -46,7 +46,7 @@ def test_steps_are_split_by_kind_the_one_after_a_prompt_step_apart(tmp_path):
     duty = duty_column([r["start_s"] for r in rows], [r["step_s"] for r in rows], [r.get("prefill_tokens", 0) for r in rows],
                        cost.hot_window_s, every=True)
     hot = [sum(cost.breakdown(StepWork(32, 32, 32000, 0, 0, 0.0, None, 1000, 32, prefill_duty=d)).values()) for d in duty]
-    assert duty[2] > 0 and hot[2] > decode
+    assert duty[2] > 0  # the prompt step left a duty (below the threshold here: no term)
     real, priced, n = kinds["decode right after a prompt step"]
     assert n == 1 and priced / real == pytest.approx(hot[2] / (1.5 * decode), rel=1e-6)
     real, priced, n = kinds["other decode"]

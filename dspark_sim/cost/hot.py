@@ -22,9 +22,11 @@ Decode steps after prompt steps do not: a decode step right after a second of pr
 to back runs slower than one after a second of idle, the clock not yet back
 (``benchmarks/served_steps.py --part after``, fitted by :mod:`dspark_sim.profiling.hot`). The
 term (:class:`DecodeHot`): a step without prompt chunks, its GPU seconds (target and drafter)
-``ratio`` x ``duty`` longer, ``ratio`` the measured one at a duty of 1 for the step's drafter kind
-and decoding requests (interpolated, clamped), linear in the duty down to the idle GPU's price
-at 0 (the profile times decode steps cool).
+``ratio`` x ``(duty - hot_duty0) / (1 - hot_duty0)`` longer (0 up to ``hot_duty0``), ``ratio`` the
+measured one at a duty of 1 for the step's drafter kind and decoding requests (interpolated,
+clamped). The threshold is the prompt steps' term's: prompt steps idled to a duty of a quarter
+to a half ran no faster than at the profiler's half, so below it the board is not at its limit;
+the profile times decode steps cool.
 """
 from __future__ import annotations
 
@@ -86,13 +88,18 @@ class DecodeHot:
 
     KINDS = ("none", "chain", "block")
 
-    def __init__(self, knots: tuple[float, ...], ratios: tuple[tuple[float, ...], ...]):
+    def __init__(self, knots: tuple[float, ...], ratios: tuple[tuple[float, ...], ...], duty0: float = 0.0):
         self.knots, self.ratios = np.asarray(knots, float), [np.asarray(r, float) for r in ratios]
+        self.duty0 = duty0
 
     @classmethod
     def of(cls, target) -> DecodeHot | None:
-        """The term of a profile's target fit; None where it has none."""
-        return cls(target.hot_decode_reqs, target.hot_decode) if target.hot_decode_reqs else None
+        """The term of a profile's target fit, past the prompt steps' ``hot_duty0``; None where it has none."""
+        return cls(target.hot_decode_reqs, target.hot_decode, target.hot_duty0) if target.hot_decode_reqs else None
+
+    def excess(self, duty: float) -> float:
+        """The share of the ratio a step at ``duty`` takes: 0 up to ``duty0``, 1 at a duty of 1."""
+        return (duty - self.duty0) / (1.0 - self.duty0) if duty > self.duty0 else 0.0
 
     def scaled_gpu(self, gpu_s, reqs, kind: str | None):
         """The step's GPU seconds times the ratio at a duty of 1: numbers or arrays, the same
@@ -103,7 +110,7 @@ class DecodeHot:
         """The seconds a decode step (a :class:`~dspark_sim.cost.base.StepWork` whose parts, by
         :meth:`~dspark_sim.cost.profile.ProfileCost.breakdown`, are ``parts``) runs longer at its duty."""
         kind = work.draft.kind if work.draft is not None and work.draft.block_size else None
-        return float(self.scaled_gpu(gpu_seconds(parts), work.decode_reqs, kind)) * work.prefill_duty
+        return float(self.scaled_gpu(gpu_seconds(parts), work.decode_reqs, kind)) * self.excess(work.prefill_duty)
 
 
 GPU_PARTS = ("overhead_s", "linear_s", "per_req_s", "attn_s", "comm_s", "draft_s")
@@ -127,36 +134,40 @@ def stretch_times(clock_s: float, step_s: np.ndarray, parts: dict, works, hot: D
         return np.concatenate(([clock_s], step_s)).cumsum(), step_s  # sequential sums, as step by step
     kind = works.draft_kind if np.any(works.block_size) else None
     scaled = np.broadcast_to(hot.scaled_gpu(gpu_seconds(parts), works.decode_reqs, kind), step_s.shape)
-    times, seconds = decode_hot_times(clock_s, step_s, scaled, duty)
+    times, seconds = decode_hot_times(clock_s, step_s, scaled, duty, hot.excess)
     return np.array(times), np.array(seconds)
 
 
-def decode_hot_times(clock_s: float, step_s, scaled, duty: PrefillDuty) -> tuple[list[float], list[float]]:
+def decode_hot_times(clock_s: float, step_s, scaled, duty: PrefillDuty, excess) -> tuple[list[float], list[float]]:
     """Start times and seconds of consecutive decode steps from ``clock_s``, each ``step_s[k]`` plus
-    ``scaled[k]`` (:meth:`DecodeHot.scaled_gpu`) times the duty at its start, as step by step
-    prices them one at a time (no prompt step among them: the duty only falls). The duty is
+    ``scaled[k]`` (:meth:`DecodeHot.scaled_gpu`) times ``excess`` of the duty at its start
+    (:meth:`DecodeHot.excess`), as step by step prices them one at a time (no prompt step among
+    them: the duty only falls, and once ``excess`` is 0 it stays 0). The duty is
     :meth:`PrefillDuty.at`'s, its sums in its order, over the spans still in the window."""
     spans, window = duty.spans(), duty.window_s
     bases, extras = step_s.tolist(), scaled.tolist()
     times, seconds, t, first = [clock_s], [], clock_s, 0
     cool_from = duty.last_end() + window  # from then on the duty is 0 (and adds nothing)
     for k, base in enumerate(bases):
-        if t >= cool_from:  # the rest at their own price
+        x = 0.0
+        if t < cool_from:
+            lo = t - window
+            while spans[first][1] <= lo:  # out of the window: adds nothing (at() forgets it)
+                first += 1
+            busy = 0.0
+            for i in range(first, len(spans)):
+                start, end = spans[i]
+                span = (end if end < t else t) - (start if start > lo else lo)
+                if span > 0.0:
+                    busy += span
+            x = excess(min(1.0, busy / window))
+        if x == 0.0:  # the rest at their own price (base + extra x 0.0 is base)
             for base in bases[k:]:
                 seconds.append(base)
                 t = t + base
                 times.append(t)
             break
-        lo = t - window
-        while spans[first][1] <= lo:  # out of the window: adds nothing (at() forgets it)
-            first += 1
-        busy = 0.0
-        for i in range(first, len(spans)):
-            start, end = spans[i]
-            span = (end if end < t else t) - (start if start > lo else lo)
-            if span > 0.0:
-                busy += span
-        s = base + extras[k] * min(1.0, busy / window)
+        s = base + extras[k] * x
         seconds.append(s)
         t = t + s
         times.append(t)
@@ -196,7 +207,7 @@ def provenance_term(target, projected_from: str | None, base: str) -> dict:
 def _decode_term(target, projected_from: str | None, base: str) -> dict:
     what = (f"a decode step's GPU seconds up to {100 * max(map(max, target.hot_decode)):.1f} % longer at a prefill "
             f"duty of 1 (by drafter kind and requests {', '.join(f'{r:g}' for r in target.hot_decode_reqs)}), "
-            f"linear in the duty")
+            f"linear in the duty past {target.hot_duty0:g}")
     if projected_from:
         return {"decode_power_limit": {"kind": "projected", "detail": f"{what}: measured on {projected_from}, "
                                        "carried unchanged", "caveat": "decode steps' power-limit slowdown carried "

@@ -175,8 +175,8 @@ class ProfileCost:
                          comm_s=self._comm_s(tokens))
         parts["draft_s"] = self.draft_s(work.draft) if work.draft is not None else 0.0
         parts["host_s"], parts["sched_s"] = self.host_s(work), self.sched_s(work)
-        if self.decode_hot is not None and work.prefill_duty and tokens and not work.prefill_tokens:  # last
-            parts["hot_s"] = self.decode_hot.seconds(parts, work)
+        if (after := self.decode_hot) is not None and work.prefill_duty > after.duty0 and not work.prefill_tokens:
+            parts["hot_s"] = after.seconds(parts, work)  # last: a stretch adds it to the sum of the others
         return parts
 
     def _rank_context(self, work: StepWork) -> tuple:

@@ -149,8 +149,8 @@ def markdown(rows: list[dict], min_level: float) -> list[str]:
               "Each cell: the replay's busy-time error with the power-limit terms (prompt steps' and decode "
               "steps', `docs/profiles.md`, \"Steps held for seconds\") / without them (steps). Prompt steps at a "
               "high duty run slower, as their term prices; decode steps after prompt-heavy seconds run slower too, "
-              "as the decode steps' term prices, measured on another H200 after a second of 4,096-token prompt "
-              "steps back to back: at a middle and high duty it prices them over what these served runs show.", ""]
+              "as the decode steps' term prices past a duty of 0.5, measured on another H200 after a second of "
+              "4,096-token prompt steps back to back.", ""]
     lines += duty_table([r for r in shown if r.get("family") != "sess"])
     lines += ["", "The decoder's decode-only steps by decoding requests (medians): the drafter's forward as the "
               "decoder timed it on the GPU (`draft_s`) and as the profile prices it, the rest of the step "
