@@ -130,7 +130,8 @@ def stretch_times(clock_s: float, step_s: np.ndarray, parts: dict, works, hot: D
     seconds without the term are ``step_s`` (``parts``: their :meth:`breakdown_array`, ``works``
     their work): with the decode steps' power-limit term where the profile has one and the duty
     is not yet 0, each step at the duty at its start, as step by step prices it."""
-    if hot is None or duty.last_end() + duty.window_s <= clock_s:
+    # the duty only falls over a stretch: past the threshold at none of its steps if not at its first
+    if hot is None or not hot.excess(duty.at(clock_s)):
         return np.concatenate(([clock_s], step_s)).cumsum(), step_s  # sequential sums, as step by step
     kind = works.draft_kind if np.any(works.block_size) else None
     scaled = np.broadcast_to(hot.scaled_gpu(gpu_seconds(parts), works.decode_reqs, kind), step_s.shape)
