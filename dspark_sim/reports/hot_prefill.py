@@ -63,3 +63,23 @@ def decode_block_text(probe_path: Path, profile_path: Path) -> str:
         lines.append(f"| {q['kind']} | {q['reqs']} | {1e3 * q['cool_s']:.2f} | {1e3 * q['hot_s']:.2f} | "
                      f"{q['hot_s'] / q['cool_s'] - 1:+.1%} | {1e3 * q['after_prompt_s']:.2f} | {1e3 * q['after_decode_s']:.2f} |")
     return "\n".join([head, ""] + lines)
+
+
+def mixed_block_text(probe_path: Path) -> str:
+    """The decode steps and the mixed steps after a second of served-like mixed steps against
+    after a second idle (``benchmarks/served_steps.py --part after --hold-mixed``); not fitted."""
+    data = json.loads(Path(probe_path).read_text())
+    p = data["provenance"]
+    head = (f"Measured {p['date']} on {p['gpu']} ({p['gpu_uuid']}, a GPU neither the profile nor the load sweeps were "
+            f"timed on; driver {p['driver']}, torch {p['torch']}, triton {p['triton']}; tree {p['tree']}); {p['model']}, "
+            f"{p['weights']} weights. Made by `bash benchmarks/served_visit.sh after_mixed`, `{Path(probe_path).name}` "
+            "under profiles/h200/raw/: the held steps are mixed steps, the same decode rows beside a "
+            f"{data['points'][0]['chunk']}-token chunk, as a saturated server under mixed batching runs them. No term is "
+            "fitted on it yet.")
+    lines = ["| drafter | requests | decode step: after a second idle ms | after a second of mixed steps ms | slower | "
+             "mixed step: cool ms | after a second of its kind ms | slower |", "|---|---|---|---|---|---|---|---|"]
+    for q in sorted(data["points"], key=lambda q: (q["kind"], q["reqs"])):
+        lines.append(f"| {q['kind']} | {q['reqs']} | {1e3 * q['cool_s']:.2f} | {1e3 * q['hot_s']:.2f} | "
+                     f"{q['hot_s'] / q['cool_s'] - 1:+.1%} | {1e3 * q['held_cool_s']:.1f} | {1e3 * q['held_hot_s']:.1f} | "
+                     f"{q['held_hot_s'] / q['held_cool_s'] - 1:+.1%} |")
+    return "\n".join([head, ""] + lines)

@@ -104,6 +104,12 @@ def hot_decode() -> str:
     return decode_block_text(H200 / "raw" / "after_qwen3-8b.json", H200 / "qwen3-8b.json")
 
 
+def hot_mixed() -> str:
+    from dspark_sim.reports.hot_prefill import mixed_block_text
+
+    return mixed_block_text(H200 / "raw" / "after_mixed_qwen3-8b.json")
+
+
 def served_layout() -> str:
     from dspark_sim.reports.served_steps import table
 
@@ -203,6 +209,7 @@ BLOCKS = {
     ("docs/profiles.md", "shared-steps"): shared_steps,
     ("docs/profiles.md", "hot-decode"): hot_decode,
     ("docs/profiles.md", "served-layout"): served_layout,
+    ("docs/profiles.md", "hot-mixed"): hot_mixed,
     ("docs/profiles.md", "hot-prefill"): hot_prefill,
     ("docs/profiles.md", "engine-roofline"): engine_roofline,
 }
