@@ -1,4 +1,4 @@
-"""Prompt steps on a GPU held at its power limit.
+"""Steps on a GPU held at its power limit: prompt steps, and the decode steps after them.
 
 A prompt chunk of a few hundred tokens or more keeps the tensor cores busy: its time follows
 the SM clock. The profiler times prompt steps after a second of idle (``--prefill-idle 1``),
