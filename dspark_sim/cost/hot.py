@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from itertools import islice
 
 import numpy as np
 
@@ -66,12 +67,7 @@ class PrefillDuty:
         lo = now_s - self.window_s
         while spans and spans[0][1] <= lo:
             spans.popleft()
-        busy = 0.0
-        for start, end in spans:  # max(0, min(end, now_s) - max(start, lo)), without the calls' overhead
-            span = (end if end < now_s else now_s) - (start if start > lo else lo)
-            if span > 0.0:
-                busy += span
-        return min(1.0, busy / self.window_s)
+        return min(1.0, _busy(spans, now_s, lo) / self.window_s)
 
     def spans(self) -> tuple[tuple[float, float], ...]:
         """The steps added and not yet forgotten, (start, end) in order."""
@@ -80,6 +76,16 @@ class PrefillDuty:
     def last_end(self) -> float:
         """When the last step added ended (-inf: none)."""
         return self._spans[-1][1] if self._spans else -math.inf
+
+
+def _busy(spans, now_s: float, lo: float) -> float:
+    """Seconds of ``spans`` ((start, end) pairs) inside ``[lo, now_s]``, summed in their order."""
+    busy = 0.0
+    for start, end in spans:  # max(0, min(end, now_s) - max(start, lo)), without the calls' overhead
+        span = (end if end < now_s else now_s) - (start if start > lo else lo)
+        if span > 0.0:
+            busy += span
+    return busy
 
 
 class DecodeHot:
@@ -129,7 +135,8 @@ def stretch_times(clock_s: float, step_s: np.ndarray, parts: dict, works, hot: D
     """Start times [K + 1] and seconds [K] of a stretch of K decode steps from ``clock_s`` whose
     seconds without the term are ``step_s`` (``parts``: their :meth:`breakdown_array`, ``works``
     their work): with the decode steps' power-limit term where the profile has one and the duty
-    is not yet 0, each step at the duty at its start, as step by step prices it."""
+    at the stretch's start is past its threshold, each step at the duty at its start, as step by
+    step prices it."""
     # the duty only falls over a stretch: past the threshold at none of its steps if not at its first
     if hot is None or not hot.excess(duty.at(clock_s)):
         return np.concatenate(([clock_s], step_s)).cumsum(), step_s  # sequential sums, as step by step
@@ -155,13 +162,7 @@ def decode_hot_times(clock_s: float, step_s, scaled, duty: PrefillDuty, excess) 
             lo = t - window
             while spans[first][1] <= lo:  # out of the window: adds nothing (at() forgets it)
                 first += 1
-            busy = 0.0
-            for i in range(first, len(spans)):
-                start, end = spans[i]
-                span = (end if end < t else t) - (start if start > lo else lo)
-                if span > 0.0:
-                    busy += span
-            x = excess(min(1.0, busy / window))
+            x = excess(min(1.0, _busy(islice(spans, first, None), t, lo) / window))
         if x == 0.0:  # the rest at their own price (base + extra x 0.0 is base)
             for base in bases[k:]:
                 seconds.append(base)
