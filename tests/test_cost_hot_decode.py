@@ -101,6 +101,19 @@ def test_the_term_is_fitted_from_the_probes_steps(tmp_path):
     assert ProfileCost(fitted, warn=False).decode_hot is not None
 
 
+def test_probes_of_two_gpus_are_pooled_as_their_mean_and_held_out_by_gpu(tmp_path):
+    low, high = {k: (0.02, 0.02, 0.02) for k in ("none", "chain", "block")}, {k: (0.06, 0.04, 0.02) for k in ("none", "chain", "block")}
+    paths = [tmp_path / "a.json", tmp_path / "b.json"]
+    paths[0].write_text(json.dumps(probe(after_points(low))))
+    paths[1].write_text(json.dumps(probe([p for p in after_points(high) if p["reqs"] != 128])))  # knots 64 and 192 only
+    profile = load_profile(shipped_profile_path("h200", "qwen3-8b"))
+    fitted, report = with_decode_hot_term(profile, paths)
+    assert fitted.target.hot_decode_reqs == (64.0, 128.0, 192.0)
+    assert fitted.target.hot_decode[0] == pytest.approx((0.04, 0.03, 0.02))  # b's 128 interpolated: 0.04
+    assert fitted.held_out["hot_decode@host"].num_points == 9 + 6 and report["by_host"]["with"]["max"] > 0.01
+    assert [q["file"] for q in report["probes"]] == ["a.json", "b.json"]
+
+
 def test_a_probe_missing_a_kind_or_a_bad_time_names_it(tmp_path):
     with pytest.raises(InputError, match="points"):
         decode_hot_rows(probe([p for p in after_points() if p["kind"] != "chain"]), "f.json")

@@ -1,5 +1,6 @@
 """The power-limit term's fit on prompt steps timed back to back against timed as the profiler
-times them: a known ratio recovered, held out by chunk size, bad cells refused."""
+times them, and on another GPU's mixed steps held: a known ratio recovered, the mean over the
+GPUs, held out by chunk size and by GPU, bad cells refused."""
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -14,8 +15,9 @@ from dspark_sim.profiling.hot import with_hot_term
 
 PROFILE = get_cost_model("h200", "qwen3-8b", warn=False).profile
 BARE = replace(PROFILE, target=replace(PROFILE.target, hot_ratio=0.0, hot_window_s=0.0, hot_duty0=0.0),
-               held_out={k: v for k, v in PROFILE.held_out.items() if k != "hot@chunk"})
+               held_out={k: v for k, v in PROFILE.held_out.items() if not k.startswith("hot@")})
 SHIPPED = Path(__file__).resolve().parents[1] / "profiles" / "h200" / "prefill_clocks.json"
+SHIPPED_MIXED = SHIPPED.parent / "raw" / "after_mixed_qwen3-8b.json"
 
 
 def _probe(path: Path, ratio: float = 0.05, model: str = "qwen3-8b") -> Path:
@@ -60,10 +62,40 @@ def test_a_bad_cell_is_one_line_naming_the_file_and_key(tmp_path, cell, key):
     assert "clocks.json" in str(e.value)
 
 
+def _mixed(path: Path, ratio: float, model: str = "qwen3-8b", **bad) -> Path:
+    """Another GPU's held mixed steps: the chunk's linear seconds as priced, ``ratio`` slower hot."""
+    points = []
+    for reqs, cool in ((64, 0.12), (128, 0.13), (192, 0.14)):
+        linear = BARE.target.parts(0, 0, 4096, 0, 4096 * 2048, 1, SCALAR)[1]
+        points.append({"part": "after", "hold": "mixed", "kind": "none", "reqs": reqs, "chunk": 4096,
+                       "held_cool_s": cool, "held_hot_s": cool + ratio * linear, "hot_s": 0.01, "cool_s": 0.01})
+    points[0].update(bad)
+    path.write_text(json.dumps({"provenance": {"model": model, "gpu_uuid": "GPU-y"}, "points": points}))
+    return path
+
+
+def test_another_gpus_mixed_steps_join_as_the_mean_and_are_held_out_by_gpu(tmp_path):
+    fitted, report = with_hot_term(BARE, _probe(tmp_path / "clocks.json", 0.04), (_mixed(tmp_path / "m.json", 0.08),))
+    assert fitted.target.hot_ratio == pytest.approx(0.06, rel=1e-9)
+    assert [h["gpu_uuid"] for h in report["hosts"]] == ["GPU-x", "GPU-y"]
+    assert [h["ratio"] for h in report["hosts"]] == pytest.approx([0.04, 0.08], rel=1e-9)
+    by_host = report["by_host"]  # each GPU priced with the other's ratio: off by the difference
+    assert by_host["with"]["max"] > 0.005 and fitted.held_out["hot@host"].num_points == 8 + 3
+    alone, _ = with_hot_term(BARE, _probe(tmp_path / "c2.json", 0.04), (_mixed(tmp_path / "o.json", 0.08, "qwen3-4b"),))
+    assert alone.target.hot_ratio == pytest.approx(0.04, rel=1e-9) and "hot@host" not in alone.held_out
+
+
+def test_a_bad_mixed_step_names_its_file_and_key(tmp_path):
+    with pytest.raises(InputError, match=r"points\[0\]\.held_hot_s") as e:
+        with_hot_term(BARE, _probe(tmp_path / "clocks.json"), (_mixed(tmp_path / "m.json", 0.05, held_hot_s=-1.0),))
+    assert "m.json" in str(e.value)
+
+
 def test_the_shipped_profile_carries_the_term_fitted_on_the_shipped_cells():
-    fitted, report = with_hot_term(BARE, SHIPPED)
+    fitted, report = with_hot_term(BARE, SHIPPED, (SHIPPED_MIXED,))
     assert fitted.target.hot_ratio == PROFILE.target.hot_ratio > 0
     assert report["shapes"] == 10 and report["gpu_uuid"].startswith("GPU-fb021b3e")
+    assert [h["gpu_uuid"][:12] for h in report["hosts"]] == ["GPU-fb021b3e", "GPU-faeedfaf"]
 
 
 @pytest.mark.parametrize("text", ["[1, 2]", "{not json"])

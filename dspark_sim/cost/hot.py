@@ -4,7 +4,8 @@ A prompt chunk of a few hundred tokens or more keeps the tensor cores busy: its 
 the SM clock. The profiler times prompt steps after a second of idle (``--prefill-idle 1``),
 the GPU cool. A saturated server runs them back to back; the board reaches its power limit,
 the driver lowers the SM clock, and the same steps run a few percent slower (measured on the
-profile's own prefill host: ``profiles/h200/prefill_clocks.json``, fitted by
+profile's own prefill host, ``profiles/h200/prefill_clocks.json``, and on another GPU with
+served-like mixed steps; boards differ, and the fit keeps the mean over the GPUs,
 :mod:`dspark_sim.profiling.hot`). A second of idle gives the cool price back.
 
 The term: the prompt share of a step's linear layers (its prompt tokens over all its tokens)
@@ -24,7 +25,7 @@ to back runs slower than one after a second of idle, the clock not yet back
 term (:class:`DecodeHot`): a step without prompt chunks, its GPU seconds (target and drafter)
 ``ratio`` x ``(duty - hot_duty0) / (1 - hot_duty0)`` longer (0 up to ``hot_duty0``), ``ratio`` the
 measured one at a duty of 1 for the step's drafter kind and decoding requests (interpolated,
-clamped). The threshold is the prompt steps' term's: prompt steps idled to a duty of a quarter
+clamped; the mean over the GPUs timed, after prompt steps on one and after mixed steps on another). The threshold is the prompt steps' term's: prompt steps idled to a duty of a quarter
 to a half ran no faster than at the profiler's half, so below it the board is not at its limit;
 the profile times decode steps cool.
 """
@@ -215,8 +216,8 @@ def _decode_term(target, projected_from: str | None, base: str) -> dict:
                                        "carried unchanged", "caveat": "decode steps' power-limit slowdown carried "
                                        f"unchanged from {projected_from}"}}
     return {"decode_power_limit": {"kind": "measured", "detail": f"{what}: decode steps timed after a second of "
-                                   f"prompt steps against after a second idle on {base} "
-                                   f"(profiles/{base}/raw/after_<model>.json)"}}
+                                   f"prompt (or mixed) steps against after a second idle on {base} GPUs, the mean over "
+                                   f"them (profiles/{base}/raw/after_<model>.json, after_mixed_<model>.json)"}}
 
 
 def _prompt_term(target, projected_from: str | None, base: str) -> dict:
@@ -227,4 +228,6 @@ def _prompt_term(target, projected_from: str | None, base: str) -> dict:
                                 f"unchanged", "caveat": f"prompt steps' power-limit slowdown carried unchanged "
                                 f"from {projected_from}"}}
     return {"power_limit": {"kind": "measured", "detail": f"{what}: prompt steps timed back to back against as "
-                            f"profiled on {base} (profiles/{base}/prefill_clocks.json)"}}
+                            f"profiled, and mixed steps after a second of their kind against after a second idle, on "
+                            f"{base} GPUs, the mean over them (profiles/{base}/prefill_clocks.json, "
+                            f"raw/after_mixed_<model>.json)"}}

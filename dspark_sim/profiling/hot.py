@@ -7,10 +7,19 @@ prefill duty of 1, as a saturated server runs them), the profile's own ``prefill
 more, the shapes interleaved over two rounds, on the GPU the profile's prompt steps were timed
 on. Per shape, the back-to-back step over the profile's one, less 1, divided by the share of
 the profile's price that its linear layers make, is that shape's ``hot_ratio``;
-the term keeps the median over the shapes. Held out by whole chunk sizes: each size's
-back-to-back steps priced from its profile-condition steps with the ratio of the other sizes.
-The steps idled longer than the profile's (a lower duty) check that below the profile's duty
-nothing changes (the term prices them at the profile's price).
+each GPU's ratio is the median over its shapes. Boards differ in how far their clock falls at the
+power limit, so where ``benchmarks/served_steps.py --part after --hold-mixed`` timed served-like
+mixed steps (the decode rows beside a prompt chunk) on another GPU, after a second of their kind
+back to back against after a second idle, that GPU's ratio (the prompt chunk's linear share of
+the cool step as priced) joins, and the term keeps the mean over the GPUs. Held out by whole
+chunk sizes on the profile's GPU (each size's back-to-back steps priced from its
+profile-condition steps with the ratio of the other sizes) and by GPU (each GPU's hot steps
+priced with the other GPUs' ratio). The steps idled longer than the profile's (a lower duty)
+check that below the profile's duty nothing changes (the term prices them at the profile's price).
+
+The decode steps' term (:class:`~dspark_sim.cost.hot.DecodeHot`) likewise keeps, per drafter kind
+and request count, the mean over the GPUs whose decode steps were timed after a second of prompt
+(or mixed) steps against after a second idle (``--part after``), held out by request count and by GPU.
 
 The window the duty is taken over is not fitted (:data:`dspark_sim.cost.hot.WINDOW_S`).
 """
@@ -71,6 +80,40 @@ def ratio(rows: dict, keep: np.ndarray) -> float:
     return float(np.median((rows["hot_s"] / rows["base_s"] - 1.0)[keep] / rows["share"][keep]))
 
 
+def mixed_rows(probe: dict, fit, file=None) -> dict:
+    """The mixed steps ``benchmarks/served_steps.py --part after --hold-mixed`` held: per point,
+    the step after a second of its kind back to back (``hot_s``) and after a second idle
+    (``base_s``), and the share of the cool step its prompt chunk's linear layers make as ``fit``
+    prices them (``share``); no rows where the probe held prompt steps."""
+    rows = {"chunk": [], "hot_s": [], "base_s": [], "share": []}
+    for i, p in enumerate(_points(probe)):
+        if not isinstance(p, dict) or p.get("part") != "after" or p.get("hold") != "mixed":
+            continue
+        for key in ("held_hot_s", "held_cool_s", "chunk"):
+            _positive(p, key, i, file)
+        chunk = float(p["chunk"])
+        linear = fit.parts(0, 0, chunk, 0, chunk * chunk / 2, 1, SCALAR)[1]
+        rows["chunk"].append(chunk)
+        rows["hot_s"].append(float(p["held_hot_s"]))
+        rows["base_s"].append(float(p["held_cool_s"]))
+        rows["share"].append(linear / float(p["held_cool_s"]))
+    return {k: np.array(v, float) for k, v in rows.items()}
+
+
+def held_out_hosts(hosts: list[dict]) -> dict:
+    """Each GPU's hot steps priced from its cool ones with the mean ratio of the other GPUs, and
+    the cool price (no term) beside; ``hosts``: ``{"rows": ..., "ratio": ...}`` each."""
+    pred, real, cool = [], [], []
+    for i, h in enumerate(hosts):
+        other = float(np.mean([g["ratio"] for j, g in enumerate(hosts) if j != i]))
+        rows = h["rows"]
+        pred.append(rows["base_s"] * (1.0 + other * rows["share"]))
+        real.append(rows["hot_s"])
+        cool.append(rows["base_s"])
+    pred, real, cool = (np.concatenate(x) for x in (pred, real, cool))
+    return {"with": signed_summary(pred / real - 1.0), "without": signed_summary(cool / real - 1.0)}
+
+
 def held_out_chunks(rows: dict) -> dict:
     """Each chunk size held out in turn; the profile's price (no term) beside."""
     pred = np.empty_like(rows["hot_s"])
@@ -82,40 +125,72 @@ def held_out_chunks(rows: dict) -> dict:
             "cooler": signed_summary(-rows["cooler"] / (1.0 + rows["cooler"])) if rows["cooler"].size else None}
 
 
-def with_hot_term(profile: Profile, probe_path: Path) -> tuple[Profile, dict | None]:
+def with_hot_term(profile: Profile, probe_path: Path, mixed: tuple[Path, ...] = ()) -> tuple[Profile, dict | None]:
     """``profile`` with the power-limit term fitted on the probe at ``probe_path`` (when it
-    timed the profile's model at the profile's ``prefill_idle``) and its held-out error
-    (``hot@chunk``), and the report; unchanged (and None) otherwise."""
-    probe = read_json(probe_path)
-    if not isinstance(probe, dict):
-        raise InputError(probe_path, "file", type(probe).__name__, "must be a JSON object (the probe's result)")
-    idle, prov = profile.provenance.get("prefill_idle"), probe.get("provenance")
-    prov = prov if isinstance(prov, dict) else {}
+    timed the profile's model at the profile's ``prefill_idle``) and the mixed steps of the
+    probes ``mixed`` that held them (other GPUs), its held-out errors (``hot@chunk``, and
+    ``hot@host`` with two GPUs or more), and the report; unchanged (and None) otherwise."""
+    probe = _probe(probe_path)
+    idle, prov = profile.provenance.get("prefill_idle"), _provenance(probe)
     if prov.get("model") != profile.model or not isinstance(idle, (int, float)):
         return profile, None
     rows = shape_rows(clock_cells(probe, probe_path), float(idle), profile.target)
     if len(np.unique(rows["chunk"])) < 2:
         return profile, None
-    hot = max(0.0, ratio(rows, np.ones(rows["chunk"].size, bool)))
-    held = held_out_chunks(rows)
+    hosts = [{"gpu_uuid": prov.get("gpu_uuid"), "rows": rows, "file": Path(probe_path).name}]
+    for path in mixed:
+        other = _probe(path)
+        more = mixed_rows(other, profile.target, path) if _provenance(other).get("model") == profile.model else None
+        if more is not None and more["chunk"].size:
+            hosts.append({"gpu_uuid": _provenance(other).get("gpu_uuid"), "rows": more, "file": Path(path).name})
+    for h in hosts:
+        h["ratio"] = ratio(h["rows"], np.ones(h["rows"]["chunk"].size, bool))
+        h["steps"] = int(h["rows"]["chunk"].size)
+    hot = max(0.0, float(np.mean([h["ratio"] for h in hosts])))
+    held, by_host = held_out_chunks(rows), held_out_hosts(hosts) if len(hosts) > 1 else None
     target = replace(profile.target, hot_ratio=hot, hot_window_s=WINDOW_S, hot_duty0=1.0 / (1.0 + float(idle)))
-    return (replace(profile, target=target, held_out={**profile.held_out, "hot@chunk": as_held_out(held["with"])}),
+    kept = {**profile.held_out, "hot@chunk": as_held_out(held["with"])}
+    if by_host is not None:
+        kept["hot@host"] = as_held_out(by_host["with"])
+    return (replace(profile, target=target, held_out=kept),
             {"hot_ratio": hot, "hot_window_s": WINDOW_S, "hot_duty0": target.hot_duty0, "held_out": held,
-             "shapes": int(rows["chunk"].size), "gpu_uuid": prov.get("gpu_uuid")})
+             "by_host": by_host, "shapes": int(rows["chunk"].size), "gpu_uuid": prov.get("gpu_uuid"),
+             "hosts": [{k: h[k] for k in ("gpu_uuid", "ratio", "steps", "file")} for h in hosts]})
+
+
+def _probe(path: Path) -> dict:
+    probe = read_json(path)
+    if not isinstance(probe, dict):
+        raise InputError(path, "file", type(probe).__name__, "must be a JSON object (the probe's result)")
+    return probe
+
+
+def _provenance(probe: dict) -> dict:
+    prov = probe.get("provenance")
+    return prov if isinstance(prov, dict) else {}
+
+
+def _points(probe) -> list:
+    points = probe.get("points", ()) if isinstance(probe, dict) else ()
+    return points if isinstance(points, list) else []
+
+
+def _positive(p: dict, key: str, i: int, file) -> None:
+    if not isinstance(p.get(key), (int, float)) or isinstance(p.get(key), bool) or p[key] <= 0:
+        raise InputError(file, f"points[{i}].{key}", p.get(key), "must be a number > 0")
 
 
 def decode_hot_rows(probe: dict, file=None) -> tuple[tuple[float, ...], tuple[tuple[float, ...], ...], dict]:
-    """The decode steps' term from ``benchmarks/served_steps.py --part after``: the requests timed
+    """The decode steps' term from one ``benchmarks/served_steps.py --part after``: the requests timed
     (knots) and, per drafter kind (:attr:`DecodeHot.KINDS`), each one's decode step after a second of
-    prompt steps over the same step after a second idle, less 1 (at least 0); and the points
-    ``{(kind, reqs): (hot_s, cool_s)}``."""
+    prompt (or mixed) steps over the same step after a second idle, less 1 (at least 0); and the
+    points ``{(kind, reqs): (hot_s, cool_s)}``."""
     points = {}
-    for i, p in enumerate(probe.get("points", ()) if isinstance(probe, dict) else ()):
+    for i, p in enumerate(_points(probe)):
         if not isinstance(p, dict) or p.get("part") != "after":
             continue
         for key in ("hot_s", "cool_s", "reqs"):
-            if not isinstance(p.get(key), (int, float)) or isinstance(p.get(key), bool) or p[key] <= 0:
-                raise InputError(file, f"points[{i}].{key}", p.get(key), "must be a number > 0")
+            _positive(p, key, i, file)
         if p.get("kind") not in DecodeHot.KINDS:
             raise InputError(file, f"points[{i}].kind", p.get("kind"), f"must be one of {', '.join(DecodeHot.KINDS)}")
         points[(p["kind"], float(p["reqs"]))] = (float(p["hot_s"]), float(p["cool_s"]))
@@ -126,36 +201,77 @@ def decode_hot_rows(probe: dict, file=None) -> tuple[tuple[float, ...], tuple[tu
     return knots, rows, points
 
 
-def held_out_reqs(knots: tuple, rows: tuple, points: dict) -> dict:
-    """Each request count held out in turn: its hot steps priced from its cool ones with the
-    ratio the other counts interpolate (clamped), and the cool price (no term) beside."""
+def pooled(probes: list[tuple]) -> tuple[tuple[float, ...], tuple[tuple[float, ...], ...]]:
+    """The knots of ``probes`` (:func:`decode_hot_rows` each) together and, per drafter kind, the
+    mean over the probes of each one's ratio there (interpolated between its knots, clamped)."""
+    knots = tuple(sorted({r for kn, _, _ in probes for r in kn}))
+    return knots, tuple(tuple(float(np.mean([np.interp(r, kn, rows[k]) for kn, rows, _ in probes])) for r in knots)
+                        for k in range(len(DecodeHot.KINDS)))
+
+
+def _held(probes: list[tuple], ratio_of) -> dict:
+    """Each probe's hot steps priced from its cool ones at ``ratio_of(probe index, kind index, reqs)``,
+    and the cool price (no term) beside."""
     pred, real, cool = [], [], []
-    for k, row in zip(DecodeHot.KINDS, rows):
-        for i, r in enumerate(knots):
-            others = [j for j in range(len(knots)) if j != i]
-            ratio = float(np.interp(r, [knots[j] for j in others], [row[j] for j in others]))
-            hot_s, cool_s = points[(k, r)]
-            pred.append(cool_s * (1.0 + ratio))
+    for p, (_, _, points) in enumerate(probes):
+        for (kind, reqs), (hot_s, cool_s) in sorted(points.items()):
+            pred.append(cool_s * (1.0 + ratio_of(p, DecodeHot.KINDS.index(kind), reqs)))
             real.append(hot_s)
             cool.append(cool_s)
     pred, real, cool = np.array(pred), np.array(real), np.array(cool)
     return {"with": signed_summary(pred / real - 1.0), "without": signed_summary(cool / real - 1.0)}
 
 
-def with_decode_hot_term(profile: Profile, probe_path: Path) -> tuple[Profile, dict | None]:
+def held_out_reqs(probes: list[tuple]) -> dict:
+    """Each request count held out in turn: its hot steps priced with the ratio the pooled rows
+    (:func:`pooled`) of the other counts interpolate (clamped)."""
+    knots, rows = pooled(probes)
+
+    def ratio_of(_, k, reqs):
+        others = [j for j, r in enumerate(knots) if r != reqs]
+        return float(np.interp(reqs, [knots[j] for j in others], [rows[k][j] for j in others]))
+    return _held(probes, ratio_of)
+
+
+def held_out_probes(probes: list[tuple]) -> dict:
+    """Each probe (a GPU) held out in turn: its hot steps priced with the other probes' pooled rows."""
+    def ratio_of(p, k, reqs):
+        knots, rows = pooled([q for j, q in enumerate(probes) if j != p])
+        return float(np.interp(reqs, knots, rows[k]))
+    return _held(probes, ratio_of)
+
+
+def decode_probes(profile: Profile, paths) -> list[tuple]:
+    """The probes at ``paths`` that timed ``profile``'s model at two request counts or more, each
+    ``(knots, rows, points, provenance, file name)``."""
+    out = []
+    for path in paths:
+        probe = _probe(path)
+        prov = _provenance(probe)
+        if prov.get("model") != profile.model:
+            continue
+        knots, rows, points = decode_hot_rows(probe, path)
+        if len(knots) >= 2:
+            out.append((knots, rows, points, prov, Path(path).name))
+    return out
+
+
+def with_decode_hot_term(profile: Profile, paths) -> tuple[Profile, dict | None]:
     """``profile`` with the decode steps' power-limit term (:class:`~dspark_sim.cost.hot.DecodeHot`)
-    from the probe at ``probe_path`` (when it timed the profile's model at two request counts or
-    more) and its held-out error (``hot_decode@reqs``), and the report; unchanged (and None) otherwise."""
-    probe = read_json(probe_path)
-    prov = probe.get("provenance") if isinstance(probe, dict) else None
-    prov = prov if isinstance(prov, dict) else {}
-    if prov.get("model") != profile.model:
+    pooled over the probes at ``paths`` (a path or several; those of the profile's model at two
+    request counts or more), its held-out errors (``hot_decode@reqs``, and ``hot_decode@host``
+    with two probes or more), and the report; unchanged (and None) without such a probe."""
+    found = decode_probes(profile, [paths] if isinstance(paths, (str, Path)) else paths)
+    if not found:
         return profile, None
-    knots, rows, points = decode_hot_rows(probe, probe_path)
-    if len(knots) < 2:
-        return profile, None
-    held = held_out_reqs(knots, rows, points)
+    probes = [f[:3] for f in found]
+    knots, rows = pooled(probes)
+    held, by_host = held_out_reqs(probes), held_out_probes(probes) if len(probes) > 1 else None
+    kept = {**profile.held_out, "hot_decode@reqs": as_held_out(held["with"])}
+    if by_host is not None:
+        kept["hot_decode@host"] = as_held_out(by_host["with"])
     target = replace(profile.target, hot_decode_reqs=knots, hot_decode=rows)
-    return (replace(profile, target=target, held_out={**profile.held_out, "hot_decode@reqs": as_held_out(held["with"])}),
-            {"knots": knots, "ratios": dict(zip(DecodeHot.KINDS, rows)), "held_out": held,
-             "gpu_uuid": prov.get("gpu_uuid"), "date": prov.get("date")})
+    return (replace(profile, target=target, held_out=kept),
+            {"knots": knots, "ratios": dict(zip(DecodeHot.KINDS, rows)), "held_out": held, "by_host": by_host,
+             "probes": [{"gpu_uuid": prov.get("gpu_uuid"), "date": prov.get("date"), "file": name,
+                         "ratios": dict(zip(DecodeHot.KINDS, r))} for _, r, _, prov, name in found]})

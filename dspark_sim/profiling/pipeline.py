@@ -148,8 +148,9 @@ def with_post_terms(profile: Profile, raw: dict | None, file, raw_dir: Path | No
     """``profile`` with the terms fitted after the rest, each on its own steps: the spread of
     contexts (:mod:`.spread`, ``raw``'s spread rows), the shared prefixes (:mod:`.shared`,
     ``raw_dir``'s probe ``served_<model>.json``), the power limit (:mod:`.hot`, the prompt steps
-    timed back to back, ``prefill_clocks.json`` beside ``raw_dir``, and the decode steps after them,
-    ``raw_dir``'s probe ``after_<model>.json``) and then the mixed steps (:mod:`.mixed`,
+    timed back to back, ``prefill_clocks.json`` beside ``raw_dir``, with the mixed steps held by
+    ``raw_dir``'s probe ``after_mixed_<model>.json``; the decode steps after them, that probe's and
+    ``after_<model>.json``'s) and then the mixed steps (:mod:`.mixed`,
     ``raw_dir``'s probe ``mixed_<model>.json``), where those were timed."""
     if raw is not None:
         profile, _ = with_spread_term(profile, raw, file)
@@ -158,11 +159,13 @@ def with_post_terms(profile: Profile, raw: dict | None, file, raw_dir: Path | No
     served = raw_dir / f"served_{profile.model}.json"
     if served.is_file():
         profile, _ = with_shared_term(profile, served)
+    # decode steps after prompt steps, and after mixed steps with the mixed steps held (.hot)
+    after = [p for p in (raw_dir / f"after_{profile.model}.json", raw_dir / f"after_mixed_{profile.model}.json")
+             if p.is_file()]
     clocks = raw_dir.parent / "prefill_clocks.json"  # prompt steps back to back (.hot)
     if clocks.is_file():
-        profile, _ = with_hot_term(profile, clocks)
-    after = raw_dir / f"after_{profile.model}.json"  # decode steps after prompt steps (.hot)
-    if after.is_file():
+        profile, _ = with_hot_term(profile, clocks, tuple(after))
+    if after:
         profile, _ = with_decode_hot_term(profile, after)
     probe = raw_dir / f"mixed_{profile.model}.json"
     return with_mixed_steps(profile, probe) if probe.is_file() else profile
@@ -196,7 +199,9 @@ def add_post_terms(out_dir: Path, measured, raw_dir: Path, models=None, log=prin
             for label, key, axis in ((f"spread_ratio {t.spread_ratio:.3f} past {t.spread_slots:g} slots", "spread@reqs", "R"),
                                      (f"shared_ratio {t.shared_ratio} at widths {t.shared_widths}", "shared@reqs", "R"),
                                      (f"hot_ratio {t.hot_ratio:.4f} past duty {t.hot_duty0:g}", "hot@chunk", "chunk"),
+                                     ("hot_ratio", "hot@host", "GPU"),
                                      (f"hot_decode {t.hot_decode} at {t.hot_decode_reqs} requests", "hot_decode@reqs", "R"),
+                                     ("hot_decode", "hot_decode@host", "GPU"),
                                      (f"mixed_s_per_row_tile {t.mixed_s_per_row_tile:.3e} s", "mixed@reqs", "R"),
                                      ("mixed", "mixed@chunk", "chunk")) if key in held))
         done.append(profile)

@@ -95,13 +95,14 @@ def shared_steps() -> str:
 def hot_prefill() -> str:
     from dspark_sim.reports.hot_prefill import block_text
 
-    return block_text(H200 / "prefill_clocks.json", H200 / "qwen3-8b.json")
+    return block_text(H200 / "prefill_clocks.json", H200 / "qwen3-8b.json", (H200 / "raw" / "after_mixed_qwen3-8b.json",))
 
 
 def hot_decode() -> str:
     from dspark_sim.reports.hot_prefill import decode_block_text
 
-    return decode_block_text(H200 / "raw" / "after_qwen3-8b.json", H200 / "qwen3-8b.json")
+    return decode_block_text([H200 / "raw" / "after_qwen3-8b.json", H200 / "raw" / "after_mixed_qwen3-8b.json"],
+                             H200 / "qwen3-8b.json")
 
 
 def hot_mixed() -> str:
