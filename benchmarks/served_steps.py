@@ -43,6 +43,14 @@ duty of 1, as a saturated server holds the GPU at its power limit) and after ``H
 each drafter kind, which the profile's power-limit term (``dspark_sim/cost/hot.py``) does not
 price yet.
 
+The drafter after the target. The profiler times a drafter by replaying its graph back to back,
+so each replay may find part of its weights still in the GPU's L2 cache from the one before; in
+a served step the drafter runs right after the target's forward has streamed gigabytes through
+it. This times the profiler's drafter step (MTP-3's chain, DSpark's block 7) both ways: as the
+profiler does, and with ``L2_FLUSH_BYTES`` written before each replay (untimed), over R
+requests of the profiler's ``DRAFT_CONTEXT`` tokens, the rounds interleaved. Whole served steps time their
+drafter over the profile's price at 64-128 requests (the layout part's ``draft_s``).
+
 Each point is written as soon as it is timed; a failing point is recorded and skipped, and
 no point starts after ``--budget-s`` seconds.
 """
@@ -67,8 +75,9 @@ LAYOUT_KINDS, LAYOUT_REQS = ("none", "chain", "block"), (192, 128, 64)  # a tabl
 AFTER_CHUNK = 4096
 HOLD_S, CLOCK_REPS = 1.0, 3  # seconds of back-to-back prompt steps (or idle) before a decode step
 EAGER_REQS, EAGER_CHUNKS = (128, 64), (512, 2048)
+DRAFT_REQS, DRAFT_ROUNDS, L2_FLUSH_BYTES = (16, 64, 128, 256), 3, 512 << 20  # H200's L2: 60 MiB
 TINY = dict(reqs=(4,), groups=(0, 2, 1), context=48, prefix=32, eager_reqs=(3,), eager_chunks=(8,), layout_reqs=(4,), after_chunk=8,
-            hold_s=0.01)
+            hold_s=0.01, draft_reqs=(2, 4))
 
 
 def build(args):
@@ -91,7 +100,7 @@ def build(args):
     dec.randomize_cache()
     return Stepper(dec), dict(reqs=REQS, groups=GROUPS, context=CONTEXT, prefix=PREFIX, eager_reqs=EAGER_REQS,
                               eager_chunks=EAGER_CHUNKS, layout_reqs=LAYOUT_REQS, after_chunk=args.after_chunk,
-                              hold_s=HOLD_S)
+                              hold_s=HOLD_S, draft_reqs=DRAFT_REQS)
 
 
 def shared_requests(dec, reqs: int, groups: int, context: int, prefix: int, rng) -> list | None:
@@ -294,6 +303,43 @@ def time_after(dec, seqs: list, point, reps: int, hold_s: float) -> dict:
                      "prompt_steps_held": held, "held_cool": cool_step, "held_hot": hot_step}}
 
 
+def run_draft(out: dict, stepper, grid: dict, args, rng) -> None:
+    """The profiler's drafter steps replayed back to back and each after the L2 is overwritten."""
+    import torch
+
+    from dspark_sim.kernels.profiler.steps import DRAFT_CONTEXT
+
+    flush = torch.empty(L2_FLUSH_BYTES // 4 if not args.tiny else 1024, dtype=torch.float32,
+                        device=stepper.dec.device)
+    cold = lambda i: flush.fill_(float(i))  # noqa: E731 - untimed, before each replay
+    context = min(DRAFT_CONTEXT, grid["context"])
+    for reqs in grid["draft_reqs"]:
+        for kind in ("chain", "block"):
+            key = {"part": "draft", "kind": kind, "reqs": reqs}
+            if _skipped(out, key, args):
+                continue
+            try:
+                time_one = (lambda between: stepper.chain(reqs, 3, context, between=between)) if kind == "chain" else \
+                    (lambda between: stepper.draft(reqs, 7, context, between=between))
+                warm, flushed = [], []
+                for _ in range(DRAFT_ROUNDS):  # interleaved, so a drifting clock moves both alike
+                    warm.append(time_one(None))
+                    flushed.append(time_one(cold))
+                if None in warm or None in flushed:
+                    raise RuntimeError("the pages do not hold these requests")
+            except Exception as e:  # noqa: BLE001 - one point failing must not lose the others
+                _fail(out, key, e)
+                continue
+            got = {"warm_s": statistics.median(warm), "flushed_s": statistics.median(flushed),
+                   "runs": {"warm": warm, "flushed": flushed}}
+            out["points"].append({**key, "block_size": 3 if kind == "chain" else 7, "context": context,
+                                  **got})
+            write_result(args.out, out)
+            print(f"{kind:5s} R {reqs:4d}: drafter back to back {got['warm_s'] * 1e3:7.3f} ms, after an L2 flush "
+                  f"{got['flushed_s'] * 1e3:7.3f} ms ({got['flushed_s'] / got['warm_s'] - 1:+.1%}) "
+                  f"(+{time.monotonic() - T0:.0f} s)", flush=True)
+
+
 def run_eager(out: dict, stepper, grid: dict, args, rng) -> None:
     from dspark_sim.reports.mixed_steps import CONTEXT_MAX, CONTEXT_MEAN
 
@@ -404,6 +450,8 @@ def run(args) -> dict:
         run_layout_mixed(out, stepper, grid, args, rng)
     if args.part in ("all", "after"):
         run_after(out, stepper, grid, args, rng)
+    if args.part in ("all", "draft"):
+        run_draft(out, stepper, grid, args, rng)
     out["provenance"].update(total_s=round(time.monotonic() - T0, 1), sm_clocks_after=sm_clocks())
     write_result(args.out, out)
     return out
@@ -413,7 +461,7 @@ def main() -> int:
     ap = probe_parser(__doc__, "served_steps", kv_tokens=620_000, budget_s=260.0)
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--reps", type=int, default=6)
-    ap.add_argument("--part", choices=("all", "eager", "shared", "layout", "after"), default="all",
+    ap.add_argument("--part", choices=("all", "eager", "shared", "layout", "after", "draft"), default="all",
                     help="which steps to time (default: all, about 6 minutes on an H200)")
     ap.add_argument("--after-chunk", type=int, default=AFTER_CHUNK, help="--part after: the held prompt chunk")
     ap.add_argument("--hold-mixed", action="store_true",

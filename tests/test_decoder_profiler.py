@@ -50,6 +50,10 @@ def test_stepper_times_each_part_and_skips_what_does_not_fit():
     assert st.draft(3, 5, context=16) > 0 and dec.drafter.block_size == 8
     assert st.prefill(16, 8) > 0
     assert st.chain(2, 3, context=16) > 0 and dec.drafter.block_size == 8
+    calls = []  # the drafter timed cold: the hook runs before every replay (warm-up included), untimed
+    assert st.draft(3, 5, context=16, between=calls.append) > 0 and calls == [0, 1, 0, 1]
+    calls.clear()
+    assert st.chain(2, 3, context=16, between=calls.append) > 0 and calls == [0, 1, 0, 1]
     assert st.kernel("schedule_verify", 4, 7) > 0 and st.kernel("accept", 2, 3) > 0
     with pytest.raises(ValueError, match="unknown kernel"):
         st.kernel("sort", 1, 1)

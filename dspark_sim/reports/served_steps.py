@@ -13,7 +13,8 @@ SPINS = (0.0, 0.5, 1.0, 2.0)  # the spin ahead of an eager step, in its own laun
 def table(data: dict) -> list[str]:
     """One table per part the probe timed: shared prefixes against each R's unshared step, pages
     scattered against in order (whole decode steps, and eager steps), the decode step after a
-    prompt step against the one after a decode step, and eager steps by spin."""
+    prompt step against the one after a decode step, the drafter after an L2 flush against back
+    to back, and eager steps by spin."""
     pts, lines = data["points"], []
     for part, head, row in _SECTIONS:
         got = [p for p in pts if p["part"] == part]
@@ -42,6 +43,9 @@ _SECTIONS = (
      lambda ps, p: (p["kind"], str(p["reqs"]), _ms(p["after_prompt_s"]), _ms(p["after_decode_s"]),
                     f"{p['after_prompt_s'] / p['after_decode_s'] - 1:+.1%}")
      + ((_ms(p["hot_s"]), _ms(p["cool_s"]), f"{p['hot_s'] / p['cool_s'] - 1:+.1%}") if "hot_s" in p else ("-",) * 3)),
+    ("draft", ("kind", "R", "context", "drafter ms back to back", "after an L2 flush", "flushed vs back to back"),
+     lambda ps, p: (p["kind"], str(p["reqs"]), str(p["context"]), _ms(p["warm_s"]), _ms(p["flushed_s"]),
+                    f"{p['flushed_s'] / p['warm_s'] - 1:+.1%}")),
     ("eager", ("R", "chunk", "launch ms") + tuple(f"GPU ms behind {f:g}x launch" for f in SPINS),
      lambda ps, p: (str(p["reqs"]), str(p["chunk"]), f"{p['launch_s'] * 1e3:.1f}")
      + tuple(_ms(p["gpu_s"][str(f)]) for f in SPINS)),

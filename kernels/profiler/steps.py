@@ -146,8 +146,9 @@ class Stepper:
         return dec.graphs.replay_last, rotate, seqs
 
     def draft(self, reqs: int, block_size: int, context: int = DRAFT_CONTEXT,
-              decoder=None) -> float | None:
-        """Seconds of one draft step (backbone + Markov loop + confidence) at ``block_size``."""
+              decoder=None, between=None) -> float | None:
+        """Seconds of one draft step (backbone + Markov loop + confidence) at ``block_size``
+        (``between(i)``: run before replay ``i``, untimed; :func:`median_seconds`)."""
         dec = decoder or self.dec
         seqs = self._requests(reqs, context)
         if seqs is None:
@@ -159,7 +160,7 @@ class Stepper:
             temp = torch.ones(rp, device=dec.device)
             dec.graphs.clear()
             dec._draft(self._rows(seqs, rp), temp, rp)  # anchors: the requests' own, on the device
-            return median_seconds(dec.graphs.replay_last, self.reps)
+            return median_seconds(dec.graphs.replay_last, self.reps, between=between)
         finally:
             dec.drafter.block_size = old
             dec.graphs.clear()
@@ -217,7 +218,7 @@ class Stepper:
         return {"step_s": statistics.median(samples), "p90_s": float(np.percentile(samples, 90)),
                 "reps": len(samples)}
 
-    def chain(self, reqs: int, k: int, context: int = DRAFT_CONTEXT) -> float | None:
+    def chain(self, reqs: int, k: int, context: int = DRAFT_CONTEXT, between=None) -> float | None:
         """Seconds of one chain (MTP-k) draft step: one layer run ``k`` times (CUDA graph)."""
         dec = self.dec
         if self._chain is None:
@@ -230,7 +231,7 @@ class Stepper:
         self._chain.block_size = k
         chain = dec.variant(dec.conf.replaced(method="static", block_size=k),
                             self._chain)
-        return self.draft(reqs, k, context, decoder=chain)
+        return self.draft(reqs, k, context, decoder=chain, between=between)
 
     def decode_step(self, kind: str, reqs: int, context: int, graphs: bool = True,
                     steps: int = 12) -> dict | None:
