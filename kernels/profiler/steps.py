@@ -145,8 +145,7 @@ class Stepper:
         rotate = (lambda i: static.copy_(wins[i % 2])) if static is not None else None
         return dec.graphs.replay_last, rotate, seqs
 
-    def draft(self, reqs: int, block_size: int, context: int = DRAFT_CONTEXT,
-              decoder=None, between=None) -> float | None:
+    def draft(self, reqs: int, block_size: int, context: int = DRAFT_CONTEXT, decoder=None, between=None) -> float | None:
         """Seconds of one draft step (backbone + Markov loop + confidence) at ``block_size``
         (``between(i)``: run before replay ``i``, untimed; :func:`median_seconds`)."""
         dec = decoder or self.dec
