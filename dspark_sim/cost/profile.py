@@ -90,7 +90,7 @@ class ProfileCost:
                else f"measured on {base}, {p.measured_date}")
         terms = {"target": {"kind": timed, "detail": how}}
         for kind in DRAFT_KINDS:
-            terms[f"draft_{kind}"] = {"kind": timed, "detail": how} if kind in p.draft else {
+            terms[f"draft_{kind}"] = {"kind": timed, "detail": p.draft[kind].detail(how)} if kind in p.draft else {
                 "kind": "roofline", "detail": f"no measured {kind} drafter: the roofline's, assumed efficiencies"}
         host_how = f"measured on {base}, {p.measured_date} (host time, kept under projection and TP)"
         for kind in STEP_KINDS:

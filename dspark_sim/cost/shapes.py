@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 import math
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import repeat
 from typing import Callable
 
@@ -256,3 +256,29 @@ def spread_tail(ratio: float, slots: float, reqs, lag_s, shape: DecodeShape):
     if isinstance(lag, np.ndarray) or isinstance(queued, np.ndarray):
         return ratio * np.maximum(queued, 0.0) * np.maximum(lag, 0.0)
     return ratio * max(queued, 0.0) * max(lag, 0.0)
+
+
+SHAPES_HELD = 4096  # batch shapes (R, V or R, g pairs) a cost model keeps
+
+
+def held(memo: dict, make, a, b, ops: Ops):
+    """``make(a, b, ops)``, kept in ``memo`` by ``(a, b)`` where ``ops`` is the engine's scalar one
+    (a run prices the same few batch shapes step after step)."""
+    if ops is not SCALAR:
+        return make(a, b, ops)
+    value = memo.get((a, b))
+    if value is None:
+        if len(memo) >= SHAPES_HELD:
+            memo.clear()
+        value = memo[a, b] = make(a, b, ops)
+    return value
+
+
+def scaled_terms(obj, bounds: dict, ratio: dict):
+    """``obj`` with every term multiplied by ``ratio[bound]`` (bound per ``bounds``)."""
+    changes = {}
+    for name, bound in bounds.items():
+        value = getattr(obj, name)
+        k = ratio.get(bound, 1.0)
+        changes[name] = tuple(v * k for v in value) if isinstance(value, tuple) else value * k
+    return replace(obj, **changes)

@@ -1,5 +1,5 @@
-"""The fitted step formulas of a profile: the target forward and the drafters (the host's
-terms: :mod:`dspark_sim.cost.host_terms`).
+"""The fitted step formulas of a profile: the target forward and the drafters (a drafter's:
+:mod:`dspark_sim.cost.draft_fit`; the host's: :mod:`dspark_sim.cost.host_terms`).
 
 :class:`TargetFit` and :class:`DraftFit` hold the fitted terms, check them on
 construction (errors name the key and value) and evaluate a step on Python
@@ -11,17 +11,16 @@ formulas and what bounds each term.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
+from dspark_sim.cost.draft_fit import DRAFT_BOUNDS, DRAFT_KINDS, DraftFit
 from dspark_sim.cost.hot import hot_scale
-from dspark_sim.cost.shapes import SCALAR, DecodeShape, Ops, pad_tokens, roof, smax, spread_tail
+from dspark_sim.cost.shapes import DecodeShape, Ops, held, pad_tokens, roof, scaled_terms, smax, spread_tail
 from dspark_sim.cost.term_checks import check_knots, check_pad, check_rows, check_table, check_terms, fail
 
-DRAFT_KINDS = ("block", "chain")
 STEP_KINDS = ("none",) + DRAFT_KINDS  # a decode step: no drafter, or which one
-SHAPES_HELD = 4096  # decode shapes (R, V pairs) an engine's cost model keeps
 
 # Which resource bounds each term: projection and tensor parallelism scale a
 # "memory" term by a bandwidth ratio and a "compute" term by a FLOP/s ratio;
@@ -31,32 +30,6 @@ TARGET_BOUNDS = {"bias_s": "fixed", "req_s": "memory", "weights_s": "memory",
                  "kv_s_per_token": "memory", "kv_req_s_per_token": "memory",
                  "attn_s_per_pair": "compute", "prefill_host_s": "fixed", "r_delta_s": "memory",
                  "prefill_kv_s_per_token": "memory", "mixed_s_per_row_tile": "compute"}
-DRAFT_BOUNDS = {"bias_s": "fixed", "launch_s": "fixed", "weights_s": "memory",
-                "flop_s_per_token": "compute", "mem_s_per_token": "memory",
-                "kv_s_per_token": "memory"}
-
-
-def _held(memo: dict, make, a, b, ops: Ops):
-    """``make(a, b, ops)``, kept in ``memo`` by ``(a, b)`` where ``ops`` is the engine's scalar one
-    (a run prices the same few batch shapes step after step)."""
-    if ops is not SCALAR:
-        return make(a, b, ops)
-    value = memo.get((a, b))
-    if value is None:
-        if len(memo) >= SHAPES_HELD:
-            memo.clear()
-        value = memo[a, b] = make(a, b, ops)
-    return value
-
-
-def _scaled(obj, bounds: dict, ratio: dict):
-    """``obj`` with every term multiplied by ``ratio[bound]`` (bound per ``bounds``)."""
-    changes = {}
-    for name, bound in bounds.items():
-        value = getattr(obj, name)
-        k = ratio.get(bound, 1.0)
-        changes[name] = tuple(v * k for v in value) if isinstance(value, tuple) else value * k
-    return replace(obj, **changes)
 
 
 @dataclass(frozen=True)
@@ -295,7 +268,7 @@ class TargetFit:
         """The decode attention's factors of R requests verifying V tokens (R >= 1): key splits,
         and the tile's factors on the stream, the latency floor and the whole (not to be changed:
         the engine's steps share them)."""
-        return _held(self._shapes, self._decode_shape, reqs, verify_tokens, ops)
+        return held(self._shapes, self._decode_shape, reqs, verify_tokens, ops)
 
     def _decode_shape(self, reqs, verify_tokens, ops: Ops) -> DecodeShape:
         width = ops.pow2(verify_tokens / reqs)
@@ -345,75 +318,7 @@ class TargetFit:
 
     def scaled(self, ratio: dict) -> TargetFit:
         """Terms scaled by ``ratio`` = {"memory": x, "compute": y} (missing bounds stay)."""
-        return _scaled(self, TARGET_BOUNDS, ratio)
-
-
-@dataclass(frozen=True)
-class DraftFit:
-    """Fitted drafter step over R requests and block size g (summed context S).
-
-    block: bias_s + launch_s*g + lin(R'*g) + kv_s_per_token*S
-    chain: bias_s + g*(launch_s + lin(R') + kv_s_per_token*S)
-    lin(u) = (roof(weights_s, flop_s_per_token, u, sharpness) + mem_s_per_token*u)*(1 + ratio(u))
-
-    R' = R, or with ``request_tiers`` the request tier the drafter's CUDA graph runs over
-    (the next power of two of R: the measured decoder pads its request table to it,
-    kernels/decoder/graphs.py ``request_tier``). The padding rows hold no context (S is the
-    requests' own).
-    """
-
-    kind: str
-    bias_s: float
-    launch_s: float
-    weights_s: float
-    flop_s_per_token: float
-    mem_s_per_token: float
-    sharpness: float
-    kv_s_per_token: float
-    knots: tuple[float, ...] = ()
-    ratio: tuple[float, ...] = ()
-    request_tiers: bool = False
-
-    def __post_init__(self) -> None:
-        if self.kind not in DRAFT_KINDS:
-            fail("kind", self.kind, f"must be one of {DRAFT_KINDS}")
-        if not isinstance(self.request_tiers, bool):
-            fail("request_tiers", self.request_tiers, "must be true or false")
-        check_terms(self, DRAFT_BOUNDS)
-        check_knots("knots", self.knots, "ratio", self.ratio)
-        if any(r <= -1 for r in self.ratio):
-            fail("ratio", list(self.ratio), "ratios must be > -1 (a positive factor)")
-        object.__setattr__(self, "_fixed", {})  # (R, g) -> fixed_s; not a field (nor in the file)
-
-    def seconds(self, reqs, block_size, ctx, ops: Ops, fixed=None):
-        """Draft seconds; floats or arrays, ``ops`` to match. ``fixed``: :meth:`fixed_s` of these
-        requests and block size, when known."""
-        if fixed is None:
-            fixed = self.fixed_s(reqs, block_size, ops)
-        if self.kind == "block":
-            return fixed + self.kv_s_per_token * ctx
-        return self.bias_s + block_size * (fixed + self.kv_s_per_token * ctx)
-
-    def fixed_s(self, reqs, block_size, ops: Ops):
-        """The part of :meth:`seconds` before its context term: bias_s + launch_s*g + lin(R*g)
-        (block) or launch_s + lin(R) (chain), R at its request tier with ``request_tiers``."""
-        return _held(self._fixed, self._fixed_s, reqs, block_size, ops)
-
-    def _fixed_s(self, reqs, block_size, ops: Ops):
-        if self.request_tiers:
-            reqs = ops.pow2(reqs)
-        units = reqs * block_size if self.kind == "block" else reqs
-        lin = roof(self.weights_s, self.flop_s_per_token, units, self.sharpness, ops.power) \
-            + self.mem_s_per_token * units
-        if self.knots:
-            lin = lin * (1.0 + ops.interp(self.knots, self.ratio, units))
-        if self.kind == "block":
-            return self.bias_s + self.launch_s * block_size + lin
-        return self.launch_s + lin
-
-    def scaled(self, ratio: dict) -> DraftFit:
-        """Terms scaled by ``ratio`` = {"memory": x, "compute": y}."""
-        return _scaled(self, DRAFT_BOUNDS, ratio)
+        return scaled_terms(self, TARGET_BOUNDS, ratio)
 
 
 __all__ = ["DRAFT_KINDS", "STEP_KINDS", "TARGET_BOUNDS", "DRAFT_BOUNDS", "DecodeShape", "TargetFit", "DraftFit"]

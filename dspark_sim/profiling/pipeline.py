@@ -26,6 +26,7 @@ from dspark_sim.errors import InputError
 from dspark_sim.profiling.fit import fit_profile
 from dspark_sim.profiling.levels import METHOD as LEVELS_METHOD
 from dspark_sim.profiling.levels import level_errors
+from dspark_sim.profiling.draft_step import with_draft_step_term
 from dspark_sim.profiling.hot import with_decode_hot_term, with_hot_term
 from dspark_sim.profiling.mixed import with_mixed_steps
 from dspark_sim.profiling.shared import with_shared_term
@@ -150,7 +151,8 @@ def with_post_terms(profile: Profile, raw: dict | None, file, raw_dir: Path | No
     ``raw_dir``'s probe ``served_<model>.json``), the power limit (:mod:`.hot`, the prompt steps
     timed back to back, ``prefill_clocks.json`` beside ``raw_dir``, with the mixed steps held by
     ``raw_dir``'s probe ``after_mixed_<model>.json``; the decode steps after them, that probe's and
-    ``after_<model>.json``'s) and then the mixed steps (:mod:`.mixed`,
+    ``after_<model>.json``'s), the drafters inside a served step (:mod:`.draft_step`, ``raw_dir``'s
+    probe ``layout_<model>.json``) and then the mixed steps (:mod:`.mixed`,
     ``raw_dir``'s probe ``mixed_<model>.json``), where those were timed."""
     if raw is not None:
         profile, _ = with_spread_term(profile, raw, file)
@@ -167,6 +169,9 @@ def with_post_terms(profile: Profile, raw: dict | None, file, raw_dir: Path | No
         profile, _ = with_hot_term(profile, clocks, tuple(after))
     if after:
         profile, _ = with_decode_hot_term(profile, after)
+    layout = raw_dir / f"layout_{profile.model}.json"  # whole decode steps as served (.draft_step)
+    if layout.is_file():
+        profile, _ = with_draft_step_term(profile, layout)
     probe = raw_dir / f"mixed_{profile.model}.json"
     return with_mixed_steps(profile, probe) if probe.is_file() else profile
 
@@ -202,6 +207,7 @@ def add_post_terms(out_dir: Path, measured, raw_dir: Path, models=None, log=prin
                                      ("hot_ratio", "hot@host", "GPU"),
                                      (f"hot_decode {t.hot_decode} at {t.hot_decode_reqs} requests", "hot_decode@reqs", "R"),
                                      ("hot_decode", "hot_decode@host", "GPU"),
+                                     ("drafters in a served step", "draft_step@reqs", "R"),
                                      (f"mixed_s_per_row_tile {t.mixed_s_per_row_tile:.3e} s", "mixed@reqs", "R"),
                                      ("mixed", "mixed@chunk", "chunk")) if key in held))
         done.append(profile)

@@ -86,6 +86,13 @@ def spread_check() -> str:
     return block_text(_json(H200 / "validation" / "steps" / "spread_steps.json"), load_profile(H200 / "qwen3-8b.json"))
 
 
+def draft_step() -> str:
+    from dspark_sim.reports.draft_step import block_text
+
+    return block_text(H200 / "raw" / "layout_qwen3-8b.json", H200 / "validation" / "steps" / "spread_steps.json",
+                      H200 / "qwen3-8b.json")
+
+
 def shared_steps() -> str:
     from dspark_sim.reports.served_steps import block_text
 
@@ -210,6 +217,7 @@ BLOCKS = {
     ("docs/profiles.md", "shared-steps"): shared_steps,
     ("docs/profiles.md", "hot-decode"): hot_decode,
     ("docs/profiles.md", "served-layout"): served_layout,
+    ("docs/profiles.md", "draft-step"): draft_step,
     ("docs/profiles.md", "hot-mixed"): hot_mixed,
     ("docs/profiles.md", "hot-prefill"): hot_prefill,
     ("docs/profiles.md", "engine-roofline"): engine_roofline,
