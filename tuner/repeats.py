@@ -71,10 +71,16 @@ def describe(c: dict) -> str:
     if c["verdict"] == NOT_COMPARABLE:
         return "not comparable (no repeat meets the SLO)"
     if c["verdict"] == UNMEASURED:
-        return f"{c['gain']:+.1%} (one sampler seed: not a measured gain or loss)"
+        return f"{_share(c['gain'], '+')} (one sampler seed: not a measured gain or loss)"
     if c["verdict"] == WITHIN:
-        return f"{c['gain']:+.1%}, within spread ({c['spread']:.1%}): no gain claimed"
-    return f"{c['gain']:+.1%}, a {c['verdict']} (above the combined spread {c['spread']:.1%})"
+        return f"{_share(c['gain'], '+')}, within spread ({_share(c['spread'])}): no gain claimed"
+    return f"{_share(c['gain'], '+')}, a {c['verdict']} (above the combined spread {_share(c['spread'])})"
+
+
+def _share(x: float, sign: str = "") -> str:
+    """A relative difference in per cent, or in parts per million where a tenth of a per cent
+    would print it as zero."""
+    return f"{x:{sign}.1%}" if x == 0 or abs(x) >= 5e-4 else f"{x * 1e6:{sign}.1f} ppm"
 
 
 def by_method(jobs: list[Job]) -> dict[str, list[Job]]:
