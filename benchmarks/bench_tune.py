@@ -145,7 +145,7 @@ def main() -> int:
             from dspark_sim.tuner.repeats import table
             print("\n".join(table(r["comparison"], r["unit"], {})))
     file = json_path(args.markdown[1]) if args.markdown else None
-    data = {"command": "python benchmarks/bench_tune.py " + " ".join(sys.argv[1:]), "machine": machine(),
+    data = {"command": shlex.join(["python", "benchmarks/bench_tune.py", *sys.argv[1:]]), "machine": machine(),
             "load_end": os.getloadavg()[0], "date": time.strftime("%Y-%m-%d"),
             "commit": code_commit("dspark_sim", "tuner", "profiles", "examples"),
             "file": str(file.relative_to(REPO)) if file else None, "results": results}
