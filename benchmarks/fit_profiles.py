@@ -3,7 +3,7 @@
     python benchmarks/fit_profiles.py            # every profiles/h200/raw/raw_<model>.json
     python benchmarks/fit_profiles.py --synthetic   # dry run on roofline data, scratch output
     python benchmarks/fit_profiles.py --levels-only # only the leave-one-level-out errors, fits kept
-    python benchmarks/fit_profiles.py --post-only   # only the spread and mixed-step terms (raw/)
+    python benchmarks/fit_profiles.py --post-only   # only the terms fitted after the rest (raw/ probes)
 
 Fits ``profiles/<gpu>/<model>.json`` with its SGLang tables and projections
 (:mod:`dspark_sim.profiling.pipeline`), plots ``docs/img/profile_fit_<model>.png`` and puts
@@ -29,8 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--levels-only", action="store_true",
                     help="only the leave-one-level-out errors of the shipped profiles (fitted numbers kept)")
     ap.add_argument("--post-only", action="store_true",
-                    help="only the spread and mixed-step terms of the shipped profiles, from raw/ (spread rows "
-                         "of raw_<model>.json, probes mixed_<model>.json)")
+                    help="only the terms fitted after the rest, every other fitted number kept: spread, shared "
+                         "prefixes, power limit, drafters in a served step, mixed steps (spread rows of "
+                         "raw_<model>.json, the probes under raw/ and prefill_clocks.json)")
     args = ap.parse_args(argv)
     flags = ["--gpu", args.gpu, "--folds", str(args.folds)] + (["--models", *args.models] if args.models else [])
     flags += ["--levels-only"] if args.levels_only else []
