@@ -12,9 +12,10 @@ SGLang tables, projects it to the other shipped GPUs, plots it against its point
 (``--img-dir``, default ``<out-dir>/plots``) and prints the held-out error table (into the
 markers of ``--docs`` when given). ``--levels-only`` recomputes only the leave-one-level-out
 errors of the profiles already there (:mod:`.levels`); ``--post-only`` refits only the
-terms fitted after the rest, each on its own steps: the spread of contexts from the spread
-rows of ``raw_<model>.json`` (:mod:`.spread`) and the mixed-step term from the probe
-``mixed_<model>.json`` (:mod:`.mixed`), both in ``--raw-dir`` (a full fit does the same). ``--synthetic`` is a dry run on roofline data with noise,
+terms fitted after the rest, each on its own steps (:func:`.pipeline.with_post_terms`: the
+spread of contexts, shared prefixes, the power limit, the drafters in a served step and the
+mixed steps, from the spread rows of ``raw_<model>.json`` and the probes in ``--raw-dir``; a
+full fit does the same). ``--synthetic`` is a dry run on roofline data with noise,
 into a scratch directory. Bad input prints one line and exits with code 2.
 """
 from __future__ import annotations
@@ -40,9 +41,9 @@ def fit_parser() -> argparse.ArgumentParser:
     p.add_argument("--models", nargs="*", help="only these models")
     p.add_argument("--synthetic", action="store_true", help="dry run on roofline data with noise")
     p.add_argument("--post-only", action="store_true",
-                   help="only refit the spread and mixed-step terms of the profiles already in --out-dir from "
-                        "--raw-dir (spread rows of raw_<model>.json, probes mixed_<model>.json), keeping every "
-                        "other fitted number")
+                   help="only refit the terms fitted after the rest (spread, shared prefixes, power limit, "
+                        "drafters in a served step, mixed steps) of the profiles already in --out-dir from "
+                        "--raw-dir, keeping every other fitted number")
     p.add_argument("--levels-only", action="store_true",
                    help="only (re)compute the leave-one-level-out errors of the profiles already in --out-dir, "
                         "keeping their fitted numbers")
