@@ -2,7 +2,7 @@
 on Python floats or arrays, as :mod:`dspark_sim.cost.terms` does the target's."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dspark_sim.cost.shapes import Ops, held, roof, scaled_terms
 from dspark_sim.cost.term_checks import check_knots, check_terms, fail
@@ -88,6 +88,10 @@ class DraftFit:
         if self.kind == "block":
             return self.bias_s + self.launch_s * block_size + lin
         return self.launch_s + lin
+
+    def alone(self) -> DraftFit:
+        """The drafter step as the profiler times it: without the in-step ratio."""
+        return replace(self, step_knots=(), step_ratio=())
 
     def detail(self, how: str) -> str:
         """``how`` the drafter was timed, and its in-step ratio where it has one (a run's provenance)."""

@@ -185,6 +185,12 @@ def hot_scale(hot_ratio: float, duty0: float, duty: float, prefill_tokens: int, 
     return 1.0 + hot_ratio * (duty - duty0) / (1.0 - duty0) * prefill_tokens / batch_tokens
 
 
+def duty_terms(cost) -> tuple[float, bool]:
+    """How a cost model takes the prefill duty: over which window (0: it takes none) and whether
+    its steps without prompt chunks take it too (it has the decode steps' term)."""
+    return getattr(cost, "hot_window_s", 0.0), getattr(cost, "decode_hot", None) is not None
+
+
 def duty_column(start_s, step_s, prefill_tokens, window_s: float, every: bool = False) -> list[float]:
     """Per row of a run's steps (start, seconds, prompt tokens, in start order): the prefill
     duty before it, as the simulator takes it (:class:`PrefillDuty`); 0 for a step without

@@ -21,11 +21,11 @@ from pathlib import Path
 import numpy as np
 
 from dspark_sim.cost.draft_fit import DRAFT_KINDS
-from dspark_sim.cost.jsonio import read_json
 from dspark_sim.cost.profile_format import Profile
 from dspark_sim.cost.shapes import SCALAR
 from dspark_sim.errors import InputError
 from dspark_sim.profiling.heldout import as_held_out, signed_summary
+from dspark_sim.profiling.probes import check_positive, points_of, provenance_of, read_probe
 
 CHAIN_BLOCK = 3  # the probe's chain drafter: MTP-3 (its block drafter's size is in its provenance)
 
@@ -34,15 +34,13 @@ def step_points(probe: dict, file=None) -> list[dict]:
     """The probe's whole decode steps with a drafter whose request count is a power of two:
     kind, requests, block size, summed context, the drafter's seconds (each checked) and the
     pages' layout."""
-    prov = probe.get("provenance") if isinstance(probe, dict) else None
-    sizes = {"chain": CHAIN_BLOCK, "block": ((prov or {}).get("block_size") or {}).get("block")}
+    sizes = {"chain": CHAIN_BLOCK, "block": (provenance_of(probe).get("block_size") or {}).get("block")}
     out = []
-    for i, p in enumerate(probe.get("points", ()) if isinstance(probe, dict) else ()):
+    for i, p in enumerate(points_of(probe)):
         if not isinstance(p, dict) or p.get("part") != "layout" or p.get("kind") not in DRAFT_KINDS:
             continue
         for key in ("reqs", "context_sum", "draft_s"):
-            if not isinstance(p.get(key), (int, float)) or isinstance(p.get(key), bool) or p[key] <= 0:
-                raise InputError(file, f"points[{i}].{key}", p.get(key), "must be a number > 0")
+            check_positive(p, key, i, file)
         size = sizes[p["kind"]]
         if not isinstance(size, int) or size < 1:
             raise InputError(file, "provenance.block_size.block", size, "must be the block drafter's size")
@@ -55,8 +53,7 @@ def step_points(probe: dict, file=None) -> list[dict]:
 
 def alone_s(profile: Profile, q: dict) -> float:
     """The profile's price of point ``q``'s drafter step alone (no in-step ratio)."""
-    fit = replace(profile.draft[q["kind"]], step_knots=(), step_ratio=())
-    return float(fit.seconds(q["reqs"], q["block_size"], q["context_sum"], SCALAR))
+    return float(profile.draft[q["kind"]].alone().seconds(q["reqs"], q["block_size"], q["context_sum"], SCALAR))
 
 
 def ratios(profile: Profile, points: list[dict]) -> dict[str, tuple[tuple[float, ...], tuple[float, ...]]]:
@@ -94,9 +91,9 @@ def with_draft_step_term(profile: Profile, probe_path: Path) -> tuple[Profile, d
     """``profile`` with each drafter's in-step ratio fitted on the probe at ``probe_path`` (when it
     timed the profile's model at two request counts or more) and its held-out error
     (``draft_step@reqs``), and the report; unchanged (and None) otherwise."""
-    probe = read_json(probe_path)
-    prov = probe.get("provenance") if isinstance(probe, dict) else None
-    if not isinstance(prov, dict) or prov.get("model") != profile.model:
+    probe = read_probe(probe_path)
+    prov = provenance_of(probe)
+    if prov.get("model") != profile.model:
         return profile, None
     points = step_points(probe, probe_path)
     fitted = {k: v for k, v in ratios(profile, points).items() if len(v[0]) >= 2}

@@ -42,6 +42,12 @@ def signed_summary(signed: np.ndarray) -> dict:
             "mean_signed": float(signed.mean()), "median_signed": float(np.median(signed)), "points": int(err.size)}
 
 
+def summary_text(s: dict) -> str:
+    """A :func:`signed_summary` in words, as docs/profiles.md's blocks give it."""
+    return (f"median {100 * s['median']:.1f} %, p90 {100 * s['p90']:.1f} %, max {100 * s['max']:.1f} %, "
+            f"mean signed {100 * s['mean_signed']:+.1f} %")
+
+
 def as_held_out(summary: dict) -> HeldOut:
     """A :func:`signed_summary` as the profile keeps it."""
     return HeldOut(summary["median"], summary["p90"], summary["max"], summary["points"], summary["median_signed"])

@@ -32,11 +32,11 @@ import numpy as np
 
 from dspark_sim.cost.base import StepWork
 from dspark_sim.cost.hot import WINDOW_S, DecodeHot
-from dspark_sim.cost.jsonio import read_json
 from dspark_sim.cost.profile_format import Profile
 from dspark_sim.cost.shapes import SCALAR
 from dspark_sim.errors import InputError
 from dspark_sim.profiling.heldout import as_held_out, signed_summary
+from dspark_sim.profiling.probes import check_positive, points_of, provenance_of, read_probe
 
 KEYS = ("round", "chunk", "cached", "idle", "step_s")
 
@@ -86,11 +86,11 @@ def mixed_rows(probe: dict, fit, file=None) -> dict:
     (``base_s``), and the share of the cool step its prompt chunk's linear layers make as ``fit``
     prices them (``share``); no rows where the probe held prompt steps."""
     rows = {"chunk": [], "hot_s": [], "base_s": [], "share": []}
-    for i, p in enumerate(_points(probe)):
+    for i, p in enumerate(points_of(probe)):
         if not isinstance(p, dict) or p.get("part") != "after" or p.get("hold") != "mixed":
             continue
         for key in ("held_hot_s", "held_cool_s", "chunk"):
-            _positive(p, key, i, file)
+            check_positive(p, key, i, file)
         chunk = float(p["chunk"])
         linear = fit.parts(0, 0, chunk, 0, chunk * chunk / 2, 1, SCALAR)[1]
         rows["chunk"].append(chunk)
@@ -130,8 +130,8 @@ def with_hot_term(profile: Profile, probe_path: Path, mixed: tuple[Path, ...] = 
     timed the profile's model at the profile's ``prefill_idle``) and the mixed steps of the
     probes ``mixed`` that held them (other GPUs), its held-out errors (``hot@chunk``, and
     ``hot@host`` with two GPUs or more), and the report; unchanged (and None) otherwise."""
-    probe = _probe(probe_path)
-    idle, prov = profile.provenance.get("prefill_idle"), _provenance(probe)
+    probe = read_probe(probe_path)
+    idle, prov = profile.provenance.get("prefill_idle"), provenance_of(probe)
     if prov.get("model") != profile.model or not isinstance(idle, (int, float)):
         return profile, None
     rows = shape_rows(clock_cells(probe, probe_path), float(idle), profile.target)
@@ -139,10 +139,10 @@ def with_hot_term(profile: Profile, probe_path: Path, mixed: tuple[Path, ...] = 
         return profile, None
     hosts = [{"gpu_uuid": prov.get("gpu_uuid"), "rows": rows, "file": Path(probe_path).name}]
     for path in mixed:
-        other = _probe(path)
-        more = mixed_rows(other, profile.target, path) if _provenance(other).get("model") == profile.model else None
+        other = read_probe(path)
+        more = mixed_rows(other, profile.target, path) if provenance_of(other).get("model") == profile.model else None
         if more is not None and more["chunk"].size:
-            hosts.append({"gpu_uuid": _provenance(other).get("gpu_uuid"), "rows": more, "file": Path(path).name})
+            hosts.append({"gpu_uuid": provenance_of(other).get("gpu_uuid"), "rows": more, "file": Path(path).name})
     for h in hosts:
         h["ratio"] = ratio(h["rows"], np.ones(h["rows"]["chunk"].size, bool))
         h["steps"] = int(h["rows"]["chunk"].size)
@@ -158,39 +158,17 @@ def with_hot_term(profile: Profile, probe_path: Path, mixed: tuple[Path, ...] = 
              "hosts": [{k: h[k] for k in ("gpu_uuid", "ratio", "steps", "file")} for h in hosts]})
 
 
-def _probe(path: Path) -> dict:
-    probe = read_json(path)
-    if not isinstance(probe, dict):
-        raise InputError(path, "file", type(probe).__name__, "must be a JSON object (the probe's result)")
-    return probe
-
-
-def _provenance(probe: dict) -> dict:
-    prov = probe.get("provenance")
-    return prov if isinstance(prov, dict) else {}
-
-
-def _points(probe) -> list:
-    points = probe.get("points", ()) if isinstance(probe, dict) else ()
-    return points if isinstance(points, list) else []
-
-
-def _positive(p: dict, key: str, i: int, file) -> None:
-    if not isinstance(p.get(key), (int, float)) or isinstance(p.get(key), bool) or p[key] <= 0:
-        raise InputError(file, f"points[{i}].{key}", p.get(key), "must be a number > 0")
-
-
 def decode_hot_rows(probe: dict, file=None) -> tuple[tuple[float, ...], tuple[tuple[float, ...], ...], dict]:
     """The decode steps' term from one ``benchmarks/served_steps.py --part after``: the requests timed
     (knots) and, per drafter kind (:attr:`DecodeHot.KINDS`), each one's decode step after a second of
     prompt (or mixed) steps over the same step after a second idle, less 1 (at least 0); and the
     points ``{(kind, reqs): (hot_s, cool_s)}``."""
     points = {}
-    for i, p in enumerate(_points(probe)):
+    for i, p in enumerate(points_of(probe)):
         if not isinstance(p, dict) or p.get("part") != "after":
             continue
         for key in ("hot_s", "cool_s", "reqs"):
-            _positive(p, key, i, file)
+            check_positive(p, key, i, file)
         if p.get("kind") not in DecodeHot.KINDS:
             raise InputError(file, f"points[{i}].kind", p.get("kind"), f"must be one of {', '.join(DecodeHot.KINDS)}")
         points[(p["kind"], float(p["reqs"]))] = (float(p["hot_s"]), float(p["cool_s"]))
@@ -246,8 +224,8 @@ def decode_probes(profile: Profile, paths) -> list[tuple]:
     ``(knots, rows, points, provenance, file name)``."""
     out = []
     for path in paths:
-        probe = _probe(path)
-        prov = _provenance(probe)
+        probe = read_probe(path)
+        prov = provenance_of(probe)
         if prov.get("model") != profile.model:
             continue
         knots, rows, points = decode_hot_rows(probe, path)

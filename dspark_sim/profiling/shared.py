@@ -20,12 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
-from dspark_sim.cost.jsonio import read_json
 from dspark_sim.cost.profile_format import Profile
 from dspark_sim.cost.shapes import SCALAR
 from dspark_sim.cost.terms import TargetFit
 from dspark_sim.errors import InputError
 from dspark_sim.profiling.heldout import as_held_out, signed_summary
+from dspark_sim.profiling.probes import read_probe
 
 KEYS = ("reqs", "groups", "context", "shared_tokens", "verify_tokens", "verify_s")
 
@@ -100,10 +100,7 @@ def held_out_levels(cols: dict) -> dict:
 def with_shared_term(profile: Profile, probe_path: Path) -> tuple[Profile, dict | None]:
     """``profile`` with the shared-prefix ratios fitted on the probe at ``probe_path`` and their
     held-out error (``shared@reqs``), and the report; unchanged (and None) without points."""
-    probe = read_json(probe_path)
-    if not isinstance(probe, dict):
-        raise InputError(probe_path, "file", type(probe).__name__, "must be a JSON object (the probe's result)")
-    points = shared_points(probe, probe_path)
+    points = shared_points(read_probe(probe_path), probe_path)
     if not points:
         return profile, None
     cols = columns(profile.target, points)

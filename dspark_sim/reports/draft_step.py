@@ -4,31 +4,25 @@ served against the profiler's drafter alone, the ratio the profile keeps
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-
-
-def _summary(s: dict) -> str:
-    return (f"median {100 * s['median']:.1f} %, p90 {100 * s['p90']:.1f} %, max {100 * s['max']:.1f} %, "
-            f"mean signed {100 * s['mean_signed']:+.1f} %")
 
 
 def check_rows(profile, spread: dict) -> list[dict]:
     """The spread-steps probe's whole steps at every request's context the mean (another GPU):
     per drafter point, its drafter's seconds, the profile's price alone and with the ratio."""
     from dspark_sim.cost.shapes import SCALAR
+    from dspark_sim.reports.spread_steps import BLOCK
 
-    sizes = {"chain": 3, "block": 7}
     out = []
     for q in spread["points"]:
         if q.get("contexts") != "uniform" or q.get("kind") not in profile.draft:
             continue
         fit = profile.draft[q["kind"]]
-        args = (q["reqs"], sizes[q["kind"]], q["context_sum"], SCALAR)
+        args = (q["reqs"], BLOCK[q["kind"]], q["context_sum"], SCALAR)
         out.append({"kind": q["kind"], "reqs": q["reqs"], "draft_s": q["draft_s"],
-                    "alone_s": float(replace(fit, step_knots=(), step_ratio=()).seconds(*args)),
+                    "alone_s": float(fit.alone().seconds(*args)),
                     "with_s": float(fit.seconds(*args))})
     return out
 
@@ -37,7 +31,7 @@ def block_text(probe_path: Path, spread_path: Path, profile_path: Path) -> str:
     """Provenance, the ratios and their held-out error, the check on another GPU, the steps."""
     from dspark_sim.cost.profile import load_profile
     from dspark_sim.profiling.draft_step import alone_s, with_draft_step_term
-    from dspark_sim.profiling.heldout import signed_summary
+    from dspark_sim.profiling.heldout import signed_summary, summary_text
 
     profile = load_profile(profile_path)
     fitted, fit = with_draft_step_term(profile, Path(probe_path))
@@ -54,11 +48,12 @@ def block_text(probe_path: Path, spread_path: Path, profile_path: Path) -> str:
             f"{p['weights']} weights. Made by `bash benchmarks/served_visit.sh layout`, `{Path(probe_path).name}` under "
             f"profiles/h200/raw/: whole decode steps as served, the drafter's part by device events. The profile's "
             f"in-step ratios ({kept}; `python benchmarks/fit_profiles.py --post-only`): {ratios} requests; each request "
-            f"count held out in turn they price these drafter steps at {_summary(fit['held_out']['with'])}, the price "
-            f"alone at {_summary(fit['held_out']['without'])}. Checked on another GPU's whole steps "
+            f"count held out in turn they price these drafter steps at {summary_text(fit['held_out']['with'])}, the price "
+            f"alone at {summary_text(fit['held_out']['without'])}. Checked on another GPU's whole steps "
             f"({spread['provenance']['gpu_uuid']}, `profiles/h200/validation/steps/spread_steps.json`, every request "
-            f"at the context mean, {len(rows)} points, 16-256 requests): with the ratio {_summary(err('with_s'))}; "
-            f"alone {_summary(err('alone_s'))}.")
+            f"at the context mean, {len(rows)} points, {min(r['reqs'] for r in rows)}-{max(r['reqs'] for r in rows)} "
+            f"requests): with the ratio {summary_text(err('with_s'))}; "
+            f"alone {summary_text(err('alone_s'))}.")
     lines = ["| drafter | requests | pages | drafter in a whole step ms | priced alone ms | in step / alone |",
              "|---|---|---|---|---|---|"]
     for q in fit["points"]:

@@ -9,11 +9,6 @@ from dataclasses import replace
 from pathlib import Path
 
 
-def _summary(s: dict) -> str:
-    return (f"median {100 * s['median']:.1f} %, p90 {100 * s['p90']:.1f} %, max {100 * s['max']:.1f} %, "
-            f"mean signed {100 * s['mean_signed']:+.1f} %")
-
-
 def _gpus(hosts: list[dict], key: str) -> str:
     return "; ".join(f"{h['gpu_uuid']} (`{h['file']}`, {h['steps']} steps) {h[key]:.4f}" for h in hosts)
 
@@ -22,13 +17,14 @@ def block_text(probe_path: Path, profile_path: Path, mixed: tuple[Path, ...] = (
     """Provenance, the fitted term (over the GPUs: ``probe_path``'s and the mixed steps held by the
     probes ``mixed``) and its held-out errors against none, and the cells by shape."""
     from dspark_sim.cost.profile import load_profile
+    from dspark_sim.profiling.heldout import summary_text
     from dspark_sim.profiling.hot import shape_rows, with_hot_term
 
     data = json.loads(Path(probe_path).read_text())
     profile = load_profile(profile_path)
     bare = replace(profile, target=replace(profile.target, hot_ratio=0.0))
     fitted, fit = with_hot_term(bare, Path(probe_path), tuple(Path(m) for m in mixed))
-    p, t, held, summary = data["provenance"], fitted.target, fit["held_out"], _summary
+    p, t, held, summary = data["provenance"], fitted.target, fit["held_out"], summary_text
     kept = "the profile's" if t.hot_ratio == profile.target.hot_ratio else "NOT the profile's (refit it)"
     idle = float(profile.provenance["prefill_idle"])
     rows = shape_rows(data["cells"], idle, profile.target)
@@ -55,6 +51,7 @@ def decode_block_text(probe_paths: list[Path], profile_path: Path) -> str:
     the probes), their held-out errors against none, and the steps timed on the first probe's GPU
     (``benchmarks/served_steps.py --part after``; the others' in the hot-mixed block)."""
     from dspark_sim.cost.profile import load_profile
+    from dspark_sim.profiling.heldout import summary_text
     from dspark_sim.profiling.hot import with_decode_hot_term
 
     profile = load_profile(profile_path)
@@ -74,9 +71,9 @@ def decode_block_text(probe_paths: list[Path], profile_path: Path) -> str:
             f"benchmarks/served_steps.py --part after [--hold-mixed]`), under profiles/h200/raw/. The ratios ({kept}; "
             f"`python benchmarks/fit_profiles.py --post-only`), the mean over the GPUs at each drafter and request count, "
             f"price the steps after a second of prompt (or mixed) steps from the same steps after a second idle, each request count "
-            f"held out in turn, at {_summary(fit['held_out']['with'])}; taking each at its cool price (no term) is "
-            f"{_summary(fit['held_out']['without'])}."
-            + (f" Each GPU held out in turn, priced with the other GPUs' ratios: {_summary(fit['by_host']['with'])}."
+            f"held out in turn, at {summary_text(fit['held_out']['with'])}; taking each at its cool price (no term) is "
+            f"{summary_text(fit['held_out']['without'])}."
+            + (f" Each GPU held out in turn, priced with the other GPUs' ratios: {summary_text(fit['by_host']['with'])}."
                if fit["by_host"] else ""))
     lines = ["| drafter | requests | after a second idle ms | after a second of prompt steps ms | slower | right after "
              "one prompt step ms | right after a decode step ms |", "|---|---|---|---|---|---|---|"]

@@ -61,6 +61,7 @@ def _against(points: list[dict], p: dict, key: str, same: tuple, **base) -> str:
 def block_text(probe_path: Path, profile_path: Path) -> str:
     """The block: provenance, the fitted ratios and their held-out error against none, the table."""
     from dspark_sim.cost.profile import load_profile
+    from dspark_sim.profiling.heldout import summary_text
     from dspark_sim.profiling.shared import with_shared_term
 
     data = json.loads(Path(probe_path).read_text())
@@ -70,8 +71,7 @@ def block_text(probe_path: Path, profile_path: Path) -> str:
     t = profile.target
     held = fit["held_out"]
     ratios = ", ".join(f"{r:.3f} at width {w:g}" for w, r in zip(t.shared_widths, t.shared_ratio))
-    summary = lambda s: f"median {100 * s['median']:.1f} %, p90 {100 * s['p90']:.1f} %, max {100 * s['max']:.1f} %, " \
-                        f"mean signed {100 * s['mean_signed']:+.1f} %"  # noqa: E731
+    summary = summary_text
     head = (f"Measured {p['date']} on {p['gpu']} ({p['gpu_uuid']}; driver {p['driver']}, torch {p['torch']}, triton "
             f"{p['triton']}; tree {p['tree']}); {p['model']}, {p['weights']} weights, median of {p['steps']} decode steps "
             f"(shared prefixes) and of {p['reps']} eager steps. Made by `python benchmarks/served_steps.py --run` (the "

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from dspark_sim.cost.base import DraftWork, StepWork
-from dspark_sim.cost.hot import PrefillDuty
+from dspark_sim.cost.hot import PrefillDuty, duty_terms
 from dspark_sim.metrics.record import RequestColumns, StepColumns
 
 # the columns of a step's composition (steps.csv), independent of timing; the running count is
@@ -73,7 +73,10 @@ class PricedDecoder:
     block_size: int = 0
     gpu_free_s: float = 0.0
     _launched: dict = field(default_factory=dict)
-    _duty: PrefillDuty | None = None  # the prompt steps' recent share, as the simulator keeps it (cost.hot)
+
+    def __post_init__(self):
+        window, self._every = duty_terms(self.cost)
+        self._duty = PrefillDuty(window)  # the prompt steps' recent share, as the simulator keeps it (cost.hot)
 
     def __getattr__(self, name):  # conf, pages, admit, release, device: the decoder's
         if name == "decoder":
@@ -99,9 +102,7 @@ class PricedDecoder:
         work = StepWork(dec, stats.verify_tokens, sum(lengths), put.prefill_tokens, put.prefill_reqs, put.attn2,
                         draft, max(lengths, default=0), dec + put.prefill_reqs)
         start = max(put.launched_s, self.gpu_free_s)
-        if self._duty is None:
-            self._duty = PrefillDuty(getattr(self.cost, "hot_window_s", 0.0))
-        if put.prefill_tokens or getattr(self.cost, "decode_hot", None) is not None:
+        if put.prefill_tokens or self._every:
             work = replace(work, prefill_duty=self._duty.at(start))
         self.gpu_free_s = start + sum(self.cost.breakdown(work).values())  # as the simulator prices a step
         if put.prefill_tokens:

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from dspark_sim.cost.base import DraftWork, StepWork
-from dspark_sim.cost.hot import duty_column
+from dspark_sim.cost.hot import duty_column, duty_terms
 from dspark_sim.metrics.record import STEP_COLUMNS, WORK_COLUMNS, read_steps
 from dspark_sim.speculation.config import Speculation
 
@@ -26,8 +26,7 @@ def step_replay(run_dir: Path, speculation: Speculation, cost) -> dict | None:
         return None
     rows = read_steps(run_dir / "steps.csv", REPLAY_COLUMNS + WORK_COLUMNS + ("start_s",))
     kind = speculation.draft_kind
-    duty = duty_column(rows.start_s, rows.step_s, rows.prefill_tokens, getattr(cost, "hot_window_s", 0.0),
-                       every=getattr(cost, "decode_hot", None) is not None)
+    duty = duty_column(rows.start_s, rows.step_s, rows.prefill_tokens, *duty_terms(cost))
     out = {"decode": [], "mixed": [], "prefill": [], "sched": []}
     for i in range(len(rows)):
         dec, running, ctx = int(rows.decode_reqs[i]), int(rows.running_reqs[i]), int(rows.decode_context_tokens[i])

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from dspark_sim.cost.base import DraftWork, StepWork
-from dspark_sim.cost.hot import WINDOW_S, duty_column
+from dspark_sim.cost.hot import WINDOW_S, duty_column, duty_terms
 from dspark_sim.metrics.record import WORK_COLUMNS, StepColumns, read_steps
 
 COLUMNS = ("step_s", "sched_s", "draft_s", "running_reqs", "decode_reqs", "prefill_tokens", "verify_tokens")
@@ -32,8 +32,7 @@ def priced_steps(steps: Path, speculation, cost) -> tuple[StepColumns, np.ndarra
     power-limit term (the same but for prompt steps at a duty)."""
     r = read_steps(steps, COLUMNS + WORK_COLUMNS + ("start_s",))
     kind, whole, draft, cool = speculation.draft_kind, [], [], []
-    duty = duty_column(r.start_s, r.step_s, r.prefill_tokens, getattr(cost, "hot_window_s", 0.0),
-                       every=getattr(cost, "decode_hot", None) is not None)
+    duty = duty_column(r.start_s, r.step_s, r.prefill_tokens, *duty_terms(cost))
     for i in range(len(r)):
         dec, ctx = int(r.decode_reqs[i]), int(r.decode_context_tokens[i])
         work = StepWork(dec, int(r.verify_tokens[i]), ctx, int(r.prefill_tokens[i]), int(r.prefill_reqs[i]),
