@@ -15,15 +15,16 @@ from dspark_sim.profiling import mixed
 PROFILE = load_profile(shipped_profile_path("h200", "qwen3-8b"))
 
 
-def _probe(path, per_row_tile: float) -> None:
-    """Probe points priced by the shipped fit with ``per_row_tile`` (its own term zeroed)."""
+def _probe(path, per_row_tile: float, board: float = 1.0) -> None:
+    """Probe points priced by the shipped fit with ``per_row_tile`` (its own term zeroed), on a
+    board ``board`` times as fast as the profile's GPU (every step's time divided by it)."""
     truth = replace(PROFILE.target, mixed_s_per_row_tile=per_row_tile)
     points = []
     for reqs in (0, 16, 64, 256):
         ctx = (0, 0) if not reqs else (reqs * 900, 6000)
         for chunk, cached in [(0, 0), (512, 0), (2048, 4096), (8192, 0)]:
             if reqs or chunk:
-                gpu = float(mixed.model_gpu_s(truth, [reqs], [chunk], [cached], [ctx[0]], [ctx[1]])[0])
+                gpu = float(mixed.model_gpu_s(truth, [reqs], [chunk], [cached], [ctx[0]], [ctx[1]])[0]) / board
                 points.append({"reqs": reqs, "chunk": chunk, "cached": cached, "context_sum": ctx[0],
                                "context_max": ctx[1], "gpu_s": gpu})
     path.write_text(json.dumps({"points": points}))
@@ -37,6 +38,23 @@ def test_the_term_is_recovered_from_mixed_steps_and_held_out_levels_are_exact(tm
         assert report["held_out"][axis]["with"]["max"] < 1e-6
         assert report["held_out"][axis]["without"]["mean_signed"] < -0.005  # the term is missed without it
     assert {p["reqs"] for p in report["points"]} == {16, 64, 256}  # mixed steps only
+
+
+def test_a_faster_board_still_yields_the_term_its_halves_cancel(tmp_path):
+    """On a board 12 % faster than the profile's every step is priced over, the mixed ones too: a
+    term judged by whole steps' prices would be none. The interaction, what a mixed step costs over
+    its halves as measured, keeps the term (about as much faster), and its held-out levels are
+    predicted better than without it while the steps' prices are not."""
+    _probe(tmp_path / "p.json", 3e-7, board=1.12)
+    fit, report = mixed.with_mixed_term(PROFILE.target, tmp_path / "p.json")
+    assert fit.mixed_s_per_row_tile == pytest.approx(3e-7 / 1.12, rel=0.15)
+    for axis in ("reqs", "chunk"):
+        e = report["held_out"][axis]
+        assert e["interaction_with"]["median"] < 0.5 * e["interaction_without"]["median"]
+        assert e["with"]["mean_signed"] > e["without"]["mean_signed"] > 0.05  # priced over either way
+    rows = mixed.interactions(replace(PROFILE.target, mixed_s_per_row_tile=0.0), mixed.read_probe(tmp_path / "p.json"))
+    x, whole = rows["tiles"] / rows["step_s"], 1.0 - rows["base_s"] / rows["step_s"]
+    assert float(x @ whole) < 0  # fitted on whole prices the coefficient would be clamped to none
 
 
 def test_no_interaction_fits_no_term(tmp_path):

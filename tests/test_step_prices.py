@@ -66,3 +66,22 @@ def test_prompt_steps_at_a_duty_are_priced_with_and_without_the_power_limit_term
     assert n > 5 and unpriced == pytest.approx(real, rel=1e-6) and priced > unpriced
     real, priced, unpriced, n = duty["prompt steps 0-0.5"]
     assert n >= 1 and priced == unpriced
+
+
+def test_mixed_steps_are_priced_with_and_without_the_mixed_step_term(tmp_path):
+    cost = get_cost_model(get_gpu("h200").name, "qwen3-8b", warn=False)
+    t = cost.profile.target
+    assert t.mixed_s_per_row_tile > 0
+    rows = _steps(96, 0.05)
+    for r in rows:
+        r |= {"prefill_tokens": 2048, "prefill_reqs": 2, "prefill_attn_tokens2": 2048 * 512.0}
+    rows[0] |= {"decode_reqs": 0, "verify_tokens": 0, "decode_context_tokens": 0, "decode_max_context": 0}
+    write_record(tmp_path / "real", [], rows)
+    write_record(tmp_path / "sim", [], rows)
+    got = attribution(tmp_path / "real" / "steps.csv", tmp_path / "sim" / "steps.csv",
+                      Speculation(method="none"), cost)["mixed_by_rows"]
+    real, priced, bare, n = got["65-128 decoding"]
+    assert n == 4 and real == pytest.approx(0.2)  # the prompt-only step is not a mixed one
+    tiles = 96 * 2048 / (2 * t.prefill_tile)  # the mean chunk's query tiles, each decode row
+    assert priced - bare == pytest.approx(4 * t.mixed_s_per_row_tile * tiles, rel=1e-9)
+    assert got["1-16 decoding"][3] == 0

@@ -13,9 +13,15 @@ what the model may lack; it is fitted here, on the probe's points only, as
     mixed = mixed_s_per_row_tile * R * ceil(P / (Q * prefill_tile))
 
 (R decode rows, P prompt tokens in Q chunks), added to an eager step's attention when it
-carries decode rows: the coefficient that minimises the relative error of the mixed steps'
-prices, kept only when it predicts every held-out level (whole levels of R and of C in turn,
-:func:`held_out_levels`) better than no term; else the fit keeps 0 and says so.
+carries decode rows. The term is fitted on, and judged by, the interaction it models: what the
+mixed step costs over its two halves as measured, against what the fit gives that difference
+(relative to the step). The halves' own errors (a board faster or slower than the one the rest
+of the profile was timed on prices both halves and the mixed step alike) cancel there, where
+they would not in the mixed step's price: fitted on whole prices, the coefficient would lean on
+the rest of the profile's errors on the probe's GPU. The coefficient minimises the interaction's
+squared relative error and is kept only when it predicts the interaction of every held-out
+level (whole levels of R and of C in turn, :func:`held_out_levels`) better than no term; else
+the fit keeps 0 and says so. The held-out prices of whole steps are reported beside it.
 """
 from __future__ import annotations
 
@@ -94,26 +100,29 @@ def row_tiles(fit: TargetFit, reqs, prompt_tokens, prompt_reqs):
 
 
 def fit_term(rows: dict[str, np.ndarray], keep: np.ndarray) -> float:
-    """``mixed_s_per_row_tile`` >= 0 minimising the squared relative error of the rows ``keep``'s
-    step prices (the fit's price without the term, plus the term) against the measured steps."""
+    """``mixed_s_per_row_tile`` >= 0 minimising the squared error, relative to the measured step,
+    of the rows ``keep``'s interaction: the term's price of it against the measured ``excess``."""
     x = rows["tiles"][keep] / rows["step_s"][keep]
-    y = 1.0 - rows["base_s"][keep] / rows["step_s"][keep]
+    y = rows["excess"][keep] / rows["step_s"][keep]
     denom = float(x @ x)
     return max(0.0, float(x @ y) / denom) if denom else 0.0
 
 
 def held_out_levels(rows: dict[str, np.ndarray]) -> dict[str, dict]:
-    """Each whole level of R, then of C, held out in turn: the step's price with the term
-    fitted without the level, against the measured step (and the price without the term)."""
+    """Each whole level of R, then of C, held out in turn, the term fitted without the level:
+    the interaction's error relative to the step (``interaction_with``, and ``interaction_without``
+    the term: the measured excess missed whole), which decides whether the term is kept, and the
+    step's price against the measured step (``with``; ``without`` the term)."""
     out = {}
     for axis in LEVEL_AXES:
-        pred = np.empty_like(rows["step_s"])
+        added = np.empty_like(rows["step_s"])
         for level in np.unique(rows[axis]):
             test = rows[axis] == level
-            k = fit_term(rows, ~test)
-            pred[test] = rows["base_s"][test] + k * rows["tiles"][test]
-        out[axis] = {"with": signed_summary(pred / rows["step_s"] - 1.0),
-                     "without": signed_summary(rows["base_s"] / rows["step_s"] - 1.0)}
+            added[test] = fit_term(rows, ~test) * rows["tiles"][test]
+        step, base = rows["step_s"], rows["base_s"]
+        out[axis] = {"with": signed_summary((base + added) / step - 1.0), "without": signed_summary(base / step - 1.0),
+                     "interaction_with": signed_summary((added - rows["excess"]) / step),
+                     "interaction_without": signed_summary(-rows["excess"] / step)}
     return out
 
 
@@ -126,8 +135,8 @@ def with_mixed_term(fit: TargetFit, path: Path) -> tuple[TargetFit, dict]:
     if not math.isfinite(k):
         raise InputError(path, "points", k, "the mixed-step term did not fit")
     held = held_out_levels(rows)
-    if any(e["with"]["median"] >= e["without"]["median"] for e in held.values()):
-        k = 0.0  # the term does not predict held-out levels better than none: the fit keeps none
+    if any(e["interaction_with"]["median"] >= e["interaction_without"]["median"] for e in held.values()):
+        k = 0.0  # the term does not predict held-out levels' interaction better than none: the fit keeps none
     return replace(base, mixed_s_per_row_tile=k), {
         "mixed_s_per_row_tile": k, "held_out": held,
         "points": [{a: float(rows[a][i]) for a in ("reqs", "chunk", "cached", "tiles", "excess", "step_s", "base_s")}

@@ -52,8 +52,10 @@ def held_row(level: str, e: dict) -> str:
 
 
 def block_text(probe: Path, profile: Path) -> str:
-    """docs/profiles.md's block: the probe's mixed steps priced by the shipped profile without
-    and with its mixed-step term, and the term's error with each level held out whole."""
+    """docs/profiles.md's block: the probe's mixed steps, what they cost over their two halves
+    (the interaction) and what the term gives of it, priced by the shipped profile without and
+    with its mixed-step term, and the term's errors with each level held out whole: of the
+    interaction (which decides whether the term is kept) and of the step's price."""
     from dataclasses import replace
 
     from dspark_sim.cost.profile import load_profile
@@ -67,19 +69,43 @@ def block_text(probe: Path, profile: Path) -> str:
             f"{p['triton']}; tree {p.get('tree') or p.get('decoder_commit')}); {p['model']}, {p['weights']} weights, "
             f"no speculation; decode contexts {p['contexts']}; device time with the host's launch hidden, median of "
             f"{p['reps']}. Made by `python benchmarks/mixed_steps.py --run` (the command in its docstring); the "
-            f"term fitted on these points only by `python benchmarks/fit_profiles.py` "
+            f"term fitted on these points' interactions only by `python benchmarks/fit_profiles.py` "
             + (f"(`mixed_s_per_row_tile` = {k * 1e9:.1f} ns per decode row and query tile of {fit.prefill_tile:g} tokens)."
-               if k else "kept `mixed_s_per_row_tile` at 0: fitted, the term predicted held-out levels no better than "
-                         "none (the table's last column prices the steps with the coefficient fitted on all of them)."))
-    lines = ["| R | chunk | cached | measured ms | interaction ms | priced without | with the term |",
-             "|---|---|---|---|---|---|---|"]
+               if k else "kept `mixed_s_per_row_tile` at 0: fitted, the term predicted held-out levels' interactions no "
+                         "better than none (the table's last two columns use the coefficient fitted on all of them)."))
+    halves = _halves(fit, data["points"])
+    head += (" The halves alone, priced by the profile against the probe: the chunk alone "
+             f"{min(halves['chunk']):+.1%} to {max(halves['chunk']):+.1%}, the decode rows alone "
+             f"{min(halves['rows']):+.1%} to {max(halves['rows']):+.1%}.")
+    lines = ["| R | chunk | cached | measured ms | interaction ms | the term's ms | priced without | with the term |",
+             "|---|---|---|---|---|---|---|---|"]
     for i in np.argsort(rows["reqs"] * 1e9 + rows["chunk"] * 1e4 + rows["cached"], kind="stable"):
-        step, base = rows["step_s"][i], rows["base_s"][i]
+        step, base, term = rows["step_s"][i], rows["base_s"][i], fitted * rows["tiles"][i]
         lines.append(f"| {rows['reqs'][i]:.0f} | {rows['chunk'][i]:.0f} | {rows['cached'][i]:.0f} | {step * 1e3:.2f} | "
-                     f"{rows['excess'][i] * 1e3:+.2f} | {base / step - 1:+.1%} | "
-                     f"{(base + fitted * rows['tiles'][i]) / step - 1:+.1%} |")
-    held = HELD_HEAD + [held_row("R" if axis == "reqs" else "the chunk", e) for axis, e in held_out_levels(rows).items()]
-    return "\n".join([head, "", *lines, "", *held])
+                     f"{rows['excess'][i] * 1e3:+.2f} | {term * 1e3:+.2f} | {base / step - 1:+.1%} | "
+                     f"{(base + term) / step - 1:+.1%} |")
+    held = held_out_levels(rows)
+    name = lambda axis: "R" if axis == "reqs" else "the chunk"  # noqa: E731
+    inter = [held_row(name(a), {"with": e["interaction_with"], "without": e["interaction_without"]})
+             for a, e in held.items()]
+    step = [held_row(name(a), e) for a, e in held.items()]
+    return "\n".join([head, "", *lines, "", "The interaction, relative to the step (what decides whether the term "
+                      "is kept):", "", *HELD_HEAD, *inter, "", "The step's price:", "", *HELD_HEAD, *step])
+
+
+def _halves(fit, points: list[dict]) -> dict[str, list[float]]:
+    """The probe's steps of one half only (a chunk alone, decode rows alone), each priced by ``fit``
+    against its measured time: relative errors by half."""
+    from dspark_sim.profiling.mixed import model_gpu_s
+
+    out = {"chunk": [], "rows": []}
+    for p in points:
+        if bool(p["reqs"]) == bool(p["chunk"]):
+            continue
+        price = float(model_gpu_s(fit, [p["reqs"]], [p["chunk"]], [p["cached"]], [p["context_sum"]],
+                                  [p["context_max"]])[0])
+        out["rows" if p["reqs"] else "chunk"].append(price / p["gpu_s"] - 1.0)
+    return out
 
 
 def spread_block_text(raw: Path, profile: Path) -> str:

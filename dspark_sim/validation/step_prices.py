@@ -19,6 +19,7 @@ import numpy as np
 
 from dspark_sim.cost.base import DraftWork, StepWork
 from dspark_sim.cost.hot import WINDOW_S, duty_column, duty_terms
+from dspark_sim.cost.shapes import ARRAY
 from dspark_sim.metrics.record import WORK_COLUMNS, StepColumns, read_steps
 
 COLUMNS = ("step_s", "sched_s", "draft_s", "running_reqs", "decode_reqs", "prefill_tokens", "verify_tokens")
@@ -46,6 +47,13 @@ def priced_steps(steps: Path, speculation, cost) -> tuple[StepColumns, np.ndarra
     return r, np.array(whole), np.array(draft), np.array(cool)
 
 
+def mixed_term_s(real: StepColumns, cost) -> np.ndarray:
+    """Per step, the seconds the profile's mixed-step term adds (decode rows beside prompt chunks)."""
+    added = cost.profile.target.mixed_attn(real.decode_reqs.astype(float), real.prefill_tokens.astype(float),
+                                           real.prefill_reqs.astype(float), ARRAY)
+    return np.broadcast_to(np.asarray(added, float), (len(real),))
+
+
 def attribution(real_steps: Path, sim_steps: Path, speculation, cost) -> dict:
     """One case: the busy-time errors of the step replay and of the simulator's own steps, and the
     decode-only steps by running requests (see the module docstring)."""
@@ -66,7 +74,8 @@ def attribution(real_steps: Path, sim_steps: Path, speculation, cost) -> dict:
                               "longest_context": float(np.median(real.decode_max_context[at]))}
     return {"replay_busy_error": float(priced_s.sum() / busy - 1.0) if busy > 0 else float("nan"),
             "sim_busy_error": sim_busy / busy - 1.0 if busy > 0 else float("nan"), "decode_by_running": bins,
-            "by_kind": by_kind(real, priced_s), "by_duty": by_duty(real, priced_s, cool_s)}
+            "by_kind": by_kind(real, priced_s), "by_duty": by_duty(real, priced_s, cool_s),
+            "mixed_by_rows": mixed_by_rows(real, priced_s, priced_s - mixed_term_s(real, cost))}
 
 
 KINDS = ("prompt only", "prompt beside decode rows", "decode right after a prompt step", "other decode")
@@ -78,6 +87,18 @@ def by_kind(real: StepColumns, priced_s: np.ndarray) -> dict:
     after = np.concatenate(([False], pre[:-1]))
     masks = (pre & ~dec, pre & dec, ~pre & dec & after, ~pre & dec & ~after)
     return {k: [float(real.step_s[m].sum()), float(priced_s[m].sum()), int(m.sum())] for k, m in zip(KINDS, masks)}
+
+
+def mixed_by_rows(real: StepColumns, priced_s: np.ndarray, bare_s: np.ndarray) -> dict:
+    """The decoder's steps with prompt chunks beside decode rows by decoding requests (:data:`BINS`):
+    measured seconds, priced with and without the mixed-step term, and steps."""
+    mixed = (real.prefill_tokens > 0) & (real.decode_reqs > 0)
+    out = {}
+    for lo, hi in BINS:
+        m = mixed & (real.decode_reqs >= lo) & (real.decode_reqs <= hi)
+        out[f"{lo}-{hi} decoding"] = [float(real.step_s[m].sum()), float(priced_s[m].sum()), float(bare_s[m].sum()),
+                                      int(m.sum())]
+    return out
 
 
 DUTY_BINS = ((0.0, 0.5), (0.5, 0.75), (0.75, 1.0))
@@ -104,6 +125,14 @@ def duty_table(rows: list[dict]) -> list[str]:
     keys = list(rows[0]["step_prices"]["by_duty"]) if rows else []
     return _by_method(rows, "by_duty", keys, lambda real, priced, cool, n: (
         f"{priced / real - 1:+.1%} / {cool / real - 1:+.1%} ({n})" if real > 0 else "-"))
+
+
+def mixed_table(rows: list[dict]) -> list[str]:
+    """Busy-time error of the step replay's mixed steps by decoding requests and method, with the
+    mixed-step term and without it, over ``rows``' cases."""
+    keys = list(rows[0]["step_prices"]["mixed_by_rows"]) if rows else []
+    return _by_method(rows, "mixed_by_rows", keys, lambda real, priced, bare, n: (
+        f"{priced / real - 1:+.1%} / {bare / real - 1:+.1%} ({n})" if real > 0 else "-"))
 
 
 def kind_table(rows: list[dict]) -> list[str]:
@@ -152,6 +181,12 @@ def markdown(rows: list[dict], min_level: float) -> list[str]:
               "H200s other than the sweeps' (after a second of 4,096-token prompt steps, or of mixed steps, back "
               "to back).", ""]
     lines += duty_table([r for r in shown if r.get("family") != "sess"])
+    lines += ["", "The steps that carry prompt chunks beside decode rows, by decoding requests, every family (the "
+              "session cases' shared prefix reads touch their decode rows, not the term). Each cell: the replay's "
+              "busy-time error with the mixed-step term (`docs/profiles.md`, the mixed-step block: a decode row's "
+              "empty query tiles of the chunk, fitted on steps timed apart on another H200) / without it (steps).",
+              ""]
+    lines += mixed_table(shown)
     lines += ["", "The decoder's decode-only steps by decoding requests (medians): the drafter's forward as the "
               "decoder timed it on the GPU (`draft_s`) and as the profile prices it, the rest of the step "
               "(target forward, sampling, acceptance) likewise; mean and longest context of a step, tokens.", "",
@@ -162,8 +197,11 @@ def markdown(rows: list[dict], min_level: float) -> list[str]:
                     "timed apart (`benchmarks/served_steps.py --part layout`, another H200) show and the drafters' "
                     "in-step ratio prices (`docs/profiles.md`); `bash benchmarks/served_visit.sh draft` times the "
                     "profiler's drafter replays back to back against each after the L2 cache is overwritten, as the "
-                    "target's forward leaves it. And the steps that carry prompt chunks beside many decode rows, "
-                    "which run over their price at every duty (\"Each served step priced by the profile\"). Of the "
+                    "target's forward leaves it. And the steps that carry prompt chunks beside many decode rows: "
+                    "the mixed-step term takes their decode rows' empty query tiles from the step's mean chunk, "
+                    "where the decoder's kernel plans every row for the longest one, so a step of several chunks "
+                    "stays under its price (the table above); its steps' records would need their longest chunk "
+                    "(the simulator knows it, the decoder's `steps.csv` does not yet write it). Of the "
                     "served conditions the "
                     "profiler's steps lack, KV pages scattered over the pool barely change a decode step "
                     "(`--part layout`), and a step after a second of prompt or mixed steps runs slower than after "
