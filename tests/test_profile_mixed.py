@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 
 import pytest
 
-from dspark_sim.cost import ProfileCost, StepWork
+from dspark_sim.cost import ProfileCost, StepWork, StepWorks
 from dspark_sim.cost.profile import shipped_profile_path
 from dspark_sim.cost.profile_format import load_profile
 from dspark_sim.errors import InputError
@@ -103,3 +104,33 @@ def test_post_only_refits_the_term_of_a_profile_from_its_probe_and_keeps_the_res
     assert {"mixed@reqs", "mixed@chunk"} <= set(got.held_out)
     projected = load_profile(tmp_path / "out" / "h100" / "qwen3-8b.json")
     assert 0 < projected.target.mixed_s_per_row_tile  # scaled as a compute term
+
+
+def test_the_longest_chunk_sets_the_rows_tiles_and_the_arrays_agree():
+    t = replace(PROFILE.target, mixed_s_per_row_tile=1e-7)
+    cost = ProfileCost(replace(PROFILE, target=t))
+    # one 2048-token chunk beside three of 64: every decode row gets the long chunk's tiles
+    mean = StepWork(64, 64, 64_000, 2240, 4, 2048 * 1024 + 3 * 64 * 32.0)
+    longest = replace(mean, prefill_longest=2048)
+    got = cost.breakdown(longest)["attn_s"] - cost.breakdown(mean)["attn_s"]
+    assert got == pytest.approx(1e-7 * 64 * (2048 / t.prefill_tile - math.ceil(2240 / 4 / t.prefill_tile)))
+    works = StepWorks.of([mean, longest])
+    assert works.at(1) == longest and works.at(0).prefill_longest == 0
+    assert cost.breakdown_array(works)["attn_s"].tolist() == [cost.breakdown(mean)["attn_s"],
+                                                              cost.breakdown(longest)["attn_s"]]
+
+
+def test_an_engine_leaves_the_decoders_mixed_step_term_out_and_says_so():
+    from dspark_sim.catalog import get_gpu, get_model
+    from dspark_sim.cost.parallel import Parallel
+    from dspark_sim.cost.profile import profile_cost
+
+    profile = replace(PROFILE, target=replace(PROFILE.target, mixed_s_per_row_tile=1e-7))
+    spec, gpu = get_model("qwen3-8b"), get_gpu("h200")
+    both = StepWork(64, 64, 64_000, 2048, 1, 2048 * 1024, prefill_longest=2048)
+    decoder = profile_cost(profile, spec, gpu, Parallel(1))
+    engine = profile_cost(profile, spec, gpu, Parallel(1), decoder_host=False)
+    tiles = 64 * 2048 / PROFILE.target.prefill_tile
+    assert decoder.breakdown(both)["attn_s"] - engine.breakdown(both)["attn_s"] == pytest.approx(1e-7 * tiles)
+    assert decoder.provenance()["terms"]["mixed_steps"]["kind"] == "measured"
+    assert engine.provenance()["terms"]["mixed_steps"]["kind"] == "left out"

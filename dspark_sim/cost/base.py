@@ -61,6 +61,9 @@ class StepWork:
         serves part of those reads (``TargetFit.shared_kv_ratio``).
     prefill_duty: for a step with prompt chunks, the share of the GPU's last
         ``TargetFit.hot_window_s`` seconds spent in such steps (:mod:`dspark_sim.cost.hot`).
+    prefill_longest: the step's longest prompt chunk, tokens (0: unknown, taken as the mean
+        chunk). The decoder plans a step's attention for its longest query, so every decode row
+        beside the chunks gets that chunk's query tiles (``TargetFit.mixed_s_per_row_tile``).
     """
 
     decode_reqs: int = 0
@@ -76,6 +79,7 @@ class StepWork:
     shared_kv_tokens: int = 0
     idle_ranks: int = 0
     prefill_duty: float = 0.0
+    prefill_longest: int = 0
 
     @property
     def batch_tokens(self) -> int:
@@ -107,6 +111,7 @@ class StepWorks:
     running_reqs: np.ndarray | int = 0
     shared_kv_tokens: np.ndarray | int = 0
     prefill_duty: np.ndarray | float = 0.0
+    prefill_longest: np.ndarray | int = 0
     size: int = field(init=False, default=1)
 
     def __post_init__(self) -> None:
@@ -144,7 +149,7 @@ class StepWorks:
         columns = {name: [getattr(w, name) for w in works] for name in
                    ("decode_reqs", "verify_tokens", "decode_context_tokens", "prefill_tokens", "prefill_reqs",
                     "prefill_attn_tokens2", "decode_max_context", "running_reqs", "shared_kv_tokens",
-                    "prefill_duty")}
+                    "prefill_duty", "prefill_longest")}
         return cls(**columns, draft_kind=kinds.pop() if kinds else None, draft_reqs=[d[0] for d in draft],
                    block_size=[d[1] for d in draft], draft_context_tokens=[d[2] for d in draft])
 
@@ -161,7 +166,7 @@ class StepWorks:
         return StepWork(get("decode_reqs"), get("verify_tokens"), get("decode_context_tokens"),
                         get("prefill_tokens"), get("prefill_reqs"), get("prefill_attn_tokens2"), draft,
                         get("decode_max_context"), get("running_reqs"), shared_kv_tokens=get("shared_kv_tokens"),
-                        prefill_duty=get("prefill_duty"))
+                        prefill_duty=get("prefill_duty"), prefill_longest=get("prefill_longest"))
 
 
 FLOAT_FIELDS = ("prefill_attn_tokens2", "prefill_duty")

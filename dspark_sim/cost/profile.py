@@ -1,8 +1,8 @@
 """Measured GPU profiles as cost models: evaluation, projection to other GPUs, lookup by name.
 
-``get_cost_model(gpu, model, tp)`` is what the simulator and the tuner call:
-the shipped profile ``profiles/<gpu>/<model>.json`` when there is one
-(measured, or projected from a measured GPU), else the roofline with a warning.
+``get_cost_model(gpu, model, tp)`` is what the simulator and the tuner call: the shipped profile
+``profiles/<gpu>/<model>.json`` when there is one (measured, or projected from a measured GPU), else the
+roofline with a warning.
 """
 from __future__ import annotations
 
@@ -22,13 +22,12 @@ from dspark_sim.cost.hot import DecodeHot, provenance_term
 from dspark_sim.cost.moe import Routing
 from dspark_sim.cost.parallel import Parallel, busiest_rank, rank_share, shard_factors, tp_block, tp_note
 from dspark_sim.cost.projection import curves_for, project_profile, time_scaled
-from dspark_sim.cost.profile_format import (DRAFT_KINDS, FORMAT_VERSION, DraftFit, GpuRef, HeldOut,
-                                            Profile, Projection, TargetFit, check_grids,
-                                            load_profile, profile_from_json_dict)
+from dspark_sim.cost.profile_format import (DRAFT_KINDS, FORMAT_VERSION, DraftFit, GpuRef, HeldOut, Profile,
+                                            Projection, TargetFit, check_grids, load_profile, profile_from_json_dict)
 from dspark_sim.cost.roofline import RooflineCost, RooflineParams, engine_cost_model
 from dspark_sim.cost.substitute import fill_host_terms
 from dspark_sim.cost.shapes import EXACT, SCALAR
-from dspark_sim.cost.terms import STEP_KINDS, DecodeShape
+from dspark_sim.cost.terms import STEP_KINDS, DecodeShape, mixed_provenance
 from dspark_sim.engines.model import Engine
 from dspark_sim.errors import InputError
 
@@ -72,9 +71,10 @@ class ProfileCost:
         self.dp_ranks = dp_ranks  # attention-DP ranks: a step waits for the busiest one's attention and host
         self.hot_window_s = profile.target.hot_window_s if profile.target.hot_ratio else 0.0  # prefill duty (.hot)
         self.decode_hot = DecodeHot.of(profile.target)  # decode steps after prompt steps (.hot)
-        # the decoder's host time (fixed under tp and projection); another engine brings its own
-        self._host = profile.host if decoder_host else {}
-        self._schedule = profile.schedule if decoder_host else None
+        # the decoder's host time (fixed under tp and projection); another engine brings its own, and plans
+        # its attention's query tiles per request: none of the decoder's mixed-step term (.terms)
+        self._host, self._schedule = (profile.host, profile.schedule) if decoder_host else ({}, None)
+        self._target = self._target if decoder_host else replace(self._target, mixed_s_per_row_tile=0.0)
         self._warn_fallback, self.decoder_host = warn, decoder_host
         self.substitutes = dict(substitutes or {}) if decoder_host else {}
         self._memo: dict[tuple, tuple] = {}  # per batch shape: the terms without context (breakdown_array)
@@ -98,6 +98,7 @@ class ProfileCost:
             terms[name] = self._host_term(name, kind in self._host, host_how)
         terms["sched"] = self._host_term("sched", self._schedule is not None, host_how)
         terms.update(provenance_term(self._target, base if proj else None, base))
+        terms["mixed_steps"] = mixed_provenance(p.target, self.decoder_host, timed, base)
         if self.tp > 1:
             # the link model's assumptions are the fallback roofline's, whose comm terms these are
             terms["comm"] = comm_provenance(getattr(self.fallback, "comm_params", CommParams()), self._comm)
@@ -132,7 +133,7 @@ class ProfileCost:
             ctx, longest, shared = self._rank_context(work)
             over, linear, per_req, attn = self._target.parts(
                 work.decode_reqs, work.verify_tokens, work.prefill_tokens, ctx,
-                work.prefill_attn_tokens2, work.prefill_reqs, SCALAR, longest, shared)
+                work.prefill_attn_tokens2, work.prefill_reqs, SCALAR, longest, shared, work.prefill_longest)
             hot = self._target.hot(work.prefill_duty, work.prefill_tokens, tokens)
             total = over + linear * hot + per_req + attn + self._comm_s(tokens)  # x 1.0 is exact
         if work.draft is not None:
@@ -168,8 +169,8 @@ class ProfileCost:
         parts = dict.fromkeys(("overhead_s", "linear_s", "per_req_s", "attn_s", "comm_s"), 0.0)
         if tokens:
             ctx, longest, shared = self._rank_context(work)
-            over, linear, per_req, attn = self._target.parts(work.decode_reqs, work.verify_tokens, work.prefill_tokens,
-                                        ctx, work.prefill_attn_tokens2, work.prefill_reqs, SCALAR, longest, shared)
+            over, linear, per_req, attn = self._target.parts(work.decode_reqs, work.verify_tokens, work.prefill_tokens, ctx,
+                work.prefill_attn_tokens2, work.prefill_reqs, SCALAR, longest, shared, work.prefill_longest)
             hot = self._target.hot(work.prefill_duty, work.prefill_tokens, tokens)
             parts.update(overhead_s=over, linear_s=linear * hot, per_req_s=per_req, attn_s=attn,
                          comm_s=self._comm_s(tokens))
@@ -346,16 +347,15 @@ def get_cost_model(gpu: str, model: str, tp: int = 1, *, file=None, warn: bool =
                    gpu_work=None) -> CostModel:
     """The cost model for ``model`` on one replica of ``tp`` GPUs of kind ``gpu``.
 
-    The shipped ``profiles/<gpu>/<model>.json`` (or the ``profile`` file named,
-    whose gpu and model must match) when there is one, else
-    :class:`RooflineCost` with a warning saying so. ``file`` is the user file
-    that named gpu and model, blamed in errors (as in ``get_model``).
+    The shipped ``profiles/<gpu>/<model>.json`` (or the ``profile`` file named, whose gpu and model
+    must match) when there is one, else :class:`RooflineCost` with a warning saying so. ``file`` is
+    the user file that named gpu and model, blamed in errors (as in ``get_model``).
     ``parallel`` (expert parallel, DP attention; its ``tp`` wins) and
     ``kv_dtype_bytes`` (1 for an FP8 KV cache) describe the deployment, ``routing`` the
     spread of tokens over experts (the roofline's; a profile measured its own). ``time_scale``
     multiplies every term of a profile (a what-if, and the corners of an answer's interval,
-    :mod:`dspark_sim.intervals`); the roofline ignores it. ``decoder_host=False`` leaves out
-    the decoder's measured host time (another engine's host terms take its place).
+    :mod:`dspark_sim.intervals`); the roofline ignores it. ``decoder_host=False`` (another engine,
+    whose host terms take its place) leaves out the decoder's host time and mixed-step term.
     ``comm_curves`` (a ``dspark-profile comm`` file) prices the communication from measured
     collectives, over the profile's own curves and in place of the link model.
     ``gpu_work`` (an :class:`~dspark_sim.engines.GpuWork`): the step runs a serving engine's
@@ -398,8 +398,8 @@ def profile_cost(profile: Profile, spec, gpu_spec: GpuSpec, par: Parallel, roofl
                  substitutes: dict[str, str] | None = None) -> ProfileCost:
     """``profile`` as the cost model of one replica split as ``par``: sharded, its measured
     communication curves in place of the roofline's link model where they cover the split;
-    ``decoder_host=False`` leaves out the decoder's measured host time; ``substitutes``: the host
-    terms filled from sibling profiles (:mod:`.substitute`)."""
+    ``decoder_host=False`` leaves out the decoder's host time and mixed-step term; ``substitutes``:
+    the host terms filled from sibling profiles (:mod:`.substitute`)."""
     roofline = roofline or RooflineCost(spec, gpu_spec, params=RooflineParams(dtype_bytes=kv_dtype_bytes),
                                         parallel=par)
     served = served_format(spec.weight_format, gpu_spec.fp4)

@@ -49,7 +49,7 @@ class TargetFit:
                         kv_req_s_per_token*C/splits(R)*(1 + lat_width_ratio(W)), kv_sharpness)
                    * (1 + kv_ratio(R, W))
         pre_attn = smax(attn_s_per_pair*A2, prefill_kv_s_per_token*A2/P/splits(Q), prefill_sharpness)
-                   + mixed_s_per_row_tile*R*ceil(P/(Q*prefill_tile))    (decode rows beside chunks)
+                   + mixed_s_per_row_tile*R*ceil(Pmax/prefill_tile)     (decode rows beside chunks)
         dec_attn += spread_ratio * max(0, 1 - spread_slots/(R*splits(R)))
                     * kv_req_s_per_token*(C - S/R)/splits(R)*(1 + lat_width_ratio(W))
         (in the stream, S less shared(W) * D, D the KV tokens read from prefix pages another
@@ -61,7 +61,8 @@ class TargetFit:
     tokens given logits (T on the graph path, V on the eager one: a prefill
     chunk needs no logits), S the summed decode context, C the longest decoding
     request's context (S/R in the profiler's grid, where all are equal), A2 the prefill
-    attention pairs, P the prefill tokens, Q the prefill requests, W = the power of two
+    attention pairs, P the prefill tokens, Q the prefill requests, Pmax the longest chunk
+    (P/Q where not known), W = the power of two
     >= ceil(V/R) (the query tile of the widest window). A prefill chunk's attention is
     the pairs' compute, floored by the stream of one request's keys (A2/P: the keys a
     prefill query reads, token-weighted) by the few programs a short chunk gets (one per
@@ -179,19 +180,20 @@ class TargetFit:
             else min(wanted, self.max_splits)
 
     def parts(self, reqs, verify_tokens, prefill_tokens, ctx, pairs, prefill_reqs, ops: Ops,
-              max_ctx=None, shared=0):
+              max_ctx=None, shared=0, longest_chunk=0):
         """(overhead_s, linear_s, per_req_s, attn_s); floats or arrays, ``ops`` to match.
 
         ``prefill_reqs`` > 0 marks the eager path (see the class docstring);
         overhead_s holds ``bias_s`` and, there, the time the GPU waits for the host.
         ``max_ctx``: the longest decoding request's context (None or 0: the mean, S/R);
-        ``shared``: the KV tokens read from prefix pages another running request reads too.
+        ``shared``: the KV tokens read from prefix pages another running request reads too;
+        ``longest_chunk``: the longest prompt chunk (0: the mean, P/Q).
         """
         eager = prefill_reqs > 0
         over, linear, per_req = self.fixed_parts(reqs, verify_tokens, prefill_tokens, eager, ops)
         attn = self.prefill_attn(prefill_tokens, pairs, prefill_reqs, ops) \
             + self.decode_attn(reqs, verify_tokens, ctx, ops, max_ctx, shared=shared) \
-            + self.mixed_attn(reqs, prefill_tokens, prefill_reqs, ops)
+            + self.mixed_attn(reqs, prefill_tokens, prefill_reqs, ops, longest_chunk)
         if self.prefill_host_s and eager is not False:  # False: a float step on the graph path
             gpu = over + linear + per_req + attn
             over = over + eager * (smax(self.prefill_host_s, gpu, self.host_sharpness, ops.power) - gpu)
@@ -231,18 +233,23 @@ class TargetFit:
             floor = floor / (1.0 + short * (self.splits(reqs, ops) - 1.0))
         return smax(compute, floor, self.prefill_sharpness, ops.power)
 
-    def mixed_attn(self, reqs, prefill_tokens, prefill_reqs, ops: Ops):
+    def mixed_attn(self, reqs, prefill_tokens, prefill_reqs, ops: Ops, longest_chunk=0):
         """Seconds the decode rows of a step with prompt chunks spend in its attention beyond a
-        decode step's: ``mixed_s_per_row_tile`` per row and query tile of the (mean) chunk."""
+        decode step's: ``mixed_s_per_row_tile`` per row and query tile of the longest chunk (the
+        decoder plans the step's attention for it), or of the mean chunk where the longest is not
+        given (0)."""
         if not self.mixed_s_per_row_tile:
             return 0.0
         tile = self.prefill_tile or 1.0
-        if isinstance(reqs, np.ndarray) or isinstance(prefill_reqs, np.ndarray):
-            tiles = np.ceil(prefill_tokens / (np.maximum(prefill_reqs, 1) * tile))
-            return self.mixed_s_per_row_tile * reqs * tiles * (prefill_reqs > 0)
+        if isinstance(reqs, np.ndarray) or isinstance(prefill_reqs, np.ndarray) \
+                or isinstance(longest_chunk, np.ndarray):
+            q = np.maximum(prefill_reqs, 1)
+            chunk = np.where(longest_chunk > 0, longest_chunk, prefill_tokens / q)
+            return self.mixed_s_per_row_tile * reqs * np.ceil(chunk / tile) * (prefill_reqs > 0)
         if prefill_reqs <= 0 or reqs <= 0:
             return 0.0
-        return self.mixed_s_per_row_tile * reqs * math.ceil(prefill_tokens / (prefill_reqs * tile))
+        chunk = longest_chunk if longest_chunk > 0 else prefill_tokens / prefill_reqs
+        return self.mixed_s_per_row_tile * reqs * math.ceil(chunk / tile)
 
     def padded_tokens(self, verify_tokens, prefill_tokens, eager, ops: Ops):
         """Tokens the linear layers run over: a graph step (no prefill) its token tier
@@ -322,3 +329,18 @@ class TargetFit:
 
 
 __all__ = ["DRAFT_KINDS", "STEP_KINDS", "TARGET_BOUNDS", "DRAFT_BOUNDS", "DecodeShape", "TargetFit", "DraftFit"]
+
+
+def mixed_provenance(target: TargetFit, decoder: bool, timed: str, base: str) -> dict:
+    """Where the mixed-step term (``TargetFit.mixed_s_per_row_tile``) comes from, for a run's
+    provenance: the decoder plans a step's attention for its longest query, so each decode row
+    beside prompt chunks gets their query tiles; an engine's attention (FlashAttention-3's varlen
+    scheduler, FlashInfer's plan) gives each request its own, and the term is left out there."""
+    if not target.mixed_s_per_row_tile:
+        return {"kind": "missing", "detail": "no mixed-step probe, or its term no better than none held out: 0"}
+    if not decoder:
+        return {"kind": "left out", "detail": "the decoder's own (its attention plans every row for the longest "
+                                              "chunk); the engine's attention tiles each request apart"}
+    return {"kind": timed, "detail": f"{target.mixed_s_per_row_tile * 1e9:.1f} ns per decode row and query tile "
+                                     f"of the longest chunk, fitted on mixed steps timed on {base} "
+                                     f"(profiles/{base}/raw/mixed_<model>.json)"}

@@ -216,7 +216,7 @@ class Collector:
                               draft_s=one_value(st.draft_s[k], st.draft_s[k].tolist()), sched_s=st.sched_s[k].tolist(),
                               decode_context_tokens=st.context_tokens[k].tolist(),
                               decode_max_context=st.max_context[k].tolist(), prefill_reqs=0, prefill_attn_tokens2=0.0,
-                              replica=replica, evicted_blocks=0, kv_tokens=st.kv_tokens[k].tolist())
+                              prefill_longest=0, replica=replica, evicted_blocks=0, kv_tokens=st.kv_tokens[k].tolist())
 
     def on_step(self, replica: int, step: PlannedStep, running: int, decoded: int, first_tokens: int,
                 time_s: float) -> None:
@@ -239,7 +239,8 @@ class Collector:
                              draft_s=step.draft_s, sched_s=step.sched_s,
                              decode_context_tokens=work.decode_context_tokens,
                              decode_max_context=work.decode_max_context, prefill_reqs=work.prefill_reqs,
-                             prefill_attn_tokens2=work.prefill_attn_tokens2, replica=replica,
+                             prefill_attn_tokens2=work.prefill_attn_tokens2, prefill_longest=work.prefill_longest,
+                             replica=replica,
                              evicted_blocks=step.evicted_blocks, kv_tokens=step.kv_needed)
 
     def on_finish(self, rows: Rows, now: float | np.ndarray, replica: int = 0) -> None:

@@ -39,9 +39,10 @@ STEP_FORMATS = {
     "accepted_tokens": "{}",  # tokens the decoding requests emitted (accepted drafts plus one each)
     "draft_s": "{:.9f}", "sched_s": "{:.9f}",
     # the step's work (StepWork): KV tokens of the decoding requests and their longest, prefill
-    # requests and their attention pairs, sum of chunk * (cached + chunk / 2)
+    # requests and their attention pairs, sum of chunk * (cached + chunk / 2), and the longest
+    # chunk (0 in records written before it: read as unknown)
     "decode_context_tokens": "{}", "decode_max_context": "{}", "prefill_reqs": "{}",
-    "prefill_attn_tokens2": "{:.1f}",
+    "prefill_attn_tokens2": "{:.1f}", "prefill_longest": "{}",
     "replica": "{}",
     "evicted_blocks": "{}",  # prefix-cache blocks evicted to make room for the step
     "kv_tokens": "{}",  # KV cache the step holds on its replica, in tokens (at most its capacity)

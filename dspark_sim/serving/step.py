@@ -97,7 +97,8 @@ def plan_step(rep, ghosts: Ghosts | None, ahead) -> PlannedStep:
     work = StepWork(d.count, d.verify_tokens, dec_ctx, prefill_tokens, prefill_reqs, attn2, draft,
                     int(d.kv_tokens.max()) if num_dec else 0, n, busiest,
                     rep.prefix.repeat_tokens if num_dec else 0, idle_ranks(ranked[1], rank[dec]) if ranked else 0,
-                    prefill_duty=rep.duty.at(rep.clock_s) if prefill_tokens or rep.decode_hot else 0.0)
+                    prefill_duty=rep.duty.at(rep.clock_s) if prefill_tokens or rep.decode_hot else 0.0,
+                    prefill_longest=int(chunk.max()) if prefill_tokens else 0)
     parts = rep.ctx.cost.breakdown(work)
     held = int(kv.sum()) + (int(ghosts.kv_tokens.sum()) if ghosts and num_dec else 0)
     return PlannedStep(dec, pre, num_dec, chunk, d.verify_len, d.p_true, ahead, d.budget,

@@ -31,7 +31,8 @@ def priced_steps(steps: Path, speculation, cost) -> tuple[StepColumns, np.ndarra
     what the profile prices it at, seconds ``[S]`` each: the whole step at the prefill duty it had
     in the run (:mod:`dspark_sim.cost.hot`), the drafter's part, and the whole step without the
     power-limit term (the same but for prompt steps at a duty)."""
-    r = read_steps(steps, COLUMNS + WORK_COLUMNS + ("start_s",))
+    r = read_steps(steps, COLUMNS + WORK_COLUMNS + ("start_s",), optional=("prefill_longest",))
+    longest = r.prefill_longest if r.prefill_longest is not None else np.zeros(len(r))  # 0: the mean chunk
     kind, whole, draft, cool = speculation.draft_kind, [], [], []
     duty = duty_column(r.start_s, r.step_s, r.prefill_tokens, *duty_terms(cost))
     for i in range(len(r)):
@@ -39,7 +40,8 @@ def priced_steps(steps: Path, speculation, cost) -> tuple[StepColumns, np.ndarra
         work = StepWork(dec, int(r.verify_tokens[i]), ctx, int(r.prefill_tokens[i]), int(r.prefill_reqs[i]),
                         float(r.prefill_attn_tokens2[i]),
                         DraftWork(kind, dec, speculation.block_size, ctx) if dec and kind else None,
-                        int(r.decode_max_context[i]), int(r.running_reqs[i]), prefill_duty=duty[i])
+                        int(r.decode_max_context[i]), int(r.running_reqs[i]), prefill_duty=duty[i],
+                        prefill_longest=int(longest[i]))
         parts = cost.breakdown(work)
         whole.append(sum(parts.values()))
         draft.append(parts.get("draft_s", 0.0))
@@ -49,8 +51,9 @@ def priced_steps(steps: Path, speculation, cost) -> tuple[StepColumns, np.ndarra
 
 def mixed_term_s(real: StepColumns, cost) -> np.ndarray:
     """Per step, the seconds the profile's mixed-step term adds (decode rows beside prompt chunks)."""
+    longest = real.prefill_longest if real.prefill_longest is not None else np.zeros(len(real))
     added = cost.profile.target.mixed_attn(real.decode_reqs.astype(float), real.prefill_tokens.astype(float),
-                                           real.prefill_reqs.astype(float), ARRAY)
+                                           real.prefill_reqs.astype(float), ARRAY, longest)
     return np.broadcast_to(np.asarray(added, float), (len(real),))
 
 
@@ -198,10 +201,10 @@ def markdown(rows: list[dict], min_level: float) -> list[str]:
                     "in-step ratio prices (`docs/profiles.md`); `bash benchmarks/served_visit.sh draft` times the "
                     "profiler's drafter replays back to back against each after the L2 cache is overwritten, as the "
                     "target's forward leaves it. And the steps that carry prompt chunks beside many decode rows: "
-                    "the mixed-step term takes their decode rows' empty query tiles from the step's mean chunk, "
-                    "where the decoder's kernel plans every row for the longest one, so a step of several chunks "
-                    "stays under its price (the table above); its steps' records would need their longest chunk "
-                    "(the simulator knows it, the decoder's `steps.csv` does not yet write it). Of the "
+                    "the decoder's kernel gives each decode row the query tiles of the step's longest chunk, "
+                    "which the simulator prices but the decoder's `steps.csv` does not record, so this replay "
+                    "takes the mean chunk's and a step of several chunks stays under its price (the table "
+                    "above); the decoder writing its steps' longest chunk would settle it. Of the "
                     "served conditions the "
                     "profiler's steps lack, KV pages scattered over the pool barely change a decode step "
                     "(`--part layout`), and a step after a second of prompt or mixed steps runs slower than after "

@@ -194,11 +194,13 @@ class _Loop:
 
 def _work_columns(plan) -> dict:
     """What the step does, in the cost model's terms (``StepWork``): KV tokens of the
-    decoding requests (sum and longest), prefill requests and their attention pairs."""
+    decoding requests (sum and longest), prefill requests, their attention pairs and the
+    longest chunk (the attention plans every row for it)."""
     lengths = [len(s.tokens) + s.pending for s in plan.decode]
     return {"decode_context_tokens": sum(lengths), "decode_max_context": max(lengths, default=0),
             "prefill_reqs": len(plan.prefill),
-            "prefill_attn_tokens2": sum(n * (s.num_cached + n / 2) for s, n in plan.prefill)}
+            "prefill_attn_tokens2": sum(n * (s.num_cached + n / 2) for s, n in plan.prefill),
+            "prefill_longest": max((int(n) for _, n in plan.prefill), default=0)}
 
 
 def _step_row(i: int, start: float, end: float, sched_s: float, running: int, st, shape: dict) -> dict:
