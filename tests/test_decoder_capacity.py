@@ -45,3 +45,19 @@ def test_a_capacity_row_is_within_and_covered_only_by_its_own_measure(sim, inter
                {"rate_rps": sim, "interval_rps": interval})
     assert (row["within"], row["covered"]) == (within, covered)
     assert row["rel_error"] == pytest.approx(sim / 10.0 - 1)
+
+
+def test_each_decoder_probe_is_set_beside_the_simulators_at_the_same_rate():
+    from pathlib import Path
+
+    from dspark_sim.validation.capacity_check import probe_pairs
+
+    cases = Path(__file__).resolve().parents[1] / "profiles" / "h200" / "validation" / "capacity"
+    real = {"rate_per_s_at_x1": 6.0, "probes": [
+        {"multiplier": 1.5, "rate_rps": 9.0, "passed": False, "p99_tpot_ms": 50.0, "p99_ttft_ms": 900.0},
+        {"multiplier": 0.5, "rate_rps": 3.0, "passed": True, "p99_tpot_ms": 20.0, "p99_ttft_ms": 300.0}]}
+    pairs = probe_pairs("cap-long", "none", real, cases)
+    assert [p["rate_rps"] for p in pairs] == [3.0, 9.0]  # by rate
+    assert pairs[0]["real"] == {"passed": True, "p99_tpot_ms": 20.0, "p99_ttft_ms": 300.0}
+    low, high = pairs[0]["sim"], pairs[1]["sim"]
+    assert low["passed"] and 0 < low["p99_tpot_ms"] < high["p99_tpot_ms"]  # a third of the load against 1.5x

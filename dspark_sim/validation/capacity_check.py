@@ -155,12 +155,30 @@ def write_page(real: list[Path], cases_dir: Path, data_path: Path, page_path: Pa
         for method in CASE_METHODS:
             if method in methods:
                 rows.append(capacity_row(trace, method, methods[method], sims[trace]["sim"][method]))
+                rows[-1]["probe_pairs"] = probe_pairs(trace, method, methods[method], cases_dir)
     data = {"made_by": "python benchmarks/decoder_capacity.py page --real " + " ".join(str(r) for r in real),
             "simulator_commit": commit, "traces": sims, "rows": rows,
             "real": [part for run in runs for part in run.get("parts", [_part(run)])]}
     data_path.write_text(json.dumps(data, indent=1, default=float) + "\n")
     page_path.write_text(page_text(data))
     return data
+
+
+def probe_pairs(trace: str, method: str, real: dict, cases_dir: Path) -> list[dict]:
+    """Each of the decoder's probes of ``trace`` under ``method`` beside the simulator's probe at
+    the same multiplier (the same seeded requests): p99 TPOT and TTFT and the verdict of each."""
+    from dspark_sim.capacity.search import Evaluator
+    from dspark_sim.scenario import load_scenario
+
+    cap = next(t for t in TRACES if t.name == trace)
+    evaluate = Evaluator(load_scenario(cases_dir / f"{trace}__{method}.yaml"), slo_of(cap), real["rate_per_s_at_x1"])
+    out = []
+    for p in sorted(real.get("probes", ()), key=lambda p: p["multiplier"]):
+        sim = evaluate(p["multiplier"])
+        out.append({"rate_rps": p["rate_rps"],
+                    "real": {k: p[k] for k in ("passed", "p99_tpot_ms", "p99_ttft_ms")},
+                    "sim": {"passed": sim.passed, "p99_tpot_ms": sim.p99_tpot_ms, "p99_ttft_ms": sim.p99_ttft_ms}})
+    return out
 
 
 def capacity_row(trace: str, method: str, real: dict, sim: dict) -> dict:
@@ -202,4 +220,22 @@ def page_text(data: dict) -> str:
         lines.append(f"| {r['trace']} | {r['method']} | {r['real_rps']:.2f} ({fail}, {res}, {r['probes']}) | "
                      f"{r['sim_rps']:.2f} | {iv} | {err} | {'yes' if r['within'] else 'no'} | "
                      f"{'yes' if r['covered'] else 'no'} |")
+    lines += ["", "Each of the decoder's probes beside the simulator's at the same rate (the same seeded requests): "
+              "p99 TPOT and p99 TTFT in ms, and whether the probe meets the SLO. Near the SLO a probe's p99 of a "
+              "few hundred requests is a handful of requests' latencies: it need not grow with the rate from one "
+              "probe to the next, on either side, and the bisection stops wherever it first crosses.", "",
+              "| trace | method | req/s | decoder p99 TPOT / TTFT (meets) | simulator p99 TPOT / TTFT (meets) | "
+              "p99 TPOT err |", "|---|---|---|---|---|---|"]
+    for r in data["rows"]:
+        for pp in r.get("probe_pairs", ()):
+            real, sim = pp["real"], pp["sim"]
+            err = f"{sim['p99_tpot_ms'] / real['p99_tpot_ms'] - 1:+.1%}" \
+                if sim["p99_tpot_ms"] and real["p99_tpot_ms"] else "-"
+            lines.append(f"| {r['trace']} | {r['method']} | {pp['rate_rps']:.2f} | " + " | ".join(
+                f"{_ms(side['p99_tpot_ms'])} / {_ms(side['p99_ttft_ms'])} ({'yes' if side['passed'] else 'no'})"
+                for side in (real, sim)) + f" | {err} |")
     return "\n".join(lines) + "\n"
+
+
+def _ms(x) -> str:
+    return "-" if x is None else f"{x:,.1f}"
