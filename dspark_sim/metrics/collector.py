@@ -216,7 +216,8 @@ class Collector:
                               draft_s=one_value(st.draft_s[k], st.draft_s[k].tolist()), sched_s=st.sched_s[k].tolist(),
                               decode_context_tokens=st.context_tokens[k].tolist(),
                               decode_max_context=st.max_context[k].tolist(), prefill_reqs=0, prefill_attn_tokens2=0.0,
-                              prefill_longest=0, replica=replica, evicted_blocks=0, kv_tokens=st.kv_tokens[k].tolist())
+                              prefill_longest=0, replica=replica, evicted_blocks=0, kv_tokens=st.kv_tokens[k].tolist(),
+                              read_s=(st.times_s[k] + st.step_s[k]).tolist())
 
     def on_step(self, replica: int, step: PlannedStep, running: int, decoded: int, first_tokens: int,
                 time_s: float) -> None:
@@ -241,7 +242,8 @@ class Collector:
                              decode_max_context=work.decode_max_context, prefill_reqs=work.prefill_reqs,
                              prefill_attn_tokens2=work.prefill_attn_tokens2, prefill_longest=work.prefill_longest,
                              replica=replica,
-                             evicted_blocks=step.evicted_blocks, kv_tokens=step.kv_needed)
+                             evicted_blocks=step.evicted_blocks, kv_tokens=step.kv_needed,
+                             read_s=step.start_s + step.step_s)
 
     def on_finish(self, rows: Rows, now: float | np.ndarray, replica: int = 0) -> None:
         """Requests (columns of :class:`~dspark_sim.serving.batch.Table`) that finished at ``now``

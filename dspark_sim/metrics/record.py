@@ -46,6 +46,9 @@ STEP_FORMATS = {
     "replica": "{}",
     "evicted_blocks": "{}",  # prefix-cache blocks evicted to make room for the step
     "kv_tokens": "{}",  # KV cache the step holds on its replica, in tokens (at most its capacity)
+    # when the engine's host read the step's tokens: the step's end, or later where the host was
+    # still launching the next step (the decoder's overlapped loop); 0 in records written before it
+    "read_s": "{:.6f}",
 }
 REQUEST_COLUMNS = tuple(REQUEST_FORMATS)
 COMPLETED = "completed"

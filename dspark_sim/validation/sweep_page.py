@@ -1,7 +1,7 @@
 """docs/validation_sweeps.md from ``sweep_errors.json`` (:mod:`.sweep_report`)."""
 from __future__ import annotations
 
-from dspark_sim.validation import step_prices
+from dspark_sim.validation import reads, step_prices
 from dspark_sim.validation.report import case_table, host_line, replay_cell, run_notes
 from dspark_sim.validation.sweep_report import LEVEL_GOALS, MARGIN, SHOWN, SIGNED_GOAL
 
@@ -40,6 +40,14 @@ def markdown(data: dict, made_by: str, real_root=None) -> str:
               "| case | decode steps | mixed steps | prefill steps | gap before the step |", "|---|---|---|---|---|"]
     lines += [_replay(r) for r in data["cases"] if r.get("step_replay")]
     lines += [""] + step_prices.markdown(data["cases"] + (data.get("replicate") or {}).get("cases", []), 0.9)
+    lines += ["", "## When a first token is read", "",
+              "The decoder reads step n's tokens after it has launched step n+1 (the overlapped loop); the "
+              "simulator takes a token's time as its step's end (`dspark_sim/validation/reads.py`). From the end "
+              "of the step that prefilled a request's prompt alone to the request's first token, by the step "
+              "after it: replayed from a CUDA graph, or eager (prompt chunks past the graphs' tokens, launched "
+              "kernel by kernel by the host). Medians over the requests that can be placed so, every case of "
+              "the unseen host; the decoder's records before its `read_s` column do not name the step.", ""]
+    lines += reads.table(data["cases"])
     rep = data.get("replicate")
     if rep:
         lines += ["", f"## Replicate: {', '.join(rep['visits'])}", ""] + _levels(rep["levels"]) + [""] \

@@ -179,7 +179,7 @@ class _Loop:
         end = max(end, self.mark)
         gap = flight.launched_s - self.mark if self.last is None else self.last.timer.gap_to(timer)
         self.run.steps.append(_step_row(len(self.run.steps), self.mark, end, min(max(gap, 0.0), end - self.mark),
-                                        flight.running, stats, flight.shape))
+                                        flight.running, stats, flight.shape) | {"read_s": seen})
         if self.on_step is not None:
             self.on_step(self.run.steps[-1])
         for seq in list(self.sched.running):
