@@ -58,6 +58,7 @@ class _Launched:
     prefill_tokens: int
     prefill_reqs: int
     attn2: float
+    longest: int  # the longest prompt chunk
 
 
 @dataclass
@@ -88,7 +89,7 @@ class PricedDecoder:
         # the chunks' starts: launching moved the cached counts on by the chunk
         attn2 = sum(n * (s.num_cached - n + n / 2) for s, n in prefill)
         self._launched[id(pending)] = _Launched(self.clock.now(), sum(int(n) for _, n in prefill),
-                                                len(prefill), float(attn2))
+                                                len(prefill), float(attn2), max((int(n) for _, n in prefill), default=0))
         return pending
 
     def finish(self, pending):
@@ -100,7 +101,7 @@ class PricedDecoder:
         dec = len(pending.decode)
         draft = DraftWork(self.draft_kind, dec, self.block_size, sum(lengths)) if dec and self.draft_kind else None
         work = StepWork(dec, stats.verify_tokens, sum(lengths), put.prefill_tokens, put.prefill_reqs, put.attn2,
-                        draft, max(lengths, default=0), dec + put.prefill_reqs)
+                        draft, max(lengths, default=0), dec + put.prefill_reqs, prefill_longest=put.longest)
         start = max(put.launched_s, self.gpu_free_s)
         if put.prefill_tokens or self._every:
             work = replace(work, prefill_duty=self._duty.at(start))
