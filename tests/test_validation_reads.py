@@ -2,7 +2,7 @@
 import pytest
 
 from dspark_sim.metrics.record import write_record
-from dspark_sim.validation.reads import first_reads, table
+from dspark_sim.validation.reads import first_reads, step_reads, table
 
 
 def _request(i, prompt, sched, first):
@@ -29,3 +29,17 @@ def test_a_first_token_read_after_the_next_eager_launch_waits_past_its_step(tmp_
     assert got["graph"] == [pytest.approx(0.0, abs=1e-9)]  # request 2 shared its step: not placed
     rows = [{"method": "none", "batching": "mixed", "first_reads": {"real": got, "sim": got}}]
     assert table(rows)[-1] == "| none | mixed | 0.0, 0.0 / 0.0, 0.0 (1 / 1) | 7.0, 7.0 / 7.0, 7.0 (1 / 1) |"
+
+
+def test_a_record_that_times_every_read_gives_every_steps_wait(tmp_path):
+    steps = _steps()
+    for s in steps:
+        s["read_s"] = s["start_s"] + s["step_s"] + {0: 0.007, 2: 0.003}.get(s["step"], 0.0)
+    write_record(tmp_path, [_request(0, 300, 0.0, 0.027)], steps)
+    got = step_reads(tmp_path, graph_tokens=512)
+    assert got["eager"] == [pytest.approx(7.0), pytest.approx(0.0, abs=1e-6)]  # steps 0 and 3: an eager step next
+    assert got["graph"] == [pytest.approx(0.0, abs=1e-6), pytest.approx(3.0), pytest.approx(0.0, abs=1e-6)]
+    for s in steps:
+        s["read_s"] = 0.0  # written before the column: no times
+    write_record(tmp_path, [_request(0, 300, 0.0, 0.027)], steps)
+    assert step_reads(tmp_path, graph_tokens=512) is None

@@ -10,7 +10,7 @@ A record written before the ``read_s`` column does not say which step gave a req
 token; :func:`first_reads` infers it for the requests whose whole prompt a step prefilled alone
 (one chunk, the prompt less its cached tokens, in the first such step after the request was
 scheduled) and measures the wait from that step's end to the request's first token, by what
-the next step is.
+the next step is. A record with ``read_s`` gives every step's wait (:func:`step_reads`).
 """
 from __future__ import annotations
 
@@ -44,15 +44,27 @@ def first_reads(run: Path, graph_tokens: int) -> dict[str, list[float]]:
     return out
 
 
-def table(rows: list[dict]) -> list[str]:
-    """By method and batching: the median wait (ms) and the requests placed, decoder / simulator,
-    by the next step's kind, over ``rows``' cases (each with ``first_reads`` of both sides)."""
-    lines = ["| method | batching | " + " | ".join(f"next step {k}: decoder / simulator, median, mean ms (requests)"
+def step_reads(run: Path, graph_tokens: int) -> dict[str, list[float]] | None:
+    """Milliseconds from each step's end to when the host read its tokens (``read_s``), by the
+    kind of the next step; None for a record without the column (or written before it: zeros)."""
+    st = read_steps(run / "steps.csv", ("start_s", "step_s", "prefill_tokens", "verify_tokens"), optional=("read_s",))
+    if st.read_s is None or len(st) < 2 or not st.read_s.any():
+        return None
+    eager = (st.prefill_tokens > 0) & (st.prefill_tokens + st.verify_tokens > graph_tokens)
+    wait = (st.read_s - st.start_s - st.step_s) * 1e3
+    return {k: wait[:-1][eager[1:] == (k == "eager")].tolist() for k in KINDS}
+
+
+def table(rows: list[dict], field: str = "first_reads", what: str = "requests") -> list[str]:
+    """By method and batching: the median and mean wait (ms) and how many, decoder / simulator, by
+    the next step's kind, over ``rows``' cases (each with ``field`` of both sides: ``first_reads``,
+    or ``step_reads`` where the decoder's records time every read)."""
+    lines = ["| method | batching | " + " | ".join(f"next step {k}: decoder / simulator, median, mean ms ({what})"
                                                  for k in KINDS) + " |", "|---|---|" + "---|" * len(KINDS)]
     for method in sorted({r["method"] for r in rows}):
         for batching in sorted({r["batching"] for r in rows}):
-            mine = [r["first_reads"] for r in rows if r["method"] == method and r["batching"] == batching
-                    and r.get("first_reads")]
+            mine = [r[field] for r in rows if r["method"] == method and r["batching"] == batching
+                    and r.get(field)]
             if not mine:
                 continue
             cells = []

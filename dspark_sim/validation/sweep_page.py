@@ -48,6 +48,10 @@ def markdown(data: dict, made_by: str, real_root=None) -> str:
               "kernel by kernel by the host). Medians over the requests that can be placed so, every case of "
               "the unseen host; the decoder's records before its `read_s` column do not name the step.", ""]
     lines += reads.table(data["cases"])
+    if any(r.get("step_reads") for r in data["cases"]):
+        lines += ["", "Every step, where the decoder's records time when its host read the step's tokens "
+                  "(`read_s`): from the step's end to that read, by the step after it.", ""]
+        lines += reads.table(data["cases"], "step_reads", "steps")
     rep = data.get("replicate")
     if rep:
         lines += ["", f"## Replicate: {', '.join(rep['visits'])}", ""] + _levels(rep["levels"]) + [""] \

@@ -27,7 +27,7 @@ from dspark_sim.scenario import Speculation
 from dspark_sim.validation.cases import CASE_METHODS, GPU, MODEL
 from dspark_sim.validation.fidelity import compare_cases
 from dspark_sim.validation.lockstep import STEP_COLUMNS, composition
-from dspark_sim.validation.reads import first_reads
+from dspark_sim.validation.reads import first_reads, step_reads
 from dspark_sim.validation.step_prices import attribution
 from dspark_sim.validation.sweeps import LEVELS, level_of
 
@@ -78,6 +78,8 @@ def sweep_rows(cases_dir: Path, visits: list[Path]) -> tuple[list[dict], dict]:
             r["step_prices"] = attribution(runs / "real" / "steps.csv", runs / "sim" / "steps.csv", spec, cost)
             graph = int(cost.profile.target.prefill_graph_tokens)
             r["first_reads"] = {side: first_reads(runs / side, graph) for side in ("real", "sim")}
+            if (every := step_reads(runs / "real", graph)) is not None:  # the decoder timed every read
+                r["step_reads"] = {"real": every, "sim": step_reads(runs / "sim", graph)}
         metas = sorted(roots[0].glob("*/meta.json"))
         prov = json.loads(metas[0].read_text())["provenance"] if metas else {}
     for r in rows:
