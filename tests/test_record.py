@@ -99,3 +99,16 @@ def test_requests_finishing_at_several_times_are_recorded_as_one_call_per_time(t
             np.testing.assert_array_equal(getattr(one.requests, column), getattr(each.requests, column))  # nan == nan
         assert (tmp_path / f"one-{replicas}" / "requests.csv").read_bytes() == \
             (tmp_path / f"each-{replicas}" / "requests.csv").read_bytes()
+
+
+def test_a_record_written_before_the_newer_step_columns_reads_them_as_their_defaults(tmp_path):
+    from dspark_sim.errors import InputError
+    from dspark_sim.metrics.record import STEP_DEFAULTS, read_steps
+
+    (tmp_path / "steps.csv").write_text("step,start_s,step_s\n0,0.0,0.01\n1,0.01,0.02\n")
+    got = read_steps(tmp_path / "steps.csv", ("step_s", "prefill_longest", "read_s"))
+    assert got.step_s.tolist() == [0.01, 0.02]
+    assert got.prefill_longest.tolist() == [STEP_DEFAULTS["prefill_longest"]] * 2 == [0.0, 0.0]
+    assert got.read_s.tolist() == [0.0, 0.0]
+    with pytest.raises(InputError, match="kv_tokens"):  # an older column is still needed
+        read_steps(tmp_path / "steps.csv", ("kv_tokens",))

@@ -40,20 +40,23 @@ STEP_FORMATS = {
     "draft_s": "{:.9f}", "sched_s": "{:.9f}",
     # the step's work (StepWork): KV tokens of the decoding requests and their longest, prefill
     # requests and their attention pairs, sum of chunk * (cached + chunk / 2), and the longest
-    # chunk (0 in records written before it: read as unknown)
+    # chunk (STEP_DEFAULTS: what a record written before it reads as)
     "decode_context_tokens": "{}", "decode_max_context": "{}", "prefill_reqs": "{}",
     "prefill_attn_tokens2": "{:.1f}", "prefill_longest": "{}",
     "replica": "{}",
     "evicted_blocks": "{}",  # prefix-cache blocks evicted to make room for the step
     "kv_tokens": "{}",  # KV cache the step holds on its replica, in tokens (at most its capacity)
     # when the engine's host read the step's tokens: the step's end, or later where the host was
-    # still launching the next step (the decoder's overlapped loop); 0 in records written before it
+    # still launching the next step (the decoder's overlapped loop); STEP_DEFAULTS before it
     "read_s": "{:.6f}",
 }
 REQUEST_COLUMNS = tuple(REQUEST_FORMATS)
 COMPLETED = "completed"
 # What a request row lacking the newer columns means (a record written before them).
 REQUEST_DEFAULTS = {"status": COMPLETED, "reject_reason": ""}
+# What a step row lacking the newer columns means: 0, unknown (the longest chunk: the mean one's;
+# the host's read: the step's end)
+STEP_DEFAULTS = {"prefill_longest": 0.0, "read_s": 0.0}
 STEP_COLUMNS = tuple(STEP_FORMATS)
 WORK_COLUMNS = ("decode_context_tokens", "decode_max_context", "prefill_reqs", "prefill_attn_tokens2")
 
@@ -208,8 +211,14 @@ def read_requests(path: Path, needs: tuple[str, ...], optional: tuple[str, ...] 
 
 
 def read_steps(path: Path, needs: tuple[str, ...], optional: tuple[str, ...] = ()) -> StepColumns:
-    """The ``needs`` and ``optional`` columns of a ``steps.csv`` (see :func:`_read`)."""
-    return StepColumns(**_read(path, needs, optional, True))
+    """The ``needs`` and ``optional`` columns of a ``steps.csv`` (see :func:`_read`); a needed
+    column newer than the record (:data:`STEP_DEFAULTS`) reads as its default in every row."""
+    newer = tuple(c for c in needs if c in STEP_DEFAULTS)
+    cols = _read(path, tuple(c for c in needs if c not in STEP_DEFAULTS), optional + newer, True)
+    rows = len(next(iter(cols.values()))) if cols else 0
+    for c in newer:
+        cols.setdefault(c, np.full(rows, STEP_DEFAULTS[c]))
+    return StepColumns(**cols)
 
 
 def _read(path: Path, needs: tuple[str, ...], optional: tuple[str, ...], rejected: bool) -> dict[str, np.ndarray]:

@@ -23,6 +23,11 @@ from dspark_sim.metrics.record import read_requests, read_steps
 KINDS = ("graph", "eager")  # the next step: replayed from a CUDA graph, or launched kernel by kernel
 
 
+def _eager(st, graph_tokens: int) -> np.ndarray:
+    """Per step: run eagerly (prompt chunks, its tokens past ``graph_tokens``), not from a graph."""
+    return (st.prefill_tokens > 0) & (st.prefill_tokens + st.verify_tokens > graph_tokens)
+
+
 def first_reads(run: Path, graph_tokens: int) -> dict[str, list[float]]:
     """Milliseconds from the end of the step that prefilled a request's prompt alone to the
     request's first token, by the kind of the next step (eager when its tokens pass
@@ -30,8 +35,7 @@ def first_reads(run: Path, graph_tokens: int) -> dict[str, list[float]]:
     left out."""
     req = read_requests(run / "requests.csv", ("prompt_tokens", "cached_tokens", "first_scheduled_s", "first_token_s"))
     st = read_steps(run / "steps.csv", ("start_s", "step_s", "prefill_tokens", "prefill_reqs", "verify_tokens"))
-    end = st.start_s + st.step_s
-    eager = (st.prefill_tokens > 0) & (st.prefill_tokens + st.verify_tokens > graph_tokens)
+    end, eager = st.start_s + st.step_s, _eager(st, graph_tokens)
     out: dict[str, list[float]] = {k: [] for k in KINDS}
     alone = st.prefill_reqs == 1
     for prompt, cached, sched, first in zip(req.prompt_tokens, req.cached_tokens, req.first_scheduled_s,
@@ -47,11 +51,10 @@ def first_reads(run: Path, graph_tokens: int) -> dict[str, list[float]]:
 def step_reads(run: Path, graph_tokens: int) -> dict[str, list[float]] | None:
     """Milliseconds from each step's end to when the host read its tokens (``read_s``), by the
     kind of the next step; None for a record without the column (or written before it: zeros)."""
-    st = read_steps(run / "steps.csv", ("start_s", "step_s", "prefill_tokens", "verify_tokens"), optional=("read_s",))
-    if st.read_s is None or len(st) < 2 or not st.read_s.any():
+    st = read_steps(run / "steps.csv", ("start_s", "step_s", "prefill_tokens", "verify_tokens", "read_s"))
+    if len(st) < 2 or not st.read_s.any():
         return None
-    eager = (st.prefill_tokens > 0) & (st.prefill_tokens + st.verify_tokens > graph_tokens)
-    wait = (st.read_s - st.start_s - st.step_s) * 1e3
+    eager, wait = _eager(st, graph_tokens), (st.read_s - st.start_s - st.step_s) * 1e3
     return {k: wait[:-1][eager[1:] == (k == "eager")].tolist() for k in KINDS}
 
 

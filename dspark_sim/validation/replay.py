@@ -24,8 +24,7 @@ def step_replay(run_dir: Path, speculation: Speculation, cost) -> dict | None:
     present = read_steps(run_dir / "steps.csv", (), optional=STEP_COLUMNS)
     if any(getattr(present, c) is None for c in WORK_COLUMNS) or not len(present):
         return None
-    rows = read_steps(run_dir / "steps.csv", REPLAY_COLUMNS + WORK_COLUMNS + ("start_s",), optional=("prefill_longest",))
-    longest = rows.prefill_longest if rows.prefill_longest is not None else np.zeros(len(rows))  # 0: the mean chunk
+    rows = read_steps(run_dir / "steps.csv", REPLAY_COLUMNS + WORK_COLUMNS + ("start_s", "prefill_longest"))
     kind = speculation.draft_kind
     duty = duty_column(rows.start_s, rows.step_s, rows.prefill_tokens, *duty_terms(cost))
     out = {"decode": [], "mixed": [], "prefill": [], "sched": []}
@@ -34,7 +33,7 @@ def step_replay(run_dir: Path, speculation: Speculation, cost) -> dict | None:
         draft = DraftWork(kind, dec, speculation.block_size, ctx) if dec and kind else None
         work = StepWork(dec, int(rows.verify_tokens[i]), ctx, int(rows.prefill_tokens[i]), int(rows.prefill_reqs[i]),
                         float(rows.prefill_attn_tokens2[i]), draft, int(rows.decode_max_context[i]), running,
-                        prefill_duty=duty[i], prefill_longest=int(longest[i]))
+                        prefill_duty=duty[i], prefill_longest=int(rows.prefill_longest[i]))
         parts = cost.breakdown(work)
         sched, real_sched = parts.pop("sched_s", 0.0), float(rows.sched_s[i])
         real = float(rows.step_s[i]) - real_sched

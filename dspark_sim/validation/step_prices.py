@@ -31,8 +31,7 @@ def priced_steps(steps: Path, speculation, cost) -> tuple[StepColumns, np.ndarra
     what the profile prices it at, seconds ``[S]`` each: the whole step at the prefill duty it had
     in the run (:mod:`dspark_sim.cost.hot`), the drafter's part, and the whole step without the
     power-limit term (the same but for prompt steps at a duty)."""
-    r = read_steps(steps, COLUMNS + WORK_COLUMNS + ("start_s",), optional=("prefill_longest",))
-    longest = r.prefill_longest if r.prefill_longest is not None else np.zeros(len(r))  # 0: the mean chunk
+    r = read_steps(steps, COLUMNS + WORK_COLUMNS + ("start_s", "prefill_longest"))
     kind, whole, draft, cool = speculation.draft_kind, [], [], []
     duty = duty_column(r.start_s, r.step_s, r.prefill_tokens, *duty_terms(cost))
     for i in range(len(r)):
@@ -41,7 +40,7 @@ def priced_steps(steps: Path, speculation, cost) -> tuple[StepColumns, np.ndarra
                         float(r.prefill_attn_tokens2[i]),
                         DraftWork(kind, dec, speculation.block_size, ctx) if dec and kind else None,
                         int(r.decode_max_context[i]), int(r.running_reqs[i]), prefill_duty=duty[i],
-                        prefill_longest=int(longest[i]))
+                        prefill_longest=int(r.prefill_longest[i]))
         parts = cost.breakdown(work)
         whole.append(sum(parts.values()))
         draft.append(parts.get("draft_s", 0.0))
@@ -51,9 +50,8 @@ def priced_steps(steps: Path, speculation, cost) -> tuple[StepColumns, np.ndarra
 
 def mixed_term_s(real: StepColumns, cost) -> np.ndarray:
     """Per step, the seconds the profile's mixed-step term adds (decode rows beside prompt chunks)."""
-    longest = real.prefill_longest if real.prefill_longest is not None else np.zeros(len(real))
     added = cost.profile.target.mixed_attn(real.decode_reqs.astype(float), real.prefill_tokens.astype(float),
-                                           real.prefill_reqs.astype(float), ARRAY, longest)
+                                           real.prefill_reqs.astype(float), ARRAY, real.prefill_longest)
     return np.broadcast_to(np.asarray(added, float), (len(real),))
 
 
