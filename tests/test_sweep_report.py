@@ -7,7 +7,7 @@ import pytest
 
 from dspark_sim.run import run_scenario
 from dspark_sim.scenario import load_scenario
-from dspark_sim.validation import sweep_page, sweep_report
+from dspark_sim.validation import spread, sweep_page, sweep_report
 
 SWEEPS = Path(__file__).resolve().parents[1] / "profiles" / "h200" / "validation" / "sweeps"
 
@@ -59,5 +59,23 @@ def test_a_visit_of_archives_is_compared_case_by_case(tmp_path):
     assert set(data["levels"]) == {"0.3", "1.5"}
     for level in data["levels"].values():
         assert abs(level["metrics"]["output_throughput"]["mean_signed"]) < 0.01
+    # every step 1 % slower: past saturation the queue grows faster, the TTFT by more than 1 %
+    carried = data["carry"]["1.5"]
+    assert carried["mean_ttft_ms"]["median"] > 1.0 and carried["output_throughput"]["median"] < 0
     text = sweep_page.markdown(data, "made by hand", tmp_path)
     assert "| 1.5x | 1 |" in text and "## The best method at each load" in text
+    assert "## What the goals ask of step prices" in text
+
+
+def test_the_decoder_against_itself_pairs_only_runs_of_two_visits():
+    keys = ("output_throughput", "p50_tpot_ms", "mean_ttft_ms")
+    head = [_row("sw-chat-120-mixed", m, dict.fromkeys(keys, 0.0), dict.fromkeys(keys, 100.0))
+            for m in ("none", "dspark")]
+    other = [_row("sw-chat-120-mixed", m, dict.fromkeys(keys, 0.0), dict.fromkeys(keys, v))
+             for m, v in (("none", 104.0), ("dspark", 98.0))]
+    for r in other:
+        r["real_run"] = "w"
+    other[1]["real_run"] = "v"  # the same visit's run on both sides: no pair
+    cells = spread.host_to_host(head, other)["1.2"]
+    assert cells["mean_ttft_ms"]["points"] == 1
+    assert cells["mean_ttft_ms"]["mean_signed"] == pytest.approx(0.04)

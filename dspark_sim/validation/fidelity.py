@@ -61,10 +61,11 @@ def trace_of_run(run_dir: Path, path: Path, source: Path | None = None) -> int:
 
 
 def compare_cases(cases_dir: Path, real_roots: list[Path], out_root: Path, *, quiet: bool = False,
-                  plots: bool = True) -> list[dict]:
+                  plots: bool = True, cost_scale: float = 1.0) -> list[dict]:
     """Simulate every case of ``cases_dir`` that has a decoder run (the first of ``real_roots``
     holding it), on the exact requests that run served; both runs, plots and scenario under
-    ``out_root/runs/<case>``. One row per case: its metrics' errors and its step replay."""
+    ``out_root/runs/<case>``. One row per case: its metrics' errors and its step replay.
+    ``cost_scale``: every profiled step time times this (a sensitivity, :mod:`.spread`)."""
     cost = get_cost_model(get_gpu(GPU).name, MODEL, warn=False)
     rows = []
     for path in sorted(cases_dir.glob("*__*.yaml")):
@@ -75,7 +76,7 @@ def compare_cases(cases_dir: Path, real_roots: list[Path], out_root: Path, *, qu
                 print(f"{case}: no real run", flush=True)
             continue
         with atomic_dir(out_root / "runs" / case) as tmp:
-            metrics, prefix = _simulate_case(path, real_dir, cases_dir, tmp, plots)
+            metrics, prefix = _simulate_case(path, real_dir, cases_dir, tmp, plots, cost_scale)
         rows.append(_row(case, real_dir, metrics, cost))
         if prefix is not None:
             rows[-1]["prefix_hit"] = prefix
@@ -86,7 +87,7 @@ def compare_cases(cases_dir: Path, real_roots: list[Path], out_root: Path, *, qu
     return rows
 
 
-def _simulate_case(path: Path, real_dir: Path, cases_dir: Path, tmp: Path, plots: bool):
+def _simulate_case(path: Path, real_dir: Path, cases_dir: Path, tmp: Path, plots: bool, cost_scale: float = 1.0):
     """The case simulated into ``tmp/sim`` beside a copy of the real run: ``(the metrics' errors,
     the share of prompt tokens read from the prefix cache {"real", "sim"} or None for a trace
     without prefixes)``."""
@@ -98,6 +99,8 @@ def _simulate_case(path: Path, real_dir: Path, cases_dir: Path, tmp: Path, plots
     else:
         trace_of_run(real_dir, tmp / "trace.csv")
         scenario["workload"]["trace"] = "trace.csv"
+    if cost_scale != 1.0:
+        scenario["cost_scale"] = cost_scale
     (tmp / "scenario.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False))
     # the table the decoder scheduled from (kept with its runs), else the case's
     table = real_dir.parent / "sps_dspark.json"

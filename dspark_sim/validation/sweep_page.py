@@ -1,7 +1,7 @@
 """docs/validation_sweeps.md from ``sweep_errors.json`` (:mod:`.sweep_report`)."""
 from __future__ import annotations
 
-from dspark_sim.validation import reads, step_prices
+from dspark_sim.validation import reads, spread, step_prices
 from dspark_sim.validation.report import case_table, host_line, replay_cell, run_notes
 from dspark_sim.validation.sweep_report import LEVEL_GOALS, MARGIN, SHOWN, SIGNED_GOAL
 
@@ -28,7 +28,8 @@ def markdown(data: dict, made_by: str, real_root=None) -> str:
              "Goals at every level, over its points: " + ", ".join(
                  f"{k} median <= {g[0]:.0%}, p90 <= {g[1]:.0%}" for k, g in LEVEL_GOALS.items())
              + f"; the mean signed error of each within +-{SIGNED_GOAL:.0%}.", ""]
-    lines += _levels(data["levels"]) + [""] + _best(data["best"]) + ["", "## Each case", ""] + case_table(data["cases"], SHOWN)
+    lines += _levels(data["levels"]) + [""] + spread.markdown(data) + _best(data["best"]) + ["", "## Each case", ""] \
+        + case_table(data["cases"], SHOWN)
     lines += ["", "## What went into the steps past saturation", "",
               "The levels past saturation, real against simulated (`steps.csv`, each side's own run): steps, "
               "prompt-only / mixed / decode-only steps, mean decoding requests, verify and prompt tokens a step, "

@@ -28,6 +28,7 @@ from dspark_sim.validation.cases import CASE_METHODS, GPU, MODEL
 from dspark_sim.validation.fidelity import compare_cases
 from dspark_sim.validation.lockstep import STEP_COLUMNS, composition
 from dspark_sim.validation.reads import first_reads, step_reads
+from dspark_sim.validation.spread import KEYS as CARRIED, STEP, carry, host_to_host
 from dspark_sim.validation.step_prices import attribution
 from dspark_sim.validation.sweeps import LEVELS, level_of
 
@@ -60,14 +61,21 @@ def unpack(visit: Path, into: Path) -> Path:
     return out
 
 
-def sweep_rows(cases_dir: Path, visits: list[Path]) -> tuple[list[dict], dict]:
+def sweep_rows(cases_dir: Path, visits: list[Path], scaled: bool = False) -> tuple[list[dict], dict]:
     """Every sweep case of ``visits`` (the first holding it wins) compared with the simulator,
-    each row with its family, level and batching; and the provenance of the first run."""
+    each row with its family, level and batching; and the provenance of the first run.
+    ``scaled``: each case simulated again with every step time ``x (1 + STEP)``, its metrics
+    in ``r["scaled"]`` (:func:`.spread.carry`)."""
     import json
 
     with tempfile.TemporaryDirectory() as tmp:
         roots = [unpack(Path(v), Path(tmp) / f"v{i}") for i, v in enumerate(visits)]
         rows = compare_cases(cases_dir, roots, Path(tmp) / "out", quiet=True, plots=False)
+        if scaled:
+            again = {r["case"]: r for r in compare_cases(cases_dir, roots, Path(tmp) / "scaled", quiet=True,
+                                                         plots=False, cost_scale=1.0 + STEP)}
+            for r in rows:
+                r["scaled"] = {k: m["sim"] for k, m in again[r["case"]]["metrics"].items() if k in CARRIED}
         cost = get_cost_model(get_gpu(GPU).name, MODEL, warn=False)
         for r in rows:
             runs = Path(tmp) / "out" / "runs" / r["case"]
@@ -134,11 +142,14 @@ def best_methods(rows: list[dict]) -> list[dict]:
 def report(cases_dir: Path, visits: list[Path], replicate: list[Path] | None = None) -> dict:
     """What ``sweep_errors.json`` holds: provenance, the level summaries, the best methods and
     every case (and the same for a replicate's visits)."""
-    def part(paths):
-        rows, prov = sweep_rows(cases_dir, paths)
+    def part(paths, scaled=False):
+        rows, prov = sweep_rows(cases_dir, paths, scaled)
         return {"visits": [Path(v).name for v in paths], "provenance": prov, "levels": level_summary(rows),
                 "best": best_methods(rows), "cases": rows}
-    out = {"goals": {"levels": LEVEL_GOALS, "mean_signed": SIGNED_GOAL, "best_margin": MARGIN}, **part(visits)}
+    out = {"goals": {"levels": LEVEL_GOALS, "mean_signed": SIGNED_GOAL, "best_margin": MARGIN},
+           **part(visits, scaled=True)}
+    out["carry"] = carry(out["cases"])
     if replicate:
         out["replicate"] = part(replicate)
+        out["host_to_host"] = host_to_host(out["cases"], out["replicate"]["cases"])
     return out
