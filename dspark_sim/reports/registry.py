@@ -152,6 +152,12 @@ def engine_roofline() -> str:
     return engine_roofline_block(_json(ROOT / "docs" / "external.json"))
 
 
+def projection_check() -> str:
+    from dspark_sim.profiling.projection_check import block_text
+
+    return block_text(ROOT / "profiles")
+
+
 def gpu_specs() -> str:
     from dspark_sim.reports.gpus import gpu_spec_block
 
@@ -210,6 +216,7 @@ BLOCKS = {
     ("docs/kernels.md", "kernel_bench"): kernel_bench,
     ("docs/profiles.md", "held-out"): held_out,
     ("docs/profiles.md", "gpu-specs"): gpu_specs,
+    ("docs/profiles.md", "projection-check"): projection_check,
     ("docs/profiles.md", "sustained"): sustained,
     ("docs/profiles.md", "mixed-steps"): mixed_steps,
     ("docs/profiles.md", "spread-steps"): spread_steps,
