@@ -144,7 +144,7 @@ class AcceptanceModel:
     def accept_words(self, p_true: np.ndarray, num_drafts: np.ndarray, words: np.ndarray) -> np.ndarray:
         """:meth:`accept` of K steps from the words its K calls would draw: p_true [K, R, block_size],
         num_drafts [K, R], words uint64 [K, R * block_size] -> int64 [K, R]."""
-        uniform = (words >> np.uint64(11)) * _DOUBLE_UNIT  # how numpy's ``random`` makes a double
+        uniform = (words >> _ELEVEN) * _DOUBLE_UNIT  # how numpy's ``random`` makes a double
         return accepted_drafts(uniform.reshape(p_true.shape) < p_true, num_drafts)
 
 
@@ -156,6 +156,7 @@ def accepted_drafts(ok: np.ndarray, num_drafts) -> np.ndarray:
 
 
 _DOUBLE_UNIT = 1.0 / 9007199254740992.0  # 2**-53
+_ELEVEN = np.uint64(11)  # the bits a double's 53-bit mantissa leaves of a word
 
 
 # Accepted-prefix length by bit pattern: the rows of ``ok`` become integers (bit k = draft k+1

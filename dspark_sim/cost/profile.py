@@ -10,6 +10,7 @@ import math
 import warnings
 from dataclasses import replace
 from importlib import resources
+from itertools import repeat
 from pathlib import Path
 
 import numpy as np
@@ -260,26 +261,21 @@ class ProfileCost:
         of N, or one number where the N steps share their batch shape)."""
         values = [getattr(works, name) for name in FIXED_KEYS]
         arrays = [i for i, v in enumerate(values) if isinstance(v, np.ndarray)]
-        kind, column = works.draft_kind, values[arrays[0]] if arrays else None
-        if arrays and all(values[i] is column for i in arrays) and column.min() == column.max():
-            for i in arrays:  # one value after all: the N steps share their batch shape
-                values[i] = column[0].item()
-            arrays = []
+        kind = works.draft_kind
         if not arrays:
             out = list(self._fixed(kind, tuple(values)))
-        elif all(values[i] is column for i in arrays):  # one varying column: its distinct values
-            distinct, where = np.unique(column, return_inverse=True)  # a stretch's steps repeat a few
-            rows = []
-            for value in distinct.tolist():
-                for i in arrays:
-                    values[i] = value
-                rows.append(self._fixed(kind, tuple(values)))
-            out = list(np.array(rows, dtype=np.float64)[where].T)
-        else:
-            columns = [v.tolist() if isinstance(v, np.ndarray) else [v] * len(works) for v in values]
-            out = list(np.array([self._fixed(kind, key) for key in zip(*columns)], dtype=np.float64).T)
+        else:  # a stretch's steps repeat a few batch shapes: each distinct one looked up once
+            size = len(works)
+            columns = [v.tolist() if isinstance(v, np.ndarray) else repeat(v, size) for v in values]
+            shapes: dict[tuple, int] = {}
+            where = [shapes.setdefault(key, len(shapes)) for key in zip(*columns)]
+            if len(shapes) == 1 and all(values[i] is values[arrays[0]] for i in arrays):
+                out = list(self._fixed(kind, next(iter(shapes))))  # one column of one value: one number
+            else:
+                rows = np.array([self._fixed(kind, key) for key in shapes], dtype=np.float64)
+                out = list(rows[where].T)
         for i in range(8, len(out)):  # a factor the profile lacks is None
-            if np.isnan(out[i] if np.isscalar(out[i]) else out[i][0]):
+            if math.isnan(out[i] if isinstance(out[i], float) else out[i][0]):
                 out[i] = None
         return out
 

@@ -296,16 +296,16 @@ class Replica:
         steps = c.num_steps[:n]
         if step.num_dec:
             generated = c.generated[:n]
+            left = c.output_tokens[dec] - generated[dec]
             if step.p_true is not None:
                 drafts = step.verify_len - 1
                 accepted = step.ahead.accept(self) if step.ahead is not None else \
                     self.ctx.acceptance.accept(step.p_true, drafts, self.rng)
                 new = accepted + 1
                 c.verified_drafts[dec] += drafts  # (dec indexes the first n rows)
+                np.minimum(new, left, out=new)
             else:
-                new = np.ones(step.num_dec, dtype=np.int64)
-            left = c.output_tokens[dec] - generated[dec]
-            np.minimum(new, left, out=new)
+                new = np.minimum(left, 1)  # a token each
             if step.p_true is not None:  # accepted drafts that were emitted (a last step may accept more)
                 c.accepted_tokens[dec] += new - 1
                 if (done := new == left).any():  # the next plan could not know

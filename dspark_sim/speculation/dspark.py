@@ -153,6 +153,20 @@ def _ones(width: int) -> np.ndarray:
 _ONES: dict[int, np.ndarray] = {}
 
 
+def _arange(size: int) -> np.ndarray:
+    """int64 0 .. size - 1, read-only, made once per size."""
+    values = _ARANGE.get(size)
+    if values is None:
+        if len(_ARANGE) > 4096:
+            _ARANGE.clear()
+        values = _ARANGE[size] = np.arange(size)
+        values.flags.writeable = False
+    return values
+
+
+_ARANGE: dict[int, np.ndarray] = {}
+
+
 def algorithm1(survival: np.ndarray, sps: SpsFn, limits: VerifyLimits) -> tuple[np.ndarray, int]:
     """Paper Algorithm 1: admit by survival, stop at the first admission that does not raise Theta."""
     cands = candidates(survival, limits)
@@ -252,7 +266,7 @@ def theta_many(ranks: Ranked, num_reqs: int, sps: SpsFn, limits: VerifyLimits) -
     first = num_reqs + ranks.forced_total
     cum *= rates_row(sps, num_reqs, first, width + 1, limits)[:width + 1]
     if not ranks.full and ranks.count.min() < width:
-        cum[np.arange(width + 1) > ranks.count[:, None]] = -np.inf
+        cum[_arange(width + 1) > ranks.count[:, None]] = -np.inf
     return cum
 
 
@@ -270,8 +284,9 @@ def _stacked(ranks: Ranked | None, cands: list[Candidates], forced_total: int) -
     """The steps of ``ranks`` (None: none) and then ``cands``, one row each, padded to one width
     (for Theta alone: a row's places past its count are none of its candidates)."""
     own = 0 if ranks is None else ranks.count.size
-    count = np.array([c.survival.size for c in cands])
-    width = max(int(count.max()), 0 if ranks is None else ranks.survival.shape[1])
+    sizes = [c.survival.size for c in cands]
+    width = max(max(sizes), 0 if ranks is None else ranks.survival.shape[1])
+    count = np.array(sizes)
     survival = np.zeros((own + len(cands), width))
     tau = np.empty(own + len(cands))
     for i, c in enumerate(cands, own):
@@ -288,9 +303,11 @@ def verify_lengths_many(ranks: Ranked, budget: np.ndarray) -> np.ndarray:
     """:func:`verify_lengths` of every step, int64 [K, R]: each request's pairs above the step's
     ``budget``-th survival, and of the pairs equal to it as many as fit, in request order."""
     steps, num_reqs, width = ranks.pairs.shape
-    taken = budget > 0
-    last = np.where(taken, ranks.survival[np.arange(steps), np.maximum(budget - 1, 0)], np.inf)[:, None, None]
-    ones = np.ones(width, dtype=np.int64)  # a row's count as a product: faster than sum(axis=-1)
+    last = ranks.survival[_arange(steps), budget - 1]  # (a budget of 0 reads the last place: none taken)
+    if not budget.all():
+        last[budget == 0] = np.inf
+    last = last[:, None, None]
+    ones = _ones(width)  # a row's count as a product: faster than sum(axis=-1)
     counts = (ranks.pairs >= last) @ ones
     if (counts.sum(axis=1) != budget).any():  # more pairs equal to the last than fit (mostly: the last alone)
         counts = (ranks.pairs > last) @ ones
@@ -298,7 +315,10 @@ def verify_lengths_many(ranks: Ranked, budget: np.ndarray) -> np.ndarray:
         ties = budget - counts.sum(axis=1)  # taken among the pairs equal to the last, per step
         order = tied.reshape(steps, -1).cumsum(axis=1).reshape(tied.shape)  # in request order
         counts += (tied & (order <= ties[:, None, None])) @ ones
-    return 1 + ranks.forced_reqs + counts
+    if ranks.forced_total:
+        counts += ranks.forced_reqs
+    counts += 1
+    return counts
 
 
 def algorithm1_many(survival: np.ndarray, sps: SpsFn, limits: VerifyLimits) -> tuple[np.ndarray, np.ndarray]:
