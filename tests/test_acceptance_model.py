@@ -283,3 +283,26 @@ def test_k_acceptance_steps_are_k_calls(cfg, n, block_size, steps):
     for k, (wp, wc, wa) in enumerate(want):
         assert np.array_equal(p[k], wp) and np.array_equal(c[k], wc) and np.array_equal(accepted[k], wa)
     assert many.bit_generator.state == one.bit_generator.state
+
+
+@pytest.mark.parametrize("cfg", [AcceptanceConfig(), AcceptanceConfig(fixed_accept_prob=0.7)], ids=["sts", "fixed"])
+@pytest.mark.parametrize("n,ghosts,block_size,steps", [(1, 1, 7, 4), (4, 2, 7, 9), (9, 1, 3, 1), (2, 3, 16, 5)])
+def test_a_first_step_of_more_rows_then_k_steps_are_their_calls(cfg, n, ghosts, block_size, steps):
+    # an overlapping engine's step after a finish draws for the ghost rows too, the steps after it not
+    model = AcceptanceModel(cfg, "qwen3-8b")
+    rng = np.random.default_rng(3)
+    domain = rng.integers(0, 3, n + ghosts).astype(np.int8)
+    difficulty = model.new_requests(domain, rng)
+    one = np.random.default_rng(9)
+    want = [model.step(difficulty, domain, block_size, one)]
+    want += [model.step(difficulty[:n], domain[:n], block_size, one) for _ in range(steps - 1)]
+    many = np.random.default_rng(9)
+    first = many.bit_generator.random_raw(model.step_words(n + ghosts, block_size))
+    noise = model.step_words(n, block_size)
+    words = many.bit_generator.random_raw((steps - 1) * noise).reshape(steps - 1, noise)
+    p, c = model.steps_after(difficulty, domain, block_size, first, words, n)
+    assert p.shape == c.shape == (steps, n + ghosts, block_size)
+    for k, (wp, wc) in enumerate(want):
+        rows = slice(None) if k == 0 else slice(0, n)
+        assert np.array_equal(p[k, rows], wp) and np.array_equal(c[k, rows], wc)
+    assert many.bit_generator.state == one.bit_generator.state

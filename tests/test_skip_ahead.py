@@ -180,8 +180,8 @@ def test_the_stretches_skip_most_steps(monkeypatch, tmp_path):
 @pytest.mark.parametrize("method", ["production", "algorithm1", "static"])
 def test_drafting_stretches_run_through_finishes(method, overlap, monkeypatch, tmp_path):
     # with nobody waiting a stretch with drafts draws a segment after each finish; an engine that
-    # overlaps its steps decodes the unsure finishes once more in the next step, a segment of one
-    # step with their ghost rows; drawn here with no regard for the next arrival, a stretch is cut
+    # overlaps its steps decodes the unsure finishes once more in the next step, the first of the next
+    # segment, with their ghost rows; drawn here with no regard for the next arrival, a stretch is cut
     # back into an earlier segment: the policy's state and the random stream go back there, and
     # the numbers stay step-by-step mode's
     from dspark_sim.serving import stretch
@@ -206,6 +206,34 @@ def test_drafting_stretches_run_through_finishes(method, overlap, monkeypatch, t
     assert any(segments > 2 for segments, _ in cuts)
     assert any(segments > 1 and earlier for segments, earlier in cuts)
     assert any(ghost_steps) == overlap
+
+
+@pytest.mark.parametrize("min_verify_len,seed,requests", [(1, 3, 40), (3, 0, 80)])
+def test_a_stretch_cut_in_a_segment_that_starts_with_ghost_rows(min_verify_len, seed, requests, monkeypatch,
+                                                                tmp_path):
+    # the step after a finish (the ghost rows beside the requests left) is drawn and planned for more
+    # rows than the steps after it, in one draw: cut at that step, or after it, the policy's state
+    # (the production scheduler's lagged candidates) and the random stream go back to where step by
+    # step leaves them, and the step after the stretch, drawn with it, is taken as drawn
+    from dspark_sim.serving import stretch
+
+    draw = stretch.steps_to_draw
+    monkeypatch.setattr(stretch, "steps_to_draw", lambda left, to_arrival_s, step_s, *rest:
+                        draw(left, math.inf, 0.0, *rest))
+    cuts, keep = [], stretch.Segments.keep
+
+    def spy(self, taken):
+        i = int(np.searchsorted(self.starts, taken, side="right")) - 1 if taken else 0
+        cuts.append((self.draws[i][0].head, taken - self.starts[i], len(self.draws) - 1 - i))
+        keep(self, taken)
+
+    monkeypatch.setattr(stretch.Segments, "keep", spy)
+    sc = scenario("production", seed=seed, requests=requests, overlap=True)
+    sc = replace(sc, speculation=replace(sc.speculation, min_verify_len=min_verify_len))
+    assert_identical(sc, tmp_path)
+    assert any(head and not step for head, step, _ in cuts)  # at the ghost rows' step
+    assert any(head and step > 1 for head, step, _ in cuts)  # past it
+    assert any(head and later for head, _, later in cuts)  # into an earlier segment
 
 
 # -- the pieces a stretch is made of ---------------------------------------------------------------

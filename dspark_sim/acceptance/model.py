@@ -113,6 +113,22 @@ class AcceptanceModel:
         z = noise_from_words(words, (2 * block_size + 1) * n).reshape(k, 2 * block_size + 1, n)
         return self.probs(difficulty, domain_idx, block_size, z)
 
+    def steps_after(self, difficulty: np.ndarray, domain_idx: np.ndarray, block_size: int, first: np.ndarray,
+                    words: np.ndarray, num_reqs: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`steps` of a first step that draws for all R' rows of ``difficulty`` (its words
+        ``first``, uint64 [step_words(R', block_size)]) and K - 1 steps after it that draw for the
+        first ``num_reqs`` (``words``, uint64 [K - 1, step_words(num_reqs, block_size)]): (p_true,
+        conf), float64 [K, R', block_size], the later steps' last R' - num_reqs rows none of the
+        model's (noise 0)."""
+        rows, k, width = len(difficulty), words.shape[0] + 1, 2 * block_size + 1
+        if self.cfg.fixed_accept_prob is not None:
+            p = np.full((k, rows, block_size), self.cfg.fixed_accept_prob)
+            return p, p.copy()
+        z = np.zeros((k, width, rows))
+        z[0] = noise_from_words(first, width * rows).reshape(width, rows)
+        z[1:, :, :num_reqs] = noise_from_words(words, width * num_reqs).reshape(k - 1, width, num_reqs)
+        return self.probs(difficulty, domain_idx, block_size, z)
+
     def probs(self, difficulty: np.ndarray, domain_idx: np.ndarray, block_size: int,
               z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(p_true, conf) [..., R, block_size] from standard noise ``z`` [..., 2 block_size + 1, R]

@@ -125,7 +125,7 @@ def decode_rows(rep, cols: TableColumns, dec, kv_tokens: np.ndarray, ghosts: Gho
 
 def planned_rows(rep, cols: TableColumns, dec, num_dec: int, kv_tokens: np.ndarray, ghosts: Ghosts | None, ahead):
     """``(the decode rows of replica rep's step, the drawn step it took or None)``: ``ahead``, the
-    step drawn with the stretch before (:class:`~dspark_sim.serving.stretch.Ahead`), where the same
+    step drawn with the stretch before (:class:`~dspark_sim.serving.draw.Ahead`), where the same
     requests decode in it and no ghost row joins them; else :func:`decode_rows` draws them now.
     ``cols``: the running table's columns (``rid``, ``difficulty`` and ``domain`` read)."""
     drafts = rep.policy.block_size_for(num_dec) if num_dec else 0

@@ -86,7 +86,7 @@ class Replica:
         self.duty = PrefillDuty(getattr(ctx.cost, "hot_window_s", 0.0))  # prompt steps' recent share (cost.hot)
         self.decode_hot = getattr(ctx.cost, "decode_hot", None)  # decode steps after prompt steps (cost.hot)
         self._decoded = [0, 0]  # tokens decoding requests emitted, request-steps they took
-        self._ahead = None  # the step after the last stretch, drawn with it (stretch.Ahead)
+        self._ahead = None  # the step after the last stretch, drawn with it (draw.Ahead)
         self._wake = env.event()
         self.busy_until_s = -math.inf  # the end of the step or stretch the loop waits for (-inf: it waits for work)
         self.process = env.process(self._loop())

@@ -22,7 +22,7 @@ class PlannedStep:
     ``dec``: the decoding requests (a slice or indices into the running table); ``pre``: the
     prefilling ones (indices; None: none) and their ``chunk`` of tokens; ``verify_len [R]`` and
     ``p_true [R, drafts]`` of the decoding requests (None without drafts); ``ahead``: the step
-    drawn with the stretch before, where the step took it (:class:`~.stretch.Ahead`);
+    drawn with the stretch before, where the step took it (:class:`~.draw.Ahead`);
     ``kv_needed``: the KV tokens the step holds; ``work``: its
     :class:`~dspark_sim.cost.base.StepWork`, priced ``step_s`` (of which ``draft_s`` and
     ``sched_s``); ``evicted_blocks``: prefix-cache blocks evicted to make room for it.

@@ -13,8 +13,8 @@ blocks; the random stream is set back to where the steps taken leave it. With no
 waiting a finish changes nothing but the batch size, and the stretch runs on past it:
 without drafts (nothing random) in the same arrays, with drafts in a new segment drawn for
 the requests left, from where the stream stands after the finish, as the next step draws
-(an overlapping engine's next step, with its ghost rows, :mod:`.inflight`, is a segment of its
-own). The numbers are those of step-by-step mode, bit for bit.
+(an overlapping engine's next step, with its ghost rows, :mod:`.inflight`, is the first of that
+segment, drawn for more rows, :mod:`.draw`). The numbers are those of step-by-step mode, bit for bit.
 """
 from __future__ import annotations
 
@@ -25,11 +25,11 @@ import numpy as np
 
 from dspark_sim.cost.base import StepWorks
 from dspark_sim.cost.hot import stretch_times
+from dspark_sim.serving.draw import PERIOD, Ahead, Draw
 from dspark_sim.serving.inflight import Ghosts
 
 MAX_STEPS = 512  # steps drawn at once, at most
 MAX_DRAWS = 1 << 17  # request-positions drawn at once, at most (K * R * max(block_size, 1))
-_PERIOD = 1 << 128  # of PCG64, numpy's default bit generator (a replica's)
 
 
 @dataclass(frozen=True)
@@ -122,8 +122,8 @@ def _drafting(rep, n: int, block_size: int, left, kv0, generated, stop_s: float,
     to release) a finish only shrinks the batch, and the next segment is drawn for the rest
     from where the random stream stands after it, as the next step would draw it. An engine
     that overlaps its steps decodes the unsure finishes once more in the step after them
-    (serving/inflight.py): that step is a segment of one step, with the ghost rows beside the
-    requests left (the first segment, where the step in flight left ghosts). Otherwise, or
+    (serving/inflight.py): that step is the next segment's first, with the ghost rows beside the
+    requests left (the first segment's, where the step in flight left ghosts). Otherwise, or
     where the drafter's block size would change, the stretch ends at the first finish."""
     through = not rep.waiting and not rep.prefix.chains
     ghosts = rep.inflight.ghosts
@@ -137,14 +137,14 @@ def _drafting(rep, n: int, block_size: int, left, kv0, generated, stop_s: float,
     live = np.arange(n)
     left_live = left.copy()
     while True:
-        draw = _Draw(rep, 1 if ghosts else steps, live.size, block_size, difficulty[live], domain[live], ghosts)
+        draw = Draw(rep, steps, live.size, block_size, difficulty[live], domain[live], ghosts)
         new = draw.accepted + 1
         cum = new.cumsum(axis=0)  # tokens each request emitted after step k
         done = (cum >= left_live).any(axis=1)
         first = int(done.argmax())
         taken = first + 1 if done[first] else draw.steps
         segments.add(draw, taken, live, new, cum, left_live, ghosts)
-        if not done[first] and not ghosts or done[first] and not through:
+        if not done[first] or not through:
             break  # drawn to its end, or a finish a waiting request may follow
         finished = cum[taken - 1] >= left_live
         ghosts = _unsure(rep, live, finished, left_live - (cum[taken - 2] if taken > 1 else 0), kv0 + left,
@@ -217,15 +217,14 @@ class Segments:
 
     def __init__(self, rep, n: int):
         self.rep, self.n = rep, n
-        self.draws, self.starts, self.lives, self.states = [], [], [], []
+        self.draws, self.starts, self.lives = [], [], []
         self.steps = 0  # steps the segments take, all together
         self.runs = np.full(n, MAX_STEPS + 1)  # the steps after which each request finishes
         self.parts: list[tuple] = []
         self.ghosts: list[tuple[int, Ghosts, int]] = []  # (step, its ghost rows, their verify tokens)
 
     def add(self, draw, taken: int, live, new, cum, left, ghosts: Ghosts | None = None) -> None:
-        """Keep the first ``taken`` steps of ``draw`` (with its one step's ``ghosts``, if any)."""
-        self.states.append(draw.state)
+        """Keep the first ``taken`` steps of ``draw`` (with its first step's ``ghosts``, if any)."""
         if ghosts:
             self.ghosts.append((self.steps, ghosts, int(draw.ghost_verify[0])))
         draw.keep(taken)
@@ -286,12 +285,11 @@ class Segments:
         draw, kept = self.draws[i]
         if start + kept == taken and i == len(self.draws) - 1:
             return  # all the steps kept run
-        self.rep.policy.restore(self.states[i])
-        self.rep.policy.commit(taken - start)
+        draw.rewind(taken - start)
         # the stream stands where the last segment left it: back to where step ``taken`` leaves it
-        later = sum(d.per_step * k for d, k in self.draws[i + 1:]) + draw.per_step * (kept - (taken - start))
+        later = sum(d.words(k) for d, k in self.draws[i + 1:]) + draw.words(kept) - draw.words(taken - start)
         if later:
-            self.rep.rng.bit_generator.advance(_PERIOD - later)
+            self.rep.rng.bit_generator.advance(PERIOD - later)
 
 
 def _finish(rep, steps: int, taken: int, decode: np.ndarray | int, kv, verify, budget, block_size: int,
@@ -335,62 +333,6 @@ def _finish(rep, steps: int, taken: int, decode: np.ndarray | int, kv, verify, b
     zero = np.zeros(taken)
     parts = {"draft_s": parts.get("draft_s", zero)[k], "sched_s": parts.get("sched_s", zero)[k]}
     return (times[:taken + 1], taken, step_s[k], parts, kv_needed[k], context[k], works.decode_max_context[k])
-
-
-class _Draw:
-    """The random part of K steps: verify lengths, budgets and accepted drafts. With ``ghosts``
-    (one step), the ghost rows' confidences are drawn and planned after the requests', as the
-    step's decode rows (serving/inflight.py), and accept nothing."""
-
-    def __init__(self, rep, steps: int, n: int, block_size: int, difficulty, domain, ghosts: Ghosts | None = None):
-        self.rep, self.steps = rep, steps
-        acc = rep.ctx.acceptance
-        rows = n + (len(ghosts) if ghosts else 0)
-        if rows > n:
-            difficulty, domain = np.concatenate((difficulty, ghosts.difficulty)), np.concatenate((domain, ghosts.domain))
-        self.noise = noise = acc.step_words(rows, block_size)
-        self.per_step = noise + n * block_size
-        words = rep.rng.bit_generator.random_raw(steps * self.per_step).reshape(steps, self.per_step)
-        p_true, conf = acc.steps(difficulty, domain, block_size, words[:, :noise])
-        verify_len, self.budget, self.state = rep.policy.plan_segment(conf, steps, rows)
-        self.p_true, self.verify_len = (p_true[:, :n], verify_len[:, :n]) if rows > n else (p_true, verify_len)
-        self.ghost_verify = verify_len[:, n:].sum(axis=1) if rows > n else None
-        self.planned = rep.policy.planned()
-        self.accepted = acc.accept_words(self.p_true, self.verify_len - 1, words[:, noise:])
-
-    def keep(self, taken: int) -> None:
-        """Only the first ``taken`` steps run: the policy keeps their state, the random stream
-        goes back to where they leave it (from where the draw left it)."""
-        self.rep.policy.commit(taken)
-        if taken < self.steps:  # PCG64 runs in a cycle of 2**128 words: this goes back
-            self.rep.rng.bit_generator.advance(_PERIOD - (self.steps - taken) * self.per_step)
-
-
-class Ahead:
-    """The step right after a stretch, drawn and planned with its last segment: the replica's next
-    step takes it instead of drawing it again where the same requests decode in it (mostly an
-    arrival's prefill step), with the numbers step by step gives it."""
-
-    def __init__(self, rids: np.ndarray, draw: _Draw, row: int):
-        self.rids, self.draw, self.row = rids, draw, row
-
-    def fits(self, rids: np.ndarray) -> bool:
-        """Whether the requests ``rids`` decode in that step, in this order."""
-        return rids.size == self.rids.size and bool((rids == self.rids).all())
-
-    def take(self, rep) -> tuple[np.ndarray, np.ndarray, int]:
-        """(p_true [R, block_size], verify lengths [R], budget) of the step, which runs now: the
-        policy keeps what planning it keeps, the stream passes the noise its draw takes."""
-        d, k = self.draw, self.row
-        rep.policy.take_planned(d.planned, k)
-        rep.rng.bit_generator.advance(d.noise)
-        return d.p_true[k], d.verify_len[k], int(d.budget[k])
-
-    def accept(self, rep) -> np.ndarray:
-        """Drafts each request accepts in the step (the stream passes the uniforms it takes)."""
-        d, k = self.draw, self.row
-        rep.rng.bit_generator.advance(d.per_step - d.noise)
-        return d.accepted[k]
 
 
 def steps_to_draw(left: int, to_arrival_s: float, step_s: float, tokens_per_step: float, n: int,

@@ -41,11 +41,24 @@ class Policy:
         verify_len, budget = self.plan(None, num_reqs)
         return np.broadcast_to(verify_len, (steps, num_reqs)), np.full(steps, budget, dtype=np.int64)
 
-    def plan_segment(self, conf: np.ndarray, steps: int, num_reqs: int) -> tuple[np.ndarray, np.ndarray, object]:
+    def plan_segment(self, conf: np.ndarray, steps: int, num_reqs: int,
+                     head: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, object]:
         """:meth:`plan_many` and the :meth:`checkpoint` after it, from which :meth:`commit` keeps the
-        steps taken. One step (mostly an overlapping engine's ghost rows' step) is planned by
-        :meth:`plan`, as step by step (cheaper), which keeps the step at once: the checkpoint is
-        taken before it."""
+        steps taken. One step is planned by :meth:`plan`, as step by step (cheaper), which keeps
+        the step at once: the checkpoint is taken before it. ``head``: the confidences
+        [R', block_size] of a step before these, of R' rows (an overlapping engine's ghost rows'
+        step: the R requests' rows first), planned and kept by :meth:`plan` before them; then the
+        verify lengths are [1 + steps, R'] (0 past R after the first) and the budgets [1 + steps],
+        and the checkpoint, after the head, counts the steps after it."""
+        if head is not None:
+            verify0, budget0 = self.plan(head, head.shape[0])
+            verify_len = np.zeros((1 + steps, head.shape[0]), dtype=np.int64)
+            verify_len[0] = verify0
+            budget = np.empty(1 + steps, dtype=np.int64)
+            budget[0] = budget0
+            if steps:  # (by plan_many even for one step: the step after a stretch may take its plan)
+                verify_len[1:, :num_reqs], budget[1:] = self.plan_many(conf, steps, num_reqs)
+            return verify_len, budget, self.checkpoint()
         if steps > 1:
             verify_len, budget = self.plan_many(conf, steps, num_reqs)
             return verify_len, budget, self.checkpoint()

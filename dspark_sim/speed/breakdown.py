@@ -33,8 +33,8 @@ PHASES = {
     "stretch planning": ("dspark_sim.serving.replica:Replica._stretch",),
     "segment bookkeeping": ("dspark_sim.serving.stretch:Segments.add", "dspark_sim.serving.stretch:Segments.decode",
                             "dspark_sim.serving.stretch:Segments.budget", "dspark_sim.serving.stretch:Segments.matrices",
-                            "dspark_sim.serving.stretch:Segments.keep", "dspark_sim.serving.stretch:_Draw.keep"),
-    "acceptance draws, policy planning": ("dspark_sim.serving.stretch:_Draw.__init__",),
+                            "dspark_sim.serving.stretch:Segments.keep", "dspark_sim.serving.draw:Draw.keep"),
+    "acceptance draws, policy planning": ("dspark_sim.serving.draw:Draw.__init__",),
     "pricing (cost model)": ("dspark_sim.cost.profile:ProfileCost.breakdown_array",),
     "applying stretches": ("dspark_sim.serving.replica:Replica._apply_stretch",
                            "dspark_sim.serving.replica:Replica._retire"),
@@ -53,7 +53,7 @@ NAMES = list(PHASES) + [REST]
 
 # events counted by calls: stretches, step-by-step steps, segment draws
 EVENTS = {"stretches": "dspark_sim.serving.replica:Replica._apply_stretch",
-          "steps": "dspark_sim.serving.replica:Replica._plan", "draws": "dspark_sim.serving.stretch:_Draw.__init__"}
+          "steps": "dspark_sim.serving.replica:Replica._plan", "draws": "dspark_sim.serving.draw:Draw.__init__"}
 
 
 DEFAULT_CASES = ("chat-none", "chat-dspark", "code-none", "code-dspark")
