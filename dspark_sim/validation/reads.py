@@ -44,7 +44,7 @@ def first_reads(run: Path, graph_tokens: int) -> dict[str, list[float]]:
         if not at.size or at[0] + 1 >= end.size or first < end[at[0]] - 1e-6:
             continue
         k = at[0]
-        out[KINDS[int(eager[k + 1])]].append(float((first - end[k]) * 1e3))
+        out[KINDS[int(eager[k + 1])]].append(round(float((first - end[k]) * 1e3), 3))
     return out
 
 
@@ -55,7 +55,7 @@ def step_reads(run: Path, graph_tokens: int) -> dict[str, list[float]] | None:
     if len(st) < 2 or not st.read_s.any():
         return None
     eager, wait = _eager(st, graph_tokens), (st.read_s - st.start_s - st.step_s) * 1e3
-    return {k: wait[:-1][eager[1:] == (k == "eager")].tolist() for k in KINDS}
+    return {k: np.round(wait[:-1][eager[1:] == (k == "eager")], 3).tolist() for k in KINDS}  # (to a microsecond)
 
 
 def table(rows: list[dict], field: str = "first_reads", what: str = "requests") -> list[str]:

@@ -30,6 +30,13 @@ def markdown(data: dict, made_by: str, real_root=None) -> str:
              + f"; the mean signed error of each within +-{SIGNED_GOAL:.0%}.", ""]
     lines += _levels(data["levels"]) + [""] + spread.markdown(data) + _best(data["best"]) + ["", "## Each case", ""] \
         + case_table(data["cases"], SHOWN)
+    hits = [r for r in data["cases"] + (data.get("replicate") or {}).get("cases", []) if r.get("prefix_hit")]
+    if hits:
+        lines += ["", "## Prompt tokens read from the prefix cache", "",
+                  "The shared-prefix cases (prefix cache on both sides), each visit's runs: the share of prompt "
+                  "tokens each side read from its cache.", "", "| case | visit | real / sim |", "|---|---|---|"]
+        lines += [f"| {r['case']} | {r['real_run']} | {r['prefix_hit']['real']:.1%} / {r['prefix_hit']['sim']:.1%} |"
+                  for r in hits]
     lines += ["", "## What went into the steps past saturation", "",
               "The levels past saturation, real against simulated (`steps.csv`, each side's own run): steps, "
               "prompt-only / mixed / decode-only steps, mean decoding requests, verify and prompt tokens a step, "
@@ -49,11 +56,13 @@ def markdown(data: dict, made_by: str, real_root=None) -> str:
               "kernel by kernel by the host). Medians over the requests that can be placed so, every case of "
               "the unseen host; the decoder's records before its `read_s` column do not name the step.", ""]
     lines += reads.table(data["cases"])
-    if any(r.get("step_reads") for r in data["cases"]):
-        lines += ["", "Every step, where the decoder's records time when its host read the step's tokens "
-                  "(`read_s`): from the step's end to that read, by the step after it.", ""]
-        lines += reads.table(data["cases"], "step_reads", "steps")
     rep = data.get("replicate")
+    for label, rows in (("", data["cases"]), (" (the replicate's runs)", (rep or {}).get("cases", []))):
+        if any(r.get("step_reads") for r in rows):
+            lines += ["", f"Every step, where the decoder's records time when its host read the step's tokens "
+                      f"(`read_s`){label}: from the step's end to that read, by the step after it. The simulator "
+                      "records a step's end as its read.", ""]
+            lines += reads.table(rows, "step_reads", "steps")
     if rep:
         lines += ["", f"## Replicate: {', '.join(rep['visits'])}", ""] + _levels(rep["levels"]) + [""] \
             + _best(rep["best"])
