@@ -16,9 +16,10 @@ from dspark_sim.profiling import mixed
 PROFILE = load_profile(shipped_profile_path("h200", "qwen3-8b"))
 
 
-def _probe(path, per_row_tile: float, board: float = 1.0) -> None:
+def _probe(path, per_row_tile: float, board: float = 1.0, launches: tuple[float, float] | None = None) -> None:
     """Probe points priced by the shipped fit with ``per_row_tile`` (its own term zeroed), on a
-    board ``board`` times as fast as the profile's GPU (every step's time divided by it)."""
+    board ``board`` times as fast as the profile's GPU (every step's time divided by it);
+    ``launches``: each step's launch time, (eager, graph)."""
     truth = replace(PROFILE.target, mixed_s_per_row_tile=per_row_tile)
     points = []
     for reqs in (0, 16, 64, 256):
@@ -28,6 +29,9 @@ def _probe(path, per_row_tile: float, board: float = 1.0) -> None:
                 gpu = float(mixed.model_gpu_s(truth, [reqs], [chunk], [cached], [ctx[0]], [ctx[1]])[0]) / board
                 points.append({"reqs": reqs, "chunk": chunk, "cached": cached, "context_sum": ctx[0],
                                "context_max": ctx[1], "gpu_s": gpu})
+                if launches is not None:
+                    eager = chunk > 0 and chunk + reqs > PROFILE.target.prefill_graph_tokens
+                    points[-1]["launch_s"] = launches[0] if eager else launches[1]
     path.write_text(json.dumps({"points": points}))
 
 
@@ -95,15 +99,18 @@ def test_post_only_refits_the_term_of_a_profile_from_its_probe_and_keeps_the_res
     (tmp_path / "out" / "h200").mkdir(parents=True)
     (tmp_path / "raw").mkdir()
     PROFILE.save(tmp_path / "out" / "h200" / "qwen3-8b.json")
-    _probe(tmp_path / "raw" / "mixed_qwen3-8b.json", 1e-7)
+    _probe(tmp_path / "raw" / "mixed_qwen3-8b.json", 1e-7, launches=(0.02, 0.003))
     assert fit(fit_parser().parse_args(["--post-only", "--out-dir", str(tmp_path / "out"),
                                         "--raw-dir", str(tmp_path / "raw")])) == 0
     got = load_profile(tmp_path / "out" / "h200" / "qwen3-8b.json")
     assert got.target.mixed_s_per_row_tile == pytest.approx(1e-7, rel=1e-6)
-    assert replace(got.target, mixed_s_per_row_tile=0.0) == replace(PROFILE.target, mixed_s_per_row_tile=0.0)
+    assert got.target.launch_eager_s == 0.02  # the eager steps' launch; the graph steps' is left out
+    assert replace(got.target, mixed_s_per_row_tile=0.0, launch_eager_s=0.0) == \
+        replace(PROFILE.target, mixed_s_per_row_tile=0.0, launch_eager_s=0.0)
     assert {"mixed@reqs", "mixed@chunk"} <= set(got.held_out)
     projected = load_profile(tmp_path / "out" / "h100" / "qwen3-8b.json")
     assert 0 < projected.target.mixed_s_per_row_tile  # scaled as a compute term
+    assert projected.target.launch_eager_s == 0.02  # host time: kept under projection
 
 
 def test_the_longest_chunk_sets_the_rows_tiles_and_the_arrays_agree():
@@ -134,3 +141,9 @@ def test_an_engine_leaves_the_decoders_mixed_step_term_out_and_says_so():
     assert decoder.breakdown(both)["attn_s"] - engine.breakdown(both)["attn_s"] == pytest.approx(1e-7 * tiles)
     assert decoder.provenance()["terms"]["mixed_steps"]["kind"] == "measured"
     assert engine.provenance()["terms"]["mixed_steps"]["kind"] == "left out"
+    # the eager launch is the decoder's loop too: left out under another engine
+    eager = StepWork(prefill_tokens=2048, prefill_reqs=1)
+    assert decoder.launch_s(eager) == PROFILE.target.launch_eager_s > 0 and engine.launch_s(eager) == 0.0
+    assert decoder.launch_s(StepWork(64, 64, 64_000)) == 0.0  # a graph replay's launch is left out
+    assert decoder.provenance()["terms"]["eager_launch"]["kind"] == "measured"
+    assert engine.provenance()["terms"]["eager_launch"]["kind"] == "left out"

@@ -75,7 +75,8 @@ class ProfileCost:
         # the decoder's host time (fixed under tp and projection); another engine brings its own, and plans
         # its attention's query tiles per request: none of the decoder's mixed-step term (.terms)
         self._host, self._schedule = (profile.host, profile.schedule) if decoder_host else ({}, None)
-        self._target = self._target if decoder_host else replace(self._target, mixed_s_per_row_tile=0.0)
+        self._target = self._target if decoder_host else replace(self._target, mixed_s_per_row_tile=0.0,
+                                                                         launch_eager_s=0.0)
         self._warn_fallback, self.decoder_host = warn, decoder_host
         self.substitutes = dict(substitutes or {}) if decoder_host else {}
         self._memo: dict[tuple, tuple] = {}  # per batch shape: the terms without context (breakdown_array)
@@ -99,7 +100,7 @@ class ProfileCost:
             terms[name] = self._host_term(name, kind in self._host, host_how)
         terms["sched"] = self._host_term("sched", self._schedule is not None, host_how)
         terms.update(provenance_term(self._target, base if proj else None, base))
-        terms["mixed_steps"] = mixed_provenance(p.target, self.decoder_host, timed, base)
+        terms.update(mixed_provenance(p.target, self.decoder_host, timed, base))
         if self.tp > 1:
             # the link model's assumptions are the fallback roofline's, whose comm terms these are
             terms["comm"] = comm_provenance(getattr(self.fallback, "comm_params", CommParams()), self._comm)
@@ -154,6 +155,9 @@ class ProfileCost:
         fit = self._host.get(work.draft.kind if work.draft is not None and work.draft.block_size
                              else "none")
         return fit.seconds(busiest_rank(work.decode_reqs, self.dp_ranks)) if fit is not None else 0.0
+
+    def launch_s(self, work: StepWork) -> float:
+        return self._target.launch_s(work.verify_tokens, work.prefill_tokens)  # the decoder's loop; 0 under another engine
 
     def sched_s(self, work: StepWork) -> float:
         """The serving loop's host time before a step (retire, admit, schedule): 0 for an

@@ -29,7 +29,8 @@ TARGET_BOUNDS = {"bias_s": "fixed", "req_s": "memory", "weights_s": "memory",
                  "flop_s_per_token": "compute", "logits_s_per_token": "compute",
                  "kv_s_per_token": "memory", "kv_req_s_per_token": "memory",
                  "attn_s_per_pair": "compute", "prefill_host_s": "fixed", "r_delta_s": "memory",
-                 "prefill_kv_s_per_token": "memory", "mixed_s_per_row_tile": "compute"}
+                 "prefill_kv_s_per_token": "memory", "mixed_s_per_row_tile": "compute",
+                 "launch_eager_s": "fixed"}
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,7 @@ class TargetFit:
     hot_duty0: float = 0.0
     hot_decode_reqs: tuple[float, ...] = ()  # decode steps' power-limit term (.hot.DecodeHot): knots
     hot_decode: tuple[tuple[float, ...], ...] = ()  # its ratios per drafter kind (none, chain, block)
+    launch_eager_s: float = 0.0  # the serving loop's host time to launch an eager step (.launch_s)
 
     def __post_init__(self) -> None:
         check_terms(self, [n for n in TARGET_BOUNDS if n != "r_delta_s"],
@@ -251,6 +253,13 @@ class TargetFit:
         chunk = longest_chunk if longest_chunk > 0 else prefill_tokens / prefill_reqs
         return self.mixed_s_per_row_tile * reqs * math.ceil(chunk / tile)
 
+    def launch_s(self, verify_tokens: int, prefill_tokens: int) -> float:
+        """The serving loop's host seconds to launch a step (``dspark_sim/profiling/launch_times.py``):
+        an eager one (prompt tokens, the step's tokens past ``prefill_graph_tokens``) kernel by kernel;
+        0 for a replay of CUDA graphs (a few milliseconds, left out: :mod:`dspark_sim.serving.launch`)."""
+        eager = prefill_tokens > 0 and verify_tokens + prefill_tokens > self.prefill_graph_tokens
+        return self.launch_eager_s if eager else 0.0
+
     def padded_tokens(self, verify_tokens, prefill_tokens, eager, ops: Ops):
         """Tokens the linear layers run over: a graph step (no prefill) its token tier
         (``pad_limits``/``pad_steps``); a step with prompt tokens of at most
@@ -332,15 +341,28 @@ __all__ = ["DRAFT_KINDS", "STEP_KINDS", "TARGET_BOUNDS", "DRAFT_BOUNDS", "Decode
 
 
 def mixed_provenance(target: TargetFit, decoder: bool, timed: str, base: str) -> dict:
-    """Where the mixed-step term (``TargetFit.mixed_s_per_row_tile``) comes from, for a run's
-    provenance: the decoder plans a step's attention for its longest query, so each decode row
-    beside prompt chunks gets their query tiles; an engine's attention (FlashAttention-3's varlen
-    scheduler, FlashInfer's plan) gives each request its own, and the term is left out there."""
+    """Where the decoder loop's own terms come from, for a run's provenance: ``mixed_steps``
+    (``TargetFit.mixed_s_per_row_tile``: the decoder plans a step's attention for its longest
+    query, so each decode row beside prompt chunks gets their query tiles; an engine's attention
+    (FlashAttention-3's varlen scheduler, FlashInfer's plan) gives each request its own) and
+    ``eager_launch`` (``TargetFit.launch_eager_s``: its overlapped loop plans the next step and
+    reads the last one's tokens once it has launched an eager step). Another engine brings its
+    own loop: both are left out there."""
     if not target.mixed_s_per_row_tile:
-        return {"kind": "missing", "detail": "no mixed-step probe, or its term no better than none held out: 0"}
-    if not decoder:
-        return {"kind": "left out", "detail": "the decoder's own (its attention plans every row for the longest "
-                                              "chunk); the engine's attention tiles each request apart"}
-    return {"kind": timed, "detail": f"{target.mixed_s_per_row_tile * 1e9:.1f} ns per decode row and query tile "
-                                     f"of the longest chunk, fitted on mixed steps timed on {base} "
-                                     f"(profiles/{base}/raw/mixed_<model>.json)"}
+        mixed = {"kind": "missing", "detail": "no mixed-step probe, or its term no better than none held out: 0"}
+    elif not decoder:
+        mixed = {"kind": "left out", "detail": "the decoder's own (its attention plans every row for the longest "
+                                               "chunk); the engine's attention tiles each request apart"}
+    else:
+        mixed = {"kind": timed, "detail": f"{target.mixed_s_per_row_tile * 1e9:.1f} ns per decode row and query tile "
+                                          f"of the longest chunk, fitted on mixed steps timed on {base} "
+                                          f"(profiles/{base}/raw/mixed_<model>.json)"}
+    if not target.launch_eager_s:
+        launch = {"kind": "missing", "detail": "no launch times in a mixed-step probe: plans at each step's start"}
+    elif not decoder:
+        launch = {"kind": "left out", "detail": "the decoder's overlapped loop; the engine's host terms take its place"}
+    else:
+        launch = {"kind": "measured", "detail": f"{target.launch_eager_s * 1e3:.1f} ms to launch an eager step, the "
+                                                f"median of the mixed-step probe's on {base} (host time, kept under "
+                                                "projection and TP)"}
+    return {"mixed_steps": mixed, "eager_launch": launch}

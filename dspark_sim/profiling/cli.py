@@ -42,7 +42,7 @@ def fit_parser() -> argparse.ArgumentParser:
     p.add_argument("--synthetic", action="store_true", help="dry run on roofline data with noise")
     p.add_argument("--post-only", action="store_true",
                    help="only refit the terms fitted after the rest (spread, shared prefixes, power limit, "
-                        "drafters in a served step, mixed steps) of the profiles already in --out-dir from "
+                        "drafters in a served step, mixed steps, launch times) of the profiles already in --out-dir from "
                         "--raw-dir, keeping every other fitted number")
     p.add_argument("--levels-only", action="store_true",
                    help="only (re)compute the leave-one-level-out errors of the profiles already in --out-dir, "

@@ -28,6 +28,7 @@ from dspark_sim.profiling.levels import METHOD as LEVELS_METHOD
 from dspark_sim.profiling.levels import level_errors
 from dspark_sim.profiling.draft_step import with_draft_step_term
 from dspark_sim.profiling.hot import with_decode_hot_term, with_hot_term
+from dspark_sim.profiling.launch_times import with_launch_times
 from dspark_sim.profiling.mixed import with_mixed_steps
 from dspark_sim.profiling.shared import with_shared_term
 from dspark_sim.profiling.spread import with_spread_term
@@ -173,7 +174,7 @@ def with_post_terms(profile: Profile, raw: dict | None, file, raw_dir: Path | No
     if layout.is_file():
         profile, _ = with_draft_step_term(profile, layout)
     probe = raw_dir / f"mixed_{profile.model}.json"
-    return with_mixed_steps(profile, probe) if probe.is_file() else profile
+    return with_launch_times(with_mixed_steps(profile, probe), probe) if probe.is_file() else profile
 
 
 def add_post_terms(out_dir: Path, measured, raw_dir: Path, models=None, log=print) -> list[Profile]:

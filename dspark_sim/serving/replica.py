@@ -40,6 +40,7 @@ import simpy
 from dspark_sim.cost.hot import PrefillDuty
 from dspark_sim.serving.batch import Rows, Table
 from dspark_sim.serving.inflight import in_flight
+from dspark_sim.serving.launch import Launches
 from dspark_sim.serving.request import Request
 from dspark_sim.serving.step import PlannedStep, plan_step
 from dspark_sim.serving.stretch import Stretch, delay_to, plan_stretch
@@ -79,6 +80,7 @@ class Replica:
         # with overlap, when the next step's plan is made (the start of the step in flight), what
         # that step holds then, and whether the plan left requests waiting while it held places
         self.plan_s, self.inflight, self.held_back = 0.0, in_flight(self.overlap), False
+        self.launches = Launches(ctx.cost, self.overlap)  # plans after eager launches, token reads (.launch)
         # The replica's own clock: every step's start and end, summed step after step (simpy's
         # clock lands on a stretch's end within a rounding; the record keeps this one).
         self.clock_s = 0.0
@@ -179,8 +181,14 @@ class Replica:
                 self._wake = self.env.event()
                 self.ctx.collector.advance(self.index, None)
                 self.busy_until_s = -math.inf
+                self.launches.idle()
                 yield self._wake
                 self.clock_s = self.plan_s = self.env.now
+            elif self.plan_s > self.clock_s:  # the host still launches the step before: the GPU waits
+                self.ctx.collector.advance(self.index, self.plan_s)
+                self.busy_until_s = self.plan_s
+                yield self.env.timeout(delay_to(self.env.now, self.plan_s))
+                self.clock_s = self.plan_s
             if not len(self.running):  # a schedule whose requests all finished has ended
                 self.group_pos = 0
             if not self.group_pos:
@@ -188,6 +196,7 @@ class Replica:
             stretch = self._stretch() if self.ctx.skip_ahead else None
             if stretch is not None:
                 self._ahead = stretch.next_step
+                self.launches.read(self.running, self.clock_s)  # (its steps launch from graphs)
                 self.plan_s = float(stretch.times_s[-2])  # its last step's start
                 if self.frontend is not None:
                     self.frontend.streamed(stretch.times_s[1:], stretch.decode_reqs, self.index)
@@ -204,7 +213,8 @@ class Replica:
             end_s = self.clock_s + step.step_s
             if step.prefill_tokens:
                 self.duty.add(self.clock_s, end_s)
-            self.plan_s = self.clock_s
+            self.plan_s = self.launches.plan(self.plan_s, self.clock_s, step.work)
+            self.launches.read(self.running, self.plan_s)  # the step before this one
             self._stream(end_s, step)
             self.ctx.collector.advance(self.index, end_s)
             self.busy_until_s = end_s
@@ -402,6 +412,7 @@ class Replica:
         if resumed.any():
             self.ctx.collector.on_gaps(last[done[resumed]], self.index, now)
         c.first_token_s[done[~resumed]] = now
+        self.launches.first_tokens(c.rid[done[~resumed]])
         generated[done] += 1
         last[done] = now
         return int(done.size)

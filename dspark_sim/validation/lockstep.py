@@ -37,8 +37,8 @@ REQUEST_COLUMNS = ("ttft_ms", "tpot_ms", "finish_s", "output_tokens", "num_preem
 
 class PricedClock:
     """The serving clock of :func:`~dspark_sim.kernels.decoder.engine.serve` on virtual time:
-    host work takes none, idle gaps are skipped, and a step ends when :class:`PricedDecoder`
-    says its priced work does."""
+    host work takes none but an eager step's launch (:class:`PricedDecoder`), idle gaps are
+    skipped, and a step ends when :class:`PricedDecoder` says its priced work does."""
 
     realtime = False
 
@@ -88,8 +88,13 @@ class PricedDecoder:
         pending = self.decoder.launch(decode, prefill)
         # the chunks' starts: launching moved the cached counts on by the chunk
         attn2 = sum(n * (s.num_cached - n + n / 2) for s, n in prefill)
-        self._launched[id(pending)] = _Launched(self.clock.now(), sum(int(n) for _, n in prefill),
+        prompt = sum(int(n) for _, n in prefill)
+        self._launched[id(pending)] = _Launched(self.clock.now(), prompt,
                                                 len(prefill), float(attn2), max((int(n) for _, n in prefill), default=0))
+        # launching an eager step takes the host the profile's launch time, as in the simulator's
+        # timeline (serving/launch.py): the next plan and the last step's read come after it
+        self.clock.t += self.cost.launch_s(StepWork(len(decode), len(decode), 0, prompt, len(prefill), 0.0, None)) \
+            if hasattr(self.cost, "launch_s") else 0.0
         return pending
 
     def finish(self, pending):
