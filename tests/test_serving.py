@@ -31,15 +31,10 @@ def test_one_request_alone(write_scenario, tmp_path):
     # steps' power-limit term at the duty it left (cost/hot.py)
     duty = prefill_s / cost.hot_window_s if cost.decode_hot is not None else 0.0
     decode_s = [sum(cost.breakdown(StepWork(1, 1, 700 + g, prefill_duty=duty)).values()) for g in range(1, 20)]
-    # the prompt step is eager (700 tokens past the graphs'): the overlapped loop plans the first decode
-    # step, and reads the prompt step's token, once the host has launched it (serving/launch.py)
-    launch = cost.launch_s(StepWork(prefill_tokens=700, prefill_reqs=1))
-    assert launch > 0
-    first_s = max(prefill_s, launch)
     assert summary.completed == 1
-    assert summary.mean_ttft_ms == pytest.approx(first_s * 1e3, rel=1e-9)
+    assert summary.mean_ttft_ms == pytest.approx(prefill_s * 1e3, rel=1e-9)
     assert summary.mean_tpot_ms == pytest.approx(np.mean(decode_s) * 1e3, rel=1e-9)
-    assert summary.mean_e2el_ms == pytest.approx((first_s + sum(decode_s)) * 1e3, rel=1e-9)
+    assert summary.mean_e2el_ms == pytest.approx((prefill_s + sum(decode_s)) * 1e3, rel=1e-9)
     assert summary.num_steps == 20
 
 
@@ -179,18 +174,20 @@ def test_unknown_batching_policy_is_rejected(write_scenario):
 
 
 def test_a_request_arriving_while_the_host_launches_an_eager_step_joins_the_next(tmp_path):
-    """The overlapped loop plans step 1 once it has launched step 0: a 700-token prompt is eager,
-    so a request arriving during its launch is in step 1 (planned then, the GPU waiting for the
-    plan), and the prompt's first token is read once step 1 is launched (serving/launch.py)."""
+    """The overlapped loop plans step 1 once it has launched step 0: a 2048-token prompt is eager
+    and runs longer than its launch, so a request arriving during the launch is in step 1 (planned
+    then, not at step 0's start), and the prompt's first token is read at its step's end, once
+    step 1 (a graph replay) is launched (serving/launch.py)."""
     import yaml
 
     from dspark_sim.metrics.record import read_requests
     from dspark_sim.validation.cases import DEPLOYMENT, write_trace
 
     cost = get_cost_model("h200", "qwen3-8b", warn=False)
-    launch = cost.launch_s(StepWork(prefill_tokens=700, prefill_reqs=1))
-    assert launch > 0
-    write_trace(tmp_path / "trace.csv", np.array([0.0, launch / 2]), np.array([700, 100]), np.array([20, 20]))
+    launch = cost.launch_s(StepWork(prefill_tokens=2048, prefill_reqs=1))
+    prefill_s = cost.step_s(StepWork(prefill_tokens=2048, prefill_reqs=1, prefill_attn_tokens2=2048 * 1024.0))
+    assert 0 < launch < prefill_s
+    write_trace(tmp_path / "trace.csv", np.array([0.0, launch / 2]), np.array([2048, 100]), np.array([20, 20]))
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(
         {"name": "launch", "model": "qwen3-8b", "gpu": "h200", "seed": 0,
          "workload": {"trace": "trace.csv", "format": "azure", "domain": "math"},
@@ -198,6 +195,5 @@ def test_a_request_arriving_while_the_host_launches_an_eager_step_joins_the_next
     run_scenario(load_scenario(tmp_path / "s.yaml"), tmp_path / "out", plots=False, show_progress=False)
     req = read_requests(tmp_path / "out" / "requests.csv", ("request_id", "first_scheduled_s", "first_token_s"))
     first, second = np.argsort(req.request_id)
-    prefill_s = cost.step_s(StepWork(prefill_tokens=700, prefill_reqs=1, prefill_attn_tokens2=700 * 350.0))
     assert req.first_scheduled_s[second] == pytest.approx(launch, abs=1e-6)  # step 1's plan, not step 2's
-    assert req.first_token_s[first] == pytest.approx(max(prefill_s, launch), abs=1e-6)
+    assert req.first_token_s[first] == pytest.approx(prefill_s, abs=1e-6)

@@ -208,7 +208,7 @@ def test_drafting_stretches_run_through_finishes(method, overlap, monkeypatch, t
     assert any(ghost_steps) == overlap
 
 
-@pytest.mark.parametrize("min_verify_len,seed,requests", [(1, 3, 40), (3, 0, 40)])
+@pytest.mark.parametrize("min_verify_len,seed,requests", [(1, 0, 40), (3, 1, 40)])
 def test_a_stretch_cut_in_a_segment_that_starts_with_ghost_rows(min_verify_len, seed, requests, monkeypatch,
                                                                 tmp_path):
     # the step after a finish (the ghost rows beside the requests left) is drawn and planned for more

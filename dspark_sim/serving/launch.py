@@ -6,12 +6,13 @@ step (prompt chunks past the CUDA graphs' tokens, kernel by kernel) takes the ho
 milliseconds. With ``P(n)`` the time step n is planned, ``L(n)`` its launch and ``E(n)`` its
 end on the GPU:
 
-    plan of step n+1 = read of step n-1 = max(E(n-1), P(n) + L(n))
+    plan of step n+1 = read of step n-1 = max(E(n-1), min(P(n) + L(n), E(n)))
 
-and step n+1 starts on the GPU at ``max(E(n), P(n+1))``: a request that arrives while the host
-launches step n joins step n+1, a token of step n-1 reaches its request only once step n is
-launched, and a launch longer than the step before it leaves the GPU idle until the plan.
-:class:`Launches` keeps that timeline for a replica.
+A request that arrives while the host launches step n joins step n+1, and a token of step n-1
+reaches its request only once step n is launched. The GPU runs an eager step's kernels as the
+host launches them, so the launch ends no later than the step (the decoder's records show no
+idle GPU after short eager steps): the steps keep their GPU times. :class:`Launches` keeps that
+timeline for a replica.
 
 The eager launch is the profile's (``TargetFit.launch_eager_s``, the median of the mixed-step
 probe's eager steps). A step replayed from CUDA graphs launches in a few milliseconds (the
@@ -33,12 +34,12 @@ class Launches:
         self.launch_s = getattr(cost, "launch_s", None) if overlap else None
         self.fresh: np.ndarray | None = None  # the request ids whose first token the last step gave
 
-    def plan(self, plan_s: float, start_s: float, work) -> float:
-        """When the step after the one starting at ``start_s`` (``work``, planned at ``plan_s``)
+    def plan(self, plan_s: float, start_s: float, end_s: float, work) -> float:
+        """When the step after the one from ``start_s`` to ``end_s`` (``work``, planned at ``plan_s``)
         is planned: once this one is launched, and the one before it has ended."""
         if self.launch_s is None:
             return start_s
-        return max(start_s, plan_s + self.launch_s(work))
+        return max(start_s, min(plan_s + self.launch_s(work), end_s))
 
     def first_tokens(self, rids: np.ndarray) -> None:
         """The step that ended gave these requests their first token."""

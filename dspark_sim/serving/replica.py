@@ -184,11 +184,6 @@ class Replica:
                 self.launches.idle()
                 yield self._wake
                 self.clock_s = self.plan_s = self.env.now
-            elif self.plan_s > self.clock_s:  # the host still launches the step before: the GPU waits
-                self.ctx.collector.advance(self.index, self.plan_s)
-                self.busy_until_s = self.plan_s
-                yield self.env.timeout(delay_to(self.env.now, self.plan_s))
-                self.clock_s = self.plan_s
             if not len(self.running):  # a schedule whose requests all finished has ended
                 self.group_pos = 0
             if not self.group_pos:
@@ -213,7 +208,7 @@ class Replica:
             end_s = self.clock_s + step.step_s
             if step.prefill_tokens:
                 self.duty.add(self.clock_s, end_s)
-            self.plan_s = self.launches.plan(self.plan_s, self.clock_s, step.work)
+            self.plan_s = self.launches.plan(self.plan_s, self.clock_s, end_s, step.work)
             self.launches.read(self.running, self.plan_s)  # the step before this one
             self._stream(end_s, step)
             self.ctx.collector.advance(self.index, end_s)

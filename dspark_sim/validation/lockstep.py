@@ -59,13 +59,18 @@ class _Launched:
     prefill_reqs: int
     attn2: float
     longest: int  # the longest prompt chunk
+    launch_s: float = 0.0  # the host's time to launch it (an eager step's)
+    lengths: tuple = ()  # the decoding requests' contexts as launched (their tokens in flight too)
 
 
 @dataclass
 class PricedDecoder:
     """A decoder whose steps run for real (tokens, pages, acceptance) and last, on ``clock``,
     what ``cost`` prices their work at: a step starts when it is launched or when the step
-    before it ends, whichever is later (the GPU runs launched steps in order)."""
+    before it ends, whichever is later (the GPU runs launched steps in order). Launching an
+    eager step takes the host the profile's launch time, at most until the step ends (its
+    kernels run while the host launches the rest), as in the simulator's timeline
+    (``serving/launch.py``): the next plan, and the last step's read, come after it."""
 
     decoder: object
     cost: object
@@ -85,17 +90,31 @@ class PricedDecoder:
         return getattr(self.decoder, name)
 
     def launch(self, decode: list, prefill: list):
+        in_flight = bool(self._launched)
+        lengths = tuple(len(s.tokens) + s.pending for s in decode)  # (before the launch moves them on)
         pending = self.decoder.launch(decode, prefill)
         # the chunks' starts: launching moved the cached counts on by the chunk
         attn2 = sum(n * (s.num_cached - n + n / 2) for s, n in prefill)
         prompt = sum(int(n) for _, n in prefill)
-        self._launched[id(pending)] = _Launched(self.clock.now(), prompt,
-                                                len(prefill), float(attn2), max((int(n) for _, n in prefill), default=0))
-        # launching an eager step takes the host the profile's launch time, as in the simulator's
-        # timeline (serving/launch.py): the next plan and the last step's read come after it
-        self.clock.t += self.cost.launch_s(StepWork(len(decode), len(decode), 0, prompt, len(prefill), 0.0, None)) \
-            if hasattr(self.cost, "launch_s") else 0.0
+        launch = getattr(self.cost, "launch_s", None)
+        put = _Launched(self.clock.now(), prompt, len(prefill), float(attn2), max((int(n) for _, n in prefill), default=0),
+                        launch(StepWork(len(decode), len(decode), 0, prompt, len(prefill), 0.0, None)) if launch else 0.0,
+                        lengths)
+        self._launched[id(pending)] = put
+        if put.launch_s and not in_flight:  # nothing before it to land: the next plan waits for this launch
+            self.clock.t = max(self.clock.t, min(put.launched_s + put.launch_s, self._end(put, len(decode))))
         return pending
+
+    def _end(self, put: _Launched, dec: int) -> float:
+        """When a launched step ends, priced with its work as launched (the step before it landed)."""
+        start = max(put.launched_s, self.gpu_free_s)
+        return start + sum(self.cost.breakdown(self._work(put, dec, dec, put.lengths, start)).values())
+
+    def _work(self, put: _Launched, dec: int, verify_tokens: int, lengths, start: float) -> StepWork:
+        draft = DraftWork(self.draft_kind, dec, self.block_size, sum(lengths)) if dec and self.draft_kind else None
+        work = StepWork(dec, verify_tokens, sum(lengths), put.prefill_tokens, put.prefill_reqs, put.attn2,
+                        draft, max(lengths, default=0), dec + put.prefill_reqs, prefill_longest=put.longest)
+        return replace(work, prefill_duty=self._duty.at(start)) if put.prefill_tokens or self._every else work
 
     def finish(self, pending):
         # the steps before this one are committed, this one not yet: a decoding request's
@@ -103,17 +122,16 @@ class PricedDecoder:
         lengths = [len(s.tokens) for s in pending.decode]
         stats = self.decoder.finish(pending)
         put = self._launched.pop(id(pending))
-        dec = len(pending.decode)
-        draft = DraftWork(self.draft_kind, dec, self.block_size, sum(lengths)) if dec and self.draft_kind else None
-        work = StepWork(dec, stats.verify_tokens, sum(lengths), put.prefill_tokens, put.prefill_reqs, put.attn2,
-                        draft, max(lengths, default=0), dec + put.prefill_reqs, prefill_longest=put.longest)
         start = max(put.launched_s, self.gpu_free_s)
-        if put.prefill_tokens or self._every:
-            work = replace(work, prefill_duty=self._duty.at(start))
+        work = self._work(put, len(pending.decode), stats.verify_tokens, lengths, start)
         self.gpu_free_s = start + sum(self.cost.breakdown(work).values())  # as the simulator prices a step
         if put.prefill_tokens:
             self._duty.add(start, self.gpu_free_s)
         self.clock.t = max(self.clock.t, self.gpu_free_s)
+        for key, nxt in self._launched.items():  # the step launched after it: its launch, to its end
+            if nxt.launch_s:
+                self.clock.t = max(self.clock.t, min(nxt.launched_s + nxt.launch_s,
+                                                     self._end(nxt, len(nxt.lengths))))
         return stats
 
 
