@@ -33,6 +33,12 @@ TARGET_BOUNDS = {"bias_s": "fixed", "req_s": "memory", "weights_s": "memory",
                  "launch_eager_s": "fixed"}
 
 
+def runs_eager(verify_tokens, prefill_tokens, graph_tokens):
+    """Whether a step (or each of arrays of steps) runs eagerly, kernel by kernel: it carries prompt
+    tokens and its tokens pass the prompt graphs' ``graph_tokens`` (``TargetFit.prefill_graph_tokens``)."""
+    return (prefill_tokens > 0) & (verify_tokens + prefill_tokens > graph_tokens)
+
+
 @dataclass(frozen=True)
 class TargetFit:
     """Fitted target forward: seconds of one step (see ``docs/profiles.md``, "Target step").
@@ -257,8 +263,7 @@ class TargetFit:
         """The serving loop's host seconds to launch a step (``dspark_sim/profiling/launch_times.py``):
         an eager one (prompt tokens, the step's tokens past ``prefill_graph_tokens``) kernel by kernel;
         0 for a replay of CUDA graphs (a few milliseconds, left out: :mod:`dspark_sim.serving.launch`)."""
-        eager = prefill_tokens > 0 and verify_tokens + prefill_tokens > self.prefill_graph_tokens
-        return self.launch_eager_s if eager else 0.0
+        return self.launch_eager_s if runs_eager(verify_tokens, prefill_tokens, self.prefill_graph_tokens) else 0.0
 
     def padded_tokens(self, verify_tokens, prefill_tokens, eager, ops: Ops):
         """Tokens the linear layers run over: a graph step (no prefill) its token tier

@@ -8,9 +8,14 @@ terms, every serving-loop host time by the schedule term, each against its measu
 """
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 
-from dspark_sim.cost.profile_format import Profile, check_grids
+from dspark_sim.catalog import get_gpu
+from dspark_sim.cost.profile_format import Profile, check_grids, load_profile
+from dspark_sim.cost.projection import project_profile
 from dspark_sim.profiling.fit import TargetModel
 from dspark_sim.profiling.host import predict_steps
 from dspark_sim.profiling.rows import canonical_rows, target_rows
@@ -66,13 +71,6 @@ def table(results: list[dict]) -> list[str]:
 def check_all(profiles_dir, base: str = "h200") -> list[dict]:
     """Every raw file measured on a GPU other than ``base`` (``profiles/<gpu>/raw/raw_<model>.json``)
     against ``base``'s measured profile of the model projected to that GPU."""
-    import json
-    from pathlib import Path
-
-    from dspark_sim.catalog import get_gpu
-    from dspark_sim.cost.profile_format import load_profile
-    from dspark_sim.cost.projection import project_profile
-
     out = []
     for raw_path in sorted(Path(profiles_dir).glob("*/raw/raw_*.json")):
         gpu = raw_path.parent.parent.name

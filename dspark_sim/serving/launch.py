@@ -15,9 +15,8 @@ idle GPU after short eager steps): the steps keep their GPU times. :class:`Launc
 timeline for a replica.
 
 The eager launch is the profile's (``TargetFit.launch_eager_s``, the median of the mixed-step
-probe's eager steps). A step replayed from CUDA graphs launches in a few milliseconds (the
-probe's median is about an eighth of the eager one's), less than any step it follows: that
-launch is left out, so a plan after a graph step is taken at the step's start and a token read
+probe's eager steps). A step replayed from CUDA graphs launches in a few milliseconds, less than
+any step it follows: that launch is left out, so a plan after a graph step is taken at the step's start and a token read
 after it at its step's end, as without the term (which also keeps skip-ahead's decode stretches
 exact). A cost model without the term, or a loop that does not overlap, plans at each step's
 start and reads a token at its step's end everywhere.

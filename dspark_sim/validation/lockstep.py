@@ -96,7 +96,7 @@ class PricedDecoder:
         # the chunks' starts: launching moved the cached counts on by the chunk
         attn2 = sum(n * (s.num_cached - n + n / 2) for s, n in prefill)
         prompt = sum(int(n) for _, n in prefill)
-        launch = getattr(self.cost, "launch_s", None)
+        launch = getattr(self.cost, "launch_s", None)  # (its verify tokens taken as one a row: exact without drafts)
         put = _Launched(self.clock.now(), prompt, len(prefill), float(attn2), max((int(n) for _, n in prefill), default=0),
                         launch(StepWork(len(decode), len(decode), 0, prompt, len(prefill), 0.0, None)) if launch else 0.0,
                         lengths)
@@ -128,7 +128,7 @@ class PricedDecoder:
         if put.prefill_tokens:
             self._duty.add(start, self.gpu_free_s)
         self.clock.t = max(self.clock.t, self.gpu_free_s)
-        for key, nxt in self._launched.items():  # the step launched after it: its launch, to its end
+        for nxt in self._launched.values():  # the step launched after it: its launch, to its end
             if nxt.launch_s:
                 self.clock.t = max(self.clock.t, min(nxt.launched_s + nxt.launch_s,
                                                      self._end(nxt, len(nxt.lengths))))

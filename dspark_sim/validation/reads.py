@@ -18,14 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
+from dspark_sim.cost.terms import runs_eager
 from dspark_sim.metrics.record import read_requests, read_steps
 
 KINDS = ("graph", "eager")  # the next step: replayed from a CUDA graph, or launched kernel by kernel
-
-
-def _eager(st, graph_tokens: int) -> np.ndarray:
-    """Per step: run eagerly (prompt chunks, its tokens past ``graph_tokens``), not from a graph."""
-    return (st.prefill_tokens > 0) & (st.prefill_tokens + st.verify_tokens > graph_tokens)
 
 
 def first_reads(run: Path, graph_tokens: int) -> dict[str, list[float]]:
@@ -35,7 +31,7 @@ def first_reads(run: Path, graph_tokens: int) -> dict[str, list[float]]:
     left out."""
     req = read_requests(run / "requests.csv", ("prompt_tokens", "cached_tokens", "first_scheduled_s", "first_token_s"))
     st = read_steps(run / "steps.csv", ("start_s", "step_s", "prefill_tokens", "prefill_reqs", "verify_tokens"))
-    end, eager = st.start_s + st.step_s, _eager(st, graph_tokens)
+    end, eager = st.start_s + st.step_s, runs_eager(st.verify_tokens, st.prefill_tokens, graph_tokens)
     out: dict[str, list[float]] = {k: [] for k in KINDS}
     alone = st.prefill_reqs == 1
     for prompt, cached, sched, first in zip(req.prompt_tokens, req.cached_tokens, req.first_scheduled_s,
@@ -54,7 +50,8 @@ def step_reads(run: Path, graph_tokens: int) -> dict[str, list[float]] | None:
     st = read_steps(run / "steps.csv", ("start_s", "step_s", "prefill_tokens", "verify_tokens", "read_s"))
     if len(st) < 2 or not st.read_s.any():
         return None
-    eager, wait = _eager(st, graph_tokens), (st.read_s - st.start_s - st.step_s) * 1e3
+    eager = runs_eager(st.verify_tokens, st.prefill_tokens, graph_tokens)
+    wait = (st.read_s - st.start_s - st.step_s) * 1e3
     return {k: np.round(wait[:-1][eager[1:] == (k == "eager")], 3).tolist() for k in KINDS}  # (to a microsecond)
 
 
