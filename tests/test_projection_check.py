@@ -33,3 +33,16 @@ def test_points_filed_under_a_slower_gpu_show_the_projection_far_off(tmp_path):
 
 def test_without_a_raw_file_of_another_gpu_the_block_says_not_measured(tmp_path):
     assert projection_check.block_text(tmp_path).startswith("Not measured yet")
+
+
+def test_a_raw_file_that_is_not_json_is_named(tmp_path):
+    import pytest
+
+    from dspark_sim.errors import InputError
+
+    (tmp_path / "h200").mkdir()
+    shutil.copy(PROFILES / "h200" / f"{MODEL}.json", tmp_path / "h200")
+    (tmp_path / "h100" / "raw").mkdir(parents=True)
+    (tmp_path / "h100" / "raw" / f"raw_{MODEL}.json").write_text("{not json")
+    with pytest.raises(InputError, match=f"raw_{MODEL}.json"):
+        projection_check.check_all(tmp_path)

@@ -8,14 +8,15 @@ terms, every serving-loop host time by the schedule term, each against its measu
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
 from dspark_sim.catalog import get_gpu
+from dspark_sim.cost.jsonio import read_json
 from dspark_sim.cost.profile_format import Profile, check_grids, load_profile
 from dspark_sim.cost.projection import project_profile
+from dspark_sim.errors import InputError
 from dspark_sim.profiling.fit import TargetModel
 from dspark_sim.profiling.host import predict_steps
 from dspark_sim.profiling.rows import canonical_rows, target_rows
@@ -77,7 +78,9 @@ def check_all(profiles_dir, base: str = "h200") -> list[dict]:
         source = Path(profiles_dir) / base / f"{raw_path.stem.removeprefix('raw_')}.json"
         if gpu == base or not source.is_file():
             continue
-        raw = json.loads(raw_path.read_text())
+        raw = read_json(raw_path)  # (a file that cannot be read: one line naming it)
+        if not isinstance(raw, dict):
+            raise InputError(raw_path, "(top level)", type(raw).__name__, "must be an object of the profiler's grids")
         base_profile = load_profile(source)
         projected = project_profile(base_profile, get_gpu(gpu))
         prov = raw.get("provenance", {})
