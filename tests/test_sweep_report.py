@@ -79,3 +79,30 @@ def test_the_decoder_against_itself_pairs_only_runs_of_two_visits():
     cells = spread.host_to_host(head, other)["1.2"]
     assert cells["mean_ttft_ms"]["points"] == 1
     assert cells["mean_ttft_ms"]["mean_signed"] == pytest.approx(0.04)
+
+
+def test_one_step_time_change_for_both_hosts_is_the_overlap_of_what_each_asks():
+    keys = ("output_throughput", "p50_tpot_ms", "mean_ttft_ms")
+    carry = {"output_throughput": -1.0, "p50_tpot_ms": 1.0, "mean_ttft_ms": 4.0}  # % per 1 % of step time
+
+    def rows(ttft):
+        out = [_row("sw-chat-150", m, {**dict.fromkeys(keys, 0.0), "mean_ttft_ms": ttft}) for m in ("none", "dspark")]
+        for r in out:
+            r["scaled"] = {k: r["metrics"][k]["sim"] * (1 + spread.STEP * c) for k, c in carry.items()}
+        return out
+
+    def scale(head, other):
+        return spread.uniform_scale(rows(head), rows(other), 0.02)["1.5"]
+
+    # the headline 6 % low in TTFT asks for steps 1-2 % slower (TPOT caps it at 2 %); the other host,
+    # right, for -0.5 to +0.5 %
+    s = scale(-0.06, 0.0)
+    assert s["headline"] == pytest.approx([0.04 / 4 / 0.94, 0.02])
+    assert s["replicate"] == pytest.approx([-0.005, 0.005]) and s["both"] is None
+    s = scale(-0.04, -0.02)  # overlapping asks: a change meets both
+    assert s["both"] == pytest.approx([0.02 / 4 / 0.96, 0.04 / 4 / 0.98])
+    # a throughput error the carry cannot reach without breaking TTFT: no change on that host
+    far = rows(0.0)
+    for r in far:
+        r["metrics"]["output_throughput"]["rel_error"] = 0.10
+    assert spread.uniform_scale(far, rows(0.0), 0.02)["1.5"]["headline"] is None

@@ -8,7 +8,9 @@ on the simulator itself: every case simulated again with every profiled step tim
 d)`` (the scenario's ``cost_scale``), and each metric's change divided by ``d``.
 :func:`host_to_host` sets the decoder's runs of one visit beside another visit's runs of the
 same cases (the same requests, another GPU and host): the spread no cost model fitted on one
-board can be expected to beat on another.
+board can be expected to beat on another. :func:`uniform_scale` puts the two together: the
+changes of every step time, the same for all steps, that would bring each host's mean signed
+errors within the goal, and whether one change does it for both.
 """
 from __future__ import annotations
 
@@ -56,6 +58,41 @@ def host_to_host(rows: list[dict], other: list[dict]) -> dict:
     return out
 
 
+def uniform_scale(rows: list[dict], other: list[dict], goal: float) -> dict:
+    """Per level: the interval of a change ``x`` of every step time (a fraction, the same for every
+    step) within which the mean signed error of every metric of :data:`KEYS` is within ``goal``, on
+    ``rows``' host, on ``other``'s (the same cases), and on both. A case's error after the change
+    is ``(1 + e) (1 + c x) - 1``, ``c`` its own carry (``rows``' ``scaled``, the same requests on
+    either host), so a level's mean signed error is linear in ``x``; an empty interval is None."""
+    carried = {r["case"]: r for r in rows if r.get("scaled")}
+    out: dict = {}
+    for level in sorted({r["level"] for r in carried.values()}):
+        hosts = {}
+        for name, part in (("headline", rows), ("replicate", other)):
+            lo, hi = -np.inf, np.inf
+            for key in KEYS:
+                e, c = [], []
+                for r in part:
+                    a = carried.get(r["case"])
+                    if r["level"] == level and a and key in r["metrics"] and key in a["scaled"]:
+                        e.append(r["metrics"][key]["rel_error"])
+                        c.append((a["scaled"][key] / a["metrics"][key]["sim"] - 1.0) / STEP)
+                if not e:
+                    continue
+                mean, slope = float(np.mean(e)), float(np.mean((1.0 + np.array(e)) * np.array(c)))
+                if abs(slope) < 1e-9:  # the change cannot move it
+                    lo, hi = (lo, hi) if abs(mean) <= goal else (np.inf, -np.inf)
+                    continue
+                ends = sorted(((-goal - mean) / slope, (goal - mean) / slope))
+                lo, hi = max(lo, ends[0]), min(hi, ends[1])
+            hosts[name] = [float(lo), float(hi)] if lo <= hi and np.isfinite(lo) and np.isfinite(hi) else None
+        a, b = hosts.get("headline"), hosts.get("replicate")
+        both = [max(a[0], b[0]), min(a[1], b[1])] if a and b else None
+        hosts["both"] = both if both and both[0] <= both[1] else None
+        out[str(level)] = hosts
+    return out
+
+
 def markdown(data: dict) -> list[str]:
     """The page's section: the carry table, and the host-to-host table where a replicate served
     cases of the headline visits."""
@@ -84,5 +121,17 @@ def markdown(data: dict) -> list[str]:
             lines.append(f"| {float(level):.1f}x | {n} | " + " | ".join(
                 f"{c['median']:.1%} / {c['p90']:.1%} / {c['mean_signed']:+.1%}" if (c := cells.get(k)) else "-"
                 for k in KEYS) + " |")
+        lines.append("")
+    if scale := data.get("uniform_scale"):
+        cell = lambda v: f"{100 * v[0]:+.1f} % to {100 * v[1]:+.1f} %" if v else "none"  # noqa: E731
+        lines += ["One change of every step time, the same for every step and case: the changes that would bring "
+                  f"the mean signed error of {', '.join(KEYS)} within +-{100 * data['goals']['mean_signed']:g} % "
+                  "at each level, on each host and on both (each case's error moved by its own carry above, "
+                  "linear in the change). Where no change does it for both, no step price fitted on one board "
+                  "meets the signed goals on these two hosts at once.", "",
+                  "| level | headline | replicate | both |", "|---|---|---|---|"]
+        for level, hosts in scale.items():
+            lines.append(f"| {float(level):.1f}x | {cell(hosts.get('headline'))} | {cell(hosts.get('replicate'))} | "
+                         f"{cell(hosts.get('both'))} |")
         lines.append("")
     return lines

@@ -28,7 +28,7 @@ from dspark_sim.validation.cases import CASE_METHODS, GPU, MODEL
 from dspark_sim.validation.fidelity import compare_cases
 from dspark_sim.validation.lockstep import STEP_COLUMNS, composition
 from dspark_sim.validation.reads import first_reads, step_reads
-from dspark_sim.validation.spread import KEYS as CARRIED, STEP, carry, host_to_host
+from dspark_sim.validation.spread import KEYS as CARRIED, STEP, carry, host_to_host, uniform_scale
 from dspark_sim.validation.step_prices import attribution
 from dspark_sim.validation.sweeps import LEVELS, level_of
 
@@ -152,4 +152,5 @@ def report(cases_dir: Path, visits: list[Path], replicate: list[Path] | None = N
     if replicate:
         out["replicate"] = part(replicate)
         out["host_to_host"] = host_to_host(out["cases"], out["replicate"]["cases"])
+        out["uniform_scale"] = uniform_scale(out["cases"], out["replicate"]["cases"], SIGNED_GOAL)
     return out
