@@ -6,7 +6,8 @@
 #   sweepB     sessions under prefill_first, long prompts under mixed and prefill_first (about 470 s)
 #   sweepL     long prompts alone, under mixed and prefill_first (about 470 s: sweepB's second half)
 #   capacity   the decoder's capacity, bisection on the Poisson rate for two traces x three methods
-#              (python benchmarks/decoder_capacity.py run; BUDGET_S 400 by default)
+#              (python benchmarks/decoder_capacity.py run, a process a method; CAP_METHODS picks them;
+#              BUDGET_S 400 by default)
 #   dry        every part's plumbing on the CPU with a tiny model (no GPU; minutes)
 # Usage (repository root, on the device machine):
 #   bash benchmarks/h200_sweep_visit.sh sweepA        # call 1
@@ -49,11 +50,21 @@ sweep() {  # sweep NAME ARGS...: fidelity.py run --sweeps ARGS (--only ...), who
   say "end $name: exit ${PIPESTATUS[0]}"
 }
 
-capacity() {  # capacity ARGS...: decoder_capacity.py run ARGS, every search within the limit
-  rm -rf /tmp/capacity_runs
-  timeout --kill-after=5 $((BUDGET_S - 10)) python3 benchmarks/decoder_capacity.py run --out "$OUT/capacity.json" \
-      --records /tmp/capacity_runs --budget-s "$limit" "$@" 2>&1 | tee "$OUT/capacity.log" | quiet
-  say "end capacity: exit ${PIPESTATUS[0]}"
+capacity() {  # capacity ARGS...: decoder_capacity.py run ARGS, one process a method of CAP_METHODS (a
+  # decoder's freed KV stays cached in its process: the next method's warm-up found no pages, visit19),
+  # each within its share of the limit (DSpark's searches take longest: 4 shares to the others' 3),
+  # merged into capacity.json
+  rm -rf /tmp/capacity_runs; local m share parts=() weights=0
+  for m in $CAP_METHODS; do weights=$((weights + $([ "$m" = dspark ] && echo 4 || echo 3))); done
+  for m in $CAP_METHODS; do
+    share=$((limit * $([ "$m" = dspark ] && echo 4 || echo 3) / weights - 20))
+    timeout --kill-after=5 $((share + 40)) python3 benchmarks/decoder_capacity.py run --out "$OUT/capacity_$m.json" \
+        --records "/tmp/capacity_runs/$m" --budget-s "$share" --methods "$m" "$@" 2>&1 | tee -a "$OUT/capacity.log" | quiet
+    say "end capacity $m: exit ${PIPESTATUS[0]}"
+    [ -f "$OUT/capacity_$m.json" ] && parts+=("$OUT/capacity_$m.json")
+  done
+  [ ${#parts[@]} -gt 0 ] && python3 benchmarks/decoder_capacity.py merge --out "$OUT/capacity.json" "${parts[@]}" \
+      && rm -f "${parts[@]}"
   tar -czf "$OUT/capacity_runs.tgz" -C /tmp capacity_runs 2>/dev/null || true
 }
 
@@ -61,9 +72,9 @@ case "$part" in
   sweepA) sweep sweepA --only sw-chat sw-sess:mixed ;;
   sweepB) sweep sweepB --only sw-sess:prefill_first sw-long ;;
   sweepL) sweep sweepL --only sw-long ;;
-  capacity) capacity ;;
+  capacity) CAP_METHODS=${CAP_METHODS:-dspark mtp3 none} capacity ;;
   dry) limit=1000; sweep sweepA --only sw-chat:mixed sw-sess:mixed --methods dspark none --dry-run
-       limit=120; capacity --methods none --traces cap-chat --dry-run ;;
+       limit=160; CAP_METHODS="dspark none" capacity --traces cap-chat --dry-run ;;
   *) say "unknown part $part (sweepA, sweepB, sweepL, capacity, dry)"; exit 2 ;;
 esac
 say "done; files: $(cd "$OUT" && ls | tr '\n' ' ')"

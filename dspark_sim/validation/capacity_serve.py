@@ -99,8 +99,6 @@ def measure(cases_dir: Path, out: Path, budget_s: float, rig, records: Path | No
     """The decoder's capacity for every (method, trace) within ``budget_s`` seconds in all: each
     search gets an even share of what is left. Written to ``out`` (JSON) after every probe; each
     probe's run record under ``records`` when given."""
-    import dataclasses
-
     from dspark_sim.kernels.profiler.provenance import provenance
     from dspark_sim.scenario import load_scenario
     from dspark_sim.validation.serve import release_device, warm_decoder
@@ -120,7 +118,7 @@ def measure(cases_dir: Path, out: Path, budget_s: float, rig, records: Path | No
         for trace in chosen:
             path = cases_dir / f"{trace.name}__{method}.yaml"
             base, launch, slo = load_scenario(path), rig.launch(path), slo_of(trace)
-            decoder.conf = dataclasses.replace(decoder.conf, batching=launch.conf.batching)
+            decoder.conf = decoder.conf.replaced(batching=launch.conf.batching)
             x1 = plan["traces"][trace.name]["rate_per_s_at_x1"]
             entry = {"rate_per_s_at_x1": x1, "probes": []}
             report["results"].setdefault(trace.name, {})[method] = entry
