@@ -38,6 +38,8 @@ def main(argv=None) -> int:
     m.add_argument("runs", nargs="+")
     g = sub.add_parser("page")
     g.add_argument("--real", required=True, nargs="+", help="the decoder's capacity JSON(s) (run --out)")
+    g.add_argument("--replicate", nargs="+", help="the decoder's capacity searched on another H200: JSON(s) "
+                   "shown beside the same simulated answers and the first host's")
     args = p.parse_args(argv)
     if args.cmd == "cases":
         from dspark_sim.validation.capacity_check import write_cases
@@ -63,7 +65,8 @@ def main(argv=None) -> int:
         from outputs import code_commit
         from dspark_sim.validation.capacity_check import write_page
 
-        write_page([Path(r) for r in args.real], CASES, DATA, PAGE, code_commit("dspark_sim", "profiles"))
+        write_page([Path(r) for r in args.real], CASES, DATA, PAGE, code_commit("dspark_sim", "profiles"),
+                   [Path(r) for r in args.replicate] if args.replicate else None)
         print(PAGE.read_text())
     return 0
 

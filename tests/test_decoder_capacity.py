@@ -61,3 +61,20 @@ def test_each_decoder_probe_is_set_beside_the_simulators_at_the_same_rate():
     assert pairs[0]["real"] == {"passed": True, "p99_tpot_ms": 20.0, "p99_ttft_ms": 300.0}
     low, high = pairs[0]["sim"], pairs[1]["sim"]
     assert low["passed"] and 0 < low["p99_tpot_ms"] < high["p99_tpot_ms"]  # a third of the load against 1.5x
+
+
+def test_a_second_hosts_capacity_is_set_beside_the_same_answer_and_the_first_hosts():
+    from dspark_sim.validation.capacity_check import page_text
+
+    sim = {"rate_rps": 10.4, "interval_rps": (9.8, 11.0)}
+    first = capacity_row("chat", "dspark", {"rate_rps": 10.0, "provenance": {"gpu": "H200"}}, sim)
+    second = capacity_row("chat", "dspark", {"rate_rps": 9.5, "provenance": {"gpu": "H200"}}, sim)
+    second["host_to_host"] = 9.5 / 10.0 - 1
+    data = {"made_by": "test", "simulator_commit": "x", "traces": {}, "rows": [first],
+            "real": [{"provenance": {"gpu": "H200", "gpu_uuid": "GPU-a"}}],
+            "replicate": {"rows": [second], "real": [{"provenance": {"gpu": "H200", "gpu_uuid": "GPU-b"}}]}}
+    text = page_text(data)
+    head, rep = text.split("## The same on a second H200")
+    assert "| chat | dspark | 10.00" in head and "+4.0% | yes | yes |" in head
+    assert "GPU-b" in rep and "| chat | dspark | 9.50" in rep and "+9.5% | no | no | -5.0% |" in rep
+    assert "second H200" not in page_text({k: v for k, v in data.items() if k != "replicate"})

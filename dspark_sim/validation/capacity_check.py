@@ -138,17 +138,26 @@ def _searched_by(res: dict, run: dict) -> dict:
     return res.get("provenance", run["provenance"])
 
 
-def write_page(real: list[Path], cases_dir: Path, data_path: Path, page_path: Path, commit: str) -> dict:
-    """``data_path`` (JSON) and ``page_path`` (Markdown, :func:`page_text`): the decoder's capacity
-    from the runs in ``real`` (later files win per trace and method) beside the simulator's,
-    re-made now (:func:`predict`) at ``commit``."""
-    runs = [json.loads(Path(r).read_text()) for r in real]
-    measured = {}
+def _measured(runs: list[dict]) -> dict:
+    """``{trace: {method: search}}`` of the runs' finished searches (later runs win), each with the
+    provenance of the process that made it."""
+    measured: dict = {}
     for run in runs:
         for trace, methods in run["results"].items():
             for method, res in methods.items():
                 if "rate_rps" in res:
                     measured.setdefault(trace, {})[method] = {**res, "provenance": _searched_by(res, run)}
+    return measured
+
+
+def write_page(real: list[Path], cases_dir: Path, data_path: Path, page_path: Path, commit: str,
+               replicate: list[Path] | None = None) -> dict:
+    """``data_path`` (JSON) and ``page_path`` (Markdown, :func:`page_text`): the decoder's capacity
+    from the runs in ``real`` (later files win per trace and method) beside the simulator's,
+    re-made now (:func:`predict`) at ``commit``; and, from ``replicate``, the decoder's capacity on
+    another H200 beside the same answers and beside the first host's."""
+    runs = [json.loads(Path(r).read_text()) for r in real]
+    measured = _measured(runs)
     sims = {t.name: predict(t, cases_dir) for t in TRACES if t.name in measured}
     rows = []
     for trace, methods in measured.items():
@@ -156,9 +165,21 @@ def write_page(real: list[Path], cases_dir: Path, data_path: Path, page_path: Pa
             if method in methods:
                 rows.append(capacity_row(trace, method, methods[method], sims[trace]["sim"][method]))
                 rows[-1]["probe_pairs"] = probe_pairs(trace, method, methods[method], cases_dir)
-    data = {"made_by": "python benchmarks/decoder_capacity.py page --real " + " ".join(str(r) for r in real),
-            "simulator_commit": commit, "traces": sims, "rows": rows,
+    made_by = "python benchmarks/decoder_capacity.py page --real " + " ".join(str(r) for r in real)
+    data = {"made_by": made_by, "simulator_commit": commit, "traces": sims, "rows": rows,
             "real": [part for run in runs for part in run.get("parts", [_part(run)])]}
+    if replicate:
+        other = [json.loads(Path(r).read_text()) for r in replicate]
+        first = {(r["trace"], r["method"]): r["real_rps"] for r in rows}
+        data["made_by"] += " --replicate " + " ".join(str(r) for r in replicate)
+        data["replicate"] = {"rows": [], "real": [part for run in other for part in run.get("parts", [_part(run)])]}
+        for trace, methods in _measured(other).items():
+            for method in CASE_METHODS:
+                if method in methods and trace in sims:
+                    row = capacity_row(trace, method, methods[method], sims[trace]["sim"][method])
+                    base = first.get((trace, method))
+                    row["host_to_host"] = row["real_rps"] / base - 1.0 if base else None
+                    data["replicate"]["rows"].append(row)
     data_path.write_text(json.dumps(data, indent=1, default=float) + "\n")
     page_path.write_text(page_text(data))
     return data
@@ -210,16 +231,7 @@ def page_text(data: dict) -> str:
              "and the interval covers the decoder's.", ""]
     for name, t in data["traces"].items():
         lines.append(f"- `{name}`: {t['rule']}, {t['num_requests']} requests a probe; `{t['command']}`")
-    lines += ["", "| trace | method | decoder req/s (fails at, resolution, probes) | simulator req/s | interval | "
-              "error | within 5 % | covered |", "|---|---|---|---|---|---|---|---|"]
-    for r in data["rows"]:
-        fail = f"{r['real_failed_rps']:.2f}" if r["real_failed_rps"] else "-"
-        res = f"{r['resolution']:.1%}" if r["resolution"] is not None else "-"
-        iv = f"{r['sim_interval_rps'][0]:.2f}-{r['sim_interval_rps'][1]:.2f}" if r["sim_interval_rps"] else "-"
-        err = f"{r['rel_error']:+.1%}" if r["rel_error"] is not None else "-"
-        lines.append(f"| {r['trace']} | {r['method']} | {r['real_rps']:.2f} ({fail}, {res}, {r['probes']}) | "
-                     f"{r['sim_rps']:.2f} | {iv} | {err} | {'yes' if r['within'] else 'no'} | "
-                     f"{'yes' if r['covered'] else 'no'} |")
+    lines += [""] + _table(data["rows"])
     lines += ["", "Each of the decoder's probes beside the simulator's at the same rate (the same seeded requests): "
               "p99 TPOT and p99 TTFT in ms, and whether the probe meets the SLO. Near the SLO a probe's p99 of a "
               "few hundred requests is a handful of requests' latencies: it need not grow with the rate from one "
@@ -234,7 +246,32 @@ def page_text(data: dict) -> str:
             lines.append(f"| {r['trace']} | {r['method']} | {pp['rate_rps']:.2f} | " + " | ".join(
                 f"{_ms(side['p99_tpot_ms'])} / {_ms(side['p99_ttft_ms'])} ({'yes' if side['passed'] else 'no'})"
                 for side in (real, sim)) + f" | {err} |")
+    if rep := data.get("replicate"):
+        rp = rep["real"][0]["provenance"] if rep["real"] else {}
+        lines += ["", f"## The same on a second H200: {rp.get('gpu')} ({rp.get('gpu_uuid')})", "",
+                  f"The decoder's capacity searched the same way on another host, {str(rp.get('date'))[:10]}, decoder "
+                  f"commit {rp.get('decoder_commit')}, beside the same simulated answers; the last column is this "
+                  "host's capacity over the first host's (the decoder against itself).", ""] \
+            + _table(rep["rows"], host_to_host=True)
     return "\n".join(lines) + "\n"
+
+
+def _table(rows: list[dict], host_to_host: bool = False) -> list[str]:
+    """The capacity table's lines: each trace and method's decoder and simulated capacity."""
+    lines = ["| trace | method | decoder req/s (fails at, resolution, probes) | simulator req/s | interval | "
+             "error | within 5 % | covered |" + (" host / first host |" if host_to_host else ""),
+             "|---|---|---|---|---|---|---|---|" + ("---|" if host_to_host else "")]
+    for r in rows:
+        fail = f"{r['real_failed_rps']:.2f}" if r["real_failed_rps"] else "-"
+        res = f"{r['resolution']:.1%}" if r["resolution"] is not None else "-"
+        iv = f"{r['sim_interval_rps'][0]:.2f}-{r['sim_interval_rps'][1]:.2f}" if r["sim_interval_rps"] else "-"
+        err = f"{r['rel_error']:+.1%}" if r["rel_error"] is not None else "-"
+        hh = "" if not host_to_host else \
+            f" {r['host_to_host']:+.1%} |" if r.get("host_to_host") is not None else " - |"
+        lines.append(f"| {r['trace']} | {r['method']} | {r['real_rps']:.2f} ({fail}, {res}, {r['probes']}) | "
+                     f"{r['sim_rps']:.2f} | {iv} | {err} | {'yes' if r['within'] else 'no'} | "
+                     f"{'yes' if r['covered'] else 'no'} |" + hh)
+    return lines
 
 
 def _ms(x) -> str:
