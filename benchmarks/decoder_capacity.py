@@ -39,7 +39,9 @@ def main(argv=None) -> int:
     g = sub.add_parser("page")
     g.add_argument("--real", required=True, nargs="+", help="the decoder's capacity JSON(s) (run --out)")
     g.add_argument("--replicate", nargs="+", help="the decoder's capacity searched on another H200: JSON(s) "
-                   "shown beside the same simulated answers and the first host's")
+                   "shown beside the simulator's answers and the first host's")
+    g.add_argument("--replicate-gpu", default="h200", help="the GPU (the catalog's name) the --replicate runs "
+                   "were served on: the simulator answers for it")
     args = p.parse_args(argv)
     if args.cmd == "cases":
         from dspark_sim.validation.capacity_check import write_cases
@@ -63,10 +65,15 @@ def main(argv=None) -> int:
         atomic_write_text(Path(args.out), json.dumps(merged, indent=1) + "\n")
     else:
         from outputs import code_commit
+        from dspark_sim.errors import InputError
         from dspark_sim.validation.capacity_check import write_page
 
-        write_page([Path(r) for r in args.real], CASES, DATA, PAGE, code_commit("dspark_sim", "profiles"),
-                   [Path(r) for r in args.replicate] if args.replicate else None)
+        try:
+            write_page([Path(r) for r in args.real], CASES, DATA, PAGE, code_commit("dspark_sim", "profiles"),
+                       [Path(r) for r in args.replicate] if args.replicate else None, args.replicate_gpu)
+        except InputError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
         print(PAGE.read_text())
     return 0
 

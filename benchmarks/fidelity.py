@@ -184,12 +184,14 @@ def main(argv=None) -> int:
     sub.add_parser("ttft", help="TTFT in parts for the cases of the committed errors.json, from their runs")
     sub.add_parser("saturation", help="where each sweep family saturates, by method and batching (the simulator)")
     i = sub.add_parser("import-visit", help="a device call's files (benchmarks/h200_sweep_visit.sh's $OUT) into "
-                                            "profiles/h200/validation/real/VISIT with its notes.json")
+                                            "profiles/GPU/validation/real/VISIT with its notes.json")
     i.add_argument("--src", required=True, help="where the call's files came back")
     i.add_argument("--visit", required=True, help="the visit's name, e.g. visit17")
     i.add_argument("--parts", nargs="+", required=True, choices=["sweepA", "sweepB", "sweepL", "capacity"],
                    help="the calls served on one GPU")
     i.add_argument("--command", required=True, help="the device call as it was run (for the notes)")
+    i.add_argument("--gpu", default="h200", help="the GPU the calls ran on (the catalog's name): the visit goes "
+                   "under profiles/GPU/validation/real/")
     args = p.parse_args(argv)
     if args.cmd == "cases":
         cases(args)
@@ -204,10 +206,10 @@ def main(argv=None) -> int:
 
         from dspark_sim.errors import InputError
 
-        profile = (REPO / "profiles" / "h200" / "qwen3-8b.json").read_text()
+        profile = (REPO / "profiles" / "h200" / "qwen3-8b.json").read_text()  # (another GPU's projects it)
         try:
-            notes = import_visit(Path(args.src), VALIDATION / "real" / args.visit, args.parts, args.command,
-                                 set(re.findall(r"GPU-[0-9a-f-]+", profile)))
+            notes = import_visit(Path(args.src), REPO / "profiles" / args.gpu / "validation" / "real" / args.visit,
+                                 args.parts, args.command, set(re.findall(r"GPU-[0-9a-f-]+", profile)))
         except InputError as err:
             print(f"error: {err}", file=sys.stderr)
             return 2

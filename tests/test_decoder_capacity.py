@@ -78,3 +78,16 @@ def test_a_second_hosts_capacity_is_set_beside_the_same_answer_and_the_first_hos
     assert "| chat | dspark | 10.00" in head and "+4.0% | yes | yes |" in head
     assert "GPU-b" in rep and "| chat | dspark | 9.50" in rep and "+9.5% | no | no | -5.0% |" in rep
     assert "second H200" not in page_text({k: v for k, v in data.items() if k != "replicate"})
+
+
+def test_a_second_gpus_searches_must_have_been_served_on_that_gpu(tmp_path):
+    import json
+
+    from dspark_sim.errors import InputError
+    from dspark_sim.validation.capacity_check import _replicate
+
+    path = tmp_path / "capacity.json"
+    path.write_text(json.dumps(_run("GPU-a", {"cap-chat": {"none": {"rate_rps": 20.0}}}) | {
+        "provenance": {"gpu": "NVIDIA H200", "gpu_uuid": "GPU-a"}}))
+    with pytest.raises(InputError, match="provenance.gpu"):
+        _replicate([path], "h100", tmp_path, [], {})

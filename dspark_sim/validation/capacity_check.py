@@ -68,12 +68,12 @@ def slo_of(trace: CapTrace):
     return Slo(ttft_ms=trace.ttft_ms, tpot_ms=trace.tpot_ms, max_queue_ms=MAX_QUEUE_MS, rule=RULE)
 
 
-def command(trace: CapTrace, cases_dir: Path) -> str:
+def command(trace: CapTrace, cases_dir: Path, gpu: str = GPU) -> str:
     """The ``dspark-sim capacity`` command whose answer :func:`predict` gives (the scenario's path
     from the repository's root when it lies inside)."""
     root, path = Path(__file__).resolve().parents[2], (cases_dir / f"{trace.name}__dspark.yaml").resolve()
     shown = path.relative_to(root) if path.is_relative_to(root) else path
-    return (f"dspark-sim capacity {shown} --gpus h200 --tp 1 "
+    return (f"dspark-sim capacity {shown} --gpus {gpu} --tp 1 "
             f"--methods {','.join(reversed(CASE_METHODS))} --rule {RULE} --slo-tpot-ms {trace.tpot_ms:g} "
             f"--slo-ttft-ms {trace.ttft_ms:g} --max-queue-ms {MAX_QUEUE_MS:g} "
             f"--max-requests {trace.num_requests} --precision {PRECISION:g}")
@@ -95,20 +95,22 @@ def write_cases(cases_dir: Path, sps_table: Path) -> dict:
     return plan
 
 
-def predict(trace: CapTrace, cases_dir: Path) -> dict:
-    """``dspark-sim capacity``'s answer for ``trace`` (one H200 at TP 1; :func:`command`): the
-    sustained rate and its interval per method, with the SLO and the probe length."""
+def predict(trace: CapTrace, cases_dir: Path, gpu: str = GPU) -> dict:
+    """``dspark-sim capacity``'s answer for ``trace`` (one ``gpu`` at TP 1; :func:`command`): the
+    sustained rate and its interval per method, with the SLO, the probe length and the cost
+    model's basis (measured or projected)."""
     from dspark_sim.capacity.plan import CapacitySettings, capacity
     from dspark_sim.scenario import load_scenario
 
-    cfg = CapacitySettings(slo=slo_of(trace), gpus=(GPU,), methods=tuple(reversed(CASE_METHODS)), tps=(1,),
+    cfg = CapacitySettings(slo=slo_of(trace), gpus=(gpu,), methods=tuple(reversed(CASE_METHODS)), tps=(1,),
                            max_requests=trace.num_requests, precision=PRECISION)
     report = capacity(load_scenario(cases_dir / f"{trace.name}__dspark.yaml"), cfg)
     rows = {r["method"]: {"rate_rps": r["rate_per_replica_rps"], "interval_rps": r["rate_per_replica_rps_interval"],
-                          "p99_tpot_ms": r["p99_tpot_ms"], "p99_ttft_ms": r["p99_ttft_ms"], "basis": r["basis"]}
+                          "p99_tpot_ms": r["p99_tpot_ms"], "p99_ttft_ms": r["p99_ttft_ms"], "basis": r["basis"],
+                          "caveats": (r.get("provenance") or {}).get("caveats", [])}
             for r in report["rows"]}
     return {"slo": report["slo"], "rule": report["rule"], "num_requests": trace.num_requests,
-            "rate_per_s_at_x1": report["search_rate_rps_at_x1"], "command": command(trace, cases_dir), "sim": rows}
+            "rate_per_s_at_x1": report["search_rate_rps_at_x1"], "command": command(trace, cases_dir, gpu), "sim": rows}
 
 
 # -- the page: both answers side by side --------------------------------------------------
@@ -151,11 +153,12 @@ def _measured(runs: list[dict]) -> dict:
 
 
 def write_page(real: list[Path], cases_dir: Path, data_path: Path, page_path: Path, commit: str,
-               replicate: list[Path] | None = None) -> dict:
+               replicate: list[Path] | None = None, replicate_gpu: str = GPU) -> dict:
     """``data_path`` (JSON) and ``page_path`` (Markdown, :func:`page_text`): the decoder's capacity
     from the runs in ``real`` (later files win per trace and method) beside the simulator's,
     re-made now (:func:`predict`) at ``commit``; and, from ``replicate``, the decoder's capacity on
-    another H200 beside the same answers and beside the first host's."""
+    another host, a ``replicate_gpu`` (the catalog's name; the runs' GPU must be one), beside the
+    simulator's answer for that GPU and beside the first host's."""
     runs = [json.loads(Path(r).read_text()) for r in real]
     measured = _measured(runs)
     sims = {t.name: predict(t, cases_dir) for t in TRACES if t.name in measured}
@@ -169,20 +172,39 @@ def write_page(real: list[Path], cases_dir: Path, data_path: Path, page_path: Pa
     data = {"made_by": made_by, "simulator_commit": commit, "traces": sims, "rows": rows,
             "real": [part for run in runs for part in run.get("parts", [_part(run)])]}
     if replicate:
-        other = [json.loads(Path(r).read_text()) for r in replicate]
-        first = {(r["trace"], r["method"]): r["real_rps"] for r in rows}
-        data["made_by"] += " --replicate " + " ".join(str(r) for r in replicate)
-        data["replicate"] = {"rows": [], "real": [part for run in other for part in run.get("parts", [_part(run)])]}
-        for trace, methods in _measured(other).items():
-            for method in CASE_METHODS:
-                if method in methods and trace in sims:
-                    row = capacity_row(trace, method, methods[method], sims[trace]["sim"][method])
-                    base = first.get((trace, method))
-                    row["host_to_host"] = row["real_rps"] / base - 1.0 if base else None
-                    data["replicate"]["rows"].append(row)
+        data["made_by"] += " --replicate " + " ".join(str(r) for r in replicate) + \
+            (f" --replicate-gpu {replicate_gpu}" if replicate_gpu != GPU else "")
+        data["replicate"] = _replicate(replicate, replicate_gpu, cases_dir, rows, sims)
     data_path.write_text(json.dumps(data, indent=1, default=float) + "\n")
     page_path.write_text(page_text(data))
     return data
+
+
+def _replicate(paths: list[Path], gpu: str, cases_dir: Path, rows: list[dict], sims: dict) -> dict:
+    """The page's second host: its searches beside the simulator's answers for ``gpu`` (the first
+    host's when it is the same GPU) and the first host's capacity of each trace and method."""
+    from dspark_sim.errors import InputError
+
+    other = [json.loads(Path(p).read_text()) for p in paths]
+    for path, run in zip(paths, other):
+        name = str(run["provenance"].get("gpu"))
+        if gpu.lower() not in name.lower():
+            raise InputError(path, "provenance.gpu", name, f"was not served on the --replicate-gpu {gpu}")
+    measured = _measured(other)
+    if gpu != GPU:
+        sims = {t.name: predict(t, cases_dir, gpu) for t in TRACES if t.name in measured}
+    first = {(r["trace"], r["method"]): r["real_rps"] for r in rows}
+    out = {"gpu": gpu, "traces": {t: {k: v for k, v in s.items() if k != "sim"} | {"caveats": list(dict.fromkeys(
+               c for r in s["sim"].values() for c in r.get("caveats", [])))} for t, s in sims.items()},
+           "rows": [], "real": [part for run in other for part in run.get("parts", [_part(run)])]}
+    for trace, methods in measured.items():
+        for method in CASE_METHODS:
+            if method in methods and trace in sims:
+                row = capacity_row(trace, method, methods[method], sims[trace]["sim"][method])
+                base = first.get((trace, method))
+                row["host_to_host"] = row["real_rps"] / base - 1.0 if base else None
+                out["rows"].append(row)
+    return out
 
 
 def probe_pairs(trace: str, method: str, real: dict, cases_dir: Path) -> list[dict]:
@@ -248,10 +270,16 @@ def page_text(data: dict) -> str:
                 for side in (real, sim)) + f" | {err} |")
     if rep := data.get("replicate"):
         rp = rep["real"][0]["provenance"] if rep["real"] else {}
-        lines += ["", f"## The same on a second H200: {rp.get('gpu')} ({rp.get('gpu_uuid')})", "",
+        same = rep.get("gpu", GPU) == GPU
+        lines += ["", f"## The same on {'a second H200' if same else 'another GPU'}: {rp.get('gpu')} "
+                  f"({rp.get('gpu_uuid')})", "",
                   f"The decoder's capacity searched the same way on another host, {str(rp.get('date'))[:10]}, decoder "
-                  f"commit {rp.get('decoder_commit')}, beside the same simulated answers; the last column is this "
-                  "host's capacity over the first host's (the decoder against itself).", ""] \
+                  f"commit {rp.get('decoder_commit')}, beside "
+                  + ("the same simulated answers" if same else
+                     f"the simulator's answers for the {rep['gpu']} (" + "; ".join(
+                         f"`{t['command']}`" for t in rep["traces"].values()) + "; provenance: " + "; ".join(
+                         dict.fromkeys(c for t in rep["traces"].values() for c in t["caveats"])) + ")")
+                  + "; the last column is this host's capacity over the first host's.", ""] \
             + _table(rep["rows"], host_to_host=True)
     return "\n".join(lines) + "\n"
 
