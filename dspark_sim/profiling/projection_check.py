@@ -85,7 +85,8 @@ def check_all(profiles_dir, base: str = "h200") -> list[dict]:
         projected = project_profile(base_profile, get_gpu(gpu))
         prov = raw.get("provenance", {})
         out.append({"model": base_profile.model, "gpu": gpu, "source": projected.source,
-                    "measured": f"{prov.get('gpu')}, {str(prov.get('date'))[:10]}, GPU {str(prov.get('gpu_uuid'))[:12]}",
+                    "measured": f"{prov.get('gpu')}, {str(prov.get('date'))[:10]}, GPU " + " and ".join(dict.fromkeys(
+                        str(p.get("gpu_uuid"))[:12] for p in [prov, *prov.get("merged_from", [])])),
                     "raw": str(raw_path.relative_to(profiles_dir)),
                     "sections": summary(priced_points(raw, projected))})
     return out
