@@ -270,35 +270,6 @@ def theta_many(ranks: Ranked, num_reqs: int, sps: SpsFn, limits: VerifyLimits) -
     return cum
 
 
-def _budgets(cands: list[Candidates], num_reqs: int, sps: SpsFn, limits: VerifyLimits) -> list[int]:
-    """:func:`production_budget` of each of ``cands``, in one evaluation where they share their
-    forced drafts' count."""
-    forced = {c.forced_total for c in cands}
-    if len(cands) == 1 or len(forced) > 1:
-        return [production_budget(c, num_reqs, sps, limits) for c in cands]
-    stacked = _stacked(None, cands, forced.pop())
-    return theta_many(stacked, num_reqs, sps, limits).argmax(axis=1)
-
-
-def _stacked(ranks: Ranked | None, cands: list[Candidates], forced_total: int) -> Ranked:
-    """The steps of ``ranks`` (None: none) and then ``cands``, one row each, padded to one width
-    (for Theta alone: a row's places past its count are none of its candidates)."""
-    own = 0 if ranks is None else ranks.count.size
-    sizes = [c.survival.size for c in cands]
-    width = max(max(sizes), 0 if ranks is None else ranks.survival.shape[1])
-    count = np.array(sizes)
-    survival = np.zeros((own + len(cands), width))
-    tau = np.empty(own + len(cands))
-    for i, c in enumerate(cands, own):
-        survival[i, :c.survival.size] = c.survival
-        tau[i] = c.forced_tau
-    if ranks is None:
-        return Ranked(None, survival, count, cands[0].forced_reqs, tau, forced_total)
-    survival[:own, :ranks.survival.shape[1]] = ranks.survival
-    tau[:own] = ranks.forced_tau
-    return Ranked(None, survival, np.concatenate((ranks.count, count)), ranks.forced_reqs, tau, forced_total)
-
-
 def verify_lengths_many(ranks: Ranked, budget: np.ndarray) -> np.ndarray:
     """:func:`verify_lengths` of every step, int64 [K, R]: each request's pairs above the step's
     ``budget``-th survival, and of the pairs equal to it as many as fit, in request order."""
@@ -334,39 +305,33 @@ def algorithm1_many(survival: np.ndarray, sps: SpsFn, limits: VerifyLimits) -> t
     return verify_lengths_many(ranks, budget), budget
 
 
-def best_budgets(ranks: Ranked, sps: SpsFn, limits: VerifyLimits, held: list[Candidates] = ()) -> np.ndarray:
-    """:func:`production_budget` of every step's own candidates, int64 [K], then of each of
-    ``held`` (candidates kept from before) for as many requests: one evaluation where those
-    force as many drafts as the steps."""
-    num_reqs = ranks.forced_reqs.size
-    if held and all(c.forced_total == ranks.forced_total for c in held):
-        ranks = _stacked(ranks, held, ranks.forced_total)
-    elif held:
-        return np.concatenate((best_budgets(ranks, sps, limits), _budgets(held, num_reqs, sps, limits)))
-    return theta_many(ranks, num_reqs, sps, limits).argmax(axis=1)
-
-
 def production_many(ranks: Ranked, held: list[Candidates], lag: int, sps: SpsFn, limits: VerifyLimits,
                     tiers: tuple[int, ...] = (), held_best: list[tuple[int, int] | None] | None = None
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`production` of every step, each budget from the candidates ``lag`` steps before
     (``held``: those of the steps before these, oldest first, at most ``lag``; fewer while
     warming up, when the oldest there is serves, or the step's own when there is none):
-    (verify lengths [K, R], budgets [K], :func:`best_budgets` of the steps' own candidates [K]).
-    ``held_best``: beside each of ``held``, (requests, budget) where its budget for that many
-    requests is known, else None; those not known are evaluated with the steps' own."""
+    (verify lengths [K, R], budgets [K], :func:`production_budget` of each step's own candidates
+    [K], in one evaluation). ``held_best``: beside each of ``held``, (requests, budget) where its
+    budget for that many requests is known, else None; those not known are evaluated one by one."""
     num_reqs, steps, kept = ranks.forced_reqs.size, ranks.count.size, len(held)
-    source = [max(0, kept + k - lag) for k in range(min(lag, steps))]  # in held + these steps
-    known = [held_best[i] if held_best is not None and i < kept else None for i in source]
-    missing = sorted({i for i, b in zip(source, known) if i < kept and (b is None or b[0] != num_reqs)})
-    best = best_budgets(ranks, sps, limits, [held[i] for i in missing])
-    found = dict(zip(missing, best[steps:].tolist()))
-    best = best[:steps]
+    best = theta_many(ranks, num_reqs, sps, limits).argmax(axis=1)  # the steps' own budgets
     budget = np.empty(steps, dtype=np.int64)
     if steps > lag:
         budget[lag:] = best[:steps - lag]  # from these steps' own candidates
-    for k, (i, b) in enumerate(zip(source, known)):  # from the steps before these
-        budget[k] = best[i - kept] if i >= kept else found[i] if i in found else b[1]
+    found: dict[int, int] = {}
+    for k in range(min(lag, steps)):  # from the steps before these (or, warming up, the first)
+        i = max(0, kept + k - lag)  # in held + these steps
+        if i >= kept:
+            budget[k] = best[i - kept]
+            continue
+        known = held_best[i] if held_best is not None else None
+        if known is not None and known[0] == num_reqs:
+            budget[k] = known[1]
+            continue
+        if i not in found:  # (warming up, several steps read the oldest)
+            found[i] = production_budget(held[i], num_reqs, sps, limits)
+        budget[k] = found[i]
     budget = np.minimum(budget, ranks.count)
     if tiers:
         base = num_reqs + ranks.forced_total
