@@ -91,3 +91,25 @@ def test_a_second_gpus_searches_must_have_been_served_on_that_gpu(tmp_path):
         "provenance": {"gpu": "NVIDIA H200", "gpu_uuid": "GPU-a"}}))
     with pytest.raises(InputError, match="provenance.gpu"):
         _replicate([path], "h100", tmp_path, [], {})
+
+
+def test_a_probes_run_record_is_found_in_its_archive_and_its_steps_priced(tmp_path):
+    """The simulator's own run of a probe stands in for the decoder's: unpacked from an archive
+    by name, at any depth, its steps priced by the profile they were simulated with come out at
+    the time they took, to the microsecond a second."""
+    import tarfile
+    from pathlib import Path
+
+    from dspark_sim.run import run_scenario
+    from dspark_sim.scenario import load_scenario
+    from dspark_sim.validation.capacity_check import probe_records, replay_busy_error
+
+    cases = Path(__file__).resolve().parents[1] / "profiles" / "h200" / "validation" / "capacity"
+    run = tmp_path / "capacity_runs" / "none" / "cap-long__none__x1.0000"
+    run_scenario(load_scenario(cases / "cap-long__none.yaml"), run, plots=False, show_progress=False)
+    with tarfile.open(tmp_path / "capacity_runs.tgz", "w:gz") as tar:
+        tar.add(tmp_path / "capacity_runs", arcname="capacity_runs")
+    found = probe_records(tmp_path / "capacity_runs.tgz", tmp_path / "unpacked")
+    assert list(found) == ["cap-long__none__x1.0000"]
+    assert abs(replay_busy_error(found["cap-long__none__x1.0000"] / "steps.csv", "none")) < 1e-6
+    assert probe_records(tmp_path / "missing.tgz", tmp_path / "none") == {}

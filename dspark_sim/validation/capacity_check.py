@@ -159,15 +159,21 @@ def write_page(real: list[Path], cases_dir: Path, data_path: Path, page_path: Pa
     re-made now (:func:`predict`) at ``commit``; and, from ``replicate``, the decoder's capacity on
     another host, a ``replicate_gpu`` (the catalog's name; the runs' GPU must be one), beside the
     simulator's answer for that GPU and beside the first host's."""
+    import tempfile
+
     runs = [json.loads(Path(r).read_text()) for r in real]
     measured = _measured(runs)
     sims = {t.name: predict(t, cases_dir) for t in TRACES if t.name in measured}
     rows = []
-    for trace, methods in measured.items():
-        for method in CASE_METHODS:
-            if method in methods:
-                rows.append(capacity_row(trace, method, methods[method], sims[trace]["sim"][method]))
-                rows[-1]["probe_pairs"] = probe_pairs(trace, method, methods[method], cases_dir)
+    with tempfile.TemporaryDirectory() as tmp:
+        records: dict[str, Path] = {}
+        for i, r in enumerate(real):  # later files win, as for the searches
+            records |= probe_records(Path(r).parent / "capacity_runs.tgz", Path(tmp) / str(i))
+        for trace, methods in measured.items():
+            for method in CASE_METHODS:
+                if method in methods:
+                    rows.append(capacity_row(trace, method, methods[method], sims[trace]["sim"][method]))
+                    rows[-1]["probe_pairs"] = probe_pairs(trace, method, methods[method], cases_dir, records)
     made_by = "python benchmarks/decoder_capacity.py page --real " + " ".join(str(r) for r in real)
     data = {"made_by": made_by, "simulator_commit": commit, "traces": sims, "rows": rows,
             "real": [part for run in runs for part in run.get("parts", [_part(run)])]}
@@ -207,9 +213,11 @@ def _replicate(paths: list[Path], gpu: str, cases_dir: Path, rows: list[dict], s
     return out
 
 
-def probe_pairs(trace: str, method: str, real: dict, cases_dir: Path) -> list[dict]:
+def probe_pairs(trace: str, method: str, real: dict, cases_dir: Path, records: dict[str, Path] | None = None) -> list[dict]:
     """Each of the decoder's probes of ``trace`` under ``method`` beside the simulator's probe at
-    the same multiplier (the same seeded requests): p99 TPOT and TTFT and the verdict of each."""
+    the same multiplier (the same seeded requests): p99 TPOT and TTFT and the verdict of each; and,
+    where ``records`` (run directory by name, :func:`probe_records`) holds the probe's run record,
+    its steps priced by the profile against their measured busy time (``replay_busy_error``)."""
     from dspark_sim.capacity.search import Evaluator
     from dspark_sim.scenario import load_scenario
 
@@ -221,7 +229,36 @@ def probe_pairs(trace: str, method: str, real: dict, cases_dir: Path) -> list[di
         out.append({"rate_rps": p["rate_rps"],
                     "real": {k: p[k] for k in ("passed", "p99_tpot_ms", "p99_ttft_ms")},
                     "sim": {"passed": sim.passed, "p99_tpot_ms": sim.p99_tpot_ms, "p99_ttft_ms": sim.p99_ttft_ms}})
+        run = (records or {}).get(f"{trace}__{method}__x{p['multiplier']:.4f}")
+        if run is not None:
+            out[-1]["replay_busy_error"] = replay_busy_error(run / "steps.csv", method)
     return out
+
+
+def probe_records(archive: Path, into: Path) -> dict[str, Path]:
+    """The probes' run records in ``archive`` (the visit's ``capacity_runs.tgz``, one directory a
+    probe, at any depth) unpacked under ``into``: directory by name; empty without the archive."""
+    import tarfile
+
+    if not archive.is_file():
+        return {}
+    with tarfile.open(archive) as tar:
+        tar.extractall(into, filter="data")
+    return {steps.parent.name: steps.parent for steps in sorted(into.rglob("steps.csv"))}
+
+
+def replay_busy_error(steps: Path, method: str, gpu: str = GPU) -> float:
+    """The decoder's steps of one run priced by the shipped profile (their work as recorded, at
+    their prefill duty) over their measured busy seconds, less 1."""
+    from dspark_sim.catalog import get_gpu
+    from dspark_sim.cost import get_cost_model
+    from dspark_sim.scenario import Speculation
+    from dspark_sim.validation.step_prices import priced_steps
+
+    spec = Speculation(**{k: v for k, v in CASE_METHODS[method].items() if k in ("method", "drafter", "block_size")})
+    real, priced, _, _ = priced_steps(steps, spec, get_cost_model(get_gpu(gpu).name, MODEL, warn=False))
+    busy = float(real.step_s.sum())
+    return float(priced.sum() / busy - 1.0) if busy > 0 else float("nan")
 
 
 def capacity_row(trace: str, method: str, real: dict, sim: dict) -> dict:
@@ -257,9 +294,13 @@ def page_text(data: dict) -> str:
     lines += ["", "Each of the decoder's probes beside the simulator's at the same rate (the same seeded requests): "
               "p99 TPOT and p99 TTFT in ms, and whether the probe meets the SLO. Near the SLO a probe's p99 of a "
               "few hundred requests is a handful of requests' latencies: it need not grow with the rate from one "
-              "probe to the next, on either side, and the bisection stops wherever it first crosses.", "",
+              "probe to the next, on either side, and the bisection stops wherever it first crosses. The last "
+              "column prices the decoder's own steps of the probe (their work as its run record has it, "
+              "`capacity_runs.tgz`) by the shipped profile against the seconds they took: where it is "
+              "negative, the profile prices this host's steps under their time, and the simulator's capacity "
+              "comes out high by as much again as the queue near capacity carries it.", "",
               "| trace | method | req/s | decoder p99 TPOT / TTFT (meets) | simulator p99 TPOT / TTFT (meets) | "
-              "p99 TPOT err |", "|---|---|---|---|---|---|"]
+              "p99 TPOT err | decoder's steps priced by the profile: busy time err |", "|---|---|---|---|---|---|---|"]
     for r in data["rows"]:
         for pp in r.get("probe_pairs", ()):
             real, sim = pp["real"], pp["sim"]
@@ -267,7 +308,8 @@ def page_text(data: dict) -> str:
                 if sim["p99_tpot_ms"] and real["p99_tpot_ms"] else "-"
             lines.append(f"| {r['trace']} | {r['method']} | {pp['rate_rps']:.2f} | " + " | ".join(
                 f"{_ms(side['p99_tpot_ms'])} / {_ms(side['p99_ttft_ms'])} ({'yes' if side['passed'] else 'no'})"
-                for side in (real, sim)) + f" | {err} |")
+                for side in (real, sim)) + f" | {err} | " + (
+                f"{pp['replay_busy_error']:+.1%}" if "replay_busy_error" in pp else "-") + " |")
     if rep := data.get("replicate"):
         rp = rep["real"][0]["provenance"] if rep["real"] else {}
         same = rep.get("gpu", GPU) == GPU
