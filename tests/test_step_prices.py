@@ -7,6 +7,7 @@ from dspark_sim.cost.base import StepWork
 from dspark_sim.cost.hot import duty_column
 from dspark_sim.metrics.record import write_record
 from dspark_sim.scenario import Speculation
+from dspark_sim.validation import step_prices
 from dspark_sim.validation.step_prices import attribution
 
 
@@ -85,3 +86,17 @@ def test_mixed_steps_are_priced_with_and_without_the_mixed_step_term(tmp_path):
     tiles = 96 * 2048 / (2 * t.prefill_tile)  # the mean chunk's query tiles, each decode row
     assert priced - bare == pytest.approx(4 * t.mixed_s_per_row_tile * tiles, rel=1e-9)
     assert got["1-16 decoding"][3] == 0
+
+
+def test_each_visit_is_set_beside_the_replicates_runs_of_the_same_cases():
+    def row(case, visit, real, priced):
+        by_kind = {k: [real, priced, 10] for k in step_prices.KINDS}
+        return {"case": case, "real_run": visit, "step_prices": {"by_kind": by_kind}}
+
+    rows = [row("a", "visit1", 1.0, 0.98), row("b", "visit2", 2.0, 2.0),
+            row("a", "visit9", 1.0, 1.01), row("b", "visit9", 1.0, 1.05), row("c", "visit9", 1.0, 1.0)]
+    lines = step_prices.host_table(rows)
+    assert lines[2].startswith("| visit1 | -2.0% (10 steps)")
+    assert lines[3].startswith("| visit9, the same cases | +1.0% (10 steps)")  # only case a
+    assert lines[4].startswith("| visit2 | +0.0%") and lines[5].startswith("| visit9, the same cases | +5.0%")
+    assert step_prices.host_table(rows[:1]) == []

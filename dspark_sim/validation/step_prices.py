@@ -138,8 +138,30 @@ def mixed_table(rows: list[dict]) -> list[str]:
 
 def kind_table(rows: list[dict]) -> list[str]:
     """Busy-time error of the step replay by step kind and method, over ``rows``' cases."""
-    return _by_method(rows, "by_kind", KINDS, lambda real, priced, n: (
-        f"{priced / real - 1:+.1%} ({n} steps)" if real > 0 else "-"))
+    return _by_method(rows, "by_kind", KINDS, _kind_cell)
+
+
+def _kind_cell(real: float, priced: float, n: int) -> str:
+    return f"{priced / real - 1:+.1%} ({n} steps)" if real > 0 else "-"
+
+
+def host_table(rows: list[dict]) -> list[str]:
+    """Busy-time error of the step replay by step kind, a row per visit of ``rows`` and, below it,
+    the visit that served the most cases (the replicate) on that visit's cases: the same requests
+    on two hosts."""
+    visits = {}
+    for r in rows:
+        visits.setdefault(r["real_run"], []).append(r)
+    if len(visits) < 2:
+        return []
+    rep = max(visits, key=lambda v: (len(visits[v]), v))
+    lines = ["| host (visit) | " + " | ".join(KINDS) + " |", "|---|" + "---|" * len(KINDS)]
+    for v in sorted(set(visits) - {rep}):
+        cases = {r["case"] for r in visits[v]}
+        for label, mine in ((v, visits[v]), (f"{rep}, the same cases", [r for r in visits[rep] if r["case"] in cases])):
+            sums = [[sum(x) for x in zip(*(r["step_prices"]["by_kind"][k] for r in mine))] for k in KINDS]
+            lines.append(f"| {label} | " + " | ".join(_kind_cell(*c) if c else "-" for c in sums) + " |")
+    return lines
 
 
 def _by_method(rows: list[dict], field: str, keys, cell) -> list[str]:
@@ -173,6 +195,11 @@ def markdown(rows: list[dict], min_level: float) -> list[str]:
     lines += ["", "The step replay's busy-time error by kind of step, chat and long-prompt families (the session "
               "cases' shared prefix reads are not in the decoder's records), every level shown:", ""]
     lines += kind_table([r for r in shown if r.get("family") != "sess"])
+    lines += ["", "The same steps by the host that served them: each headline visit's cases, and the replicate's "
+              "runs of the same cases (the same requests on another H200), every method. The profile prices one "
+              "board, its power-limit terms the mean of the two boards they were timed on; the hosts' boards differ "
+              "from it and from each other.", ""]
+    lines += host_table([r for r in shown if r.get("family") != "sess"])
     lines += ["", "The same steps by their prefill duty: the share of the second before a step the GPU spent in "
               "steps with prompt chunks (the duty of a decode step counts the prompt steps before it as well). "
               "Each cell: the replay's busy-time error with the power-limit terms (prompt steps' and decode "
