@@ -24,6 +24,7 @@ from dspark_sim.metrics.record import WORK_COLUMNS, StepColumns, read_steps
 
 COLUMNS = ("step_s", "sched_s", "draft_s", "running_reqs", "decode_reqs", "prefill_tokens", "verify_tokens")
 BINS = ((1, 16), (17, 64), (65, 128), (129, 256))
+SESSIONS = "sw-sess"  # the shared-prefix family (sweeps.level_of): its prefix reads are not in the decoder's records
 
 
 def priced_steps(steps: Path, speculation, cost) -> tuple[StepColumns, np.ndarray, np.ndarray, np.ndarray]:
@@ -194,12 +195,12 @@ def markdown(rows: list[dict], min_level: float) -> list[str]:
                      f"{p['replay_busy_error']:+.1%} | {p['sim_busy_error']:+.1%} |")
     lines += ["", "The step replay's busy-time error by kind of step, chat and long-prompt families (the session "
               "cases' shared prefix reads are not in the decoder's records), every level shown:", ""]
-    lines += kind_table([r for r in shown if r.get("family") != "sess"])
+    lines += kind_table([r for r in shown if r.get("family") != SESSIONS])
     lines += ["", "The same steps by the host that served them: each headline visit's cases, and the replicate's "
               "runs of the same cases (the same requests on another H200), every method. The profile prices one "
               "board, its power-limit terms the mean of the two boards they were timed on; the hosts' boards differ "
               "from it and from each other.", ""]
-    lines += host_table([r for r in shown if r.get("family") != "sess"])
+    lines += host_table([r for r in shown if r.get("family") != SESSIONS])
     lines += ["", "The same steps by their prefill duty: the share of the second before a step the GPU spent in "
               "steps with prompt chunks (the duty of a decode step counts the prompt steps before it as well). "
               "Each cell: the replay's busy-time error with the power-limit terms (prompt steps' and decode "
@@ -208,7 +209,7 @@ def markdown(rows: list[dict], min_level: float) -> list[str]:
               "as the decode steps' term prices past the prompt steps' threshold; both terms are the mean over "
               "H200s other than the sweeps' (after a second of 4,096-token prompt steps, or of mixed steps, back "
               "to back).", ""]
-    lines += duty_table([r for r in shown if r.get("family") != "sess"])
+    lines += duty_table([r for r in shown if r.get("family") != SESSIONS])
     lines += ["", "The steps that carry prompt chunks beside decode rows, by decoding requests, every family (the "
               "session cases' shared prefix reads touch their decode rows, not the term). Each cell: the replay's "
               "busy-time error with the mixed-step term (`docs/profiles.md`, the mixed-step block: a decode row's "
