@@ -84,13 +84,13 @@ def test_a_second_gpus_searches_must_have_been_served_on_that_gpu(tmp_path):
     import json
 
     from dspark_sim.errors import InputError
-    from dspark_sim.validation.capacity_check import _replicate
+    from dspark_sim.validation.capacity_check import replicate_section
 
     path = tmp_path / "capacity.json"
     path.write_text(json.dumps(_run("GPU-a", {"cap-chat": {"none": {"rate_rps": 20.0}}}) | {
         "provenance": {"gpu": "NVIDIA H200", "gpu_uuid": "GPU-a"}}))
     with pytest.raises(InputError, match="provenance.gpu"):
-        _replicate([path], "h100", tmp_path, [], {})
+        replicate_section([path], "h100", tmp_path, [], {})
 
 
 def test_a_probes_run_record_is_found_in_its_archive_and_its_steps_priced(tmp_path):

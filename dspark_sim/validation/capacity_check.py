@@ -180,13 +180,13 @@ def write_page(real: list[Path], cases_dir: Path, data_path: Path, page_path: Pa
     if replicate:
         data["made_by"] += " --replicate " + " ".join(str(r) for r in replicate) + \
             (f" --replicate-gpu {replicate_gpu}" if replicate_gpu != GPU else "")
-        data["replicate"] = _replicate(replicate, replicate_gpu, cases_dir, rows, sims)
+        data["replicate"] = replicate_section(replicate, replicate_gpu, cases_dir, rows, sims)
     data_path.write_text(json.dumps(data, indent=1, default=float) + "\n")
     page_path.write_text(page_text(data))
     return data
 
 
-def _replicate(paths: list[Path], gpu: str, cases_dir: Path, rows: list[dict], sims: dict) -> dict:
+def replicate_section(paths: list[Path], gpu: str, cases_dir: Path, rows: list[dict], sims: dict) -> dict:
     """The page's second host: its searches beside the simulator's answers for ``gpu`` (the first
     host's when it is the same GPU) and the first host's capacity of each trace and method."""
     from dspark_sim.errors import InputError
