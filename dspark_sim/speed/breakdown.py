@@ -173,15 +173,15 @@ def whole_requests(case: Case, run_requests: int) -> int:
 def measure(name: str, requests: int, tmp: Path) -> dict:
     """A row: the case plain (after a warm-up), then profiled, with the budget its target implies."""
     case = CASES[name]
-    run = sliced(case, requests) or case
-    run(sliced(case, 50) or run, tmp)  # imports and caches: the plain run is warm, as the profiled one
+    timed = sliced(case, requests) or case
+    run(sliced(case, 50) or timed, tmp)  # imports and caches: the plain run is warm, as the profiled one
     started = time.perf_counter()
-    plain = run(run, tmp)
+    plain = run(timed, tmp)
     plain_s = time.perf_counter() - started
     load_before = os.getloadavg()[0]
-    prof = profile(run, tmp)
+    prof = profile(timed, tmp)
     whole = whole_requests(case, plain.completed)
-    return {"case": name, "label": run.label, "target_s": case.target_s, "whole_requests": whole,
+    return {"case": name, "label": timed.label, "target_s": case.target_s, "whole_requests": whole,
             "budget_us_per_request": case.target_s / whole * 1e6, "plain_wall_s": plain_s,
             "load_before": load_before, "load_after": os.getloadavg()[0]} | prof
 
