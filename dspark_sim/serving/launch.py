@@ -52,7 +52,15 @@ class Launches:
         if fresh is None:
             return
         c, n = running.cols, running.n
-        rows = np.flatnonzero((c.rid[:n] == fresh[:, None]).any(axis=0))  # (np.isin costs more on a few ids)
+        if not n:
+            return
+        rid = c.rid[:n]
+        # rows hold their requests in admission order, mostly that of their ids: a binary search
+        # finds each fresh id's row (ids are unique, so a match is its row), else one comparison
+        # with every row does (np.isin costs more on a few ids)
+        rows = np.minimum(rid.searchsorted(fresh), n - 1)
+        if not (rid.take(rows) == fresh).all():
+            rows = np.flatnonzero((rid == fresh[:, None]).any(axis=0))
         if rows.size:
             c.first_token_s[rows] = np.maximum(c.first_token_s[rows], at_s)
 

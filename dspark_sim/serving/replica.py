@@ -309,15 +309,14 @@ class Replica:
                 new = accepted + 1
                 c.verified_drafts[dec] += drafts  # (dec indexes the first n rows)
                 np.minimum(new, left, out=new)
-            else:
-                new = np.minimum(left, 1)  # a token each
-            if step.p_true is not None:  # accepted drafts that were emitted (a last step may accept more)
-                c.accepted_tokens[dec] += new - 1
-                if (done := new == left).any():  # the next plan could not know
+                c.accepted_tokens[dec] += new - 1  # accepted drafts that were emitted (a last step may accept more)
+                if self.inflight.overlapped and (done := new == left).any():  # the next plan could not know
                     rows = done.nonzero()[0] if isinstance(dec, slice) else dec[done]  # (a slice starts at row 0)
                     left_done = left[done]
                     kv = c.prefilled[rows] + c.generated[rows] - c.kv_base[rows]  # (kv_tokens of these rows)
                     self.inflight.finished(c, rows, left_done, kv + left_done)
+            else:
+                new = np.minimum(left, 1)  # a token each
             emitted = int(new.sum())
             self._decoded[0] += emitted
             self._decoded[1] += step.num_dec
@@ -404,10 +403,12 @@ class Replica:
             return 0
         generated, last = c.generated, c.last_token_s
         resumed = generated[done] > 0  # re-prefill after a preemption: an inter-token gap
+        first = done
         if resumed.any():
             self.ctx.collector.on_gaps(last[done[resumed]], self.index, now)
-        c.first_token_s[done[~resumed]] = now
-        self.launches.first_tokens(c.rid[done[~resumed]])
+            first = done[~resumed]
+        c.first_token_s[first] = now
+        self.launches.first_tokens(c.rid[first])
         generated[done] += 1
         last[done] = now
         return int(done.size)

@@ -58,8 +58,9 @@ def plan_step(rep, ghosts: Ghosts | None, ahead) -> PlannedStep:
     ``ahead`` drawn with the stretch before), then prefill chunks in admission order, within the
     batch's token budget less every decoding request's whole window."""
     c, n = rep.running.cols, rep.running.n
-    kv = rep.kv_tokens()
-    left = c.prefill_len[:n] - c.prefilled[:n]
+    prefilled = c.prefilled[:n]
+    kv = prefilled + c.generated[:n] - c.kv_base[:n]  # (Replica.kv_tokens, without the call)
+    left = c.prefill_len[:n] - prefilled
     pre = (left > 0).nonzero()[0]
     # slices where they serve (cheaper than index arrays)
     if not pre.size:
@@ -78,18 +79,17 @@ def plan_step(rep, ghosts: Ghosts | None, ahead) -> PlannedStep:
             dec = rank_decoders(left <= 0, rank, ranked[1], rep.ranks_prefill_apart)
             num_dec = dec.size
     d, ahead = planned_rows(rep, c, dec, num_dec, kv[dec], ghosts, ahead)  # (dec indexes the first n rows)
-    prefill_tokens, chunk, attn2, prefill_reqs = 0, None, 0.0, 0
+    prefill_tokens, chunk, attn2, prefill_reqs, longest = 0, None, 0.0, 0, 0
     if ranked is not None:
         chunk = ranked[0]
+        prefill_tokens, prefill_reqs = int(chunk.sum()), int(np.count_nonzero(chunk))
+        longest = int(chunk.max()) if prefill_tokens else 0
     elif pre is not None:
-        rem = left[pre]
         # a decoding row takes its whole window from the budget: its drafts are scheduled
         # before their verify lengths are known (the decoder, vLLM's spec tokens)
         room = max(0, min(rep.max_tokens - d.count * (d.drafts + 1), rep.prefill_cap))
-        chunk = np.minimum(np.maximum(room - (rem.cumsum() - rem), 0), rem)  # np.clip, without its overhead
+        chunk, prefill_tokens, prefill_reqs, longest = _chunks(left[pre].tolist(), room)
     if pre is not None:
-        prefill_tokens = int(chunk.sum())
-        prefill_reqs = int(np.count_nonzero(chunk))
         attn2 = float((chunk * (c.prefilled[pre] + chunk / 2.0)).sum())
     dec_ctx = int(d.kv_tokens.sum())
     draft = DraftWork(rep.policy.draft_kind, d.count, d.drafts, dec_ctx) if d.drafts else None
@@ -98,10 +98,26 @@ def plan_step(rep, ghosts: Ghosts | None, ahead) -> PlannedStep:
                     int(d.kv_tokens.max()) if num_dec else 0, n, busiest,
                     rep.prefix.repeat_tokens if num_dec else 0, idle_ranks(ranked[1], rank[dec]) if ranked else 0,
                     prefill_duty=rep.duty.at(rep.clock_s) if prefill_tokens or rep.decode_hot else 0.0,
-                    prefill_longest=int(chunk.max()) if prefill_tokens else 0)
+                    prefill_longest=longest)
     parts = rep.ctx.cost.breakdown(work)
     held = int(kv.sum()) + (int(ghosts.kv_tokens.sum()) if ghosts and num_dec else 0)
     return PlannedStep(dec, pre, num_dec, chunk, d.verify_len, d.p_true, ahead, d.budget,
                        d.verify_tokens + prefill_tokens, prefill_tokens,
                        rep.kv_needed(held, d.verify_tokens + prefill_tokens, n), sum(parts.values()),
                        parts.get("draft_s", 0.0), parts.get("sched_s", 0.0), rep.clock_s, work)
+
+
+def _chunks(remaining: list[int], room: int) -> tuple[np.ndarray, int, int, int]:
+    """Prompt chunks in admission order within ``room`` tokens, each at most what its request has
+    ``remaining`` (every number > 0): ``(chunks int64 [P], their tokens, the requests with a
+    chunk, the longest)``. In Python numbers: a step prefills a few requests of the many waiting
+    to, once the room is spent the rest get none, and numpy's calls would cost more."""
+    chunks, free = [], room
+    for rem in remaining:
+        if free <= 0:
+            break
+        chunks.append(min(free, rem))
+        free -= rem
+    tokens, count, longest = sum(chunks), len(chunks), max(chunks, default=0)
+    chunks += [0] * (len(remaining) - count)
+    return np.array(chunks, dtype=np.int64), tokens, count, longest
