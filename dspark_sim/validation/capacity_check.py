@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from dspark_sim.validation.cases import CASE_METHODS, DEPLOYMENT, GPU, MODEL
+from dspark_sim.validation.cases import CASE_METHODS, DEPLOYMENT, GPU, MODEL, case_speculation
 
 PLAN = "plan.json"
 RULE, MAX_QUEUE_MS = "p99", 5000.0  # the capacity command's --rule p99 and its default queue bound
@@ -252,10 +252,9 @@ def replay_busy_error(steps: Path, method: str, gpu: str = GPU) -> float:
     their prefill duty) over their measured busy seconds, less 1."""
     from dspark_sim.catalog import get_gpu
     from dspark_sim.cost import get_cost_model
-    from dspark_sim.scenario import Speculation
     from dspark_sim.validation.step_prices import priced_steps
 
-    spec = Speculation(**{k: v for k, v in CASE_METHODS[method].items() if k in ("method", "drafter", "block_size")})
+    spec = case_speculation(method)
     real, priced, _, _ = priced_steps(steps, spec, get_cost_model(get_gpu(gpu).name, MODEL, warn=False))
     busy = float(real.step_s.sum())
     return float(priced.sum() / busy - 1.0) if busy > 0 else float("nan")

@@ -36,6 +36,13 @@ CASE_METHODS = {  # run in this order (DSpark first: its kernels take longest to
     "mtp3": {"method": "static", "drafter": "mtp", "block_size": 3},
     "none": {"method": "none"},
 }
+
+
+def case_speculation(method: str):
+    """The drafter a case method of :data:`CASE_METHODS` runs, as the cost model prices it."""
+    from dspark_sim.scenario import Speculation
+
+    return Speculation(**{k: v for k, v in CASE_METHODS[method].items() if k in ("method", "drafter", "block_size")})
 # name: (source, requests, load[, batching]); azure: (first row, time_scale); synthetic:
 # (rate/s, seed[, mean prompt tokens]). Batching prefill_first unless named: the "-mixed"
 # cases serve their base case's trace with prompt chunks beside the decode windows.

@@ -23,8 +23,8 @@ from dspark_sim.cost import get_cost_model
 from dspark_sim.metrics.outdir import atomic_dir
 from dspark_sim.metrics.record import read_requests
 from dspark_sim.run import run_scenario
-from dspark_sim.scenario import Speculation, load_scenario
-from dspark_sim.validation.cases import CASE_METHODS, GPU, MODEL, write_trace
+from dspark_sim.scenario import load_scenario
+from dspark_sim.validation.cases import GPU, MODEL, case_speculation, write_trace
 from dspark_sim.validation.replay import step_replay
 from dspark_sim.validation.validate import compare_metrics, plot, run_metrics
 from dspark_sim.workload import read_trace, write_mooncake
@@ -128,7 +128,7 @@ def _row(case: str, real_dir: Path, metrics: list[dict], cost) -> dict:
     notes_path = real_dir.parent / "notes.json"
     notes = json.loads(notes_path.read_text()) if notes_path.is_file() else {}
     trace, method = case.split("__")
-    spec = Speculation(**{k: v for k, v in CASE_METHODS[method].items() if k in ("method", "drafter", "block_size")})
+    spec = case_speculation(method)
     return {"case": case, "trace": trace, "method": method, "real_run": str(real_dir.parent.name),
             "current_decoder": bool(notes.get("current_decoder", True)),
             "requests": meta.get("requests"), "passes": meta.get("passes", 1),

@@ -23,8 +23,7 @@ import numpy as np
 from dspark_sim.catalog import get_gpu
 from dspark_sim.cost import get_cost_model
 from dspark_sim.metrics.record import read_steps
-from dspark_sim.scenario import Speculation
-from dspark_sim.validation.cases import CASE_METHODS, GPU, MODEL
+from dspark_sim.validation.cases import GPU, MODEL, case_speculation
 from dspark_sim.validation.fidelity import compare_cases
 from dspark_sim.validation.lockstep import STEP_COLUMNS, composition
 from dspark_sim.validation.reads import first_reads, step_reads
@@ -81,8 +80,7 @@ def sweep_rows(cases_dir: Path, visits: list[Path], scaled: bool = False) -> tup
             runs = Path(tmp) / "out" / "runs" / r["case"]
             r["composition"] = {side: composition(read_steps(runs / side / "steps.csv", STEP_COLUMNS))
                                 for side in ("real", "sim")}
-            spec = Speculation(**{k: v for k, v in CASE_METHODS[r["method"]].items()
-                                  if k in ("method", "drafter", "block_size")})
+            spec = case_speculation(r["method"])
             r["step_prices"] = attribution(runs / "real" / "steps.csv", runs / "sim" / "steps.csv", spec, cost)
             graph = int(cost.profile.target.prefill_graph_tokens)
             r["first_reads"] = {side: first_reads(runs / side, graph) for side in ("real", "sim")}
