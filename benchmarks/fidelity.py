@@ -204,11 +204,15 @@ def main(argv=None) -> int:
 
         from dspark_sim.validation.visits import import_visit
 
+        from dspark_sim.catalog import get_gpu
         from dspark_sim.errors import InputError
 
         profile = (REPO / "profiles" / "h200" / "qwen3-8b.json").read_text()  # (another GPU's projects it)
         try:
-            notes = import_visit(Path(args.src), REPO / "profiles" / args.gpu / "validation" / "real" / args.visit,
+            gpu = get_gpu(args.gpu, file="--gpu", key="gpu").name  # (a catalog name: the visit stays under profiles/)
+            if Path(args.visit).name != args.visit or args.visit in (".", ".."):
+                raise InputError("--visit", "visit", args.visit, "must be a plain name, such as visit23")
+            notes = import_visit(Path(args.src), REPO / "profiles" / gpu / "validation" / "real" / args.visit,
                                  args.parts, args.command, set(re.findall(r"GPU-[0-9a-f-]+", profile)))
         except InputError as err:
             print(f"error: {err}", file=sys.stderr)

@@ -93,3 +93,17 @@ def test_the_first_method_may_try_every_unit_and_later_ones_only_what_it_finishe
     b.finished("x", b.units[2])
     assert [u.name for u in b.eligible("y")] == ["u2"]
     assert np.isfinite(b.estimate())
+
+
+@pytest.mark.parametrize("args, named", [(["--gpu", "h900", "--visit", "visit99"], "--gpu"),
+                                         (["--gpu", "h100", "--visit", "../visit99"], "--visit")])
+def test_a_visit_is_imported_only_under_a_known_gpu_and_a_plain_name(tmp_path, args, named):
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, str(repo / "benchmarks" / "fidelity.py"), "import-visit", "--src",
+                           str(tmp_path), "--parts", "capacity", "--command", "x", *args],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.startswith(f"error: {named}") and "Traceback" not in done.stderr
+    assert not (repo / "profiles" / "h100" / "validation" / "visit99").exists()
