@@ -58,9 +58,8 @@ def plan_step(rep, ghosts: Ghosts | None, ahead) -> PlannedStep:
     ``ahead`` drawn with the stretch before), then prefill chunks in admission order, within the
     batch's token budget less every decoding request's whole window."""
     c, n = rep.running.cols, rep.running.n
-    prefilled = c.prefilled[:n]
-    kv = prefilled + c.generated[:n] - c.kv_base[:n]  # (Replica.kv_tokens, without the call)
-    left = c.prefill_len[:n] - prefilled
+    kv = rep.kv_tokens()
+    left = c.prefill_len[:n] - c.prefilled[:n]
     pre = (left > 0).nonzero()[0]
     # slices where they serve (cheaper than index arrays)
     if not pre.size:
