@@ -13,6 +13,9 @@
     python benchmarks/external.py diagnose    # every case replayed again with one kind of host term
                                               #   left out at a time, and where its GPU time goes
                                               #   -> docs/external_diagnose.md, .json
+    python benchmarks/external.py what-if --set flops_eff.fp4-experts-w4a16=0.5 --cases ID ...
+                                              # cases replayed with other terms of the engines' MoE
+                                              #   roofline, beside the page's errors; writes nothing
 
 The cases are profiles/external/cases.yaml; the work is dspark_sim/validation/published_check.py
 (replays, fits) and published_page.py (the pages).
@@ -25,24 +28,29 @@ import sys
 import warnings
 
 from dspark_sim.cost.jsonio import write_json_atomic
-from dspark_sim.validation.published import CASES, ROOT, load_cases
+from dspark_sim.validation.published import CASES, METRICS, ROOT, load_cases
 from dspark_sim.validation.published_check import (SEEDS, SUMMARY_GROUPS, TERMS, calibrate, calibrate_only, check,
-                                                   diagnose, summary)
+                                                   diagnose, summary, what_if)
 from dspark_sim.profiling.gpu_work_fit import BOUNDS
 from dspark_sim.validation.published_page import (DIAG_DOC, DIAG_JSON, DOC, DOC_JSON, write_defaults_doc,
                                                   write_diagnose_doc, write_doc)
 
 ONLY_TERMS = tuple(BOUNDS)
+KEYED = ("layer_s", "first_token_layer_s", "flops_eff", "eager_layer_s")  # terms by attention kind or format
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("what", nargs="?", default="all", choices=("all", "calibrate", "check", "report",
-                                                                        "diagnose"))
+                                                                        "diagnose", "what-if"))
     parser.add_argument("--seeds", type=int, default=len(SEEDS), help=f"seeds a case is replayed with (default "
                         f"{len(SEEDS)})")
     parser.add_argument("--jobs", type=int, default=1, help="processes replaying cases (default 1)")
-    parser.add_argument("--cases", nargs="+", metavar="ID", help="diagnose only these cases (default: all)")
+    parser.add_argument("--cases", nargs="+", metavar="ID", help="diagnose or what-if only these cases "
+                        "(default: all)")
+    parser.add_argument("--set", nargs="+", metavar="TERM[.KEY]=VALUE", default=[],
+                        help="what-if: a term of the engines' MoE roofline in place of the shipped one "
+                        "(flops_eff.fp4-experts-w4a16=0.5, first_token_layer_s.v4=0.003, moe_bw_eff=0.4)")
     parser.add_argument("--only", nargs="+", metavar="TERM", choices=ONLY_TERMS,
                         help="calibrate: fit only these terms of the engines' MoE roofline, the rest of "
                         "terms.json held")
@@ -55,6 +63,8 @@ def main(argv=None) -> int:
         if name not in known:
             print(f"{CASES.relative_to(ROOT)}: cases: unknown case {name!r}", file=sys.stderr)
             return 2
+    if args.what == "what-if":
+        return _what_if(args, cases, seeds)
     write_defaults_doc()
     if args.only:
         if args.what != "calibrate" or not TERMS.is_file():
@@ -92,6 +102,47 @@ def main(argv=None) -> int:
                       f"{'met' if v['met'] else 'NOT met'}")
         print(f"wrote {DOC.relative_to(ROOT)}, {DOC_JSON.relative_to(ROOT)}")
     return 0
+
+
+def _what_if(args, cases: list[dict], seeds: tuple[int, ...]) -> int:
+    """The chosen cases replayed with ``--set``'s terms, beside the errors docs/external.json has."""
+    changes: dict = {}
+    for item in args.set:
+        term, eq, value = item.partition("=")
+        name, _, key = term.partition(".")
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+        if not eq or name not in ONLY_TERMS or number is None or (key == "") == (name in KEYED):
+            print(f"--set: {item!r}: TERM[.KEY]=NUMBER, TERM one of {', '.join(ONLY_TERMS)} (a KEY for "
+                  f"{', '.join(KEYED)})", file=sys.stderr)
+            return 2
+        low, high = BOUNDS[name]
+        if not low <= number <= high:
+            print(f"--set: {item!r}: {name} must lie in [{low:g}, {high:g}] (the fit's bounds)", file=sys.stderr)
+            return 2
+        if key:
+            changes.setdefault(name, {})[key] = number
+        else:
+            changes[name] = number
+    if not changes:
+        print("what-if: --set at least one term", file=sys.stderr)
+        return 2
+    chosen = [c for c in cases if not args.cases or c["id"] in args.cases]
+    shipped = {r["id"]: r["error"] for r in json.loads(DOC_JSON.read_text())["cases"]} if DOC_JSON.is_file() else {}
+    print(f"{'case':52s} {'role':9s} " + " ".join(f"{m + ' shipped / what-if':>28s}" for m in METRICS))
+    for row in what_if(chosen, changes, seeds, args.jobs):
+        cells = []
+        for m in METRICS:
+            before, after = shipped.get(row["id"], {}).get(m), row["error"].get(m)
+            cells.append(f"{_pct(before):>13s} / {_pct(after):>12s}")
+        print(f"{row['id']:52s} {row['role']:9s} " + " ".join(cells))
+    return 0
+
+
+def _pct(value) -> str:
+    return "-" if value is None else f"{value * 100:+.1f} %"
 
 
 if __name__ == "__main__":

@@ -16,8 +16,8 @@ from dspark_sim.engines.model import GpuWork
 from dspark_sim.scenario import Scenario
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
-WORK = GpuWork((("gqa", 60e-6), ("mla", 110e-6), ("v4", 150e-6)), (("gqa", 0.08), ("mla", 0.13), ("v4", 0.2)), 0.5,
-               ("a", "b"))
+WORK = GpuWork((("gqa", 60e-6), ("mla", 110e-6), ("v4", 150e-6)), (("gqa", 1e-3), ("mla", 2e-3), ("v4", 4e-3)),
+               0.5, ("a", "b"))
 ONE = StepWork(decode_reqs=1, verify_tokens=1, decode_context_tokens=8192, decode_max_context=8192)
 
 
@@ -58,8 +58,9 @@ def test_the_decoder_and_whole_profiles_keep_their_measured_costs():
 
 
 def test_the_first_tokens_latency_is_shared_not_queued():
-    """Each request's intake is delayed by its kind's first-token latency, alike for requests taken
-    in together: sixteen at once see about the lone request's TTFT, not sixteen of them."""
+    """Each request's intake is delayed by its kind's first-token latency a layer times the model's
+    layers, alike for requests taken in together: sixteen at once see about the lone request's TTFT,
+    not sixteen of them."""
     from dspark_sim.engines.fit import replay
 
     def ttft(n, work):
@@ -69,10 +70,13 @@ def test_the_first_tokens_latency_is_shared_not_queued():
         scenario = Scenario.from_dict(raw)
         return replay(replace(scenario, engine=replace(scenario.engine, gpu_work=work)))["median_ttft_ms"]
 
-    none = replace(WORK, first_token_s=())
-    assert ttft(1, WORK) - ttft(1, none) == pytest.approx(130.0, abs=1e-6)
-    assert ttft(16, WORK) - ttft(16, none) == pytest.approx(130.0, abs=1e-6)
-    assert _cost("deepseek-v3", "b200").first_token_s == 0.13
+    none = replace(WORK, first_token_layer_s=())
+    assert ttft(1, WORK) - ttft(1, none) == pytest.approx(61 * 2.0, abs=1e-6)  # DeepSeek-V3's 61 layers
+    assert ttft(16, WORK) - ttft(16, none) == pytest.approx(61 * 2.0, abs=1e-6)
+    assert _cost("deepseek-v3", "b200").first_token_s == pytest.approx(61 * 2e-3)
+    # a deeper model of the same kind waits longer for its first token: V4-Pro's 61 layers, V4-Flash's 43
+    assert _cost("deepseek-v4-pro", "b300").first_token_s / _cost("deepseek-v4-flash", "b300", 4).first_token_s \
+        == pytest.approx(61 / 43)
 
 
 def test_the_expert_gemms_read_at_their_own_bandwidth_share():
@@ -116,7 +120,7 @@ def test_each_term_is_fitted_on_the_runs_it_shows_in():
     measured = [{"median_ttft_ms": 1.0, "median_tpot_ms": 1.0, "output_throughput": 1.0}] * 4 + \
         [{"mean_tpot_ms": 1.0}] * 3
     plan = groups(runs, measured)
-    assert plan == {"layer_s:mla": [(0, "median_tpot_ms")], "first_token_s:mla": [(0, "median_ttft_ms")],
-                    "layer_s:gqa": [(1, "median_tpot_ms")], "first_token_s:gqa": [(1, "median_ttft_ms")],
+    assert plan == {"layer_s:mla": [(0, "median_tpot_ms")], "first_token_layer_s:mla": [(0, "median_ttft_ms")],
+                    "layer_s:gqa": [(1, "median_tpot_ms")], "first_token_layer_s:gqa": [(1, "median_ttft_ms")],
                     "moe_bw_eff": [(1, "median_tpot_ms"), (2, "median_tpot_ms")],
                     "flops_eff:fp8": [(4, "mean_tpot_ms")]}

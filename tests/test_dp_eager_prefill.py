@@ -94,7 +94,7 @@ def test_tp_attention_keeps_its_prompt_graphs():
 
 
 def test_the_fitted_layer_time_round_trips_through_json():
-    work = GpuWork((("v4", 1e-4),), (("v4", 0.1),), 0.4, ("a",), (("fp4-experts", 0.9),), (("v4", 3e-3),))
+    work = GpuWork((("v4", 1e-4),), (("v4", 2e-3),), 0.4, ("a",), (("fp4-experts", 0.9),), (("v4", 3e-3),))
     assert GpuWork.from_json_dict(work.to_json_dict()) == work
     assert dict(shipped_gpu_work().eager_layer_s).keys() <= {"gqa", "mla", "v4"}
 

@@ -2,6 +2,7 @@
 case builds a scenario, and the summary counts every case it is given."""
 import pytest
 
+from dspark_sim.engines.model import shipped_gpu_work
 from dspark_sim.validation import published, published_check, published_page
 
 
@@ -81,3 +82,37 @@ def test_diagnose_replays_every_variant_and_splits_the_time(tmp_path, monkeypatc
     published_page.write_diagnose_doc([row], "test", seeds=(0,))
     text = (tmp_path / "d.md").read_text()
     assert all(v in text for v in published_check.VARIANTS) and case["id"] in text
+
+
+def test_what_if_replays_a_case_with_other_terms():
+    """A higher FLOP/s share for Hopper's W4A16 experts prefills a lone V4-Flash prompt sooner: the
+    case's TTFT falls, and the question changes nothing shipped."""
+    case = next(c for c in published.load_cases()[1] if c["id"] == "cookbook-v4flash-h100-fp4-low-latency-c1")
+    shipped = published_check.check_case(case, seeds=(0,))
+    [faster] = published_check.what_if([case], {"flops_eff": {"fp4-experts-w4a16": 0.6}}, seeds=(0,))
+    assert faster["predicted"]["ttft"] < shipped["predicted"]["ttft"]
+    [same] = published_check.what_if([case], {"moe_bw_eff": shipped_gpu_work().moe_bw_eff},
+                                     seeds=(0,))
+    assert same["predicted"] == shipped["predicted"]
+
+
+@pytest.mark.parametrize("item", ["flops_eff=0.5", "bogus.v4=1", "moe_bw_eff=x", "moe_bw_eff=7", "layer_s=1e-4"])
+def test_what_if_refuses_a_bad_term_in_one_line(item):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "external.py"
+    done = subprocess.run([sys.executable, str(script), "what-if", "--set", item], capture_output=True, text=True)
+    assert done.returncode == 2 and done.stdout == ""
+    assert len(done.stderr.strip().splitlines()) == 1 and item in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_refit_note_goes_once_its_terms_are_fitted_again_or_gone():
+    by = "python benchmarks/external.py calibrate"
+    note = f"{by}; layer_s, first_token_s again by {by} --only layer_s first_token_s"
+    # first_token_s is no longer a term: refitting layer_s supersedes the whole note
+    assert published_check.refit_note(note, ("layer_s",)) == f"{by}; layer_s again by {by} --only layer_s"
+    # a note naming a term not fitted now stays
+    kept = published_check.refit_note(f"{by}; moe_bw_eff again by {by} --only moe_bw_eff", ("layer_s",))
+    assert kept == f"{by}; moe_bw_eff again by {by} --only moe_bw_eff; layer_s again by {by} --only layer_s"

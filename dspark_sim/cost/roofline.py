@@ -283,14 +283,16 @@ def attention_kind(model: ModelSpec) -> str:
 def engine_roofline_params(model: ModelSpec, fitted, dtype_bytes: float = 2.0,
                            gpu: GpuSpec | None = None) -> RooflineParams | None:
     """The engines' MoE roofline for ``model`` from ``fitted`` (an :class:`~dspark_sim.engines.GpuWork`:
-    ``layer_s`` and ``first_token_s`` by :func:`attention_kind`, ``moe_bw_eff``, and ``flops_eff``
-    by the format ``gpu`` serves the model in); None when the fit has no floor for the model's kind."""
-    layer = dict(fitted.layer_s).get(attention_kind(model))
+    ``layer_s`` and ``first_token_layer_s`` (times the model's layers: ``first_token_s``) by
+    :func:`attention_kind`, ``moe_bw_eff``, and ``flops_eff`` by the format ``gpu`` serves the model
+    in); None when the fit has no floor for the model's kind."""
+    kind = attention_kind(model)
+    layer = dict(fitted.layer_s).get(kind)
     if layer is None:
         return None
     fmt = served_format(model.weight_format, gpu.fp4).name if gpu is not None else None
     return RooflineParams(dtype_bytes=dtype_bytes, layer_s=layer,
-                          first_token_s=dict(fitted.first_token_s).get(attention_kind(model), 0.0),
+                          first_token_s=model.num_layers * dict(fitted.first_token_layer_s).get(kind, 0.0),
                           moe_bw_eff=fitted.moe_bw_eff,
                           flops_eff=dict(fitted.flops_eff).get(fmt, RooflineParams().flops_eff))
 

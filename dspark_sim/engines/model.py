@@ -101,8 +101,9 @@ class GpuWork:
 
     layer_s: (attention kind, seconds) pairs, the least time a layer of a forward takes (its
     kernels' floors at a small batch) for layers of each kind (``gqa``, ``mla``, ``v4``);
-    first_token_s: (kind, seconds) pairs, the latency a request's first token takes beyond the
-    steps that compute it, the same for requests taken in together; moe_bw_eff: the share of HBM
+    first_token_layer_s: (kind, seconds) pairs, a layer's share of the latency a request's first
+    token takes beyond the steps that compute it, the same for requests taken in together (a model
+    of ``L`` layers: ``L`` times it); moe_bw_eff: the share of HBM
     bandwidth the expert GEMMs reach; flops_eff: (served weight format, share) pairs, the share of
     the tensor cores' FLOP/s the GEMMs reach at a large batch, by the kernels a format runs on (a
     format not named keeps the roofline's); eager_layer_s: (kind, seconds) pairs, the host's time
@@ -112,20 +113,21 @@ class GpuWork:
     """
 
     layer_s: tuple[tuple[str, float], ...] = ()
-    first_token_s: tuple[tuple[str, float], ...] = ()
+    first_token_layer_s: tuple[tuple[str, float], ...] = ()
     moe_bw_eff: float | None = None
     fitted_from: tuple[str, ...] = ()
     flops_eff: tuple[tuple[str, float], ...] = ()
     eager_layer_s: tuple[tuple[str, float], ...] = ()
 
     def to_json_dict(self) -> dict:
-        return {"layer_s": dict(self.layer_s), "first_token_s": dict(self.first_token_s),
+        return {"layer_s": dict(self.layer_s), "first_token_layer_s": dict(self.first_token_layer_s),
                 "moe_bw_eff": self.moe_bw_eff, "flops_eff": dict(self.flops_eff),
                 "eager_layer_s": dict(self.eager_layer_s), "fitted_from": list(self.fitted_from)}
 
     @classmethod
     def from_json_dict(cls, raw: dict) -> GpuWork:
-        return cls(tuple(sorted(raw.get("layer_s", {}).items())), tuple(sorted(raw.get("first_token_s", {}).items())),
+        return cls(tuple(sorted(raw.get("layer_s", {}).items())),
+                   tuple(sorted(raw.get("first_token_layer_s", {}).items())),
                    raw.get("moe_bw_eff"), tuple(raw.get("fitted_from", ())),
                    tuple(sorted(raw.get("flops_eff", {}).items())),
                    tuple(sorted(raw.get("eager_layer_s", {}).items())))

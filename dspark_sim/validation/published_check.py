@@ -78,11 +78,22 @@ def calibrate_only(cases: list[dict], names: tuple[str, ...], shipped: dict) -> 
 
     start = GpuWork.from_json_dict(shipped["gpu_work"])
     work = calibrate_gpu_work(cases, shipped["engines"], start, names)
-    by, *again = shipped["generated_by"].split("; ")
-    kept = [part for part in again if not set(part.split(" again by ")[0].split(", ")) <= set(names)]
-    return {**shipped, "generated_by": "; ".join([by, *kept, f"{', '.join(names)} again by {by} --only "
-                                                  f"{' '.join(names)}"]),
-            "gpu_work": work.to_json_dict()}
+    return {**shipped, "generated_by": refit_note(shipped["generated_by"], names), "gpu_work": work.to_json_dict()}
+
+
+def refit_note(generated_by: str, names: tuple[str, ...]) -> str:
+    """terms.json's ``generated_by`` after the terms ``names`` are fitted again: the note of an
+    earlier refit goes once every term it names is fitted now or is no longer a term."""
+    from dspark_sim.profiling.gpu_work_fit import BOUNDS
+
+    by, *again = generated_by.split("; ")
+    gone = set(names) | (set(_refit_names(generated_by)) - set(BOUNDS))
+    kept = [part for part in again if not set(part.split(" again by ")[0].split(", ")) <= gone]
+    return "; ".join([by, *kept, f"{', '.join(names)} again by {by} --only {' '.join(names)}"])
+
+
+def _refit_names(generated_by: str) -> list[str]:
+    return [n for part in generated_by.split("; ")[1:] for n in part.split(" again by ")[0].split(", ")]
 
 
 def calibrate_gpu_work(cases: list[dict], engines: dict, start=None, only: tuple[str, ...] = ()):
@@ -114,15 +125,21 @@ def calibrate_gpu_work(cases: list[dict], engines: dict, start=None, only: tuple
     return work
 
 
-def check_case(case: dict, seeds=SEEDS) -> dict:
-    """One case replayed under the shipped terms: measured, predicted (median over seeds), errors."""
+def check_case(case: dict, seeds=SEEDS, gpu_work=None) -> dict:
+    """One case replayed under the shipped terms: measured, predicted (median over seeds), errors;
+    ``gpu_work``: the engines' MoE roofline in place of the shipped one (:func:`what_if`)."""
     from dspark_sim.cost import scenario_cost
     from dspark_sim.engines.fit import replay
+    from dspark_sim.profiling.gpu_work_fit import with_gpu_work
+
+    def scenario_of(seed: int = 0):
+        scenario = case_scenario(case, seed)
+        return with_gpu_work(scenario, gpu_work) if gpu_work is not None else scenario
 
     warnings.simplefilter("ignore", UserWarning)
     started = time.perf_counter()
-    preds = [replay(case_scenario(case, seed)) for seed in seeds]
-    scenario = case_scenario(case)
+    preds = [replay(scenario_of(seed)) for seed in seeds]
+    scenario = scenario_of()
     engine = scenario.engine
     flags = ["overlap" if engine.overlapped else "no overlap"] + \
         ([f"{engine.multi_step} steps a schedule"] if engine.multi_step > 1 else [])
@@ -175,6 +192,21 @@ def over_cases(fn, cases: list[dict], seeds=SEEDS, jobs: int = 1) -> list[dict]:
 def check(cases: list[dict], seeds=SEEDS, jobs: int = 1) -> list[dict]:
     """Every case replayed with the shipped terms."""
     return over_cases(check_case, cases, seeds, jobs)
+
+
+def what_if(cases: list[dict], changes: dict, seeds=SEEDS, jobs: int = 1) -> list[dict]:
+    """``cases`` replayed with the engines' MoE roofline's terms ``changes`` in place of the
+    shipped ones (``{"flops_eff": {"fp4-experts-w4a16": 0.5}, "moe_bw_eff": 0.4}``): a question put
+    to the published runs, never a fit; nothing is written."""
+    import json
+    from functools import partial
+
+    from dspark_sim.engines.model import GpuWork
+
+    raw = json.loads(TERMS.read_text())["gpu_work"]
+    for name, value in changes.items():
+        raw[name] = {**raw.get(name, {}), **value} if isinstance(value, dict) else value
+    return over_cases(partial(check_case, gpu_work=GpuWork.from_json_dict(raw)), cases, seeds, jobs)
 
 
 def summary(rows: list[dict], role: str | None, source_fits: str | None = None) -> dict:

@@ -99,14 +99,14 @@ def gpu_work_lines(work: dict | None) -> list[str]:
     if not work:
         return []
     floors = ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in sorted(work["layer_s"].items()))
-    first = ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in sorted(work["first_token_s"].items()))
+    first = ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in sorted(work["first_token_layer_s"].items()))
     flops = ", ".join(f"{k} {v:.2f}" for k, v in sorted(work.get("flops_eff", {}).items())) or "the roofline's 0.65"
     eager = ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in sorted(work.get("eager_layer_s", {}).items())) or "none"
     return ["## The engines' MoE roofline", "",
             "GPU work of the MoE models the engines run on kernels the project has not profiled (no profile, or "
             "DeepSeek-V4-Flash's, scaled from layer slices of the project's own decoder): the roofline with a floor "
-            "a layer of every forward and a latency of a request's first token beyond its steps (shared by requests "
-            "taken in together, not queued), both by attention kind, "
+            "a layer of every forward and a latency of a request's first token beyond its steps, a layer of the model "
+            "(shared by requests taken in together, not queued), both by attention kind, "
             "the expert GEMMs' share of HBM bandwidth (batches of 16 to 256 requests without speculation) "
             "and the GEMMs' share of the "
             "tensor cores' FLOP/s by served weight format (a batch at the engine's cap), and the host's time an "
@@ -116,7 +116,7 @@ def gpu_work_lines(work: dict | None) -> list[str]:
             "`python benchmarks/external.py calibrate` "
             f"on the {len(work['fitted_from'])} 'calibrate' cases of the sources marked `fits: gpu_work` "
             "(`dspark_sim/profiling/gpu_work_fit.py`); the 'check' cases of those sources were never fitted on.", "",
-            "| layer floor by attention kind | first token's latency by attention kind | expert GEMMs' bandwidth share "
+            "| layer floor by attention kind | first token's latency a layer by attention kind | expert GEMMs' bandwidth share "
             "| FLOP/s share by served format | eager layer's host time by attention kind |",
             "|---|---|---|---|---|",
             f"| {floors} | {first} | {work['moe_bw_eff']:.2f} | {flops} | {eager} |", ""]
