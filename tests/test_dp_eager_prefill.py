@@ -125,3 +125,13 @@ def test_the_diagnostic_replays_without_step_host_time_leave_the_eager_layers_ou
         work = variant_scenario(scenario, variant).engine.gpu_work
         assert bool(work.eager_layer_s) is kept, variant
         assert work.layer_s == scenario.engine.gpu_work.layer_s  # the GPU work stays the check's
+
+
+def test_a_term_the_fit_no_longer_has_is_refused():
+    """A terms file fitted before a term was renamed (first_token_s, now a layer's share) is not
+    read as if the term were absent."""
+    from dspark_sim.errors import InputError
+
+    raw = GpuWork((("v4", 1e-4),), (("v4", 2e-3),), 0.4).to_json_dict() | {"first_token_s": {"v4": 0.14}}
+    with pytest.raises(InputError, match="first_token_s"):
+        GpuWork.from_json_dict(raw)

@@ -126,6 +126,9 @@ class GpuWork:
 
     @classmethod
     def from_json_dict(cls, raw: dict) -> GpuWork:
+        known = cls.__dataclass_fields__
+        if unknown := sorted(set(raw) - set(known)):  # a term renamed since the file was fitted
+            raise InputError(None, "gpu_work", unknown[0], "unknown term; known: " + ", ".join(known))
         return cls(tuple(sorted(raw.get("layer_s", {}).items())),
                    tuple(sorted(raw.get("first_token_layer_s", {}).items())),
                    raw.get("moe_bw_eff"), tuple(raw.get("fitted_from", ())),
