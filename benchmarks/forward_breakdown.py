@@ -35,7 +35,7 @@ HERE = Path(__file__).resolve().parent
 JSON = HERE.parent / "profiles" / "h200" / "forward_breakdown.json"
 CASES = (("none", 1), ("none", 64), ("dspark", 1))
 # kernel name -> kind; first match wins (cuBLAS products have vendor names: nvjet, xmma, gemv, cutlass)
-KINDS = (("moe", r"moe|_align|grouped|expert|_route|topk_softmax"),
+KINDS = (("moe", r"moe|_align|grouped|_gemm_fp8|expert|_route|topk_softmax"),
          ("v4 attention", r"compress|indexer|_sparse|_window|_sink|_hc_|mhc"),
          ("attention", r"_attn_kernel|_combine_kernel"),
          ("norm/rope/act", r"_add_rms|_norm_rope|_silu_mul|rms|rope"),
@@ -145,7 +145,8 @@ def run(args) -> dict:
     dev = torch.device("cuda")
     start = time.perf_counter()
     log = lambda m: print(f"[{time.perf_counter() - start:6.1f}s] {m}", flush=True)  # noqa: E731
-    out = {"provenance": {**provenance(), "model": args.model, "slice_layers": args.layers, "weights": "random bf16",
+    weights = "random bf16" + (", experts block-scaled FP8 (kernels/decoder/moe_fp8.py)" if args.moe_fp8 else "")
+    out = {"provenance": {**provenance(), "model": args.model, "slice_layers": args.layers, "weights": weights,
                           "acceptance": "synthetic (math, simulator preset)", "context_tokens": args.context,
                           "sm_clocks_before": sm_clocks()},
            "copy": copy_bandwidth(dev, False), "cases": []}
@@ -154,6 +155,13 @@ def run(args) -> dict:
     cases = tuple((m, int(r)) for m, r in (c.split(":") for c in args.cases.split(","))) if args.cases else CASES
     for name in dict.fromkeys(n for n, _ in cases):
         dec = make_decoder(name, args.model, args.context, 64, kv, "cuda", layers=args.layers)
+        if args.moe_fp8:  # the experts as the engines run FP8 checkpoints on Hopper, before any graph is captured
+            from dspark_sim.kernels.decoder.moe_fp8 import quantize_moe_
+
+            for module in [m for m in dec.target.modules() if getattr(m, "gate_up", None) is not None
+                           and m.gate_up.dim() == 3]:
+                quantize_moe_(module)
+            torch.cuda.empty_cache()
         if name == "none":
             out["weights"] = weight_bytes(dec)
             out["linear_chain"] = [linear_chain(dec, t, out["copy"]["gbps"]) for t in (1, 64)]
@@ -193,6 +201,8 @@ def main(argv=None) -> int:
     p.add_argument("--cases", help="with --run: METHOD:R,... (default: none:1,none:64,dspark:1)")
     p.add_argument("--layers", type=int, default=0, help="with --run: a slice of the model's first layers "
                    "(MoE and DeepSeek-V4 slices, as dspark-profile --layers)")
+    p.add_argument("--moe-fp8", action="store_true", help="with --run: the experts in block-scaled FP8 (the "
+                   "weight-read figures then count the other weights only)")
     p.add_argument("--context", type=int, default=1024)
     p.add_argument("--steps", type=int, default=24)
     p.add_argument("--max-seconds", type=float, default=200.0)
