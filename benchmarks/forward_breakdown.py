@@ -23,36 +23,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 import sys
 import time
 from pathlib import Path
 
-from dspark_sim.reports.forward_breakdown import block_text
+from dspark_sim.reports.forward_breakdown import block_text, kind_of
 
 HERE = Path(__file__).resolve().parent
 JSON = HERE.parent / "profiles" / "h200" / "forward_breakdown.json"
 CASES = (("none", 1), ("none", 64), ("dspark", 1))
 # kernel name -> kind; first match wins (cuBLAS products have vendor names: nvjet, xmma, gemv, cutlass)
-KINDS = (("moe", r"moe|_align|grouped|_gemm_fp8|expert|_route|topk_softmax"),
-         ("v4 attention", r"compress|indexer|_sparse|_window|_sink|_hc_|mhc"),
-         ("attention", r"_attn_kernel|_combine_kernel"),
-         ("norm/rope/act", r"_add_rms|_norm_rope|_silu_mul|rms|rope"),
-         ("products", r"gemm|gemv|nvjet|xmma|cutlass|splitk|Kernel2|matmul"),
-         ("dspark/sampling", r"_row_stats|_walk_window|_residual|_finalize|_ranked|_budget|_top_k|_keys_kernel|"
-                             r"_rank_kernel|_scan_budget|accept|sample|argmax|topk|softmax|sort"),
-         ("copies", r"copy|memcpy|memset|fill|cat|index|gather|scatter"))
-
-
-def kind_of(name: str) -> str:
-    """The kernel's kind (``KINDS``), ``other`` when none matches."""
-    for kind, pattern in KINDS:
-        if re.search(pattern, name, re.IGNORECASE):
-            return kind
-    return "other"
-
-
 def kernel_trace(dec, seqs, steps: int) -> dict:
     """The device kernels of ``steps`` served steps: per-kind ms per step, kernels per step,
     busy ms per step (union of kernel intervals) and the top kernels by time."""

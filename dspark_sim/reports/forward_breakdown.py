@@ -2,6 +2,28 @@
 --run`` on a GPU): the table, what it shows, and the doc block."""
 from __future__ import annotations
 
+import re
+
+# a kernel's kind by its name, the first pattern that matches (the grouped GEMMs, bf16 and FP8, are the MoE's)
+KINDS = (("moe", r"moe|_align|grouped|_gemm_fp8|expert|_route|topk_softmax"),
+         ("v4 attention", r"compress|indexer|_sparse|_window|_sink|_hc_|mhc"),
+         ("attention", r"_attn_kernel|_combine_kernel"),
+         ("norm/rope/act", r"_add_rms|_norm_rope|_silu_mul|rms|rope"),
+         ("products", r"gemm|gemv|nvjet|xmma|cutlass|splitk|Kernel2|matmul"),
+         ("dspark/sampling", r"_row_stats|_walk_window|_residual|_finalize|_ranked|_budget|_top_k|_keys_kernel|"
+                             r"_rank_kernel|_scan_budget|accept|sample|argmax|topk|softmax|sort"),
+         ("copies", r"copy|memcpy|memset|fill|cat|index|gather|scatter"))
+
+
+def kind_of(name: str) -> str:
+    """The kernel's kind (``KINDS``), ``other`` when none matches."""
+    for kind, pattern in KINDS:
+        if re.search(pattern, name, re.IGNORECASE):
+            return kind
+    return "other"
+
+
+
 
 def _read_ms(data: dict) -> float:
     """The weights a step reads, at the copy bandwidth of the same run: ms."""
