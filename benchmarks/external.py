@@ -28,6 +28,7 @@ import sys
 import warnings
 
 from dspark_sim.cost.jsonio import write_json_atomic
+from dspark_sim.engines.model import GpuWork
 from dspark_sim.validation.published import CASES, METRICS, ROOT, load_cases
 from dspark_sim.validation.published_check import (SEEDS, SUMMARY_GROUPS, TERMS, calibrate, calibrate_only, check,
                                                    diagnose, summary, what_if)
@@ -36,7 +37,7 @@ from dspark_sim.validation.published_page import (DIAG_DOC, DIAG_JSON, DOC, DOC_
                                                   write_diagnose_doc, write_doc)
 
 ONLY_TERMS = tuple(BOUNDS)
-KEYED = ("layer_s", "first_token_layer_s", "flops_eff", "eager_layer_s")  # terms by attention kind or format
+KEYED = tuple(t for t in ONLY_TERMS if isinstance(getattr(GpuWork(), t), tuple))  # by attention kind or format
 
 
 def main(argv=None) -> int:

@@ -33,7 +33,8 @@ from dspark_sim.reports.forward_breakdown import block_text, kind_of
 HERE = Path(__file__).resolve().parent
 JSON = HERE.parent / "profiles" / "h200" / "forward_breakdown.json"
 CASES = (("none", 1), ("none", 64), ("dspark", 1))
-# kernel name -> kind; first match wins (cuBLAS products have vendor names: nvjet, xmma, gemv, cutlass)
+
+
 def kernel_trace(dec, seqs, steps: int) -> dict:
     """The device kernels of ``steps`` served steps: per-kind ms per step, kernels per step,
     busy ms per step (union of kernel intervals) and the top kernels by time."""

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 
-# a kernel's kind by its name, the first pattern that matches (the grouped GEMMs, bf16 and FP8, are the MoE's)
+# a kernel's kind by its name, the first pattern that matches (the grouped GEMMs, bf16 and FP8, are the MoE's;
+# cuBLAS products have vendor names: nvjet, xmma, gemv, cutlass)
 KINDS = (("moe", r"moe|_align|grouped|_gemm_fp8|expert|_route|topk_softmax"),
          ("v4 attention", r"compress|indexer|_sparse|_window|_sink|_hc_|mhc"),
          ("attention", r"_attn_kernel|_combine_kernel"),

@@ -213,7 +213,8 @@ def replicate_section(paths: list[Path], gpu: str, cases_dir: Path, rows: list[d
     return out
 
 
-def probe_pairs(trace: str, method: str, real: dict, cases_dir: Path, records: dict[str, Path] | None = None) -> list[dict]:
+def probe_pairs(trace: str, method: str, real: dict, cases_dir: Path,
+                records: dict[str, Path] | None = None) -> list[dict]:
     """Each of the decoder's probes of ``trace`` under ``method`` beside the simulator's probe at
     the same multiplier (the same seeded requests): p99 TPOT and TTFT and the verdict of each; and,
     where ``records`` (run directory by name, :func:`probe_records`) holds the probe's run record,

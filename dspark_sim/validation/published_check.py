@@ -87,13 +87,10 @@ def refit_note(generated_by: str, names: tuple[str, ...]) -> str:
     from dspark_sim.profiling.gpu_work_fit import BOUNDS
 
     by, *again = generated_by.split("; ")
-    gone = set(names) | (set(_refit_names(generated_by)) - set(BOUNDS))
-    kept = [part for part in again if not set(part.split(" again by ")[0].split(", ")) <= gone]
+    notes = [(set(part.split(" again by ")[0].split(", ")), part) for part in again]
+    gone = set(names) | ({n for terms, _ in notes for n in terms} - set(BOUNDS))
+    kept = [part for terms, part in notes if not terms <= gone]
     return "; ".join([by, *kept, f"{', '.join(names)} again by {by} --only {' '.join(names)}"])
-
-
-def _refit_names(generated_by: str) -> list[str]:
-    return [n for part in generated_by.split("; ")[1:] for n in part.split(" again by ")[0].split(", ")]
 
 
 def calibrate_gpu_work(cases: list[dict], engines: dict, start=None, only: tuple[str, ...] = ()):
@@ -198,12 +195,11 @@ def what_if(cases: list[dict], changes: dict, seeds=SEEDS, jobs: int = 1) -> lis
     """``cases`` replayed with the engines' MoE roofline's terms ``changes`` in place of the
     shipped ones (``{"flops_eff": {"fp4-experts-w4a16": 0.5}, "moe_bw_eff": 0.4}``): a question put
     to the published runs, never a fit; nothing is written."""
-    import json
     from functools import partial
 
-    from dspark_sim.engines.model import GpuWork
+    from dspark_sim.engines.model import GpuWork, shipped_gpu_work
 
-    raw = json.loads(TERMS.read_text())["gpu_work"]
+    raw = shipped_gpu_work().to_json_dict()
     for name, value in changes.items():
         raw[name] = {**raw.get(name, {}), **value} if isinstance(value, dict) else value
     return over_cases(partial(check_case, gpu_work=GpuWork.from_json_dict(raw)), cases, seeds, jobs)

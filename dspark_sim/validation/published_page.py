@@ -116,8 +116,8 @@ def gpu_work_lines(work: dict | None) -> list[str]:
             "`python benchmarks/external.py calibrate` "
             f"on the {len(work['fitted_from'])} 'calibrate' cases of the sources marked `fits: gpu_work` "
             "(`dspark_sim/profiling/gpu_work_fit.py`); the 'check' cases of those sources were never fitted on.", "",
-            "| layer floor by attention kind | first token's latency a layer by attention kind | expert GEMMs' bandwidth share "
-            "| FLOP/s share by served format | eager layer's host time by attention kind |",
+            "| layer floor by attention kind | first token's latency a layer by attention kind "
+            "| expert GEMMs' bandwidth share | FLOP/s share by served format | eager layer's host time by attention kind |",
             "|---|---|---|---|---|",
             f"| {floors} | {first} | {work['moe_bw_eff']:.2f} | {flops} | {eager} |", ""]
 
