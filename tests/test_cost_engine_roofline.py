@@ -11,7 +11,7 @@ from dspark_sim.catalog import get_gpu, get_model
 from dspark_sim.cost import RooflineCost, RooflineParams, StepWork, scenario_cost
 from dspark_sim.cost.parallel import Parallel
 from dspark_sim.cost.profile import ProfileCost, get_cost_model
-from dspark_sim.cost.roofline import attention_kind, engine_roofline_params
+from dspark_sim.cost.roofline import attention_kind, engine_roofline_params, floor_kind
 from dspark_sim.engines.model import GpuWork
 from dspark_sim.scenario import Scenario
 
@@ -90,8 +90,10 @@ def test_the_expert_gemms_read_at_their_own_bandwidth_share():
 
 
 def test_v4s_batch_one_step_scales_with_the_gpu_and_the_tp_degree():
-    """The floors are the same on every GPU; what a step reads and sends is not: Blackwell's
-    bandwidth shortens it, a wider TP splits its weights and adds its all-reduces' latency."""
+    """A layer's floor is its kernels': the same on every GPU that runs the same ones (Hopper's
+    Marlin path for V4's FP4 experts has its own, in the shipped fit); what a step reads and sends
+    differs: Blackwell's bandwidth shortens it, a wider TP splits its weights and adds its
+    all-reduces' latency."""
     steps = {(gpu, tp): _cost("deepseek-v4-flash", gpu, tp).step_s(ONE) for gpu in ("h100", "h200", "b200", "b300")
              for tp in (4, 8)}
     assert steps[("b200", 4)] < steps[("h200", 4)] < steps[("h100", 4)]
@@ -102,25 +104,47 @@ def test_v4s_batch_one_step_scales_with_the_gpu_and_the_tp_degree():
 
 
 def test_each_term_is_fitted_on_the_runs_it_shows_in():
-    """Floors and prefill launch time on runs of at most 16 concurrent requests, by attention kind;
-    the expert bandwidth on runs of 16 to 256 without speculation (16 requests already read most
-    experts, so the run at 16 counts for both); the compute efficiency of
-    the served format on runs at 1024 without speculation (the engine's cap); nothing else wider."""
+    """Floors and the first token's latency on runs of at most 16 concurrent requests, by attention
+    kind; where the GPU serves the checkpoint through other kernels (V4's FP4 experts through Marlin
+    on Hopper) a floor of its own, on the runs of one request alone; the expert bandwidth on runs of
+    16 to 256 without speculation (16 requests already read most experts, so the run at 16 counts
+    for both); the compute efficiency of the served format on runs at 1024 without speculation (the
+    engine's cap); nothing else wider."""
     from dspark_sim.profiling.gpu_work_fit import groups
 
-    def scenario(model, c, spec="none"):
-        raw = synthetic_scenario(model=model, gpu="b200", engine="sglang", deployment={"replicas": 1, "tp": 8},
+    def scenario(model, c, spec="none", gpu="b200", tp=8):
+        raw = synthetic_scenario(model=model, gpu=gpu, engine="sglang", deployment={"replicas": 1, "tp": tp},
                                  speculation={"method": spec})
         raw["workload"] = {**raw["workload"], "max_concurrency": c}
         return Scenario.from_dict(raw)
 
     runs = [scenario("deepseek-v3", 1), scenario("qwen3-235b-a22b", 16), scenario("deepseek-v3", 64),
-            scenario("deepseek-v4-pro", 64, "static"), scenario("deepseek-v3", 1024), scenario("deepseek-v3", 4096),
-            scenario("deepseek-v4-flash", 1024, "static")]
-    measured = [{"median_ttft_ms": 1.0, "median_tpot_ms": 1.0, "output_throughput": 1.0}] * 4 + \
+            scenario("deepseek-v4-pro", 64, "static"), scenario("deepseek-v4-flash", 1, gpu="h200", tp=4),
+            scenario("deepseek-v4-flash", 16, "static", gpu="h200", tp=4),
+            scenario("deepseek-v4-flash", 16, "static", gpu="b300", tp=4),
+            scenario("deepseek-v3", 1024), scenario("deepseek-v3", 4096), scenario("deepseek-v4-flash", 1024, "static")]
+    measured = [{"median_ttft_ms": 1.0, "median_tpot_ms": 1.0, "output_throughput": 1.0}] * 7 + \
         [{"mean_tpot_ms": 1.0}] * 3
     plan = groups(runs, measured)
     assert plan == {"layer_s:mla": [(0, "median_tpot_ms")], "first_token_layer_s:mla": [(0, "median_ttft_ms")],
                     "layer_s:gqa": [(1, "median_tpot_ms")], "first_token_layer_s:gqa": [(1, "median_ttft_ms")],
                     "moe_bw_eff": [(1, "median_tpot_ms"), (2, "median_tpot_ms")],
-                    "flops_eff:fp8": [(4, "mean_tpot_ms")]}
+                    "layer_s:v4/fp4-experts-w4a16": [(4, "median_tpot_ms")],  # not Hopper's 16-request run
+                    "first_token_layer_s:v4": [(4, "median_ttft_ms"), (5, "median_ttft_ms"), (6, "median_ttft_ms")],
+                    "layer_s:v4": [(6, "median_tpot_ms")],
+                    "flops_eff:fp8": [(7, "mean_tpot_ms")]}
+
+
+def test_a_substituted_kernel_path_has_its_own_floor_where_one_is_fitted():
+    """V4's FP4 experts run through Marlin's W4A16 kernels on Hopper: the floor keyed by that format
+    prices its layers where the fit has one, the attention kind's elsewhere (and on Blackwell)."""
+    hopper = GpuWork(WORK.layer_s + (("v4/fp4-experts-w4a16", 400e-6),), WORK.first_token_layer_s, 0.5)
+    flash = get_model("deepseek-v4-flash")
+    assert [floor_kind(flash, get_gpu(g)) for g in ("h100", "h200", "b200", "b300")] == \
+        ["v4/fp4-experts-w4a16"] * 2 + ["v4"] * 2
+    assert floor_kind(get_model("deepseek-v3"), get_gpu("h200")) == "mla"  # FP8 on Hopper: its own kernels
+    assert engine_roofline_params(flash, hopper, gpu=get_gpu("h200")).layer_s == 400e-6
+    assert engine_roofline_params(flash, hopper, gpu=get_gpu("b200")).layer_s == 150e-6
+    assert engine_roofline_params(flash, WORK, gpu=get_gpu("h200")).layer_s == 150e-6  # none fitted: the kind's
+    ones = [_cost("deepseek-v4-flash", "h200", 4, work=w).step_s(ONE) for w in (WORK, hopper)]
+    assert ones[1] - ones[0] == pytest.approx(flash.num_layers * 250e-6, rel=1e-6)

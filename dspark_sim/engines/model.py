@@ -99,8 +99,10 @@ class GpuWork:
     """The engines' MoE roofline (:func:`~dspark_sim.cost.roofline.engine_roofline_params`): the
     GPU work of an MoE model the engines run on kernels the project has no profile of.
 
-    layer_s: (attention kind, seconds) pairs, the least time a layer of a forward takes (its
-    kernels' floors at a small batch) for layers of each kind (``gqa``, ``mla``, ``v4``);
+    layer_s: (floor kind, seconds) pairs, the least time a layer of a forward takes (its
+    kernels' floors at a batch of one) for layers of each kind (``gqa``, ``mla``, ``v4``; a kind and
+    a served format, ``v4/fp4-experts-w4a16``, where a GPU runs other kernels:
+    :func:`~dspark_sim.cost.roofline.floor_kind`);
     first_token_layer_s: (kind, seconds) pairs, a layer's share of the latency a request's first
     token takes beyond the steps that compute it, the same for requests taken in together (a model
     of ``L`` layers: ``L`` times it); moe_bw_eff: the share of HBM

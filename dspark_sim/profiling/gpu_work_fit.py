@@ -7,8 +7,13 @@ prefill's work: a latency its neighbours share rather than queue behind (a run o
 once sees about the TTFT a lone request does). Three kinds of term carry that, each fitted on the
 runs it shows in:
 
-* ``layer_s`` by attention kind (``gqa``, ``mla``, ``v4``): the least time a layer of a forward
-  takes, fitted on the TPOT of the runs of that kind at a concurrency of at most ``SMALL``;
+* ``layer_s`` by :func:`~dspark_sim.cost.roofline.floor_kind` (the attention kind, ``gqa``, ``mla``,
+  ``v4``, and where a GPU serves the checkpoint through other kernels the format besides:
+  ``v4/fp4-experts-w4a16``, Marlin's on Hopper): the least time a layer of a forward takes,
+  fitted on the TPOT of the runs of that kind at a concurrency of at most ``SMALL``; a substituted
+  format's on its runs of one request only (its 16-request runs' prompts are priced by that
+  format's FLOP/s share, fitted at the engine's cap, and come out 2-4x the published TTFT: their
+  TPOT speaks to that share, not to the floor);
 * ``first_token_layer_s`` by attention kind: a layer's share of the first token's latency beyond
   its steps (a model's layers times it), fitted on the TTFT of the runs of that kind at a
   concurrency of at most ``SMALL`` (where it is most of it);
@@ -49,7 +54,7 @@ from dataclasses import replace
 import numpy as np
 
 from dspark_sim.catalog import get_gpu, get_model, served_format
-from dspark_sim.cost.roofline import RooflineParams, attention_kind
+from dspark_sim.cost.roofline import RooflineParams, attention_kind, floor_kind
 from dspark_sim.engines.model import GpuWork
 from dspark_sim.engines.fit import replay
 from dspark_sim.scenario import Scenario
@@ -105,8 +110,10 @@ def groups(scenarios: list[Scenario], measured: list[dict]) -> dict[str, list[tu
         if scenario.deployment.dp_attention and scenario.speculation.method != "none":
             out.setdefault(f"eager_layer_s:{kind}", []).extend(
                 [(i, k) for k in (tpot, "output_throughput") if k and m.get(k)])
+        floor = floor_kind(model, get_gpu(scenario.gpu))
+        if (concurrency == 1 or small and floor == kind) and tpot:
+            out.setdefault(f"layer_s:{floor}", []).append((i, tpot))
         if small:
-            out.setdefault(f"layer_s:{kind}", []).extend([(i, tpot)] if tpot else [])
             out.setdefault(f"first_token_layer_s:{kind}", []).extend([(i, ttft)] if ttft else [])
         if concurrency >= SMALL and scenario.speculation.method == "none" and tpot:  # no acceptance to confound
             out.setdefault("moe_bw_eff", []).append((i, tpot))

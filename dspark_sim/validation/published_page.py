@@ -106,7 +106,9 @@ def gpu_work_lines(work: dict | None) -> list[str]:
             "GPU work of the MoE models the engines run on kernels the project has not profiled (no profile, or "
             "DeepSeek-V4-Flash's, scaled from layer slices of the project's own decoder): the roofline with a floor "
             "a layer of every forward and a latency of a request's first token beyond its steps, a layer of the model "
-            "(shared by requests taken in together, not queued), both by attention kind, "
+            "(shared by requests taken in together, not queued), both by attention kind (the floor also by served "
+            "format where a GPU runs the checkpoint through other kernels: `v4/fp4-experts-w4a16`, FP4 experts "
+            "through Marlin on Hopper, fitted on its runs of one request), "
             "the expert GEMMs' share of HBM bandwidth (batches of 16 to 256 requests without speculation) "
             "and the GEMMs' share of the "
             "tensor cores' FLOP/s by served weight format (a batch at the engine's cap), and the host's time an "
@@ -116,7 +118,7 @@ def gpu_work_lines(work: dict | None) -> list[str]:
             "`python benchmarks/external.py calibrate` "
             f"on the {len(work['fitted_from'])} 'calibrate' cases of the sources marked `fits: gpu_work` "
             "(`dspark_sim/profiling/gpu_work_fit.py`); the 'check' cases of those sources were never fitted on.", "",
-            "| layer floor by attention kind | first token's latency a layer by attention kind "
+            "| layer floor by attention kind (and substituted format) | first token's latency a layer by attention kind "
             "| expert GEMMs' bandwidth share | FLOP/s share by served format | eager layer's host time by attention kind |",
             "|---|---|---|---|---|",
             f"| {floors} | {first} | {work['moe_bw_eff']:.2f} | {flops} | {eager} |", ""]
