@@ -209,6 +209,7 @@ BLOCKS = {
                                              "study that stops resumes from `--storage`)."),
     ("docs/tuning.md", "bench-pruning-closed"): tune("bench-pruning-closed", f"Not measured yet: "
                                                     f"`{PRUNING_CLOSED_COMMAND}` writes this block."),
+    ("docs/tuning.md", "bench-pruning-closed-pilot"): tune("bench-pruning-closed-pilot", "Not measured yet."),
     ("docs/capacity.md", "example"): capacity_example,
     ("docs/acceptance.md", "fig2"): acceptance("fig2"),
     ("docs/acceptance.md", "limits"): acceptance("limits"),
