@@ -110,7 +110,7 @@ def groups(scenarios: list[Scenario], measured: list[dict]) -> dict[str, list[tu
         if scenario.deployment.dp_attention and scenario.speculation.method != "none":
             out.setdefault(f"eager_layer_s:{kind}", []).extend(
                 [(i, k) for k in (tpot, "output_throughput") if k and m.get(k)])
-        floor = floor_kind(model, get_gpu(scenario.gpu))
+        floor = floor_kind(model, get_gpu(scenario.gpu))  # a substituted format's: its lone requests alone
         if (concurrency == 1 or small and floor == kind) and tpot:
             out.setdefault(f"layer_s:{floor}", []).append((i, tpot))
         if small:

@@ -180,9 +180,9 @@ PRUNING_COMMAND = ("python benchmarks/bench_tune.py --scenario benchmarks/scenar
                    "--slo scenario --baselines '' --slices 5,15 --trials 200 --repeats 3 --workers 2 "
                    "--storage runs/bench-tune-pruning --markdown docs/tuning.md bench-pruning")
 
-PRUNING_CLOSED_COMMAND = ("python benchmarks/bench_tune.py --scenario benchmarks/scenarios/chat_closed_h200.yaml "
-                          "--gpu h200 --slo scenario --baselines '' --slices 1,3 --trials 200 --repeats 3 --workers 16 "
-                          "--storage runs/bench-tune-closed --markdown docs/tuning.md bench-pruning-closed")
+PRUNING_CLOSED_COMMAND = ("python benchmarks/bench_tune.py --scenario benchmarks/scenarios/chat_overload_h200.yaml "
+                          "--gpu h200 --slo scenario --baselines '' --slices 1,2 --trials 200 --repeats 3 --workers 16 "
+                          "--storage runs/bench-tune-overload --markdown docs/tuning.md bench-pruning-closed")
 
 
 def acceptance(name: str):
