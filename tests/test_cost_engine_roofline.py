@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 from conftest import synthetic_scenario
 
-from dspark_sim.catalog import get_gpu, get_model
+from dspark_sim.catalog import get_gpu, get_model, served_format
 from dspark_sim.cost import RooflineCost, RooflineParams, StepWork, scenario_cost
 from dspark_sim.cost.parallel import Parallel
 from dspark_sim.cost.profile import ProfileCost, get_cost_model
@@ -140,9 +140,10 @@ def test_a_substituted_kernel_path_has_its_own_floor_where_one_is_fitted():
     prices its layers where the fit has one, the attention kind's elsewhere (and on Blackwell)."""
     hopper = GpuWork(WORK.layer_s + (("v4/fp4-experts-w4a16", 400e-6),), WORK.first_token_layer_s, 0.5)
     flash = get_model("deepseek-v4-flash")
-    assert [floor_kind(flash, get_gpu(g)) for g in ("h100", "h200", "b200", "b300")] == \
-        ["v4/fp4-experts-w4a16"] * 2 + ["v4"] * 2
-    assert floor_kind(get_model("deepseek-v3"), get_gpu("h200")) == "mla"  # FP8 on Hopper: its own kernels
+    assert [floor_kind(flash, served_format(flash.weight_format, get_gpu(g).fp4).name)
+            for g in ("h100", "h200", "b200", "b300")] == ["v4/fp4-experts-w4a16"] * 2 + ["v4"] * 2
+    v3 = get_model("deepseek-v3")
+    assert floor_kind(v3, served_format(v3.weight_format, get_gpu("h200").fp4).name) == "mla"  # FP8: its own
     assert engine_roofline_params(flash, hopper, gpu=get_gpu("h200")).layer_s == 400e-6
     assert engine_roofline_params(flash, hopper, gpu=get_gpu("b200")).layer_s == 150e-6
     assert engine_roofline_params(flash, WORK, gpu=get_gpu("h200")).layer_s == 150e-6  # none fitted: the kind's

@@ -280,16 +280,13 @@ def attention_kind(model: ModelSpec) -> str:
     return "v4" if model.v4 is not None else "mla" if model.is_mla else "gqa"
 
 
-def floor_kind(model: ModelSpec, gpu: GpuSpec | None) -> str:
-    """The key of a model's layer floor on ``gpu``: its :func:`attention_kind`, and where the GPU
-    serves the checkpoint through other kernels than the checkpoint's own (FP4 experts through
-    Marlin's W4A16 on Hopper: :func:`~dspark_sim.catalog.served_format`) that format besides
+def floor_kind(model: ModelSpec, served: str | None) -> str:
+    """The key of a model's layer floor where it is served in format ``served`` (None: unknown): its
+    :func:`attention_kind`, and where that is not the checkpoint's own format (FP4 experts through
+    Marlin's W4A16 on Hopper: :func:`~dspark_sim.catalog.served_format`) the format besides
     (``v4/fp4-experts-w4a16``): those kernels' floors are their own."""
     kind = attention_kind(model)
-    if gpu is None:
-        return kind
-    served = served_format(model.weight_format, gpu.fp4).name
-    return kind if served == model.weight_format else f"{kind}/{served}"
+    return kind if served in (None, model.weight_format) else f"{kind}/{served}"
 
 
 def engine_roofline_params(model: ModelSpec, fitted, dtype_bytes: float = 2.0,
@@ -300,11 +297,11 @@ def engine_roofline_params(model: ModelSpec, fitted, dtype_bytes: float = 2.0,
     in; a floor by :func:`floor_kind` where the fit has one); None when the fit has no floor for the
     model's kind."""
     kind = attention_kind(model)
+    fmt = served_format(model.weight_format, gpu.fp4).name if gpu is not None else None
     floors = dict(fitted.layer_s)
-    layer = floors.get(floor_kind(model, gpu), floors.get(kind))
+    layer = floors.get(floor_kind(model, fmt), floors.get(kind))
     if layer is None:
         return None
-    fmt = served_format(model.weight_format, gpu.fp4).name if gpu is not None else None
     return RooflineParams(dtype_bytes=dtype_bytes, layer_s=layer,
                           first_token_s=model.num_layers * dict(fitted.first_token_layer_s).get(kind, 0.0),
                           moe_bw_eff=fitted.moe_bw_eff,

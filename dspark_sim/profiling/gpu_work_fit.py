@@ -101,8 +101,8 @@ def groups(scenarios: list[Scenario], measured: list[dict]) -> dict[str, list[tu
         kind = attention_kind(model)
         tpot = next((k for k in ("median_tpot_ms", "mean_tpot_ms") if m.get(k)), None)
         ttft = next((k for k in ("median_ttft_ms", "mean_ttft_ms") if m.get(k)), None)
+        served = served_format(model.weight_format, get_gpu(scenario.gpu).fp4).name
         if concurrency == HUGE and scenario.speculation.method == "none":
-            served = served_format(model.weight_format, get_gpu(scenario.gpu).fp4).name
             out.setdefault(f"flops_eff:{served}", []).extend(
                 [(i, k) for k in (tpot, "output_throughput") if k and m.get(k)])
         if concurrency > LARGE:
@@ -110,7 +110,7 @@ def groups(scenarios: list[Scenario], measured: list[dict]) -> dict[str, list[tu
         if scenario.deployment.dp_attention and scenario.speculation.method != "none":
             out.setdefault(f"eager_layer_s:{kind}", []).extend(
                 [(i, k) for k in (tpot, "output_throughput") if k and m.get(k)])
-        floor = floor_kind(model, get_gpu(scenario.gpu))  # a substituted format's: its lone requests alone
+        floor = floor_kind(model, served)  # a substituted format's: its lone requests alone
         if (concurrency == 1 or small and floor == kind) and tpot:
             out.setdefault(f"layer_s:{floor}", []).append((i, tpot))
         if small:

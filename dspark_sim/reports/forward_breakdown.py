@@ -24,8 +24,6 @@ def kind_of(name: str) -> str:
     return "other"
 
 
-
-
 def _read_ms(data: dict) -> float:
     """The weights a step reads, at the copy bandwidth of the same run: ms."""
     return data["weights"]["read_per_step"] / data["copy"]["gbps"] / 1e6

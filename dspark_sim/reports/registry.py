@@ -180,9 +180,9 @@ PRUNING_COMMAND = ("python benchmarks/bench_tune.py --scenario benchmarks/scenar
                    "--slo scenario --baselines '' --slices 5,15 --trials 200 --repeats 3 --workers 2 "
                    "--storage runs/bench-tune-pruning --markdown docs/tuning.md bench-pruning")
 
-PRUNING_CLOSED_COMMAND = ("python benchmarks/bench_tune.py --scenario benchmarks/scenarios/chat_overload_h200.yaml "
+PRUNING_OVERLOAD_COMMAND = ("python benchmarks/bench_tune.py --scenario benchmarks/scenarios/chat_overload_h200.yaml "
                           "--gpu h200 --slo scenario --baselines '' --slices 1,2 --trials 200 --repeats 3 --workers 16 "
-                          "--storage runs/bench-tune-overload --markdown docs/tuning.md bench-pruning-closed")
+                          "--storage runs/bench-tune-overload --markdown docs/tuning.md bench-pruning-overload")
 
 
 def acceptance(name: str):
@@ -207,8 +207,8 @@ BLOCKS = {
     ("docs/tuning.md", "bench-pruning"): tune("bench-pruning", f"Not measured yet: `{PRUNING_COMMAND}` writes "
                                              "this block (six studies of 200 trials on the whole chat hour; a "
                                              "study that stops resumes from `--storage`)."),
-    ("docs/tuning.md", "bench-pruning-closed"): tune("bench-pruning-closed", f"Not measured yet: "
-                                                    f"`{PRUNING_CLOSED_COMMAND}` writes this block."),
+    ("docs/tuning.md", "bench-pruning-overload"): tune("bench-pruning-overload", f"Not measured yet: "
+                                                    f"`{PRUNING_OVERLOAD_COMMAND}` writes this block."),
     ("docs/tuning.md", "bench-pruning-closed-pilot"): tune("bench-pruning-closed-pilot", "Not measured yet."),
     ("docs/capacity.md", "example"): capacity_example,
     ("docs/acceptance.md", "fig2"): acceptance("fig2"),
