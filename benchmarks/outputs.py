@@ -22,10 +22,13 @@ def write_result(path, data: dict) -> None:
 
 def code_commit(*paths: str) -> str:
     """The repository's git revision, with ``+changes`` where the work tree differs from it under
-    ``paths`` (the code a benchmark's figures depend on)."""
+    ``paths`` (the code a benchmark's figures depend on). Outside a git checkout (a device
+    machine gets the work tree alone), the revision its visit script was sent from: ``$COMMIT``."""
     def git(*cmd: str) -> str:
         return subprocess.run(["git", "-C", str(REPO), *cmd], capture_output=True, text=True).stdout.strip()
 
+    if not git("rev-parse", "--git-dir"):
+        return os.environ.get("COMMIT", "not a git checkout")
     return git("rev-parse", "--short", "HEAD") + ("+changes" if git("status", "--porcelain", "--", *paths) else "")
 
 
