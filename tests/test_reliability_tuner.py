@@ -191,3 +191,30 @@ def test_ctrl_c_in_a_trial_is_one_line_without_optunas_traceback(tmp_path):
     lines = [line for line in err.splitlines() if line.strip() and not line.startswith("warning:")]
     assert proc.returncode == 130 and "Traceback" not in err and len(lines) == 1, err
     assert lines[0].startswith("interrupted") and not (tmp_path / "o").exists()
+
+
+def test_workers_on_one_sqlite_file_never_take_the_same_queued_trial(tmp_path):
+    """Queued trials (a killed worker's, re-queued on resume) are taken by reading that one waits
+    and marking it running; without a lock over both, two workers took one trial and the second
+    to finish it died ("Cannot tell a COMPLETE trial"). Six processes empty a queue of 48."""
+    import optuna
+
+    from dspark_sim.tuner.storage import open_storage
+
+    url, queued = f"sqlite:///{tmp_path / 'q.db'}", 48
+    study = optuna.create_study(study_name="q", storage=open_storage(url))
+    for i in range(queued):
+        study.enqueue_trial({"x": i})
+    taker = ("import sys, time, warnings\nimport optuna\nfrom dspark_sim.tuner.storage import open_storage\n"
+             "warnings.simplefilter('ignore')\noptuna.logging.set_verbosity(optuna.logging.WARNING)\n"
+             "study = optuna.load_study(study_name='q', storage=open_storage(sys.argv[1]))\n"
+             "time.sleep(max(0.0, float(sys.argv[2]) - time.time()))\n"
+             "while (t := study.ask()).number < int(sys.argv[3]):\n    print(t.number)\n"
+             "study.tell(t, state=optuna.trial.TrialState.FAIL)\n")
+    start = time.time() + 5.0  # every process imported and waiting: they take together
+    procs = [subprocess.Popen([sys.executable, "-c", taker, url, str(start), str(queued)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(6)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0] * len(procs), outs
+    taken = sorted(int(n) for out, _ in outs for n in out.split())
+    assert taken == list(range(queued))

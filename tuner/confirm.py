@@ -5,7 +5,8 @@ best trials of each study are simulated again on ``confirm_seeds`` fresh
 seeds, their metrics pooled with the search seeds (mean for objectives, worst
 seed for SLOs), and the winner is the best finalist that still meets the SLO
 on every seed; when none does, the next ``FINALISTS`` are confirmed (up to
-``ROUNDS`` rounds), and if none ever does the least-violating one is reported
+``ROUNDS`` rounds), from the trials with more SLO slack than the fresh seeds took
+from those that missed, and if none ever does the least-violating one is reported
 as missing the SLO. For a Pareto study the finalists come from its front and
 the winner is the front's knee: the largest throughput/GPU x tok/s/user.
 """
@@ -68,20 +69,37 @@ def confirm(jobs: list[Job], confirm_seeds: list[int], workers: int = 1) -> dict
     """
     queue = {job.study: candidates(job.open(), job) for job in jobs}
     records: dict[str, list[dict]] = {job.study: [] for job in jobs}
-    for r in range(ROUNDS):
+    lost: dict[str, float] = {job.study: 0.0 for job in jobs}  # SLO slack confirmation took, at most
+    for _ in range(ROUNDS):
         plan = [(job, t) for job in jobs if not any(x["feasible"] for x in records[job.study])
-                for t in queue[job.study][r * FINALISTS:(r + 1) * FINALISTS]]
+                for t in finalists(queue[job.study], lost[job.study])]
         if not plan:
             break
         runs = _map([(job.base, t.user_attrs["config"], list(confirm_seeds)) for job, t in plan], workers)
         for (job, trial), extra in zip(plan, runs):
-            records[job.study].append(_record(job, trial, extra))
+            record = _record(job, trial, extra)
+            records[job.study].append(record)
+            queue[job.study].remove(trial)
+            searched, confirmed = margin(trial.constraints), margin(record["constraints"])
+            if searched is not None and confirmed is not None:
+                lost[job.study] = max(lost[job.study], searched - confirmed)
     winners = {}
     for job in jobs:
         if records[job.study]:
             winners[job.study] = pick(records[job.study], job)
             job.open().set_user_attr("winner", winners[job.study])
     return winners
+
+
+def finalists(queue: list[optuna.trial.FrozenTrial], lost: float) -> list[optuna.trial.FrozenTrial]:
+    """The next ``FINALISTS`` of the candidates left, in their order: after a round whose finalists
+    all missed the SLO on the fresh seeds, only trials whose search margin exceeds the slack those
+    seeds took from them (``lost``), so a capacity-bound study whose best trials crowd the SLO's
+    edge does not spend its rounds on their neighbours; where none has that much, the roomiest."""
+    if lost <= 0.0:
+        return queue[:FINALISTS]
+    roomy = [t for t in queue if (margin(t.constraints) or 0.0) > lost]
+    return roomy[:FINALISTS] or sorted(queue, key=lambda t: margin(t.constraints) or 0.0, reverse=True)[:FINALISTS]
 
 
 def _record(job: Job, trial: optuna.trial.FrozenTrial, extra: list[dict]) -> dict:
