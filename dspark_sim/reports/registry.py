@@ -209,6 +209,7 @@ BLOCKS = {
                                              "study that stops resumes from `--storage`)."),
     ("docs/tuning.md", "bench-pruning-overload"): tune("bench-pruning-overload", f"Not measured yet: "
                                                     f"`{PRUNING_OVERLOAD_COMMAND}` writes this block."),
+    ("docs/tuning.md", "bench-pruning-overload-device"): tune("bench-pruning-overload-device"),
     ("docs/tuning.md", "bench-pruning-closed-pilot"): tune("bench-pruning-closed-pilot", "Not measured yet."),
     ("docs/capacity.md", "example"): capacity_example,
     ("docs/acceptance.md", "fig2"): acceptance("fig2"),
