@@ -18,6 +18,8 @@ change only above the combined spread over the repeats (the rule of the report's
 ``--storage DIR`` keeps the studies in ``DIR/bench.db``: a run cut short resumes there, and a
 study already done is only confirmed again; the trial-seconds column is read from the studies
 (every trial's wall time, summed), so it counts the trials of every run that made them.
+``--pruned-trials N`` gives the pruned study another trial budget (for example the one at which
+it spends the unpruned study's trial-seconds).
 
 With ``--markdown FILE TAG`` the figures go to ``docs/bench/tune_TAG.json`` (command, machine,
 load, commit and date with them) and the block is made from that file, which
@@ -97,7 +99,8 @@ def bench_pruning(args, root: Path) -> dict:
 
     runs, spreads = {}, {}
     for variant, slices in (("unpruned", None), ("pruned", args.slices)):
-        r = bench(args.slo[0], args.trials, args.workers, root, args.scenario, args.baseline_trials, args.gpu,
+        trials = args.pruned_trials if variant == "pruned" and args.pruned_trials else args.trials
+        r = bench(args.slo[0], trials, args.workers, root, args.scenario, args.baseline_trials, args.gpu,
                   args.repeats, args.baselines, slices, f"bench-{variant}")
         ours = r["comparison"]["methods"]["dspark"]
         spreads[variant] = Spread(variant, tuple(ours["values"]), ours["repeats"], ours["budget"],
@@ -121,6 +124,7 @@ def main() -> int:
     p.add_argument("--baselines", help="dspark-tune --baselines (default: the CLI's; '' for DSpark alone)")
     p.add_argument("--slices", help="compare the DSpark study pruned at these minutes (dspark-tune --slices) "
                                     "with the unpruned one")
+    p.add_argument("--pruned-trials", type=int, help="the pruned study's trials (default: --trials)")
     p.add_argument("--storage", help="keep the studies in DIR/bench.db (default: a temporary directory)")
     p.add_argument("--json", help="also write the figures here")
     p.add_argument("--markdown", nargs=2, metavar=("FILE", "TAG"),

@@ -184,6 +184,13 @@ PRUNING_OVERLOAD_COMMAND = ("python benchmarks/bench_tune.py --scenario benchmar
                           "--gpu h200 --slo scenario --baselines '' --slices 1,2 --trials 200 --repeats 3 --workers 16 "
                           "--storage runs/bench-tune-overload --markdown docs/tuning.md bench-pruning-overload")
 
+# the pruned study at the trial budget that spends the unpruned one's trial-seconds (about 270:
+# 200 x 4,994 / 3,692 trial-seconds, docs/bench/tune_bench-pruning-overload.json); the unpruned
+# studies are bench-pruning-overload's, resumed from its database
+PRUNING_BUDGET_COMMAND = PRUNING_OVERLOAD_COMMAND.replace("--storage runs/bench-tune-overload ",
+                                                          "--pruned-trials 270 --storage runs/bench-tune-overload-budget ") \
+    .replace("bench-pruning-overload", "bench-pruning-overload-budget")
+
 
 def acceptance(name: str):
     def make() -> str:
@@ -210,6 +217,8 @@ BLOCKS = {
     ("docs/tuning.md", "bench-pruning-overload"): tune("bench-pruning-overload", f"Not measured yet: "
                                                     f"`{PRUNING_OVERLOAD_COMMAND}` writes this block."),
     ("docs/tuning.md", "bench-pruning-overload-device"): tune("bench-pruning-overload-device"),
+    ("docs/tuning.md", "bench-pruning-overload-budget"): tune("bench-pruning-overload-budget", f"Not measured yet: "
+                                                           f"`{PRUNING_BUDGET_COMMAND}` writes this block."),
     ("docs/tuning.md", "bench-pruning-closed-pilot"): tune("bench-pruning-closed-pilot", "Not measured yet."),
     ("docs/capacity.md", "example"): capacity_example,
     ("docs/acceptance.md", "fig2"): acceptance("fig2"),
