@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from dspark_sim.slo import Slo
 from dspark_sim.tuner.objective import Target, assess, simulate
@@ -27,7 +28,7 @@ def main() -> int:
     p.add_argument("--gpu", required=True)
     p.add_argument("--seed", type=int, default=0, help="the simulation seed (the studies' first is 0)")
     args = p.parse_args()
-    data = json.load(open(args.figures))["pruning"]
+    data = json.loads(Path(args.figures).read_text())["pruning"]
     base = load_base(args.scenario, gpu=args.gpu)
     own = base.get("slo") or {}
     target = Target("throughput", Slo(tpot_ms=own.get("tpot_ms"), ttft_ms=own.get("ttft_ms")))

@@ -182,7 +182,7 @@ def _write_ahead_log(engine) -> None:
         cursor.close()
 
     def begin(connection) -> None:
-        connection.exec_driver_sql(connection.info.get("begin", "BEGIN IMMEDIATE"))
+        connection.exec_driver_sql(connection.info["begin"])
 
     sqlalchemy.event.listen(engine, "connect", pragmas)
     sqlalchemy.event.listen(engine, "begin", begin)

@@ -187,9 +187,10 @@ PRUNING_OVERLOAD_COMMAND = ("python benchmarks/bench_tune.py --scenario benchmar
 # the pruned study at the trial budget that spends the unpruned one's trial-seconds (about 270:
 # 200 x 4,994 / 3,692 trial-seconds, docs/bench/tune_bench-pruning-overload.json); the unpruned
 # studies are bench-pruning-overload's, resumed from its database
-PRUNING_BUDGET_COMMAND = PRUNING_OVERLOAD_COMMAND.replace("--storage runs/bench-tune-overload ",
-                                                          "--pruned-trials 270 --storage runs/bench-tune-overload-budget ") \
-    .replace("bench-pruning-overload", "bench-pruning-overload-budget")
+PRUNING_BUDGET_COMMAND = ("python benchmarks/bench_tune.py --scenario benchmarks/scenarios/chat_overload_h200.yaml "
+                          "--gpu h200 --slo scenario --baselines '' --slices 1,2 --trials 200 --repeats 3 --workers 16 "
+                          "--pruned-trials 270 --storage runs/bench-tune-overload-budget --markdown docs/tuning.md "
+                          "bench-pruning-overload-budget")
 
 
 def acceptance(name: str):
