@@ -99,11 +99,12 @@ def run_tune(case: Case, tmp: Path, env: dict) -> dict:
     subprocess.run(cmd, check=True, cwd=REPO, env=env, stdout=subprocess.DEVNULL)
     after = os.times()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    trials = optuna.load_study(study_name="bench", storage=url).get_trials(deepcopy=False)
+    study = optuna.load_study(study_name="bench", storage=url)
+    trials, phases = study.get_trials(deepcopy=False), study.user_attrs.get("phases", {})
     complete = sum(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
     pruned = sum(t.state == optuna.trial.TrialState.PRUNED for t in trials)
     return {"wall_s": time.perf_counter() - started, "cpu_s": (after[2] + after[3]) - (before[2] + before[3]),
-            "completed": complete + pruned, "complete": complete, "pruned": pruned, "output_tokens": None,
+            "completed": complete + pruned, "complete": complete, "pruned": pruned, **phases, "output_tokens": None,
             "steps": None, "peak_mib": None}
 
 

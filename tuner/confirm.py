@@ -12,6 +12,7 @@ the winner is the front's knee: the largest throughput/GPU x tok/s/user.
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import statistics
 
@@ -53,20 +54,50 @@ def _simulate_seed(task: tuple) -> dict:
     return seed_metrics(simulate_scenario(scenario, [seed])[0])
 
 
-def _map(tasks: list[tuple], workers: int, fn=_resimulate) -> list:
-    """``fn`` of every task, on ``workers`` processes where there are several."""
-    if workers > 1 and len(tasks) > 1:
-        with multiprocessing.get_context("spawn").Pool(workers, initializer=quiet) as pool:
-            return pool.map(fn, tasks)
-    return [fn(task) for task in tasks]
+class Processes:
+    """Where the confirmation's simulations run: ``workers`` processes, started at the first map of
+    several tasks and kept for the maps after it (the rounds of finalists, then the winner's
+    interval), or this process for one worker. Tasks go out one at a time, so a worker that ends
+    early takes the next."""
+
+    def __init__(self, workers: int):
+        self.workers, self._pool = workers, None
+
+    def map(self, fn, tasks: list[tuple]) -> list:
+        """``fn`` of every task, in order."""
+        if self.workers > 1 and len(tasks) > 1:
+            if self._pool is None:
+                self._pool = multiprocessing.get_context("spawn").Pool(self.workers, initializer=quiet)
+            return self._pool.map(fn, tasks, chunksize=1)
+        return [fn(task) for task in tasks]
+
+    def __enter__(self) -> Processes:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool.join()
+            self._pool = None
 
 
-def confirm(jobs: list[Job], confirm_seeds: list[int], workers: int = 1) -> dict[str, dict]:
+def _processes(workers: int | Processes):
+    """A context giving the :class:`Processes` passed (the caller's to stop), or new ones stopped at its end."""
+    return contextlib.nullcontext(workers) if isinstance(workers, Processes) else Processes(workers)
+
+
+def confirm(jobs: list[Job], confirm_seeds: list[int], workers: int | Processes = 1) -> dict[str, dict]:
     """Re-simulate each study's finalists; store and return ``{study: winner record}``.
 
     Finalists go in rounds of ``FINALISTS`` (at most ``ROUNDS``): a study whose
     round holds no trial that meets the SLO on every seed confirms its next ones.
+    Every finalist's seed is a task of its own, so the workers share a round evenly.
     """
+    with _processes(workers) as procs:
+        return _confirm(jobs, list(confirm_seeds), procs)
+
+
+def _confirm(jobs: list[Job], confirm_seeds: list[int], procs: Processes) -> dict[str, dict]:
     queue = {job.study: candidates(job.open(), job) for job in jobs}
     records: dict[str, list[dict]] = {job.study: [] for job in jobs}
     lost: dict[str, float] = {job.study: 0.0 for job in jobs}  # SLO slack confirmation took, at most
@@ -75,8 +106,11 @@ def confirm(jobs: list[Job], confirm_seeds: list[int], workers: int = 1) -> dict
                 for t in finalists(queue[job.study], lost[job.study])]
         if not plan:
             break
-        runs = _map([(job.base, t.user_attrs["config"], list(confirm_seeds)) for job, t in plan], workers)
-        for (job, trial), extra in zip(plan, runs):
+        runs = procs.map(_resimulate, [(job.base, t.user_attrs["config"], [seed])
+                                       for job, t in plan for seed in confirm_seeds])
+        per = len(confirm_seeds)
+        for i, (job, trial) in enumerate(plan):
+            extra = [run[0] for run in runs[i * per:(i + 1) * per]]
             record = _record(job, trial, extra)
             records[job.study].append(record)
             queue[job.study].remove(trial)
@@ -131,7 +165,7 @@ def margin(constraints: dict) -> float | None:
     return -max(constraints.values()) if constraints else None
 
 
-def winner_interval(job: Job, record: dict, seeds: list[int], workers: int = 1) -> dict | None:
+def winner_interval(job: Job, record: dict, seeds: list[int], workers: int | Processes = 1) -> dict | None:
     """The winner's objective and SLO margin at the corners of its measured error sources
     (:mod:`dspark_sim.intervals`), each on ``seeds`` (every corner and seed on one of ``workers``
     processes), and the envelopes with the confirmed figures; None for a roofline cost model."""
@@ -143,7 +177,8 @@ def winner_interval(job: Job, record: dict, seeds: list[int], workers: int = 1) 
         return None
     out = {"sources": src.to_dict()}
     values, margins = [record["values"][0]], [margin(record["constraints"])]
-    runs = _map([(corner, seed) for corner in corners(scenario, src) for seed in seeds], workers, _simulate_seed)
+    with _processes(workers) as procs:
+        runs = procs.map(_simulate_seed, [(corner, seed) for corner in corners(scenario, src) for seed in seeds])
     for i, name in enumerate(("pessimistic", "optimistic")):
         mean, worst = aggregate(runs[i * len(seeds):(i + 1) * len(seeds)])
         found = job.target.violations(worst)

@@ -263,7 +263,9 @@ def write(out: Path, jobs: list[Job], winners: dict[str, dict], info: dict) -> s
              f"- repeats: {n} of every study, TPE sampler seeds {jobs[0].sampler_seed}"
              f"{'' if n == 1 else f'..{jobs[0].sampler_seed + n - 1}'}; the winner (and exports) is the best "
              f"confirmed DSpark winner over them: study `{main.study}`",
-             f"- storage: `{info['storage']}`; wall time {info['wall_s']:.0f} s on {info['workers']} worker(s)", "",
+             f"- storage: `{info['storage']}`; wall time {info['wall_s']:.0f} s on {info['workers']} worker(s)"
+             + (f" (search {info['search_s']:.0f} s, confirmation and interval {info['confirm_s']:.0f} s)"
+                if "search_s" in info else ""), "",
              *_provenance_head(info.get("provenance", {})),
              headline(table, unit, compared), "",
              *([nearest, ""] if (nearest := nearest_slo(main)) else []),

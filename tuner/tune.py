@@ -21,7 +21,7 @@ from dspark_sim.metrics.record import write_provenance
 from dspark_sim.provenance import basis, provenance_line, scenario_provenance
 from dspark_sim.engines import configs, knobs
 from dspark_sim.tuner import exports, repeats, report, storage
-from dspark_sim.tuner.confirm import confirm, winner_interval
+from dspark_sim.tuner.confirm import Processes, confirm, winner_interval
 from dspark_sim.tuner.objective import Target, feasible
 from dspark_sim.tuner.runner import Job, run
 from dspark_sim.tuner.storage import open_storage, open_study
@@ -136,19 +136,23 @@ def tune(settings: Settings, url: str, name: str, out: Path, *, workers: int = 1
         main = jobs[0].open()
         main.set_user_attr("settings", settings.to_json())
     run(jobs, workers, timeout_s, show_progress)
-    winners = confirm(jobs, list(settings.confirm_seeds), workers)
-    picks = repeats.chosen(jobs, winners)
-    if "dspark" in picks:  # the best DSpark winner over the repeats: its interval, and what is exported
-        job, best = picks["dspark"]
-        best["interval"] = winner_interval(job, best, list(settings.confirm_seeds), workers)
-        job.open().set_user_attr("winner", best)
-        main.set_user_attr("chosen", best)
+    searched = time.monotonic()
+    with Processes(workers) as procs:  # one set of worker processes for the confirmation and the interval
+        winners = confirm(jobs, list(settings.confirm_seeds), procs)
+        picks = repeats.chosen(jobs, winners)
+        if "dspark" in picks:  # the best DSpark winner over the repeats: its interval, and what is exported
+            job, best = picks["dspark"]
+            best["interval"] = winner_interval(job, best, list(settings.confirm_seeds), procs)
+            job.open().set_user_attr("winner", best)
+            main.set_user_attr("chosen", best)
+    phases = {"search_s": searched - started, "confirm_s": time.monotonic() - searched}
+    main.set_user_attr("phases", phases)  # this run's (a resumed study: its last run's)
     scenario = to_scenario(settings.base)
     info = {"scenario": settings.base.get("name"), "model": scenario.model, "gpu": scenario.gpu,
             "num_gpus": scenario.deployment.num_gpus, "trials": settings.trials,
             "baseline_trials": settings.baseline_trials, "repeats": settings.repeats,
             "confirm_seeds": list(settings.confirm_seeds), "storage": url, "workers": workers,
-            "wall_s": time.monotonic() - started, "engine": settings.engine,
+            "wall_s": time.monotonic() - started, **phases, "engine": settings.engine,
             "drafter": dspark_drafter(settings.base), "notes": [],
             "provenance": {job.study: scenario_provenance(to_scenario(configure(settings.base, record["config"])))
                            for job, record in picks.values()}}

@@ -48,7 +48,9 @@ def markdown(data: dict) -> str:
              f"every one of its {TUNE_TRIALS} trials done, complete or pruned" if pruned
              else f"two workers, and every one of its {TUNE_TRIALS} trials done")
     tuner += "".join(f"). The tuner: {r['completed']} trials done, {r['complete']} complete and {r['pruned']} "
-                     "pruned" for r in pruned)
+                     "pruned" + (f"; {r['search_s']:.0f} s searching, then {r['confirm_s']:.0f} s confirming the "
+                                 "finalists on fresh seeds and the winner's interval" if "search_s" in r else "")
+                     for r in pruned)
     return (f"{made}. Measured, one run each (fastest of {data['repeat']}). Targets: wall seconds on one core "
             f"(peak MiB where given; the tuner: {tuner}). `load` "
             "is the 1-minute load average before and after the case: the machine is shared with other work, and "
