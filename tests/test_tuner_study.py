@@ -141,6 +141,8 @@ def test_baselines_and_report(tmp_path):
 
 @pytest.mark.parametrize("args,needle", [
     (["--storage", "redis://x"], "--storage"),
+    (["--storage", "sqlite://"], "in-memory"),
+    (["--storage", "sqlite:///:memory:"], "in-memory"),
     (["--workers", "0"], "--workers"),
     (["--scenario", "nope.yaml"], "nope.yaml"),
     (["--baselines", "static,mtp"], "--baselines"),

@@ -56,13 +56,18 @@ def sqlite_file(url: str) -> Path | None:
 
 
 def check_sqlite(url: str, *, exists: bool, write: bool) -> None:
-    """Refuse, before Optuna opens it, a SQLite study file that cannot serve: the file must exist
-    when ``exists`` (reading or resuming a study creates no database), else its directory must
-    (the default's, runs/, is made); ``write``: the file and its directory must be writable
-    (SQLite keeps its journal beside the file). Nothing is created here."""
+    """Refuse, before Optuna opens it, an in-memory SQLite database or a study file that cannot
+    serve: the file must exist when ``exists`` (reading or resuming a study creates no database),
+    else its directory must (the default's, runs/, is made); ``write``: the file and its directory
+    must be writable (SQLite keeps its journal beside the file). Nothing is created here."""
     query = url.split("?", 1)[1] if "?" in url else ""
     if write and url.startswith("sqlite") and any(q in ("mode=ro", "immutable=1") for q in query.split("&")):
         raise InputError(None, "--storage", _shown(url), "opens the file read-only: a study writes its file")
+    if url.startswith("sqlite") and (sqlalchemy.engine.make_url(url).database in (None, "", ":memory:")
+                                     or "mode=memory" in query.split("&")):
+        raise InputError(None, "--storage", _shown(url), "is an in-memory SQLite database, which lives in one "
+                         "connection of one process: the tuner's workers and its report read the study from a "
+                         "file, e.g. sqlite:///study.db")
     path = sqlite_file(url)
     if path is None:
         return
