@@ -45,14 +45,21 @@ def check_url(url: str) -> str:
     return url
 
 
+def in_memory(url: str) -> bool:
+    """Whether ``url`` names an in-memory SQLite database (none named, ``:memory:``, or a URI filename
+    opened with ``mode=memory``)."""
+    if not url.startswith("sqlite"):
+        return False
+    query = url.split("?", 1)[1] if "?" in url else ""
+    return sqlalchemy.engine.make_url(url).database in (None, "", ":memory:") or "mode=memory" in query.split("&")
+
+
 def sqlite_file(url: str) -> Path | None:
     """The file of a SQLite URL; None for another database, an in-memory one or a URI filename."""
-    if not url.startswith("sqlite"):
+    if not url.startswith("sqlite") or in_memory(url):
         return None
     database = sqlalchemy.engine.make_url(url).database
-    if not database or database == ":memory:" or database.startswith("file:"):
-        return None
-    return Path(database)
+    return None if database.startswith("file:") else Path(database)
 
 
 def check_sqlite(url: str, *, exists: bool, write: bool) -> None:
@@ -63,8 +70,7 @@ def check_sqlite(url: str, *, exists: bool, write: bool) -> None:
     query = url.split("?", 1)[1] if "?" in url else ""
     if write and url.startswith("sqlite") and any(q in ("mode=ro", "immutable=1") for q in query.split("&")):
         raise InputError(None, "--storage", _shown(url), "opens the file read-only: a study writes its file")
-    if url.startswith("sqlite") and (sqlalchemy.engine.make_url(url).database in (None, "", ":memory:")
-                                     or "mode=memory" in query.split("&")):
+    if in_memory(url):
         raise InputError(None, "--storage", _shown(url), "is an in-memory SQLite database, which lives in one "
                          "connection of one process: the tuner's workers and its report read the study from a "
                          "file, e.g. sqlite:///study.db")
